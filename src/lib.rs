@@ -1,1 +1,27 @@
+//! eventgate: a containerd-compatible event exchange that forwards and keeps every event.
+//!
+//! The map of the crate, in the order an event travels:
+//! - [`exchange`]: containerd's Events gRPC service (Publish, Forward, Subscribe) and
+//!   the hub that orders events and fans them out to subscribers.
+//! - [`identifiers`]: containerd's namespace and topic rules.
+//! - [`filter`]: containerd's filter language (parse, match).
+//! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
+//! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
+//! - [`render`]: `ctr events` lines and JSON lines.
+//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
+//! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
+//! - [`config`]: the TOML file, defaults and validation.
+//! - [`cli`]: the `eventgate` command; [`bench`]: rerunnable benchmarks.
+
+pub mod bench;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod event;
+pub mod exchange;
+pub mod filter;
+pub mod gateway;
+pub mod identifiers;
+pub mod listen;
 pub mod proto;
+pub mod render;

@@ -1,0 +1,169 @@
+//! Starting and stopping the daemons a benchmark (or a test) measures: eventgate and
+//! a real containerd, each in its own temporary directory with its own socket.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+use super::BenchError;
+
+/// A daemon process that is stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Daemon {
+    name: &'static str,
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts containerd with a private root, state and socket under `dir`, the CRI
+    /// plugin disabled and no network configuration needed.
+    pub async fn containerd(binary: &Path, dir: &Path) -> Result<Self, BenchError> {
+        let config = dir.join("containerd.toml");
+        let socket = dir.join("containerd.sock");
+        let text = containerd_config(dir, &socket);
+        std::fs::write(&config, text).map_err(|source| BenchError::Io {
+            context: format!("cannot write {}", config.display()),
+            source,
+        })?;
+        let mut command = Command::new(binary);
+        command.arg("--config").arg(&config);
+        Self::spawn("containerd", command, socket, dir.join("containerd.log")).await
+    }
+
+    /// Starts `eventgate serve` with its data directory under `dir`.
+    pub async fn eventgate(binary: &Path, dir: &Path, extra: &[&str]) -> Result<Self, BenchError> {
+        let data = dir.join("eventgate");
+        let socket = data.join("eventgate.sock");
+        let mut command = Command::new(binary);
+        command.arg("serve").arg("--data-dir").arg(&data).args(extra);
+        command.env("EVENTGATE_LOG", "warn");
+        Self::spawn("eventgate", command, socket, dir.join("eventgate.log")).await
+    }
+
+    async fn spawn(
+        name: &'static str,
+        mut command: Command,
+        socket: PathBuf,
+        log: PathBuf,
+    ) -> Result<Self, BenchError> {
+        let log_file = std::fs::File::create(&log).map_err(|source| BenchError::Io {
+            context: format!("cannot create {}", log.display()),
+            source,
+        })?;
+        let stderr = log_file.try_clone().map_err(|source| BenchError::Io {
+            context: format!("cannot reuse {}", log.display()),
+            source,
+        })?;
+        command
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(stderr)
+            .kill_on_drop(true);
+        let child = command.spawn().map_err(|source| BenchError::Spawn {
+            what: name,
+            source,
+        })?;
+        let mut daemon = Self {
+            name,
+            child,
+            socket,
+            log,
+        };
+        daemon.wait_ready(Duration::from_secs(30)).await?;
+        Ok(daemon)
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Peak resident memory so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// Ready means the socket accepts connections; polled with a deadline.
+    async fn wait_ready(&mut self, timeout: Duration) -> Result<(), BenchError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if tokio::net::UnixStream::connect(&self.socket).await.is_ok() {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(BenchError::Exited {
+                    what: self.name,
+                    status: status.to_string(),
+                    log: tail(&self.log),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::NotReady {
+                    what: self.name,
+                    timeout,
+                    log: tail(&self.log),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `grace`.
+    pub async fn stop(mut self, grace: Duration) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: plain syscall on a pid we own; a stale pid only yields ESRCH.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// The last lines of a daemon's log, for error messages.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// A containerd config (version 2, understood by 1.6 through 2.x) that keeps
+/// everything under `dir` and leaves the host's containerd alone.
+pub fn containerd_config(dir: &Path, socket: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[debug]
+  address = "{d}/debug.sock"
+  level = "warn"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+"#,
+        socket = socket.display()
+    )
+}

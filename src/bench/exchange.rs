@@ -1,0 +1,235 @@
+//! Exchange throughput and latency: N publishers and M subscribers over a unix socket,
+//! against eventgate and against containerd's own exchange, with the same client.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use hdrhistogram::Histogram;
+use prost::Message;
+use prost_types::{Any, Timestamp};
+use tokio::task::JoinSet;
+use tonic::transport::Channel;
+
+use super::BenchError;
+use crate::client;
+use crate::exchange::NAMESPACE_HEADER;
+use crate::proto::containerd::events::TaskExit;
+use crate::proto::containerd::services::events::v1::events_client::EventsClient;
+use crate::proto::containerd::services::events::v1::{PublishRequest, SubscribeRequest};
+
+const WARMUP_PREFIX: &str = "warmup";
+
+#[derive(Debug, Clone)]
+pub struct ExchangeBench {
+    pub publishers: usize,
+    pub subscribers: usize,
+    /// Events each publisher sends.
+    pub events: usize,
+    /// How long to wait for stragglers after the last publish.
+    pub drain_timeout: Duration,
+}
+
+/// One system's result.
+#[derive(Debug)]
+pub struct Measurement {
+    pub published: u64,
+    pub delivered: u64,
+    pub expected: u64,
+    /// First publish to last delivery.
+    pub elapsed: Duration,
+    /// Publish-to-delivery latency in microseconds, over every delivery.
+    pub latency: Histogram<u64>,
+}
+
+impl Measurement {
+    pub fn delivered_per_sec(&self) -> f64 {
+        self.delivered as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn published_per_sec(&self) -> f64 {
+        self.published as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn lost(&self) -> u64 {
+        self.expected.saturating_sub(self.delivered)
+    }
+
+    pub fn quantile(&self, q: f64) -> u64 {
+        self.latency.value_at_quantile(q)
+    }
+}
+
+/// Drives the Events endpoint at `address`. Subscriptions are proven live with warm-up
+/// events first, because containerd sends nothing (not even headers) until an event.
+pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement, BenchError> {
+    let timeout = Duration::from_secs(5);
+    let expected_each = (bench.publishers * bench.events) as u64;
+    let live = Arc::new(AtomicUsize::new(0));
+    let mut subscribers = JoinSet::new();
+    for _ in 0..bench.subscribers {
+        let client = client::connect(address, timeout).await?;
+        subscribers.spawn(subscribe(client, expected_each, Arc::clone(&live)));
+    }
+
+    let mut warmup = client::connect(address, timeout).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while live.load(Ordering::Acquire) < bench.subscribers {
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout {
+                what: "subscribers did not receive warm-up events within 20s".into(),
+            });
+        }
+        publish(&mut warmup, WARMUP_PREFIX.into(), 0).await?;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut publishers = Vec::new();
+    for _ in 0..bench.publishers {
+        publishers.push(client::connect(address, timeout).await?);
+    }
+    let start = Instant::now();
+    let mut publishing = JoinSet::new();
+    for (p, mut client) in publishers.into_iter().enumerate() {
+        let events = bench.events;
+        publishing.spawn(async move {
+            for i in 0..events {
+                publish(&mut client, format!("bench-{p}"), i as u32).await?;
+            }
+            Ok::<_, BenchError>(events as u64)
+        });
+    }
+    let mut published = 0;
+    while let Some(result) = publishing.join_next().await {
+        published += joined(result)??;
+    }
+
+    let mut latency = new_histogram();
+    let mut delivered = 0;
+    let mut last = start;
+    let drain = async {
+        while let Some(result) = subscribers.join_next().await {
+            let (hist, count, at) = joined(result)??;
+            latency.add(&hist).ok();
+            delivered += count;
+            last = last.max(at);
+        }
+        Ok::<_, BenchError>(())
+    };
+    if tokio::time::timeout(bench.drain_timeout, drain).await.is_err() {
+        subscribers.abort_all();
+        return Err(BenchError::Timeout {
+            what: format!(
+                "subscribers had not received every event {:?} after the last publish",
+                bench.drain_timeout
+            ),
+        });
+    }
+    Ok(Measurement {
+        published,
+        delivered,
+        expected: expected_each * bench.subscribers as u64,
+        elapsed: last.duration_since(start),
+        latency,
+    })
+}
+
+fn joined<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, BenchError> {
+    result.map_err(|e| BenchError::Timeout {
+        what: format!("a benchmark task failed: {e}"),
+    })
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 µs to 60 s at 3 significant figures; construction cannot fail for these bounds.
+    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap_or_else(|_| Histogram::new(3).expect("valid"))
+}
+
+/// A realistic payload that also carries its send time (in `exited_at`).
+async fn publish(
+    client: &mut EventsClient<Channel>,
+    container_id: String,
+    pid: u32,
+) -> Result<(), BenchError> {
+    let event = TaskExit {
+        id: container_id.clone(),
+        container_id,
+        pid,
+        exit_status: 0,
+        exited_at: Some(Timestamp::from(SystemTime::now())),
+    };
+    let mut request = tonic::Request::new(PublishRequest {
+        topic: "/tasks/exit".into(),
+        event: Some(Any {
+            type_url: "containerd.events.TaskExit".into(),
+            value: event.encode_to_vec(),
+        }),
+    });
+    request
+        .metadata_mut()
+        .insert(NAMESPACE_HEADER, tonic::metadata::MetadataValue::from_static("bench"));
+    client
+        .publish(request)
+        .await
+        .map_err(|source| BenchError::Rpc {
+            what: "publish",
+            source,
+        })?;
+    Ok(())
+}
+
+async fn subscribe(
+    mut client: EventsClient<Channel>,
+    expected: u64,
+    live: Arc<AtomicUsize>,
+) -> Result<(Histogram<u64>, u64, Instant), BenchError> {
+    let rpc = |source| BenchError::Rpc {
+        what: "subscribe",
+        source,
+    };
+    let mut stream = client
+        .subscribe(SubscribeRequest { filters: vec![] })
+        .await
+        .map_err(rpc)?
+        .into_inner();
+    let mut hist = new_histogram();
+    let mut count = 0;
+    let mut counted_live = false;
+    let mut last = Instant::now();
+    while count < expected {
+        let Some(envelope) = stream.message().await.map_err(rpc)? else {
+            break;
+        };
+        let Some(exit) = envelope
+            .event
+            .and_then(|any| TaskExit::decode(any.value.as_slice()).ok())
+        else {
+            continue;
+        };
+        if exit.container_id.starts_with(WARMUP_PREFIX) {
+            if !counted_live {
+                counted_live = true;
+                live.fetch_add(1, Ordering::AcqRel);
+            }
+            continue;
+        }
+        last = Instant::now();
+        count += 1;
+        if let Some(sent) = exit.exited_at.and_then(|t| SystemTime::try_from(t).ok()) {
+            let us = SystemTime::now()
+                .duration_since(sent)
+                .unwrap_or_default()
+                .as_micros();
+            hist.saturating_record(us.max(1) as u64);
+        }
+    }
+    Ok((hist, count, last))
+}
+
+/// Which binaries to compare.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    pub eventgate: PathBuf,
+    pub containerd: Option<PathBuf>,
+}

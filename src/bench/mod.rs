@@ -1,0 +1,58 @@
+//! Rerunnable benchmarks. Every figure is measured next to its peer in the same run
+//! (eventgate next to a real containerd), and reported as a ratio.
+
+pub mod daemon;
+pub mod exchange;
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::client::ConnectError;
+
+#[derive(Debug, Error)]
+pub enum BenchError {
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start {what}")]
+    Spawn {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} exited during start-up ({status}); its log ends with:\n{log}")]
+    Exited {
+        what: &'static str,
+        status: String,
+        log: String,
+    },
+    #[error("{what} was not ready within {timeout:?}; its log ends with:\n{log}")]
+    NotReady {
+        what: &'static str,
+        timeout: Duration,
+        log: String,
+    },
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("{what} failed")]
+    Rpc {
+        what: &'static str,
+        #[source]
+        source: tonic::Status,
+    },
+    #[error("{what}")]
+    Timeout { what: String },
+}
+
+/// Formats microseconds for a table: "85 µs", "1.24 ms".
+pub fn micros(us: u64) -> String {
+    if us < 1000 {
+        format!("{us} µs")
+    } else {
+        format!("{:.2} ms", us as f64 / 1000.0)
+    }
+}

@@ -1,0 +1,170 @@
+//! `eventgate bench`: rerunnable benchmarks that print a README-ready table.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use crate::bench::daemon::Daemon;
+use crate::bench::exchange::{ExchangeBench, Measurement, measure};
+use crate::bench::micros;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub which: Which,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Which {
+    /// Publish/Subscribe throughput and latency: eventgate vs a real containerd,
+    /// both started by the benchmark on temporary unix sockets.
+    Exchange(ExchangeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExchangeArgs {
+    /// Concurrent publishers, each on its own connection, each waiting for its reply.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub publishers: u32,
+    /// Concurrent subscribers, each receiving every event.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub subscribers: u32,
+    /// Events each publisher sends per round.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub events: u32,
+    /// Rounds per system (alternating systems); the median round is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub rounds: u32,
+    /// The containerd binary to compare against (needs root).
+    #[arg(long, default_value = "containerd")]
+    pub containerd: PathBuf,
+    /// Measure eventgate alone.
+    #[arg(long)]
+    pub no_containerd: bool,
+}
+
+struct Row {
+    system: &'static str,
+    m: Measurement,
+    peak_rss: Option<u64>,
+}
+
+pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
+    match args.which {
+        Which::Exchange(args) => exchange(args).await,
+    }
+}
+
+async fn exchange(args: ExchangeArgs) -> Result<ExitCode, CliError> {
+    let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
+        context: "cannot find the eventgate binary".into(),
+        source,
+    })?;
+    let bench = ExchangeBench {
+        publishers: args.publishers as usize,
+        subscribers: args.subscribers as usize,
+        events: args.events as usize,
+        drain_timeout: Duration::from_secs(60),
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("eg-bench")
+        .tempdir()
+        .map_err(|source| CliError::Io {
+            context: "cannot create a temporary directory".into(),
+            source,
+        })?;
+    let mut systems: Vec<&'static str> = vec!["eventgate"];
+    if !args.no_containerd {
+        systems.push("containerd");
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    for round in 0..args.rounds {
+        // Alternate who goes first so neither always gets the warmer machine.
+        let order: Vec<_> = if round % 2 == 0 {
+            systems.clone()
+        } else {
+            systems.iter().rev().copied().collect()
+        };
+        for system in order {
+            let run_dir = dir.path().join(format!("{system}-{round}"));
+            std::fs::create_dir_all(&run_dir).map_err(|source| CliError::Io {
+                context: format!("cannot create {}", run_dir.display()),
+                source,
+            })?;
+            let daemon = match system {
+                "containerd" => Daemon::containerd(&args.containerd, &run_dir).await?,
+                _ => Daemon::eventgate(&eventgate, &run_dir, &[]).await?,
+            };
+            let address = daemon.socket().display().to_string();
+            let result = measure(&address, &bench).await;
+            let peak_rss = daemon.peak_rss();
+            daemon.stop(Duration::from_secs(5)).await;
+            let m = result?;
+            eprintln!(
+                "round {} {system:>10}: {:>9.0} delivered/s, p99 {}, lost {}",
+                round + 1,
+                m.delivered_per_sec(),
+                micros(m.quantile(0.99)),
+                m.lost()
+            );
+            rows.push(Row {
+                system,
+                m,
+                peak_rss,
+            });
+        }
+    }
+    print_table(&args, &systems, rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn median_row(mut rows: Vec<Row>) -> Option<Row> {
+    rows.sort_by(|a, b| a.m.delivered_per_sec().total_cmp(&b.m.delivered_per_sec()));
+    let mid = rows.len() / 2;
+    rows.into_iter().nth(mid)
+}
+
+fn print_table(args: &ExchangeArgs, systems: &[&'static str], rows: Vec<Row>) {
+    let mut medians = Vec::new();
+    let mut rows = rows;
+    for system in systems {
+        let (mine, rest): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.system == *system);
+        rows = rest;
+        if let Some(row) = median_row(mine) {
+            medians.push(row);
+        }
+    }
+    println!(
+        "{} publishers x {} subscribers, {} events per publisher, median of {} rounds\n",
+        args.publishers, args.subscribers, args.events, args.rounds
+    );
+    println!("| system | delivered events/s | published events/s | p50 | p99 | p99.9 | lost | peak RSS |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for row in &medians {
+        let m = &row.m;
+        println!(
+            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} |",
+            row.system,
+            m.delivered_per_sec(),
+            m.published_per_sec(),
+            micros(m.quantile(0.5)),
+            micros(m.quantile(0.99)),
+            micros(m.quantile(0.999)),
+            m.lost(),
+            row.peak_rss
+                .map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+        );
+    }
+    if let [ours, theirs] = medians.as_slice() {
+        println!(
+            "\neventgate / containerd: {:.2}x delivered events/s, p99 {:.2}x ({} vs {})",
+            ours.m.delivered_per_sec() / theirs.m.delivered_per_sec().max(1e-9),
+            ours.m.quantile(0.99) as f64 / theirs.m.quantile(0.99).max(1) as f64,
+            micros(ours.m.quantile(0.99)),
+            micros(theirs.m.quantile(0.99)),
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! The `eventgate` command line: one file per subcommand.
+
+mod bench;
+mod check_config;
+mod events;
+mod publish;
+mod serve;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use thiserror::Error;
+
+use crate::client::ConnectError;
+use crate::config::ConfigError;
+use crate::gateway::GatewayError;
+use crate::proto::EncodeError;
+
+/// Where `serve` listens by default, and so where the clients look by default.
+pub const DEFAULT_ADDRESS: &str = "./data/eventgate.sock";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "eventgate",
+    version,
+    about = "A containerd-compatible event exchange that forwards and keeps every event",
+    long_about = "eventgate serves containerd's Events API (Publish, Forward, Subscribe) on a unix \
+                  socket, so `ctr --address <socket> events` and `containerd publish` work against it \
+                  unchanged."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(serve::ServeArgs),
+    /// Publish one event (like `containerd publish`, plus JSON input).
+    Publish(publish::PublishArgs),
+    /// Print events as they happen (like `ctr events`).
+    Events(events::EventsArgs),
+    /// Validate a configuration file and name the first bad key.
+    CheckConfig(check_config::CheckConfigArgs),
+    /// Rerunnable benchmarks against the real peers.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log level or filter (e.g. "debug", "eventgate=trace"); RUST_LOG wins if set.
+    #[arg(long, global = true, default_value = "info", env = "EVENTGATE_LOG")]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Everything a subcommand can fail with; `main` prints the chain of causes.
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error("{context}: {code:?}: {message}")]
+    Rpc {
+        context: &'static str,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("{0}")]
+    Usage(String),
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
+}
+
+impl CliError {
+    pub(crate) fn rpc(context: &'static str, status: tonic::Status) -> Self {
+        CliError::Rpc {
+            context,
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
+/// Sets up `tracing` on stderr. `RUST_LOG`, when set, overrides `--log-level`.
+pub fn init_tracing(args: &LogArgs) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&args.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Publish(args) => publish::run(args).await,
+        Command::Events(args) => events::run(args).await,
+        Command::CheckConfig(args) => check_config::run(args),
+        Command::Bench(args) => bench::run(args).await,
+    }
+}
+
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::config::parse_duration(text)
+}

@@ -1,0 +1,88 @@
+//! `eventgate serve`: run the gateway until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::CliError;
+use crate::config::Config;
+use crate::gateway::Gateway;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (see deploy/eventgate.example.toml); without it the
+    /// embedded defaults are used.
+    #[arg(long, short = 'c', env = "EVENTGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Data directory (socket, stores); overrides `data_dir`.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Unix socket to serve on; overrides `exchange.socket` (default <data_dir>/eventgate.sock).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Also serve on this loopback TCP address, e.g. 127.0.0.1:7338; overrides `exchange.listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Events a subscriber may fall behind before it is cut off; overrides
+    /// `exchange.subscriber_queue`.
+    #[arg(long, value_name = "N")]
+    pub subscriber_queue: Option<usize>,
+}
+
+impl ServeArgs {
+    /// Defaults, then the file, then these flags; validated again at the end.
+    pub fn config(&self) -> Result<Config, CliError> {
+        let mut config = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        if let Some(dir) = &self.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if let Some(socket) = &self.socket {
+            config.exchange.socket = Some(socket.clone());
+        }
+        if let Some(listen) = self.listen {
+            config.exchange.listen = Some(listen);
+        }
+        if let Some(queue) = self.subscriber_queue {
+            config.exchange.subscriber_queue = queue;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+pub async fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
+    let config = args.config()?;
+    let gateway = Gateway::start(&config).await?;
+    gateway.run_until(shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM. If the handlers cannot be installed the gateway
+/// still runs; it just cannot stop gracefully.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => Some(term),
+        Err(error) => {
+            tracing::error!(%error, "cannot install the SIGTERM handler");
+            None
+        }
+    };
+    let term = async {
+        match term.as_mut() {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,143 @@
+//! The one event type that flows through eventgate: containerd's envelope exactly as
+//! it was accepted, plus what the gateway adds (a sequence number and a stable id).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use prost_reflect::DynamicMessage;
+
+use crate::filter::Fields;
+use crate::proto::containerd::types::Envelope;
+use crate::proto::{Registry, event_field};
+
+/// A unique, time-ordered event id (UUIDv7). Time order keeps a UNIQUE index on it
+/// append-mostly; random ids would scatter inserts across the whole index.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct EventId(uuid::Uuid);
+
+impl EventId {
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+
+    pub fn from_uuid(id: uuid::Uuid) -> Self {
+        Self(id)
+    }
+
+    pub fn as_uuid(&self) -> &uuid::Uuid {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// How an event entered the gateway; kept for metrics and logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Publish,
+    Forward,
+    /// Subscribed from an upstream containerd (or eventgate), by its configured name.
+    Upstream(Arc<str>),
+    /// Emitted by eventgate itself (for example gap markers).
+    Internal,
+}
+
+impl Source {
+    /// A low-cardinality label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Source::Publish => "publish",
+            Source::Forward => "forward",
+            Source::Upstream(_) => "upstream",
+            Source::Internal => "internal",
+        }
+    }
+}
+
+/// An accepted event. Shared as `Arc<Event>` between subscribers and forwarders, so
+/// the envelope is never copied per consumer.
+#[derive(Debug)]
+pub struct Event {
+    /// Gateway-wide order of acceptance; every consumer sees events in this order.
+    pub seq: u64,
+    pub id: EventId,
+    pub received_at: SystemTime,
+    pub source: Source,
+    pub envelope: Envelope,
+    /// The payload decoded through the type registry, computed at most once however
+    /// many filters and sinks look at it (containerd decodes once per subscriber).
+    decoded: OnceLock<Option<DynamicMessage>>,
+}
+
+impl Event {
+    pub fn new(seq: u64, id: EventId, source: Source, envelope: Envelope) -> Self {
+        Self {
+            seq,
+            id,
+            received_at: SystemTime::now(),
+            source,
+            envelope,
+            decoded: OnceLock::new(),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.envelope.namespace
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.envelope.topic
+    }
+
+    /// The type URL of the payload, or "" when the envelope carries none.
+    pub fn type_url(&self) -> &str {
+        self.envelope
+            .event
+            .as_ref()
+            .map_or("", |any| any.type_url.as_str())
+    }
+
+    /// The payload decoded as a known event type; `None` for unknown types, undecodable
+    /// bytes or a missing payload (such events still flow, they just cannot be inspected).
+    pub fn decoded(&self) -> Option<&DynamicMessage> {
+        self.decoded
+            .get_or_init(|| {
+                let any = self.envelope.event.as_ref()?;
+                Registry::global().decode(any).ok()
+            })
+            .as_ref()
+    }
+
+    /// Approximate memory held by this event, for byte-bounded queues.
+    pub fn size_hint(&self) -> usize {
+        let env = &self.envelope;
+        let payload = env
+            .event
+            .as_ref()
+            .map_or(0, |any| any.type_url.len() + any.value.len());
+        std::mem::size_of::<Event>() + env.namespace.len() + env.topic.len() + payload
+    }
+}
+
+/// containerd's envelope adaptor: only the first path component of `namespace` and
+/// `topic` is looked at; `event.<path>` goes through the event type's field rules.
+impl Fields for Event {
+    fn field(&self, path: &[String]) -> Option<Cow<'_, str>> {
+        match path.first()?.as_str() {
+            "namespace" => non_empty(&self.envelope.namespace),
+            "topic" => non_empty(&self.envelope.topic),
+            "event" => event_field(self.decoded()?, &path[1..]).map(Cow::Owned),
+            _ => None,
+        }
+    }
+}
+
+fn non_empty(s: &str) -> Option<Cow<'_, str>> {
+    (!s.is_empty()).then_some(Cow::Borrowed(s))
+}

@@ -1,0 +1,319 @@
+//! The event exchange: accepts envelopes (Publish, Forward, upstreams), gives each a
+//! place in one gateway-wide order, and fans them out to live subscribers.
+//!
+//! Differences from containerd's exchange, all deliberate:
+//! - Each subscriber has a *bounded* queue. containerd queues without limit, so one
+//!   stuck client can grow the daemon's memory forever; here a subscriber that falls
+//!   `subscriber_queue` events behind is cut off with RESOURCE_EXHAUSTED and counted.
+//!   Publishers and other subscribers never wait for it either way.
+//! - A payload is decoded at most once per event, not once per subscriber per selector.
+//! - Forward rejects a missing timestamp (as containerd 1.6 does; 2.x silently turns it
+//!   into 1970-01-01).
+
+mod service;
+mod subscription;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use prost_types::{Any, Timestamp};
+use thiserror::Error;
+use tokio::sync::mpsc::{self, error::TrySendError};
+
+pub use service::{EventsService, NAMESPACE_HEADER};
+pub use subscription::{Subscription, SubscriptionEnd};
+
+use crate::event::{Event, EventId, Source};
+use crate::filter::Filter;
+use crate::identifiers::{self, IdentifierError, TopicError};
+use crate::proto::containerd::types::Envelope;
+
+/// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
+const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
+
+/// Why an envelope was refused. The texts are containerd's, so clients that match on
+/// them (or people who search for them) see what the daemon would have said.
+#[derive(Debug, Error)]
+pub enum AcceptError {
+    #[error("failed publishing event: namespace is required: failed precondition")]
+    NamespaceRequired,
+    #[error("failed publishing event: namespace validation: {0}: invalid argument")]
+    InvalidNamespace(#[source] IdentifierError),
+    #[error("failed publishing event: namespace header is not valid ASCII: invalid argument")]
+    UnreadableNamespace,
+    #[error("envelope topic {topic:?}: {source}: invalid argument")]
+    InvalidTopic { topic: String, source: TopicError },
+    #[error("event envelope has invalid namespace: {0}: invalid argument")]
+    InvalidEnvelopeNamespace(#[source] IdentifierError),
+    #[error("timestamp must be set on forwarded event: invalid argument")]
+    MissingTimestamp,
+    #[error(
+        "timestamp {seconds}s {nanos}ns is not a valid time (nanos must be 0..1e9): invalid argument"
+    )]
+    InvalidTimestamp { seconds: i64, nanos: i32 },
+    #[error("forward request has no envelope: invalid argument")]
+    MissingEnvelope,
+    #[error("eventgate is shutting down")]
+    Closed,
+}
+
+impl AcceptError {
+    /// The gRPC code containerd uses for this error.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            AcceptError::NamespaceRequired => tonic::Code::FailedPrecondition,
+            AcceptError::Closed => tonic::Code::Unavailable,
+            _ => tonic::Code::InvalidArgument,
+        }
+    }
+
+    /// A low-cardinality label for the rejection counter.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AcceptError::NamespaceRequired => "namespace_required",
+            AcceptError::InvalidNamespace(_)
+            | AcceptError::UnreadableNamespace
+            | AcceptError::InvalidEnvelopeNamespace(_) => "invalid_namespace",
+            AcceptError::InvalidTopic { .. } => "invalid_topic",
+            AcceptError::MissingTimestamp | AcceptError::InvalidTimestamp { .. } => {
+                "invalid_timestamp"
+            }
+            AcceptError::MissingEnvelope => "missing_envelope",
+            AcceptError::Closed => "shutting_down",
+        }
+    }
+}
+
+/// The subscription was refused because the exchange is closing.
+#[derive(Debug, Error)]
+#[error("eventgate is shutting down")]
+pub struct Closed;
+
+#[derive(Clone, Debug)]
+pub struct ExchangeConfig {
+    /// Events a subscriber may fall behind before it is cut off.
+    pub subscriber_queue: usize,
+}
+
+impl Default for ExchangeConfig {
+    fn default() -> Self {
+        Self {
+            subscriber_queue: 4096,
+        }
+    }
+}
+
+/// Cheap to clone; all clones share one exchange.
+#[derive(Clone)]
+pub struct Exchange {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ExchangeConfig,
+    /// One lock orders everything: taking a sequence number and handing the event to
+    /// every subscriber happen together, so all subscribers see one relative order.
+    /// The critical section only runs filters and non-blocking `try_send`s.
+    state: Mutex<State>,
+    closed: AtomicBool,
+}
+
+struct State {
+    next_seq: u64,
+    next_subscriber: u64,
+    subscribers: Vec<Slot>,
+}
+
+struct Slot {
+    id: u64,
+    filter: Filter,
+    tx: mpsc::Sender<Arc<Event>>,
+    cut_off: Arc<AtomicBool>,
+}
+
+impl Exchange {
+    pub fn new(config: ExchangeConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::new(State {
+                    next_seq: 1,
+                    next_subscriber: 1,
+                    subscribers: Vec::new(),
+                }),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// containerd's Publish: the namespace comes from the request (required), the
+    /// timestamp from our clock in UTC; the payload passes through untouched.
+    pub fn publish(
+        &self,
+        namespace: Option<&str>,
+        topic: String,
+        event: Option<Any>,
+    ) -> Result<Arc<Event>, AcceptError> {
+        let namespace = match namespace {
+            None | Some("") => return Err(self.rejected(AcceptError::NamespaceRequired)),
+            Some(ns) => ns,
+        };
+        identifiers::validate(namespace)
+            .map_err(|e| self.rejected(AcceptError::InvalidNamespace(e)))?;
+        validate_topic(&topic).map_err(|e| self.rejected(e))?;
+        let envelope = Envelope {
+            timestamp: Some(Timestamp::from(std::time::SystemTime::now())),
+            namespace: namespace.to_owned(),
+            topic,
+            event,
+        };
+        self.accept(Source::Publish, envelope)
+    }
+
+    /// containerd's Forward: namespace, then topic, then timestamp are validated, and
+    /// the envelope is distributed exactly as received.
+    pub fn forward(&self, envelope: Option<Envelope>) -> Result<Arc<Event>, AcceptError> {
+        let envelope = envelope.ok_or_else(|| self.rejected(AcceptError::MissingEnvelope))?;
+        self.check_envelope(&envelope)
+            .map_err(|e| self.rejected(e))?;
+        self.accept(Source::Forward, envelope)
+    }
+
+    /// Validates an envelope as Forward does; for sources that did not go through
+    /// Publish or Forward (upstreams, replays).
+    pub fn check_envelope(&self, envelope: &Envelope) -> Result<(), AcceptError> {
+        identifiers::validate(&envelope.namespace).map_err(AcceptError::InvalidEnvelopeNamespace)?;
+        validate_topic(&envelope.topic)?;
+        match envelope.timestamp {
+            None => Err(AcceptError::MissingTimestamp),
+            Some(Timestamp { seconds, nanos: 0 }) if seconds == GO_ZERO_TIME_SECONDS => {
+                Err(AcceptError::MissingTimestamp)
+            }
+            Some(Timestamp { seconds, nanos }) if !(0..1_000_000_000).contains(&nanos) => {
+                Err(AcceptError::InvalidTimestamp { seconds, nanos })
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Takes a validated envelope into the gateway's order and hands it to every
+    /// subscriber whose filter matches.
+    pub fn accept(&self, source: Source, envelope: Envelope) -> Result<Arc<Event>, AcceptError> {
+        let mut state = self.lock();
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(AcceptError::Closed);
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let event = Arc::new(Event::new(seq, EventId::generate(), source, envelope));
+        metrics::counter!("eventgate_events_received_total", "source" => event.source.label())
+            .increment(1);
+
+        let before = state.subscribers.len();
+        state.subscribers.retain(|slot| {
+            if !slot.filter.matches(&*event) {
+                return true;
+            }
+            match slot.tx.try_send(Arc::clone(&event)) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    slot.cut_off.store(true, Ordering::Release);
+                    metrics::counter!("eventgate_subscribers_cut_off_total").increment(1);
+                    tracing::warn!(
+                        subscriber = slot.id,
+                        queue = self.inner.config.subscriber_queue,
+                        "subscriber fell too far behind and was cut off"
+                    );
+                    false
+                }
+                Err(TrySendError::Closed(_)) => false,
+            }
+        });
+        if state.subscribers.len() != before {
+            metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
+        }
+        Ok(event)
+    }
+
+    /// Registers a subscriber. Events accepted after this returns are delivered to it
+    /// (there is no replay from the live exchange; history lives in the audit store).
+    pub fn subscribe(&self, filter: Filter) -> Result<Subscription, Closed> {
+        let capacity = self.inner.config.subscriber_queue.max(1);
+        let (tx, rx) = mpsc::channel(capacity);
+        let cut_off = Arc::new(AtomicBool::new(false));
+        let mut state = self.lock();
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Closed);
+        }
+        let id = state.next_subscriber;
+        state.next_subscriber += 1;
+        state.subscribers.push(Slot {
+            id,
+            filter,
+            tx,
+            cut_off: Arc::clone(&cut_off),
+        });
+        metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
+        drop(state);
+        tracing::debug!(subscriber = id, "subscriber added");
+        Ok(Subscription::new(
+            id,
+            rx,
+            cut_off,
+            capacity,
+            Arc::downgrade(&self.inner),
+        ))
+    }
+
+    /// Ends every subscription (they finish with UNAVAILABLE once drained) and refuses
+    /// new events; part of graceful shutdown.
+    pub fn close(&self) {
+        let mut state = self.lock();
+        self.inner.closed.store(true, Ordering::Release);
+        state.subscribers.clear();
+        metrics::gauge!("eventgate_subscribers").set(0.0);
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.lock().subscribers.len()
+    }
+
+    /// The sequence number the next accepted event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.lock().next_seq
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.lock()
+    }
+
+    fn rejected(&self, error: AcceptError) -> AcceptError {
+        metrics::counter!("eventgate_events_rejected_total", "reason" => error.reason())
+            .increment(1);
+        error
+    }
+}
+
+impl Inner {
+    // Nothing in the critical section can panic on input, but a poisoned lock must not
+    // take the whole gateway down with it: the state stays consistent between calls.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn remove(&self, id: u64) {
+        let mut state = self.lock();
+        state.subscribers.retain(|slot| slot.id != id);
+        metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
+    }
+}
+
+fn validate_topic(topic: &str) -> Result<(), AcceptError> {
+    identifiers::validate_topic(topic).map_err(|source| AcceptError::InvalidTopic {
+        topic: topic.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+//! containerd's `containerd.services.events.v1.Events` gRPC service over the exchange.
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+use super::{AcceptError, Exchange};
+use crate::filter::Filter;
+use crate::proto::containerd::services::events::v1::events_server::{Events, EventsServer};
+use crate::proto::containerd::services::events::v1::{
+    ForwardRequest, PublishRequest, SubscribeRequest,
+};
+use crate::proto::containerd::types::Envelope;
+
+/// The gRPC metadata key containerd clients put the namespace in.
+pub const NAMESPACE_HEADER: &str = "containerd-namespace";
+
+#[derive(Clone)]
+pub struct EventsService {
+    exchange: Exchange,
+}
+
+impl EventsService {
+    pub fn new(exchange: Exchange) -> Self {
+        Self { exchange }
+    }
+
+    pub fn into_server(self) -> EventsServer<Self> {
+        EventsServer::new(self)
+    }
+}
+
+fn status(error: AcceptError) -> Status {
+    Status::new(error.code(), error.to_string())
+}
+
+type EnvelopeStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Events for EventsService {
+    async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<()>, Status> {
+        // The first value wins, as in containerd: Go clients prepend the newest namespace.
+        let namespace = match request.metadata().get(NAMESPACE_HEADER) {
+            None => None,
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .map_err(|_| status(AcceptError::UnreadableNamespace))?
+                    .to_owned(),
+            ),
+        };
+        let PublishRequest { topic, event } = request.into_inner();
+        let accepted = self
+            .exchange
+            .publish(namespace.as_deref(), topic, event)
+            .map_err(status)?;
+        tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "published");
+        Ok(Response::new(()))
+    }
+
+    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<()>, Status> {
+        let accepted = self
+            .exchange
+            .forward(request.into_inner().envelope)
+            .map_err(status)?;
+        tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
+        Ok(Response::new(()))
+    }
+
+    type SubscribeStream = EnvelopeStream;
+
+    /// Returning the stream makes tonic send response headers at once, so a client
+    /// knows its subscription is live; containerd sends none until the first event.
+    async fn subscribe(
+        &self,
+        request: Request<SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let filters = request.into_inner().filters;
+        // containerd answers UNKNOWN here (its Subscribe skips error mapping);
+        // INVALID_ARGUMENT is what the error actually is. Same message text.
+        let filter = Filter::parse_all(&filters).map_err(|e| {
+            metrics::counter!("eventgate_subscribe_rejected_total", "reason" => "invalid_filter")
+                .increment(1);
+            Status::invalid_argument(format!(
+                "subscription error: failed parsing subscription filters: {e}: invalid argument"
+            ))
+        })?;
+        let subscription = self
+            .exchange
+            .subscribe(filter)
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let stream = subscription.map(|item| match item {
+            Ok(event) => Ok(event.envelope.clone()),
+            Err(end) => Err(Status::new(end.code(), end.to_string())),
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,103 @@
+//! One subscriber's end of the exchange.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+use super::Inner;
+use crate::event::Event;
+
+/// Why a subscription stopped delivering. Reported once, after the events that were
+/// already queued for it.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum SubscriptionEnd {
+    #[error(
+        "subscriber fell more than {capacity} events behind and was cut off; \
+         read faster, subscribe with narrower filters, or raise exchange.subscriber_queue"
+    )]
+    CutOff { capacity: usize },
+    #[error("eventgate is shutting down")]
+    Closed,
+}
+
+impl SubscriptionEnd {
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            SubscriptionEnd::CutOff { .. } => tonic::Code::ResourceExhausted,
+            SubscriptionEnd::Closed => tonic::Code::Unavailable,
+        }
+    }
+}
+
+/// A stream of the events that matched the subscriber's filter, in exchange order,
+/// ending with one `Err` that says why it ended. Dropping it unsubscribes at once.
+pub struct Subscription {
+    id: u64,
+    rx: mpsc::Receiver<Arc<Event>>,
+    cut_off: Arc<AtomicBool>,
+    capacity: usize,
+    exchange: Weak<Inner>,
+    ended: bool,
+}
+
+impl Subscription {
+    pub(super) fn new(
+        id: u64,
+        rx: mpsc::Receiver<Arc<Event>>,
+        cut_off: Arc<AtomicBool>,
+        capacity: usize,
+        exchange: Weak<Inner>,
+    ) -> Self {
+        Self {
+            id,
+            rx,
+            cut_off,
+            capacity,
+            exchange,
+            ended: false,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Stream for Subscription {
+    type Item = Result<Arc<Event>, SubscriptionEnd>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(event)) => Poll::Ready(Some(Ok(event))),
+            Poll::Ready(None) => {
+                self.ended = true;
+                let end = if self.cut_off.load(Ordering::Acquire) {
+                    SubscriptionEnd::CutOff {
+                        capacity: self.capacity,
+                    }
+                } else {
+                    SubscriptionEnd::Closed
+                };
+                Poll::Ready(Some(Err(end)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(exchange) = self.exchange.upgrade() {
+            exchange.remove(self.id);
+        }
+        tracing::debug!(subscriber = self.id, "subscriber removed");
+    }
+}

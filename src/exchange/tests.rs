@@ -1,0 +1,173 @@
+use futures::StreamExt;
+use prost_types::{Any, Timestamp};
+
+use super::*;
+
+fn exchange(queue: usize) -> Exchange {
+    Exchange::new(ExchangeConfig {
+        subscriber_queue: queue,
+    })
+}
+
+fn any() -> Option<Any> {
+    Some(Any {
+        type_url: "containerd.events.TaskOOM".into(),
+        value: vec![],
+    })
+}
+
+fn envelope(ns: &str, topic: &str, ts: Option<Timestamp>) -> Envelope {
+    Envelope {
+        timestamp: ts,
+        namespace: ns.into(),
+        topic: topic.into(),
+        event: any(),
+    }
+}
+
+fn ts() -> Option<Timestamp> {
+    Some(Timestamp {
+        seconds: 1_700_000_000,
+        nanos: 5,
+    })
+}
+
+#[test]
+fn publish_validates_like_containerd() {
+    let x = exchange(8);
+    let err = x.publish(None, "/a".into(), any()).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        err.to_string(),
+        "failed publishing event: namespace is required: failed precondition"
+    );
+    let err = x.publish(Some(""), "/a".into(), any()).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+
+    let err = x.publish(Some("bad ns"), "/a".into(), any()).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.to_string(),
+        r#"failed publishing event: namespace validation: identifier "bad ns" must match ^[A-Za-z0-9]+(?:[._-](?:[A-Za-z0-9]+))*$: invalid argument"#
+    );
+
+    let err = x.publish(Some("default"), "tasks".into(), any()).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.to_string(),
+        r#"envelope topic "tasks": must start with '/': invalid argument"#
+    );
+    let err = x.publish(Some("default"), "".into(), any()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"envelope topic "": must not be empty: invalid argument"#
+    );
+
+    let ok = x.publish(Some("default"), "/tasks/exit".into(), any()).unwrap();
+    assert_eq!(ok.namespace(), "default");
+    assert!(ok.envelope.timestamp.is_some(), "server sets the timestamp");
+    assert_eq!(ok.envelope.event, any(), "payload passes through untouched");
+}
+
+#[test]
+fn forward_validates_namespace_then_topic_then_timestamp() {
+    let x = exchange(8);
+    let err = x.forward(None).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.to_string(),
+        "forward request has no envelope: invalid argument"
+    );
+
+    // Everything wrong: the namespace is reported first.
+    let err = x.forward(Some(envelope("", "bad", None))).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "event envelope has invalid namespace: identifier must not be empty: invalid argument"
+    );
+    let err = x.forward(Some(envelope("ns", "bad", None))).unwrap_err();
+    assert!(matches!(err, AcceptError::InvalidTopic { .. }), "{err}");
+    let err = x.forward(Some(envelope("ns", "/ok", None))).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "timestamp must be set on forwarded event: invalid argument"
+    );
+    let go_zero = Some(Timestamp {
+        seconds: GO_ZERO_TIME_SECONDS,
+        nanos: 0,
+    });
+    assert!(matches!(
+        x.forward(Some(envelope("ns", "/ok", go_zero))),
+        Err(AcceptError::MissingTimestamp)
+    ));
+    let bad_nanos = Some(Timestamp {
+        seconds: 1,
+        nanos: 1_000_000_000,
+    });
+    assert!(matches!(
+        x.forward(Some(envelope("ns", "/ok", bad_nanos))),
+        Err(AcceptError::InvalidTimestamp { .. })
+    ));
+
+    let ok = x.forward(Some(envelope("other", "/x/y", ts()))).unwrap();
+    assert_eq!(ok.envelope, envelope("other", "/x/y", ts()), "kept as received");
+}
+
+#[tokio::test]
+async fn subscribers_see_one_order_and_only_matching_events() {
+    let x = exchange(64);
+    let mut all = x.subscribe(Filter::always()).unwrap();
+    let mut exits = x
+        .subscribe(Filter::parse_all(&[r#"topic=="/tasks/exit""#]).unwrap())
+        .unwrap();
+    for topic in ["/tasks/start", "/tasks/exit", "/tasks/delete", "/tasks/exit"] {
+        x.publish(Some("default"), topic.into(), any()).unwrap();
+    }
+    let mut seqs = Vec::new();
+    for _ in 0..4 {
+        seqs.push(all.next().await.unwrap().unwrap().seq);
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let a = exits.next().await.unwrap().unwrap();
+    let b = exits.next().await.unwrap().unwrap();
+    assert_eq!((a.topic(), b.topic()), ("/tasks/exit", "/tasks/exit"));
+    assert_eq!((a.seq, b.seq), (seqs[1], seqs[3]));
+}
+
+#[tokio::test]
+async fn a_full_subscriber_is_cut_off_without_affecting_others() {
+    let x = exchange(2);
+    let mut stalled = x.subscribe(Filter::always()).unwrap();
+    let mut healthy = x.subscribe(Filter::always()).unwrap();
+    for i in 0..5 {
+        x.publish(Some("default"), "/t".into(), any()).unwrap();
+        // The healthy one keeps up.
+        let got = healthy.next().await.unwrap().unwrap();
+        assert_eq!(got.seq, i + 1);
+    }
+    assert_eq!(x.subscriber_count(), 1, "the stalled subscriber was removed");
+    // It still gets what was queued, then a clear reason.
+    assert!(stalled.next().await.unwrap().is_ok());
+    assert!(stalled.next().await.unwrap().is_ok());
+    let end = stalled.next().await.unwrap().unwrap_err();
+    assert_eq!(end, SubscriptionEnd::CutOff { capacity: 2 });
+    assert_eq!(end.code(), tonic::Code::ResourceExhausted);
+    assert!(stalled.next().await.is_none());
+}
+
+#[tokio::test]
+async fn dropping_a_subscription_unsubscribes_and_close_ends_the_rest() {
+    let x = exchange(4);
+    let first = x.subscribe(Filter::always()).unwrap();
+    let mut second = x.subscribe(Filter::always()).unwrap();
+    assert_eq!(x.subscriber_count(), 2);
+    drop(first);
+    assert_eq!(x.subscriber_count(), 1);
+    x.close();
+    assert_eq!(second.next().await.unwrap().unwrap_err(), SubscriptionEnd::Closed);
+    assert!(matches!(
+        x.publish(Some("default"), "/t".into(), any()),
+        Err(AcceptError::Closed)
+    ));
+    assert!(x.subscribe(Filter::always()).is_err());
+}

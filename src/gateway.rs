@@ -1,0 +1,138 @@
+//! Wires the gateway together and runs it: exchange, gRPC listeners, and an orderly
+//! shutdown. `serve` and the tests start it the same way.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+
+use crate::config::{Config, ConfigError};
+use crate::exchange::{EventsService, Exchange};
+use crate::listen::{self, ListenError, UnixSocket};
+
+#[derive(Debug, Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    #[error("cannot create the data directory {path:?}")]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the gRPC server failed")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+/// A started gateway. Dropping it without `stop` aborts the server tasks.
+pub struct Gateway {
+    exchange: Exchange,
+    socket: UnixSocket,
+    tcp_addr: Option<SocketAddr>,
+    cancel: CancellationToken,
+    servers: JoinSet<Result<(), tonic::transport::Error>>,
+    shutdown_timeout: Duration,
+}
+
+impl Gateway {
+    /// Binds every listener and starts serving. Errors here (a busy socket, a bad
+    /// address) happen before anything is accepted.
+    pub async fn start(config: &Config) -> Result<Self, GatewayError> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| GatewayError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let exchange = Exchange::new(config.exchange_config());
+        let service = EventsService::new(exchange.clone()).into_server();
+        let cancel = CancellationToken::new();
+        let mut servers = JoinSet::new();
+
+        let mut socket = listen::bind_unix(&config.socket_path(), config.socket_mode()?)?;
+        if let Some(listener) = socket.take_listener() {
+            let stop = cancel.clone().cancelled_owned();
+            servers.spawn(
+                Server::builder()
+                    .add_service(service.clone())
+                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop),
+            );
+        }
+        let mut tcp_addr = None;
+        if let Some(addr) = config.exchange.listen {
+            let listener = listen::bind_tcp(addr).await?;
+            tcp_addr = listener.local_addr().ok();
+            let stop = cancel.clone().cancelled_owned();
+            servers.spawn(
+                Server::builder()
+                    .tcp_nodelay(true)
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
+            );
+        }
+        tracing::info!(
+            socket = %socket.path().display(),
+            tcp = ?tcp_addr,
+            "eventgate is serving containerd's Events API"
+        );
+        Ok(Self {
+            exchange,
+            socket,
+            tcp_addr,
+            cancel,
+            servers,
+            shutdown_timeout: config.exchange.shutdown_timeout,
+        })
+    }
+
+    pub fn exchange(&self) -> &Exchange {
+        &self.exchange
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        self.socket.path()
+    }
+
+    /// The bound TCP address (useful with port 0).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addr
+    }
+
+    /// Serves until `shutdown` resolves or a server fails, then stops gracefully.
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> Result<(), GatewayError> {
+        let failed = tokio::select! {
+            () = shutdown => None,
+            Some(result) = self.servers.join_next() => Some(result),
+        };
+        let outcome = match failed {
+            Some(Ok(Err(error))) => Err(GatewayError::Serve(error)),
+            _ => Ok(()),
+        };
+        self.stop().await;
+        outcome
+    }
+
+    /// Stops accepting, ends every subscription (clients see UNAVAILABLE), and waits
+    /// up to the shutdown timeout for in-flight calls.
+    pub async fn stop(mut self) {
+        tracing::info!("shutting down");
+        self.cancel.cancel();
+        self.exchange.close();
+        let drain = async { while self.servers.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.shutdown_timeout, drain).await.is_err() {
+            tracing::warn!(
+                timeout = ?self.shutdown_timeout,
+                "in-flight calls did not finish in time; closing them"
+            );
+            self.servers.abort_all();
+        }
+        tracing::info!(next_seq = self.exchange.next_seq(), "stopped");
+    }
+}

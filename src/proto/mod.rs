@@ -1,0 +1,58 @@
+//! Generated wire types, the registry of known event types, and the renderings of
+//! decoded events that other tools and people expect: containerd's `event.` filter
+//! fields, `ctr events` output, and a lossless JSON for storage.
+
+mod fieldpath;
+mod go;
+mod json;
+mod registry;
+mod time;
+
+use prost_reflect::{FieldDescriptor, MessageDescriptor};
+
+pub use fieldpath::event_field;
+pub use go::to_go_json;
+pub use json::to_json;
+pub use registry::{DecodeError, EncodeError, Registry, STANDARD_EVENTS};
+pub use time::go_time_string;
+
+#[allow(clippy::all, missing_docs)]
+pub mod containerd {
+    pub mod types {
+        tonic::include_proto!("containerd.types");
+    }
+    pub mod events {
+        tonic::include_proto!("containerd.events");
+    }
+    pub mod services {
+        pub mod events {
+            pub mod v1 {
+                tonic::include_proto!("containerd.services.events.v1");
+            }
+        }
+        pub mod images {
+            pub mod v1 {
+                tonic::include_proto!("containerd.services.images.v1");
+            }
+        }
+    }
+    pub mod runc {
+        pub mod v1 {
+            tonic::include_proto!("containerd.runc.v1");
+        }
+    }
+}
+
+/// The encoded `FileDescriptorSet` of everything under `proto/`.
+pub const DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/eventgate_descriptor.bin"));
+
+/// Fields in `.proto` declaration order, which is the order Go's generated structs
+/// (and so `encoding/json`) use; prost-reflect iterates by field number instead.
+fn declared_fields(desc: &MessageDescriptor) -> Vec<FieldDescriptor> {
+    desc.descriptor_proto()
+        .field
+        .iter()
+        .filter_map(|f| desc.get_field_by_name(f.name()))
+        .collect()
+}

@@ -1,0 +1,132 @@
+//! The text shapes events are printed and archived in: `ctr events` lines and JSON
+//! lines. One place, so the CLI and the file forwarder cannot drift apart.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use prost_types::Timestamp;
+use serde_json::{Map, Value, json};
+
+use crate::proto::containerd::types::Envelope;
+use crate::proto::{Registry, go_time_string, to_go_json, to_json};
+
+/// RFC 3339 in UTC with nanoseconds, e.g. `2024-05-01T10:00:00.123456789Z`.
+pub fn rfc3339(ts: &Timestamp) -> String {
+    DateTime::<Utc>::from_timestamp(ts.seconds, ts.nanos.clamp(0, 999_999_999) as u32)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Nanos, true))
+        .unwrap_or_else(|| format!("{}s{}ns", ts.seconds, ts.nanos))
+}
+
+/// The line `ctr events` prints: `<time> <namespace> <topic> <json>`. `None` when the
+/// payload cannot be decoded: ctr skips such events, and so does this shape.
+pub fn ctr_line(envelope: &Envelope) -> Option<String> {
+    let time = go_time_string(&envelope.timestamp.unwrap_or_default());
+    let json = match &envelope.event {
+        None => String::new(),
+        Some(any) => to_go_json(&Registry::global().decode(any).ok()?),
+    };
+    Some(format!(
+        "{time} {} {} {json}",
+        envelope.namespace, envelope.topic
+    ))
+}
+
+/// One JSON object describing an envelope. The decoded event is under `event`
+/// (null when the type is unknown; the raw bytes are then kept as base64 in `raw`),
+/// so nothing is lost for types eventgate does not know.
+pub fn json_object(envelope: &Envelope) -> Map<String, Value> {
+    let mut object = Map::new();
+    object.insert(
+        "timestamp".into(),
+        envelope
+            .timestamp
+            .as_ref()
+            .map_or(Value::Null, |ts| Value::String(rfc3339(ts))),
+    );
+    object.insert("namespace".into(), json!(envelope.namespace));
+    object.insert("topic".into(), json!(envelope.topic));
+    match &envelope.event {
+        None => {
+            object.insert("type_url".into(), Value::Null);
+            object.insert("event".into(), Value::Null);
+        }
+        Some(any) => {
+            object.insert("type_url".into(), json!(any.type_url));
+            match Registry::global().decode(any) {
+                Ok(message) => {
+                    object.insert("event".into(), to_json(&message));
+                }
+                Err(_) => {
+                    use base64::Engine;
+                    object.insert("event".into(), Value::Null);
+                    object.insert(
+                        "raw".into(),
+                        json!(base64::engine::general_purpose::STANDARD.encode(&any.value)),
+                    );
+                }
+            }
+        }
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use prost_types::Any;
+
+    use super::*;
+
+    fn envelope(event: Option<Any>) -> Envelope {
+        Envelope {
+            timestamp: Some(Timestamp {
+                seconds: 1_714_557_600,
+                nanos: 123_456_789,
+            }),
+            namespace: "default".into(),
+            topic: "/tasks/exit".into(),
+            event,
+        }
+    }
+
+    #[test]
+    fn ctr_lines() {
+        let any = Registry::global()
+            .encode_json(
+                "containerd.events.TaskExit",
+                r#"{"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#,
+            )
+            .unwrap();
+        assert_eq!(
+            ctr_line(&envelope(Some(any))).unwrap(),
+            r#"2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit {"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#
+        );
+        // No payload: the line ends after the topic and a space, as in ctr.
+        assert_eq!(
+            ctr_line(&envelope(None)).unwrap(),
+            "2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit "
+        );
+        let unknown = Any {
+            type_url: "example.Custom".into(),
+            value: vec![1, 2, 3],
+        };
+        assert_eq!(ctr_line(&envelope(Some(unknown))), None);
+    }
+
+    #[test]
+    fn json_objects_keep_unknown_payloads() {
+        let any = Registry::global()
+            .encode_json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+            .unwrap();
+        let object = json_object(&envelope(Some(any)));
+        assert_eq!(object["timestamp"], "2024-05-01T10:00:00.123456789Z");
+        assert_eq!(object["type_url"], "containerd.events.TaskExit");
+        assert_eq!(object["event"]["container_id"], "c1");
+        assert_eq!(object["event"]["exit_status"], 0, "defaults are present");
+
+        let unknown = Any {
+            type_url: "example.Custom".into(),
+            value: vec![1, 2, 3],
+        };
+        let object = json_object(&envelope(Some(unknown)));
+        assert_eq!(object["event"], Value::Null);
+        assert_eq!(object["raw"], "AQID");
+    }
+}

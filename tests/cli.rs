@@ -1,0 +1,172 @@
+//! The command line as a person uses it: clear errors that name the flag and the fix.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use prost::Message;
+use serde_json::Value;
+use support::*;
+
+fn run(cmd: &mut Command) -> (bool, String, String) {
+    let out = cmd.stdin(Stdio::null()).output().expect("run eventgate");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn publish_input_errors_are_precise() {
+    let gw = Gateway::start(&[]);
+    let addr = gw.address();
+    let base = |extra: &[&str]| {
+        let mut cmd = eventgate();
+        cmd.args(["publish", "--address", &addr, "-n", "default", "-t", "/tasks/exit"])
+            .args(extra);
+        cmd
+    };
+
+    let (ok, _, err) = run(&mut base(&["--event-type", "containerd.events.NoSuchThing", "--json", "{}"]));
+    assert!(!ok);
+    assert!(err.contains("containerd.events.NoSuchThing"), "{err}");
+
+    let (ok, _, err) = run(&mut base(&["--event-type", "containerd.events.TaskExit", "--json", "{\"exit_status\":"]));
+    assert!(!ok);
+    assert!(err.to_lowercase().contains("json"), "{err}");
+
+    let (ok, _, err) = run(&mut base(&[
+        "--event-type",
+        "containerd.events.TaskExit",
+        "--json",
+        r#"{"exit_status":"three"}"#,
+    ]));
+    assert!(!ok, "a string is not a uint32");
+    assert!(err.contains("exit_status") || err.to_lowercase().contains("invalid"), "{err}");
+
+    let (ok, _, err) = run(&mut base(&["--json", "{}"]));
+    assert!(!ok);
+    assert!(err.contains("--event-type"), "clap names the missing flag: {err}");
+
+    // Stdin that is not a binary Any.
+    let mut child = base(&[])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\xff\xff\xff not protobuf")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a binary-encoded google.protobuf.Any"), "{err}");
+
+    // The server's verdict comes back with its code.
+    let (ok, _, err) = run(eventgate().args([
+        "publish", "--address", &addr, "-n", "bad ns", "-t", "/x", "--event-type",
+        "containerd.events.TaskOOM", "--json", "{}",
+    ]));
+    assert!(!ok);
+    assert!(err.contains("InvalidArgument") && err.contains("namespace validation"), "{err}");
+}
+
+#[test]
+fn clients_say_when_nothing_listens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("none.sock");
+    let (ok, _, err) = run(eventgate().args([
+        "publish", "--address", path_str(&sock), "-n", "default", "-t", "/x",
+        "--event-type", "containerd.events.TaskOOM", "--json", "{}",
+    ]));
+    assert!(!ok);
+    assert!(err.contains("cannot connect to"), "{err}");
+    let (ok, _, err) = run(eventgate().args(["events", "--address", path_str(&sock)]));
+    assert!(!ok);
+    assert!(err.contains("cannot connect to"), "{err}");
+}
+
+#[test]
+fn events_prints_json_lines_and_keeps_unknown_payloads() {
+    let gw = Gateway::start(&[]);
+    let mut cmd = eventgate();
+    cmd.args(["events", "--address", &gw.address(), "--format", "json"]);
+    let watcher = Watcher::spawn(cmd);
+    prove_live(&gw.address(), &watcher);
+
+    let (ok, err) = publish_json(
+        &gw.address(),
+        "default",
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        r#"{"container_id":"c1","exit_status":3,"exited_at":"2024-05-01T10:00:00.5Z"}"#,
+    );
+    assert!(ok, "{err}");
+    // A custom event type, piped in as `containerd publish` would.
+    let custom = prost_types::Any {
+        type_url: "example.com.Custom".into(),
+        value: vec![1, 2, 3],
+    };
+    let mut child = eventgate()
+        .args(["publish", "--address", &gw.address(), "-n", "default", "-t", "/custom/thing"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&custom.encode_to_vec())
+        .expect("write");
+    assert!(child.wait().expect("wait").success());
+
+    let lines = without_probes(watcher.stdout.until("/custom/thing", |l| l.contains("/custom/thing")));
+    let exit: Value = serde_json::from_str(&lines[0]).expect("json line");
+    assert_eq!(exit["namespace"], "default");
+    assert_eq!(exit["topic"], "/tasks/exit");
+    assert_eq!(exit["type_url"], "containerd.events.TaskExit");
+    assert_eq!(exit["event"]["exit_status"], 3);
+    assert_eq!(exit["event"]["exited_at"], "2024-05-01T10:00:00.500000000Z");
+    let custom: Value = serde_json::from_str(&lines[1]).expect("json line");
+    assert_eq!(custom["type_url"], "example.com.Custom");
+    assert_eq!(custom["event"], Value::Null);
+    assert_eq!(custom["raw"], "AQID");
+}
+
+#[test]
+fn events_rejects_a_bad_filter_with_a_pointer() {
+    let gw = Gateway::start(&[]);
+    let (ok, _, err) = run(eventgate().args(["events", "--address", &gw.address(), "topic~=\"[\""]));
+    assert!(!ok);
+    assert!(err.contains("InvalidArgument"), "{err}");
+    assert!(err.contains("invalid regular expression"), "{err}");
+}
+
+#[test]
+fn check_config_accepts_the_example_and_names_bad_keys() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/eventgate.example.toml");
+    let (ok, out, err) = run(eventgate().args(["check-config", example]));
+    assert!(ok, "{err}");
+    assert!(out.contains(": ok"), "{out}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[exchange]\nsubscriber_queue = 0\n").expect("write");
+    let (ok, _, err) = run(eventgate().args(["check-config", path_str(&bad)]));
+    assert!(!ok);
+    assert!(err.contains("exchange.subscriber_queue"), "{err}");
+
+    std::fs::write(&bad, "[exchange]\nsokcet = \"/x\"\n").expect("write");
+    let (ok, _, err) = run(eventgate().args(["check-config", path_str(&bad)]));
+    assert!(!ok);
+    assert!(err.contains("sokcet"), "{err}");
+
+    let (ok, _, err) = run(eventgate().args(["serve", "--config", path_str(&bad)]));
+    assert!(!ok, "serve refuses a bad config");
+    assert!(err.contains("sokcet"), "{err}");
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine: installs what the tests need, then runs
+# every test, including the ones that drive containerd's own binaries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v containerd >/dev/null || need+=(containerd)
+command -v ctr >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+cargo build --all-targets --locked
+cargo test --all-targets --locked -- --include-ignored

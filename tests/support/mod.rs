@@ -1,0 +1,253 @@
+//! Shared test harness: starts the real `eventgate` binary on a temporary socket, runs
+//! client processes, and waits on conditions with deadlines (never sleep-and-hope).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use eventgate::proto::containerd::services::events::v1::events_client::EventsClient;
+use tonic::transport::Channel;
+
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+pub fn eventgate_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_eventgate")
+}
+
+pub fn eventgate() -> Command {
+    let mut cmd = Command::new(eventgate_bin());
+    cmd.env_remove("EVENTGATE_ADDRESS")
+        .env_remove("EVENTGATE_CONFIG")
+        .env_remove("CONTAINERD_NAMESPACE");
+    cmd
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` at the deadline.
+pub fn wait_for<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A running `eventgate serve` in its own temporary data directory.
+pub struct Gateway {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    stderr: Option<Lines>,
+}
+
+impl Gateway {
+    pub fn start(extra: &[&str]) -> Gateway {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(dir, extra)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Gateway {
+        let data = dir.path().join("data");
+        let socket = data.join("eventgate.sock");
+        let mut child = eventgate()
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn eventgate serve");
+        let stderr = Lines::new(child.stderr.take().expect("stderr"));
+        let mut gw = Gateway {
+            child,
+            dir,
+            socket,
+            stderr: Some(stderr),
+        };
+        let socket = gw.socket.clone();
+        wait_for("the gateway socket to accept connections", DEADLINE, || {
+            if let Ok(Some(status)) = gw.child.try_wait() {
+                panic!("eventgate exited during start-up: {status}\n{}", gw.stderr_text());
+            }
+            std::os::unix::net::UnixStream::connect(&socket).ok()
+        });
+        gw
+    }
+
+    pub fn address(&self) -> String {
+        self.socket.display().to_string()
+    }
+
+    pub async fn client(&self) -> EventsClient<Channel> {
+        eventgate::client::connect(&self.address(), Duration::from_secs(5))
+            .await
+            .expect("connect to the gateway")
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        signal(&self.child, nix::sys::signal::Signal::SIGTERM);
+        wait_exit(&mut self.child, DEADLINE)
+    }
+
+    pub fn kill9(&mut self) {
+        signal(&self.child, nix::sys::signal::Signal::SIGKILL);
+        wait_exit(&mut self.child, DEADLINE);
+    }
+
+    /// Everything the gateway has logged so far.
+    pub fn stderr_text(&mut self) -> String {
+        self.stderr.as_mut().map(|l| l.drain()).unwrap_or_default()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, sig);
+}
+
+pub fn wait_exit(child: &mut Child, deadline: Duration) -> ExitStatus {
+    wait_for("the process to exit", deadline, || child.try_wait().ok().flatten())
+}
+
+/// Lines from a child's pipe, read on a thread so tests can wait with a deadline.
+pub struct Lines {
+    rx: mpsc::Receiver<String>,
+}
+
+impl Lines {
+    pub fn new(pipe: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx }
+    }
+
+    /// The next line, or `None` if none came before the deadline or the pipe closed.
+    pub fn next(&self, deadline: Duration) -> Option<String> {
+        self.rx.recv_timeout(deadline).ok()
+    }
+
+    /// Lines until one satisfies `done` (included), panicking at the deadline.
+    pub fn until(&self, what: &str, done: impl Fn(&str) -> bool) -> Vec<String> {
+        let end = Instant::now() + DEADLINE;
+        let mut seen = Vec::new();
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    let last = done(&line);
+                    seen.push(line);
+                    if last {
+                        return seen;
+                    }
+                }
+                Err(_) => panic!("no line with {what} within {DEADLINE:?}; saw: {seen:#?}"),
+            }
+        }
+    }
+
+    pub fn drain(&mut self) -> String {
+        let mut out = String::new();
+        while let Ok(line) = self.rx.try_recv() {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// A long-running client process (e.g. `ctr events`) whose stdout is read by line.
+pub struct Watcher {
+    pub child: Child,
+    pub stdout: Lines,
+    pub stderr: Lines,
+}
+
+impl Watcher {
+    pub fn spawn(mut cmd: Command) -> Watcher {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn watcher");
+        let stdout = Lines::new(child.stdout.take().expect("stdout"));
+        let stderr = Lines::new(child.stderr.take().expect("stderr"));
+        Watcher {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `eventgate publish` and returns (success, stderr).
+pub fn publish_json(address: &str, ns: &str, topic: &str, ty: &str, json: &str) -> (bool, String) {
+    let out = eventgate()
+        .args(["publish", "--address", address, "--namespace", ns, "--topic", topic])
+        .args(["--event-type", ty, "--json", json])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run eventgate publish");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Publishes probe events until `watcher` prints one, proving its subscription is live
+/// (containerd-style clients give no other sign). Returns the lines seen meanwhile.
+pub fn prove_live(address: &str, watcher: &Watcher) -> Vec<String> {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let (ok, err) = publish_json(address, "probe", "/probe", "containerd.events.TaskOOM", r#"{"container_id":"probe"}"#);
+        assert!(ok, "probe publish failed: {err}");
+        if let Some(line) = watcher.stdout.next(Duration::from_millis(200)) {
+            if line.contains("/probe") {
+                return vec![];
+            }
+            panic!("unexpected line before the probe: {line}");
+        }
+        assert!(Instant::now() < end, "the watcher never printed a probe event");
+    }
+}
+
+/// Skips (drains) probe lines that were still in flight.
+pub fn without_probes(lines: Vec<String>) -> Vec<String> {
+    lines.into_iter().filter(|l| !l.contains("/probe")).collect()
+}
+
+pub fn have(binary: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {binary}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
