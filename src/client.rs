@@ -117,12 +117,27 @@ mod tests {
         let unix = |p: &str| Address::Unix(p.into());
         let tcp = |u: &str| Address::Tcp(u.into());
         assert_eq!(Address::parse("/run/x.sock").unwrap(), unix("/run/x.sock"));
-        assert_eq!(Address::parse("unix:///run/x.sock").unwrap(), unix("/run/x.sock"));
-        assert_eq!(Address::parse("data/eventgate.sock").unwrap(), unix("data/eventgate.sock"));
+        assert_eq!(
+            Address::parse("unix:///run/x.sock").unwrap(),
+            unix("/run/x.sock")
+        );
+        assert_eq!(
+            Address::parse("data/eventgate.sock").unwrap(),
+            unix("data/eventgate.sock")
+        );
         assert_eq!(Address::parse("sock").unwrap(), unix("sock"));
-        assert_eq!(Address::parse("127.0.0.1:7338").unwrap(), tcp("http://127.0.0.1:7338"));
-        assert_eq!(Address::parse("tcp://[::1]:1").unwrap(), tcp("http://[::1]:1"));
-        assert_eq!(Address::parse("localhost:1").unwrap(), tcp("http://localhost:1"));
+        assert_eq!(
+            Address::parse("127.0.0.1:7338").unwrap(),
+            tcp("http://127.0.0.1:7338")
+        );
+        assert_eq!(
+            Address::parse("tcp://[::1]:1").unwrap(),
+            tcp("http://[::1]:1")
+        );
+        assert_eq!(
+            Address::parse("localhost:1").unwrap(),
+            tcp("http://localhost:1")
+        );
         assert!(Address::parse("").is_err());
     }
 }

@@ -116,7 +116,9 @@ impl Config {
         {
             return Err(invalid(
                 "exchange.listen",
-                format!("{addr} is not a loopback address; the exchange has no TLS, so only 127.0.0.1 or [::1] are allowed"),
+                format!(
+                    "{addr} is not a loopback address; the exchange has no TLS, so only 127.0.0.1 or [::1] are allowed"
+                ),
             ));
         }
         Ok(())
@@ -191,7 +193,10 @@ mod tests {
         assert_eq!(config.socket_path(), PathBuf::from("./data/eventgate.sock"));
         assert_eq!(config.socket_mode().unwrap(), 0o660);
         // What check-config prints parses back to the same thing.
-        assert_eq!(Config::parse(&config.to_toml(), "round trip").unwrap(), config);
+        assert_eq!(
+            Config::parse(&config.to_toml(), "round trip").unwrap(),
+            config
+        );
     }
 
     #[test]
@@ -219,12 +224,18 @@ mod tests {
     fn bad_keys_are_named() {
         let cases = [
             ("[exchange]\nsubscriber_queu = 3", "subscriber_queu"),
-            ("[exchange]\nsubscriber_queue = 0", "exchange.subscriber_queue"),
+            (
+                "[exchange]\nsubscriber_queue = 0",
+                "exchange.subscriber_queue",
+            ),
             ("[exchange]\nsubscriber_queue = \"x\"", "subscriber_queue"),
             ("[exchange]\nsocket_mode = \"rw\"", "exchange.socket_mode"),
             ("[exchange]\nlisten = \"0.0.0.0:1\"", "exchange.listen"),
             ("[exchange]\nlisten = \"nonsense\"", "listen"),
-            ("[exchange]\nshutdown_timeout = \"soon\"", "shutdown_timeout"),
+            (
+                "[exchange]\nshutdown_timeout = \"soon\"",
+                "shutdown_timeout",
+            ),
             ("data_dir = \"\"", "data_dir"),
             ("[exchnage]", "exchnage"),
         ];

@@ -106,7 +106,10 @@ impl Gateway {
     }
 
     /// Serves until `shutdown` resolves or a server fails, then stops gracefully.
-    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> Result<(), GatewayError> {
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), GatewayError> {
         let failed = tokio::select! {
             () = shutdown => None,
             Some(result) = self.servers.join_next() => Some(result),
@@ -126,7 +129,10 @@ impl Gateway {
         self.cancel.cancel();
         self.exchange.close();
         let drain = async { while self.servers.join_next().await.is_some() {} };
-        if tokio::time::timeout(self.shutdown_timeout, drain).await.is_err() {
+        if tokio::time::timeout(self.shutdown_timeout, drain)
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 timeout = ?self.shutdown_timeout,
                 "in-flight calls did not finish in time; closing them"

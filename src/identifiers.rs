@@ -92,7 +92,11 @@ mod tests {
         let long = "a".repeat(77);
         assert_eq!(validate(&long), Err(IdentifierError::TooLong(long.clone())));
         for bad in ["-a", "a-", "a..b", "a b", "a/b", "ü", ".", "a_-b", "a?"] {
-            assert_eq!(validate(bad), Err(IdentifierError::Invalid(bad.into())), "{bad}");
+            assert_eq!(
+                validate(bad),
+                Err(IdentifierError::Invalid(bad.into())),
+                "{bad}"
+            );
         }
         assert_eq!(
             IdentifierError::Invalid("a b".into()).to_string(),
@@ -110,14 +114,12 @@ mod tests {
             assert_eq!(validate_topic(ok), Ok(()), "{ok}");
         }
         assert_eq!(validate_topic(""), Err(TopicError::Empty));
-        assert_eq!(validate_topic("tasks/exit"), Err(TopicError::NoLeadingSlash));
+        assert_eq!(
+            validate_topic("tasks/exit"),
+            Err(TopicError::NoLeadingSlash)
+        );
         assert_eq!(validate_topic("/"), Err(TopicError::NoComponents));
-        for (bad, component) in [
-            ("//x", ""),
-            ("/x/", ""),
-            ("/tasks/?", "?"),
-            ("/a b", "a b"),
-        ] {
+        for (bad, component) in [("//x", ""), ("/x/", ""), ("/tasks/?", "?"), ("/a b", "a b")] {
             match validate_topic(bad) {
                 Err(TopicError::Component { component: c, .. }) => assert_eq!(c, component),
                 other => panic!("{bad}: {other:?}"),

@@ -24,16 +24,34 @@ fn publish_input_errors_are_precise() {
     let addr = gw.address();
     let base = |extra: &[&str]| {
         let mut cmd = eventgate();
-        cmd.args(["publish", "--address", &addr, "-n", "default", "-t", "/tasks/exit"])
-            .args(extra);
+        cmd.args([
+            "publish",
+            "--address",
+            &addr,
+            "-n",
+            "default",
+            "-t",
+            "/tasks/exit",
+        ])
+        .args(extra);
         cmd
     };
 
-    let (ok, _, err) = run(&mut base(&["--event-type", "containerd.events.NoSuchThing", "--json", "{}"]));
+    let (ok, _, err) = run(&mut base(&[
+        "--event-type",
+        "containerd.events.NoSuchThing",
+        "--json",
+        "{}",
+    ]));
     assert!(!ok);
     assert!(err.contains("containerd.events.NoSuchThing"), "{err}");
 
-    let (ok, _, err) = run(&mut base(&["--event-type", "containerd.events.TaskExit", "--json", "{\"exit_status\":"]));
+    let (ok, _, err) = run(&mut base(&[
+        "--event-type",
+        "containerd.events.TaskExit",
+        "--json",
+        "{\"exit_status\":",
+    ]));
     assert!(!ok);
     assert!(err.to_lowercase().contains("json"), "{err}");
 
@@ -44,11 +62,17 @@ fn publish_input_errors_are_precise() {
         r#"{"exit_status":"three"}"#,
     ]));
     assert!(!ok, "a string is not a uint32");
-    assert!(err.contains("exit_status") || err.to_lowercase().contains("invalid"), "{err}");
+    assert!(
+        err.contains("exit_status") || err.to_lowercase().contains("invalid"),
+        "{err}"
+    );
 
     let (ok, _, err) = run(&mut base(&["--json", "{}"]));
     assert!(!ok);
-    assert!(err.contains("--event-type"), "clap names the missing flag: {err}");
+    assert!(
+        err.contains("--event-type"),
+        "clap names the missing flag: {err}"
+    );
 
     // Stdin that is not a binary Any.
     let mut child = base(&[])
@@ -65,15 +89,30 @@ fn publish_input_errors_are_precise() {
     let out = child.wait_with_output().expect("wait");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not a binary-encoded google.protobuf.Any"), "{err}");
+    assert!(
+        err.contains("not a binary-encoded google.protobuf.Any"),
+        "{err}"
+    );
 
     // The server's verdict comes back with its code.
     let (ok, _, err) = run(eventgate().args([
-        "publish", "--address", &addr, "-n", "bad ns", "-t", "/x", "--event-type",
-        "containerd.events.TaskOOM", "--json", "{}",
+        "publish",
+        "--address",
+        &addr,
+        "-n",
+        "bad ns",
+        "-t",
+        "/x",
+        "--event-type",
+        "containerd.events.TaskOOM",
+        "--json",
+        "{}",
     ]));
     assert!(!ok);
-    assert!(err.contains("InvalidArgument") && err.contains("namespace validation"), "{err}");
+    assert!(
+        err.contains("InvalidArgument") && err.contains("namespace validation"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -81,8 +120,17 @@ fn clients_say_when_nothing_listens() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("none.sock");
     let (ok, _, err) = run(eventgate().args([
-        "publish", "--address", path_str(&sock), "-n", "default", "-t", "/x",
-        "--event-type", "containerd.events.TaskOOM", "--json", "{}",
+        "publish",
+        "--address",
+        path_str(&sock),
+        "-n",
+        "default",
+        "-t",
+        "/x",
+        "--event-type",
+        "containerd.events.TaskOOM",
+        "--json",
+        "{}",
     ]));
     assert!(!ok);
     assert!(err.contains("cannot connect to"), "{err}");
@@ -113,7 +161,15 @@ fn events_prints_json_lines_and_keeps_unknown_payloads() {
         value: vec![1, 2, 3],
     };
     let mut child = eventgate()
-        .args(["publish", "--address", &gw.address(), "-n", "default", "-t", "/custom/thing"])
+        .args([
+            "publish",
+            "--address",
+            &gw.address(),
+            "-n",
+            "default",
+            "-t",
+            "/custom/thing",
+        ])
         .stdin(Stdio::piped())
         .spawn()
         .expect("spawn");
@@ -125,7 +181,11 @@ fn events_prints_json_lines_and_keeps_unknown_payloads() {
         .expect("write");
     assert!(child.wait().expect("wait").success());
 
-    let lines = without_probes(watcher.stdout.until("/custom/thing", |l| l.contains("/custom/thing")));
+    let lines = without_probes(
+        watcher
+            .stdout
+            .until("/custom/thing", |l| l.contains("/custom/thing")),
+    );
     let exit: Value = serde_json::from_str(&lines[0]).expect("json line");
     assert_eq!(exit["namespace"], "default");
     assert_eq!(exit["topic"], "/tasks/exit");
@@ -141,7 +201,8 @@ fn events_prints_json_lines_and_keeps_unknown_payloads() {
 #[test]
 fn events_rejects_a_bad_filter_with_a_pointer() {
     let gw = Gateway::start(&[]);
-    let (ok, _, err) = run(eventgate().args(["events", "--address", &gw.address(), "topic~=\"[\""]));
+    let (ok, _, err) =
+        run(eventgate().args(["events", "--address", &gw.address(), "topic~=\"[\""]));
     assert!(!ok);
     assert!(err.contains("InvalidArgument"), "{err}");
     assert!(err.contains("invalid regular expression"), "{err}");

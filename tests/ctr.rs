@@ -16,7 +16,8 @@ const NEEDS: &str = "needs containerd's ctr and containerd binaries; run tests/r
 fn ctr_events(gw: &Gateway, filters: &[&str]) -> Watcher {
     assert!(have("ctr"), "ctr is not installed; run tests/run.sh");
     let mut cmd = Command::new("ctr");
-    cmd.args(["--address", &gw.address(), "events"]).args(filters);
+    cmd.args(["--address", &gw.address(), "events"])
+        .args(filters);
     Watcher::spawn(cmd)
 }
 
@@ -34,7 +35,12 @@ fn parse_ctr_line(line: &str) -> (String, String, Value) {
     (parts[4].to_owned(), parts[5].to_owned(), json)
 }
 
-fn containerd_publish(address: &str, ns: Option<&str>, topic: &str, any: &prost_types::Any) -> (bool, String) {
+fn containerd_publish(
+    address: &str,
+    ns: Option<&str>,
+    topic: &str,
+    any: &prost_types::Any,
+) -> (bool, String) {
     let mut cmd = Command::new("containerd");
     cmd.args(["--address", address, "publish", "--topic", topic]);
     if let Some(ns) = ns {
@@ -53,7 +59,10 @@ fn containerd_publish(address: &str, ns: Option<&str>, topic: &str, any: &prost_
         .write_all(&any.encode_to_vec())
         .expect("write stdin");
     let out = child.wait_with_output().expect("containerd publish");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -72,18 +81,27 @@ fn ctr_events_shows_what_eventgate_publish_sends() {
         r#"{"container_id":"c1","id":"c1","pid":42,"exit_status":3}"#,
     );
     assert!(ok, "{err}");
-    let lines = without_probes(ctr.stdout.until("/tasks/exit", |l| l.contains("/tasks/exit")));
+    let lines = without_probes(
+        ctr.stdout
+            .until("/tasks/exit", |l| l.contains("/tasks/exit")),
+    );
     let (ns, topic, json) = parse_ctr_line(&lines[0]);
     assert_eq!((ns.as_str(), topic.as_str()), ("default", "/tasks/exit"));
     assert_eq!(json["container_id"], "c1");
     assert_eq!(json["pid"], 42);
-    assert_eq!(json["exit_status"], 3, "ctr decoded our bare type_url: {json}");
+    assert_eq!(
+        json["exit_status"], 3,
+        "ctr decoded our bare type_url: {json}"
+    );
 }
 
 #[test]
 #[ignore = "needs containerd's ctr and containerd binaries; run tests/run.sh"]
 fn ctr_events_shows_what_containerd_publish_sends() {
-    assert!(have("containerd"), "containerd is not installed; run tests/run.sh");
+    assert!(
+        have("containerd"),
+        "containerd is not installed; run tests/run.sh"
+    );
     let gw = Gateway::start(&[]);
     let ctr = ctr_events(&gw, &[]);
     prove_live(&gw.address(), &ctr);
@@ -96,7 +114,10 @@ fn ctr_events_shows_what_containerd_publish_sends() {
         .expect("encode");
     let (ok, err) = containerd_publish(&gw.address(), Some("ns1"), "/containers/create", &any);
     assert!(ok, "containerd publish failed: {err}");
-    let lines = without_probes(ctr.stdout.until("/containers/create", |l| l.contains("/containers/create")));
+    let lines = without_probes(
+        ctr.stdout
+            .until("/containers/create", |l| l.contains("/containers/create")),
+    );
     let (ns, topic, json) = parse_ctr_line(&lines[0]);
     assert_eq!((ns.as_str(), topic.as_str()), ("ns1", "/containers/create"));
     assert_eq!(json["id"], "web");
@@ -130,14 +151,51 @@ fn ctr_filters_select_events_and_bad_filters_are_rejected() {
         let (ok, err) = publish_json(&gw.address(), ns, topic, ty, json);
         assert!(ok, "{err}");
     };
-    send("dev", "/tasks/exit", "containerd.events.TaskExit", r#"{"container_id":"a"}"#);
-    send("prod", "/tasks/exec/added", "containerd.events.TaskExecAdded", r#"{"container_id":"b"}"#);
-    send("prod", "/tasks/oom", "containerd.events.TaskOOM", r#"{"container_id":"c"}"#);
-    send("dev", "/containers/create", "containerd.events.ContainerCreate", r#"{"id":"db-1"}"#);
-    send("dev", "/containers/create", "containerd.events.ContainerCreate", r#"{"id":"web-1"}"#);
-    send("dev", "/end", "containerd.events.TaskOOM", r#"{"container_id":"end"}"#);
-    send("probe", "/probe", "containerd.events.TaskOOM", r#"{"container_id":"last"}"#);
-    let lines = ctr.stdout.until("the last probe", |l| l.contains("\"last\""));
+    send(
+        "dev",
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        r#"{"container_id":"a"}"#,
+    );
+    send(
+        "prod",
+        "/tasks/exec/added",
+        "containerd.events.TaskExecAdded",
+        r#"{"container_id":"b"}"#,
+    );
+    send(
+        "prod",
+        "/tasks/oom",
+        "containerd.events.TaskOOM",
+        r#"{"container_id":"c"}"#,
+    );
+    send(
+        "dev",
+        "/containers/create",
+        "containerd.events.ContainerCreate",
+        r#"{"id":"db-1"}"#,
+    );
+    send(
+        "dev",
+        "/containers/create",
+        "containerd.events.ContainerCreate",
+        r#"{"id":"web-1"}"#,
+    );
+    send(
+        "dev",
+        "/end",
+        "containerd.events.TaskOOM",
+        r#"{"container_id":"end"}"#,
+    );
+    send(
+        "probe",
+        "/probe",
+        "containerd.events.TaskOOM",
+        r#"{"container_id":"last"}"#,
+    );
+    let lines = ctr
+        .stdout
+        .until("the last probe", |l| l.contains("\"last\""));
     let got: Vec<(String, String)> = without_probes(lines)
         .iter()
         .map(|l| {
@@ -158,5 +216,8 @@ fn ctr_filters_select_events_and_bad_filters_are_rejected() {
     let out = cmd.output().expect("ctr");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("parse error") && err.contains(">|/|<"), "{err}");
+    assert!(
+        err.contains("parse error") && err.contains(">|/|<"),
+        "{err}"
+    );
 }

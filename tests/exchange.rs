@@ -79,7 +79,10 @@ async fn subscribe_is_live_before_the_first_event_and_publish_reaches_it() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_secs() as i64;
-    assert!((now - ts.seconds).abs() < 60, "timestamp is the server's clock");
+    assert!(
+        (now - ts.seconds).abs() < 60,
+        "timestamp is the server's clock"
+    );
 }
 
 #[tokio::test]
@@ -123,7 +126,11 @@ async fn bad_input_gets_containerds_codes_and_the_gateway_keeps_serving() {
     for (req, code, text) in cases {
         let status = client.publish(req).await.expect_err("rejected");
         assert_eq!(status.code(), code, "{}", status.message());
-        assert!(status.message().contains(text), "{:?} lacks {text:?}", status.message());
+        assert!(
+            status.message().contains(text),
+            "{:?} lacks {text:?}",
+            status.message()
+        );
     }
 
     let status = client
@@ -144,7 +151,11 @@ async fn bad_input_gets_containerds_codes_and_the_gateway_keeps_serving() {
         .await
         .expect_err("no timestamp");
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(status.message().contains("timestamp must be set on forwarded event"));
+    assert!(
+        status
+            .message()
+            .contains("timestamp must be set on forwarded event")
+    );
 
     let status = client
         .subscribe(SubscribeRequest {
@@ -162,7 +173,11 @@ async fn bad_input_gets_containerds_codes_and_the_gateway_keeps_serving() {
     );
 
     // A request that is not protobuf at all.
-    let mut raw = tonic::client::Grpc::new(eventgate::client::connect_channel(&gw.address(), Duration::from_secs(5)).await.expect("channel"));
+    let mut raw = tonic::client::Grpc::new(
+        eventgate::client::connect_channel(&gw.address(), Duration::from_secs(5))
+            .await
+            .expect("channel"),
+    );
     raw.ready().await.expect("ready");
     let status = raw
         .unary::<_, (), _>(
@@ -182,7 +197,11 @@ async fn bad_input_gets_containerds_codes_and_the_gateway_keeps_serving() {
         type_url: "containerd.events.TaskOOM".into(),
         value: vec![0xff, 0xff, 0xff],
     });
-    let mut by_field = subscribe(&mut client, &[r#"event.container_id~=".""#, r#"topic=="/done""#]).await;
+    let mut by_field = subscribe(
+        &mut client,
+        &[r#"event.container_id~=".""#, r#"topic=="/done""#],
+    )
+    .await;
     client
         .publish(publish_req(Some("default"), "/garbage", garbage.clone()))
         .await
@@ -244,9 +263,13 @@ async fn concurrent_publishers_one_order_for_every_subscriber() {
         let mut c = gw.client().await;
         tasks.push(tokio::spawn(async move {
             for i in 0..100 {
-                c.publish(publish_req(Some("default"), "/t", oom(&format!("p{p}-{i}"))))
-                    .await
-                    .expect("publish");
+                c.publish(publish_req(
+                    Some("default"),
+                    "/t",
+                    oom(&format!("p{p}-{i}")),
+                ))
+                .await
+                .expect("publish");
             }
         }));
     }
@@ -262,11 +285,17 @@ async fn concurrent_publishers_one_order_for_every_subscriber() {
     for p in 0..4 {
         let mine: Vec<_> = seen_a
             .iter()
-            .filter(|e| e.as_ref().is_some_and(|a| String::from_utf8_lossy(&a.value).contains(&format!("p{p}-"))))
+            .filter(|e| {
+                e.as_ref()
+                    .is_some_and(|a| String::from_utf8_lossy(&a.value).contains(&format!("p{p}-")))
+            })
             .collect();
         assert_eq!(mine.len(), 100);
         let expected: Vec<_> = (0..100).map(|i| oom(&format!("p{p}-{i}"))).collect();
-        assert!(mine.iter().zip(&expected).all(|(x, y)| *x == y), "per-publisher order kept");
+        assert!(
+            mine.iter().zip(&expected).all(|(x, y)| *x == y),
+            "per-publisher order kept"
+        );
     }
 }
 
@@ -278,12 +307,17 @@ async fn a_stalled_subscriber_is_cut_off_and_does_not_slow_a_healthy_one() {
     let mut stalled = subscribe(&mut stalled_client, &[]).await;
     let mut healthy = subscribe(&mut client, &[]).await;
 
+    // ~2 KB events: 6 MB in all, well past the 2 MiB of HTTP/2 flow-control credit a
+    // client grants per stream, so the stalled stream really backs up into its queue.
     const N: usize = 3000;
+    fn padded(i: usize) -> String {
+        format!("e{i}-{}", "x".repeat(2000))
+    }
     let publisher = {
         let mut c = gw.client().await;
         tokio::spawn(async move {
             for i in 0..N {
-                c.publish(publish_req(Some("default"), "/t", oom(&format!("e{i}"))))
+                c.publish(publish_req(Some("default"), "/t", oom(&padded(i))))
                     .await
                     .expect("publishing never blocks on a slow subscriber");
             }
@@ -291,35 +325,58 @@ async fn a_stalled_subscriber_is_cut_off_and_does_not_slow_a_healthy_one() {
     };
     for i in 0..N {
         let env = next(&mut healthy).await;
-        assert_eq!(env.event, oom(&format!("e{i}")), "healthy subscriber gets every event in order");
+        assert_eq!(
+            env.event,
+            oom(&padded(i)),
+            "healthy subscriber gets every event in order"
+        );
     }
     publisher.await.expect("publisher");
 
     // Now read the stalled one: what was queued, then a clear RESOURCE_EXHAUSTED.
     let mut got = 0;
     let status = loop {
-        match tokio::time::timeout(DEADLINE, stalled.message()).await.expect("no hang") {
+        match tokio::time::timeout(DEADLINE, stalled.message())
+            .await
+            .expect("no hang")
+        {
             Ok(Some(_)) => got += 1,
             Ok(None) => panic!("ended without a status after {got} events"),
             Err(status) => break status,
         }
     };
-    assert!(got < N, "the stalled subscriber was cut off early ({got} events)");
+    assert!(
+        got < N,
+        "the stalled subscriber was cut off early ({got} events)"
+    );
     assert_eq!(status.code(), Code::ResourceExhausted);
-    assert!(status.message().contains("fell more than 64 events behind"), "{}", status.message());
+    assert!(
+        status.message().contains("fell more than 64 events behind"),
+        "{}",
+        status.message()
+    );
 }
 
 #[tokio::test]
 async fn sigterm_ends_subscriptions_and_removes_the_socket() {
     let mut gw = Gateway::start(&[]);
-    let mode = std::fs::metadata(&gw.socket).expect("socket").permissions().mode() & 0o777;
+    let mode = std::fs::metadata(&gw.socket)
+        .expect("socket")
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o660);
     let mut client = gw.client().await;
     let mut stream = subscribe(&mut client, &[]).await;
     let status = gw.terminate();
     assert!(status.success(), "clean exit: {status}");
-    let end = tokio::time::timeout(DEADLINE, stream.message()).await.expect("stream ends");
-    assert_eq!(end.expect_err("ends with a status").code(), Code::Unavailable);
+    let end = tokio::time::timeout(DEADLINE, stream.message())
+        .await
+        .expect("stream ends");
+    assert_eq!(
+        end.expect_err("ends with a status").code(),
+        Code::Unavailable
+    );
     assert!(!gw.socket.exists(), "socket removed on shutdown");
 }
 
@@ -335,7 +392,10 @@ fn a_live_socket_is_never_stolen_and_a_stale_one_is_replaced() {
         .expect("second serve");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("is in use by a running process"), "{stderr}");
+    assert!(
+        stderr.contains("is in use by a running process"),
+        "{stderr}"
+    );
     assert!(first.socket.exists(), "the live socket is untouched");
 
     first.kill9();
@@ -353,7 +413,9 @@ async fn tcp_listener_is_loopback_only() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let gw = Gateway::start(&["--listen", &addr]);
-    let mut tcp = eventgate::client::connect(&addr, Duration::from_secs(5)).await.expect("tcp");
+    let mut tcp = eventgate::client::connect(&addr, Duration::from_secs(5))
+        .await
+        .expect("tcp");
     let mut stream = subscribe(&mut tcp, &[]).await;
     let mut unix = gw.client().await;
     unix.publish(publish_req(Some("default"), "/x", oom("c")))
@@ -391,7 +453,11 @@ impl tonic::codec::Codec for RawCodec {
 impl tonic::codec::Encoder for RawCodec {
     type Item = Vec<u8>;
     type Error = tonic::Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
         use bytes::BufMut;
         dst.put_slice(&item);
         Ok(())

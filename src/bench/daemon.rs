@@ -38,7 +38,11 @@ impl Daemon {
         let data = dir.join("eventgate");
         let socket = data.join("eventgate.sock");
         let mut command = Command::new(binary);
-        command.arg("serve").arg("--data-dir").arg(&data).args(extra);
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra);
         command.env("EVENTGATE_LOG", "warn");
         Self::spawn("eventgate", command, socket, dir.join("eventgate.log")).await
     }
@@ -62,10 +66,9 @@ impl Daemon {
             .stdout(log_file)
             .stderr(stderr)
             .kill_on_drop(true);
-        let child = command.spawn().map_err(|source| BenchError::Spawn {
-            what: name,
-            source,
-        })?;
+        let child = command
+            .spawn()
+            .map_err(|source| BenchError::Spawn { what: name, source })?;
         let mut daemon = Self {
             name,
             child,
@@ -125,7 +128,10 @@ impl Daemon {
                 libc::kill(pid as libc::pid_t, libc::SIGTERM);
             }
         }
-        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
             let _ = self.child.kill().await;
         }
     }

@@ -117,7 +117,10 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
         }
         Ok::<_, BenchError>(())
     };
-    if tokio::time::timeout(bench.drain_timeout, drain).await.is_err() {
+    if tokio::time::timeout(bench.drain_timeout, drain)
+        .await
+        .is_err()
+    {
         subscribers.abort_all();
         return Err(BenchError::Timeout {
             what: format!(
@@ -143,7 +146,8 @@ fn joined<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, BenchError>
 
 fn new_histogram() -> Histogram<u64> {
     // 1 µs to 60 s at 3 significant figures; construction cannot fail for these bounds.
-    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap_or_else(|_| Histogram::new(3).expect("valid"))
+    Histogram::new_with_bounds(1, 60_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("valid"))
 }
 
 /// A realistic payload that also carries its send time (in `exited_at`).
@@ -166,9 +170,10 @@ async fn publish(
             value: event.encode_to_vec(),
         }),
     });
-    request
-        .metadata_mut()
-        .insert(NAMESPACE_HEADER, tonic::metadata::MetadataValue::from_static("bench"));
+    request.metadata_mut().insert(
+        NAMESPACE_HEADER,
+        tonic::metadata::MetadataValue::from_static("bench"),
+    );
     client
         .publish(request)
         .await

@@ -131,7 +131,8 @@ fn print_table(args: &ExchangeArgs, systems: &[&'static str], rows: Vec<Row>) {
     let mut medians = Vec::new();
     let mut rows = rows;
     for system in systems {
-        let (mine, rest): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.system == *system);
+        let (mine, rest): (Vec<Row>, Vec<Row>) =
+            rows.into_iter().partition(|r| r.system == *system);
         rows = rest;
         if let Some(row) = median_row(mine) {
             medians.push(row);
@@ -141,7 +142,9 @@ fn print_table(args: &ExchangeArgs, systems: &[&'static str], rows: Vec<Row>) {
         "{} publishers x {} subscribers, {} events per publisher, median of {} rounds\n",
         args.publishers, args.subscribers, args.events, args.rounds
     );
-    println!("| system | delivered events/s | published events/s | p50 | p99 | p99.9 | lost | peak RSS |");
+    println!(
+        "| system | delivered events/s | published events/s | p50 | p99 | p99.9 | lost | peak RSS |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for row in &medians {
         let m = &row.m;

@@ -19,10 +19,12 @@ pub enum Format {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Filters use containerd's language; several are OR'd, the selectors \
+#[command(
+    after_help = "Filters use containerd's language; several are OR'd, the selectors \
     inside one are AND'd:\n  \
     eventgate events 'topic==\"/tasks/exit\"' 'namespace==k8s.io,topic~=|^/containers/|'\n  \
-    eventgate events 'topic==\"/tasks/*\"'          # eventgate extension: * is one path component")]
+    eventgate events 'topic==\"/tasks/*\"'          # eventgate extension: * is one path component"
+)]
 pub struct EventsArgs {
     /// The Events endpoint: a unix socket path, unix://PATH, or HOST:PORT.
     #[arg(long, short = 'a', env = "EVENTGATE_ADDRESS", default_value = DEFAULT_ADDRESS)]

@@ -76,10 +76,12 @@ fn read_stdin_any() -> Result<Any, CliError> {
         ));
     }
     let mut bytes = Vec::new();
-    stdin.read_to_end(&mut bytes).map_err(|source| CliError::Io {
-        context: "cannot read the event from stdin".into(),
-        source,
-    })?;
+    stdin
+        .read_to_end(&mut bytes)
+        .map_err(|source| CliError::Io {
+            context: "cannot read the event from stdin".into(),
+            source,
+        })?;
     Any::decode(bytes.as_slice()).map_err(|e| {
         CliError::Usage(format!(
             "stdin is not a binary-encoded google.protobuf.Any ({e}); \

@@ -182,7 +182,8 @@ impl Exchange {
     /// Validates an envelope as Forward does; for sources that did not go through
     /// Publish or Forward (upstreams, replays).
     pub fn check_envelope(&self, envelope: &Envelope) -> Result<(), AcceptError> {
-        identifiers::validate(&envelope.namespace).map_err(AcceptError::InvalidEnvelopeNamespace)?;
+        identifiers::validate(&envelope.namespace)
+            .map_err(AcceptError::InvalidEnvelopeNamespace)?;
         validate_topic(&envelope.topic)?;
         match envelope.timestamp {
             None => Err(AcceptError::MissingTimestamp),

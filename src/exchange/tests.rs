@@ -51,7 +51,9 @@ fn publish_validates_like_containerd() {
         r#"failed publishing event: namespace validation: identifier "bad ns" must match ^[A-Za-z0-9]+(?:[._-](?:[A-Za-z0-9]+))*$: invalid argument"#
     );
 
-    let err = x.publish(Some("default"), "tasks".into(), any()).unwrap_err();
+    let err = x
+        .publish(Some("default"), "tasks".into(), any())
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(
         err.to_string(),
@@ -63,7 +65,9 @@ fn publish_validates_like_containerd() {
         r#"envelope topic "": must not be empty: invalid argument"#
     );
 
-    let ok = x.publish(Some("default"), "/tasks/exit".into(), any()).unwrap();
+    let ok = x
+        .publish(Some("default"), "/tasks/exit".into(), any())
+        .unwrap();
     assert_eq!(ok.namespace(), "default");
     assert!(ok.envelope.timestamp.is_some(), "server sets the timestamp");
     assert_eq!(ok.envelope.event, any(), "payload passes through untouched");
@@ -110,7 +114,11 @@ fn forward_validates_namespace_then_topic_then_timestamp() {
     ));
 
     let ok = x.forward(Some(envelope("other", "/x/y", ts()))).unwrap();
-    assert_eq!(ok.envelope, envelope("other", "/x/y", ts()), "kept as received");
+    assert_eq!(
+        ok.envelope,
+        envelope("other", "/x/y", ts()),
+        "kept as received"
+    );
 }
 
 #[tokio::test]
@@ -120,7 +128,12 @@ async fn subscribers_see_one_order_and_only_matching_events() {
     let mut exits = x
         .subscribe(Filter::parse_all(&[r#"topic=="/tasks/exit""#]).unwrap())
         .unwrap();
-    for topic in ["/tasks/start", "/tasks/exit", "/tasks/delete", "/tasks/exit"] {
+    for topic in [
+        "/tasks/start",
+        "/tasks/exit",
+        "/tasks/delete",
+        "/tasks/exit",
+    ] {
         x.publish(Some("default"), topic.into(), any()).unwrap();
     }
     let mut seqs = Vec::new();
@@ -145,7 +158,11 @@ async fn a_full_subscriber_is_cut_off_without_affecting_others() {
         let got = healthy.next().await.unwrap().unwrap();
         assert_eq!(got.seq, i + 1);
     }
-    assert_eq!(x.subscriber_count(), 1, "the stalled subscriber was removed");
+    assert_eq!(
+        x.subscriber_count(),
+        1,
+        "the stalled subscriber was removed"
+    );
     // It still gets what was queued, then a clear reason.
     assert!(stalled.next().await.unwrap().is_ok());
     assert!(stalled.next().await.unwrap().is_ok());
@@ -164,7 +181,10 @@ async fn dropping_a_subscription_unsubscribes_and_close_ends_the_rest() {
     drop(first);
     assert_eq!(x.subscriber_count(), 1);
     x.close();
-    assert_eq!(second.next().await.unwrap().unwrap_err(), SubscriptionEnd::Closed);
+    assert_eq!(
+        second.next().await.unwrap().unwrap_err(),
+        SubscriptionEnd::Closed
+    );
     assert!(matches!(
         x.publish(Some("default"), "/t".into(), any()),
         Err(AcceptError::Closed)

@@ -32,7 +32,10 @@ pub fn wait_for<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Op
         if let Some(value) = check() {
             return value;
         }
-        assert!(Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        assert!(
+            Instant::now() < end,
+            "timed out after {deadline:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -73,7 +76,10 @@ impl Gateway {
         let socket = gw.socket.clone();
         wait_for("the gateway socket to accept connections", DEADLINE, || {
             if let Ok(Some(status)) = gw.child.try_wait() {
-                panic!("eventgate exited during start-up: {status}\n{}", gw.stderr_text());
+                panic!(
+                    "eventgate exited during start-up: {status}\n{}",
+                    gw.stderr_text()
+                );
             }
             std::os::unix::net::UnixStream::connect(&socket).ok()
         });
@@ -120,7 +126,9 @@ pub fn signal(child: &Child, sig: nix::sys::signal::Signal) {
 }
 
 pub fn wait_exit(child: &mut Child, deadline: Duration) -> ExitStatus {
-    wait_for("the process to exit", deadline, || child.try_wait().ok().flatten())
+    wait_for("the process to exit", deadline, || {
+        child.try_wait().ok().flatten()
+    })
 }
 
 /// Lines from a child's pipe, read on a thread so tests can wait with a deadline.
@@ -211,12 +219,23 @@ impl Drop for Watcher {
 /// Runs `eventgate publish` and returns (success, stderr).
 pub fn publish_json(address: &str, ns: &str, topic: &str, ty: &str, json: &str) -> (bool, String) {
     let out = eventgate()
-        .args(["publish", "--address", address, "--namespace", ns, "--topic", topic])
+        .args([
+            "publish",
+            "--address",
+            address,
+            "--namespace",
+            ns,
+            "--topic",
+            topic,
+        ])
         .args(["--event-type", ty, "--json", json])
         .stdin(Stdio::null())
         .output()
         .expect("run eventgate publish");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Publishes probe events until `watcher` prints one, proving its subscription is live
@@ -224,7 +243,13 @@ pub fn publish_json(address: &str, ns: &str, topic: &str, ty: &str, json: &str) 
 pub fn prove_live(address: &str, watcher: &Watcher) -> Vec<String> {
     let end = Instant::now() + DEADLINE;
     loop {
-        let (ok, err) = publish_json(address, "probe", "/probe", "containerd.events.TaskOOM", r#"{"container_id":"probe"}"#);
+        let (ok, err) = publish_json(
+            address,
+            "probe",
+            "/probe",
+            "containerd.events.TaskOOM",
+            r#"{"container_id":"probe"}"#,
+        );
         assert!(ok, "probe publish failed: {err}");
         if let Some(line) = watcher.stdout.next(Duration::from_millis(200)) {
             if line.contains("/probe") {
@@ -232,13 +257,19 @@ pub fn prove_live(address: &str, watcher: &Watcher) -> Vec<String> {
             }
             panic!("unexpected line before the probe: {line}");
         }
-        assert!(Instant::now() < end, "the watcher never printed a probe event");
+        assert!(
+            Instant::now() < end,
+            "the watcher never printed a probe event"
+        );
     }
 }
 
 /// Skips (drains) probe lines that were still in flight.
 pub fn without_probes(lines: Vec<String>) -> Vec<String> {
-    lines.into_iter().filter(|l| !l.contains("/probe")).collect()
+    lines
+        .into_iter()
+        .filter(|l| !l.contains("/probe"))
+        .collect()
 }
 
 pub fn have(binary: &str) -> bool {
