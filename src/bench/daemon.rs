@@ -95,6 +95,17 @@ impl Daemon {
         Some(kib * 1024)
     }
 
+    /// CPU time (user + system) the daemon has used so far.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
+        // Fields after the parenthesised command name; utime and stime are 14 and 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+    }
+
     /// Ready means the socket accepts connections; polled with a deadline.
     async fn wait_ready(&mut self, timeout: Duration) -> Result<(), BenchError> {
         let deadline = Instant::now() + timeout;
@@ -135,6 +146,23 @@ impl Daemon {
             let _ = self.child.kill().await;
         }
     }
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// CPU time (user + system) this process has used so far.
+pub fn own_cpu_time() -> Duration {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
 /// The last lines of a daemon's log, for error messages.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::CliError;
-use crate::bench::daemon::Daemon;
+use crate::bench::daemon::{Daemon, own_cpu_time};
 use crate::bench::exchange::{ExchangeBench, Measurement, measure};
 use crate::bench::micros;
 
@@ -50,6 +50,9 @@ struct Row {
     system: &'static str,
     m: Measurement,
     peak_rss: Option<u64>,
+    /// CPU microseconds per delivered event: the daemon's, and the benchmark client's.
+    server_cpu_us: f64,
+    client_cpu_us: f64,
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -99,12 +102,21 @@ async fn exchange(args: ExchangeArgs) -> Result<ExitCode, CliError> {
                 _ => Daemon::eventgate(&eventgate, &run_dir, &[]).await?,
             };
             let address = daemon.socket().display().to_string();
+            let (server_before, client_before) = (daemon.cpu_time(), own_cpu_time());
             let result = measure(&address, &bench).await;
+            let client_cpu = own_cpu_time().saturating_sub(client_before);
+            let server_cpu = daemon
+                .cpu_time()
+                .zip(server_before)
+                .map(|(after, before)| after.saturating_sub(before));
             let peak_rss = daemon.peak_rss();
             daemon.stop(Duration::from_secs(5)).await;
             let m = result?;
+            let per_event = |d: Duration| d.as_secs_f64() * 1e6 / m.delivered.max(1) as f64;
+            let server_cpu_us = server_cpu.map_or(f64::NAN, per_event);
+            let client_cpu_us = per_event(client_cpu);
             eprintln!(
-                "round {} {system:>10}: {:>9.0} delivered/s, p99 {}, lost {}",
+                "round {} {system:>10}: {:>9.0} delivered/s, p99 {}, lost {}, cpu/event server {server_cpu_us:.1} µs client {client_cpu_us:.1} µs",
                 round + 1,
                 m.delivered_per_sec(),
                 micros(m.quantile(0.99)),
@@ -114,6 +126,8 @@ async fn exchange(args: ExchangeArgs) -> Result<ExitCode, CliError> {
                 system,
                 m,
                 peak_rss,
+                server_cpu_us,
+                client_cpu_us,
             });
         }
     }
@@ -143,13 +157,13 @@ fn print_table(args: &ExchangeArgs, systems: &[&'static str], rows: Vec<Row>) {
         args.publishers, args.subscribers, args.events, args.rounds
     );
     println!(
-        "| system | delivered events/s | published events/s | p50 | p99 | p99.9 | lost | peak RSS |"
+        "| system | delivered events/s | published events/s | p50 | p99 | p99.9 | lost | server CPU / delivery | client CPU / delivery | server peak RSS |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &medians {
         let m = &row.m;
         println!(
-            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} |",
+            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {:.1} µs | {:.1} µs | {} |",
             row.system,
             m.delivered_per_sec(),
             m.published_per_sec(),
@@ -157,17 +171,22 @@ fn print_table(args: &ExchangeArgs, systems: &[&'static str], rows: Vec<Row>) {
             micros(m.quantile(0.99)),
             micros(m.quantile(0.999)),
             m.lost(),
+            row.server_cpu_us,
+            row.client_cpu_us,
             row.peak_rss
                 .map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
         );
     }
     if let [ours, theirs] = medians.as_slice() {
         println!(
-            "\neventgate / containerd: {:.2}x delivered events/s, p99 {:.2}x ({} vs {})",
+            "\neventgate / containerd: {:.2}x delivered events/s; p99 {:.2}x ({} vs {}); \
+             server CPU per delivery {:.2}x; peak RSS {:.2}x",
             ours.m.delivered_per_sec() / theirs.m.delivered_per_sec().max(1e-9),
             ours.m.quantile(0.99) as f64 / theirs.m.quantile(0.99).max(1) as f64,
             micros(ours.m.quantile(0.99)),
             micros(theirs.m.quantile(0.99)),
+            ours.server_cpu_us / theirs.server_cpu_us,
+            ours.peak_rss.unwrap_or(0) as f64 / theirs.peak_rss.unwrap_or(1).max(1) as f64,
         );
     }
 }
