@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 
 use prost::Message;
@@ -75,20 +74,8 @@ fn publish_input_errors_are_precise() {
     );
 
     // Stdin that is not a binary Any.
-    let mut child = base(&[])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"\xff\xff\xff not protobuf")
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (ok, err) = run_with_stdin(&mut base(&[]), b"\xff\xff\xff not protobuf");
+    assert!(!ok);
     assert!(
         err.contains("not a binary-encoded google.protobuf.Any"),
         "{err}"
@@ -160,8 +147,8 @@ fn events_prints_json_lines_and_keeps_unknown_payloads() {
         type_url: "example.com.Custom".into(),
         value: vec![1, 2, 3],
     };
-    let mut child = eventgate()
-        .args([
+    let (ok, err) = run_with_stdin(
+        eventgate().args([
             "publish",
             "--address",
             &gw.address(),
@@ -169,17 +156,10 @@ fn events_prints_json_lines_and_keeps_unknown_payloads() {
             "default",
             "-t",
             "/custom/thing",
-        ])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(&custom.encode_to_vec())
-        .expect("write");
-    assert!(child.wait().expect("wait").success());
+        ]),
+        &custom.encode_to_vec(),
+    );
+    assert!(ok, "{err}");
 
     let lines = without_probes(
         watcher

@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use prost::Message;
 use serde_json::Value;
@@ -46,23 +45,7 @@ fn containerd_publish(
     if let Some(ns) = ns {
         cmd.args(["--namespace", ns]);
     }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn containerd publish");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(&any.encode_to_vec())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("containerd publish");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_with_stdin(&mut cmd, &any.encode_to_vec())
 }
 
 #[test]

@@ -216,6 +216,28 @@ impl Drop for Watcher {
     }
 }
 
+/// Runs `cmd` with `input` on stdin; returns (success, stderr).
+pub fn run_with_stdin(cmd: &mut Command, input: &[u8]) -> (bool, String) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs `eventgate publish` and returns (success, stderr).
 pub fn publish_json(address: &str, ns: &str, topic: &str, ty: &str, json: &str) -> (bool, String) {
     let out = eventgate()
