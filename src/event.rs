@@ -21,14 +21,6 @@ impl EventId {
     pub fn generate() -> Self {
         Self(uuid::Uuid::now_v7())
     }
-
-    pub fn from_uuid(id: uuid::Uuid) -> Self {
-        Self(id)
-    }
-
-    pub fn as_uuid(&self) -> &uuid::Uuid {
-        &self.0
-    }
 }
 
 impl fmt::Display for EventId {
@@ -112,16 +104,6 @@ impl Event {
                 Registry::global().decode(any).ok()
             })
             .as_ref()
-    }
-
-    /// Approximate memory held by this event, for byte-bounded queues.
-    pub fn size_hint(&self) -> usize {
-        let env = &self.envelope;
-        let payload = env
-            .event
-            .as_ref()
-            .map_or(0, |any| any.type_url.len() + any.value.len());
-        std::mem::size_of::<Event>() + env.namespace.len() + env.topic.len() + payload
     }
 }
 

@@ -30,6 +30,8 @@ pub enum GatewayError {
     },
     #[error("the gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
+    #[error("a gRPC server task died")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// A started gateway. Dropping it without `stop` aborts the server tasks.
@@ -115,8 +117,13 @@ impl Gateway {
             Some(result) = self.servers.join_next() => Some(result),
         };
         let outcome = match failed {
+            None => Ok(()),
+            Some(Ok(Ok(()))) => {
+                tracing::error!("a gRPC server stopped on its own; shutting down");
+                Ok(())
+            }
             Some(Ok(Err(error))) => Err(GatewayError::Serve(error)),
-            _ => Ok(()),
+            Some(Err(error)) => Err(GatewayError::Task(error)),
         };
         self.stop().await;
         outcome

@@ -1,7 +1,6 @@
 //! Exchange throughput and latency: N publishers and M subscribers over a unix socket,
 //! against eventgate and against containerd's own exchange, with the same client.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -230,11 +229,4 @@ async fn subscribe(
         }
     }
     Ok((hist, count, last))
-}
-
-/// Which binaries to compare.
-#[derive(Debug, Clone)]
-pub struct Peers {
-    pub eventgate: PathBuf,
-    pub containerd: Option<PathBuf>,
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::{CliError, DEFAULT_ADDRESS, parse_duration};
+use super::{CliError, DEFAULT_ADDRESS};
+use crate::config::parse_duration;
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::render;
 

@@ -8,7 +8,6 @@ mod serve;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use thiserror::Error;
@@ -157,8 +156,4 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::CheckConfig(args) => check_config::run(args),
         Command::Bench(args) => bench::run(args).await,
     }
-}
-
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    crate::config::parse_duration(text)
 }

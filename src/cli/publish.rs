@@ -9,7 +9,8 @@ use prost::Message;
 use prost_types::Any;
 use tonic::metadata::MetadataValue;
 
-use super::{CliError, DEFAULT_ADDRESS, parse_duration};
+use super::{CliError, DEFAULT_ADDRESS};
+use crate::config::parse_duration;
 use crate::exchange::NAMESPACE_HEADER;
 use crate::proto::Registry;
 use crate::proto::containerd::services::events::v1::PublishRequest;
