@@ -36,11 +36,10 @@ impl Address {
     /// Accepts what containerd's tools accept (a socket path, `unix://PATH`) and TCP
     /// forms (`HOST:PORT`, `tcp://HOST:PORT`, `http://HOST:PORT`).
     pub fn parse(text: &str) -> Result<Self, ConnectError> {
-        let bad = || ConnectError::BadAddress {
-            address: text.to_owned(),
-        };
         if text.is_empty() {
-            return Err(bad());
+            return Err(ConnectError::BadAddress {
+                address: text.to_owned(),
+            });
         }
         if let Some(path) = text.strip_prefix("unix://") {
             return Ok(Address::Unix(path.into()));
@@ -54,10 +53,7 @@ impl Address {
         if text.contains('/') || !text.contains(':') {
             return Ok(Address::Unix(text.into()));
         }
-        if text.parse::<std::net::SocketAddr>().is_ok() || text.rsplit_once(':').is_some() {
-            return Ok(Address::Tcp(format!("http://{text}")));
-        }
-        Err(bad())
+        Ok(Address::Tcp(format!("http://{text}")))
     }
 }
 

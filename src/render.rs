@@ -1,19 +1,10 @@
 //! The text shapes events are printed and archived in: `ctr events` lines and JSON
 //! lines. One place, so the CLI and the file forwarder cannot drift apart.
 
-use chrono::{DateTime, SecondsFormat, Utc};
-use prost_types::Timestamp;
 use serde_json::{Map, Value, json};
 
 use crate::proto::containerd::types::Envelope;
-use crate::proto::{Registry, go_time_string, to_go_json, to_json};
-
-/// RFC 3339 in UTC with nanoseconds, e.g. `2024-05-01T10:00:00.123456789Z`.
-pub fn rfc3339(ts: &Timestamp) -> String {
-    DateTime::<Utc>::from_timestamp(ts.seconds, ts.nanos.clamp(0, 999_999_999) as u32)
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Nanos, true))
-        .unwrap_or_else(|| format!("{}s{}ns", ts.seconds, ts.nanos))
-}
+use crate::proto::{Registry, go_time_string, rfc3339_nanos, to_go_json, to_json};
 
 /// The line `ctr events` prints: `<time> <namespace> <topic> <json>`. `None` when the
 /// payload cannot be decoded: ctr skips such events, and so does this shape.
@@ -39,7 +30,7 @@ pub fn json_object(envelope: &Envelope) -> Map<String, Value> {
         envelope
             .timestamp
             .as_ref()
-            .map_or(Value::Null, |ts| Value::String(rfc3339(ts))),
+            .map_or(Value::Null, |ts| Value::String(rfc3339_nanos(ts))),
     );
     object.insert("namespace".into(), json!(envelope.namespace));
     object.insert("topic".into(), json!(envelope.topic));
@@ -70,7 +61,7 @@ pub fn json_object(envelope: &Envelope) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
-    use prost_types::Any;
+    use prost_types::{Any, Timestamp};
 
     use super::*;
 

@@ -14,7 +14,7 @@ pub use fieldpath::event_field;
 pub use go::to_go_json;
 pub use json::to_json;
 pub use registry::{DecodeError, EncodeError, Registry, STANDARD_EVENTS};
-pub use time::go_time_string;
+pub use time::{go_time_string, rfc3339_nanos};
 
 #[allow(clippy::all, missing_docs)]
 pub mod containerd {

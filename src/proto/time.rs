@@ -80,7 +80,7 @@ pub fn go_time_string(ts: &Timestamp) -> String {
 }
 
 /// RFC 3339 in UTC with a fixed nine-digit fraction, so stored values sort as text.
-pub(super) fn rfc3339_nanos(ts: &Timestamp) -> String {
+pub fn rfc3339_nanos(ts: &Timestamp) -> String {
     let c = Civil::from_timestamp(ts);
     format!(
         "{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
