@@ -9,6 +9,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
 use crate::exchange::ExchangeConfig;
+use crate::filter::Filter;
+use crate::forward::{Kinds, Options};
+use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -26,6 +29,8 @@ pub enum ConfigError {
     },
     #[error("invalid config: `{key}` {problem}")]
     Invalid { key: &'static str, problem: String },
+    #[error("invalid config: forwarder {name:?}: {problem}")]
+    Forwarder { name: String, problem: String },
 }
 
 /// The whole configuration file.
@@ -35,6 +40,28 @@ pub struct Config {
     /// Where eventgate keeps its socket, audit store and logs.
     pub data_dir: PathBuf,
     pub exchange: ExchangeSection,
+    /// `[[forwarder]]` tables. Absent means the embedded default (a JSON-lines file
+    /// and the SQLite audit store under the data directory); `forwarder = []` means none.
+    #[serde(rename = "forwarder")]
+    pub forwarders: Vec<ForwarderSpec>,
+    pub pipeline: PipelineSection,
+}
+
+/// `[pipeline]`: settings shared by all forwarders.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineSection {
+    /// At shutdown, how long forwarders get to deliver what is queued.
+    #[serde(with = "crate::pipeline::settings::duration_text")]
+    pub drain_timeout: Duration,
+}
+
+impl Default for PipelineSection {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Default for Config {
@@ -42,7 +69,136 @@ impl Default for Config {
         Self {
             data_dir: PathBuf::from("./data"),
             exchange: ExchangeSection::default(),
+            forwarders: ForwarderSpec::embedded_default(),
+            pipeline: PipelineSection::default(),
         }
+    }
+}
+
+/// One `[[forwarder]]` table: the pipeline's keys (`name`, `kind`, `filters`, `queue`,
+/// `batch`, `retry`) and everything else, which belongs to the kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwarderSpec {
+    pub name: String,
+    pub kind: String,
+    /// Route filters in the Subscribe language; empty means every event.
+    pub filters: Vec<String>,
+    pub queue: QueueSettings,
+    pub batch: BatchSettings,
+    pub retry: RetrySettings,
+    pub options: Options,
+}
+
+impl ForwarderSpec {
+    /// The forwarders `serve` runs with no `[[forwarder]]` in the config.
+    pub fn embedded_default() -> Vec<Self> {
+        let mut file = Options::new();
+        file.insert("path".into(), "events.jsonl".into());
+        let mut sqlite = Options::new();
+        sqlite.insert("path".into(), "audit.db".into());
+        vec![
+            Self::new("log", "file", file),
+            Self::new("audit", "sqlite", sqlite),
+        ]
+    }
+
+    pub fn new(name: &str, kind: &str, options: Options) -> Self {
+        Self {
+            name: name.into(),
+            kind: kind.into(),
+            filters: Vec::new(),
+            queue: QueueSettings::default(),
+            batch: BatchSettings::default(),
+            retry: RetrySettings::default(),
+            options,
+        }
+    }
+
+    /// The parsed route filter.
+    pub fn filter(&self) -> Result<Filter, crate::filter::ParseError> {
+        Filter::parse_all(&self.filters)
+    }
+
+    /// Pipeline-level checks; the kind's own options are checked by [`Config::check_kinds`].
+    fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "`name` {:?} must be non-empty letters, digits, '-' or '_' (it labels metrics and logs)",
+                self.name
+            ));
+        }
+        self.filter().map_err(|e| format!("`filters`: {e}"))?;
+        self.queue.validate()?;
+        self.batch.validate()?;
+        self.retry.validate()?;
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for ForwarderSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = Options::deserialize(d)?;
+        fn take<T: serde::de::DeserializeOwned, E: Error>(
+            table: &mut Options,
+            key: &str,
+        ) -> Result<Option<T>, E> {
+            table
+                .remove(key)
+                .map(|value| {
+                    value.try_into().map_err(|e: toml::de::Error| {
+                        E::custom(format!("`{key}`: {}", e.message()))
+                    })
+                })
+                .transpose()
+        }
+        let name: String = take(&mut table, "name")?
+            .ok_or_else(|| D::Error::custom("a [[forwarder]] needs a `name`"))?;
+        let kind: String = take(&mut table, "kind")?.ok_or_else(|| {
+            D::Error::custom(format!(
+                "forwarder {name:?} needs a `kind` (file, sqlite or kafka)"
+            ))
+        })?;
+        let in_forwarder = |e: D::Error| D::Error::custom(format!("forwarder {name:?}: {e}"));
+        Ok(Self {
+            filters: take(&mut table, "filters")
+                .map_err(in_forwarder)?
+                .unwrap_or_default(),
+            queue: take(&mut table, "queue")
+                .map_err(in_forwarder)?
+                .unwrap_or_default(),
+            batch: take(&mut table, "batch")
+                .map_err(in_forwarder)?
+                .unwrap_or_default(),
+            retry: take(&mut table, "retry")
+                .map_err(in_forwarder)?
+                .unwrap_or_default(),
+            options: table,
+            name,
+            kind,
+        })
+    }
+}
+
+impl Serialize for ForwarderSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("name", &self.name)?;
+        map.serialize_entry("kind", &self.kind)?;
+        map.serialize_entry("filters", &self.filters)?;
+        for (key, value) in &self.options {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry("queue", &self.queue)?;
+        map.serialize_entry("batch", &self.batch)?;
+        map.serialize_entry("retry", &self.retry)?;
+        map.end()
     }
 }
 
@@ -111,6 +267,19 @@ impl Config {
                 "must be at least 1 (it bounds how far a subscriber may fall behind)",
             ));
         }
+        let mut names = std::collections::HashSet::new();
+        for spec in &self.forwarders {
+            spec.validate().map_err(|problem| ConfigError::Forwarder {
+                name: spec.name.clone(),
+                problem,
+            })?;
+            if !names.insert(spec.name.as_str()) {
+                return Err(ConfigError::Forwarder {
+                    name: spec.name.clone(),
+                    problem: "two forwarders have this name; names must be unique".into(),
+                });
+            }
+        }
         if let Some(addr) = self.exchange.listen
             && !addr.ip().is_loopback()
         {
@@ -120,6 +289,20 @@ impl Config {
                     "{addr} is not a loopback address; the exchange has no TLS, so only 127.0.0.1 or [::1] are allowed"
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Checks each forwarder's kind-specific options against the registry of kinds.
+    pub fn check_kinds(&self, kinds: &Kinds) -> Result<(), ConfigError> {
+        for spec in &self.forwarders {
+            kinds
+                .get(&spec.kind)
+                .and_then(|kind| kind.check(&spec.options))
+                .map_err(|e| ConfigError::Forwarder {
+                    name: spec.name.clone(),
+                    problem: e.to_string(),
+                })?;
         }
         Ok(())
     }

@@ -14,7 +14,9 @@ use tonic::transport::Server;
 
 use crate::config::{Config, ConfigError};
 use crate::exchange::{EventsService, Exchange};
+use crate::forward::Kinds;
 use crate::listen::{self, ListenError, UnixSocket};
+use crate::pipeline::{Pipeline, PipelineError, Report};
 
 #[derive(Debug, Error)]
 pub enum GatewayError {
@@ -22,6 +24,8 @@ pub enum GatewayError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Listen(#[from] ListenError),
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
     #[error("cannot create the data directory {path:?}")]
     DataDir {
         path: std::path::PathBuf,
@@ -37,23 +41,33 @@ pub enum GatewayError {
 /// A started gateway. Dropping it without `stop` aborts the server tasks.
 pub struct Gateway {
     exchange: Exchange,
+    pipeline: Pipeline,
     socket: UnixSocket,
     tcp_addr: Option<SocketAddr>,
     cancel: CancellationToken,
     servers: JoinSet<Result<(), tonic::transport::Error>>,
     shutdown_timeout: Duration,
+    drain_timeout: Duration,
 }
 
 impl Gateway {
-    /// Binds every listener and starts serving. Errors here (a busy socket, a bad
-    /// address) happen before anything is accepted.
+    /// Starts with the built-in forwarder kinds.
     pub async fn start(config: &Config) -> Result<Self, GatewayError> {
+        Self::start_with(config, &Kinds::default()).await
+    }
+
+    /// Builds every forwarder, binds every listener and starts serving. Errors here
+    /// (a bad forwarder option, an unreachable broker, a busy socket) happen before
+    /// anything is accepted. `kinds` may include a library user's own forwarder kinds.
+    pub async fn start_with(config: &Config, kinds: &Kinds) -> Result<Self, GatewayError> {
         config.validate()?;
+        config.check_kinds(kinds)?;
         std::fs::create_dir_all(&config.data_dir).map_err(|source| GatewayError::DataDir {
             path: config.data_dir.clone(),
             source,
         })?;
-        let exchange = Exchange::new(config.exchange_config());
+        let pipeline = Pipeline::start(&config.forwarders, kinds, &config.data_dir).await?;
+        let exchange = Exchange::with_router(config.exchange_config(), pipeline.router());
         let service = EventsService::new(exchange.clone()).into_server();
         let cancel = CancellationToken::new();
         let mut servers = JoinSet::new();
@@ -86,16 +100,22 @@ impl Gateway {
         );
         Ok(Self {
             exchange,
+            pipeline,
             socket,
             tcp_addr,
             cancel,
             servers,
             shutdown_timeout: config.exchange.shutdown_timeout,
+            drain_timeout: config.pipeline.drain_timeout,
         })
     }
 
     pub fn exchange(&self) -> &Exchange {
         &self.exchange
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -129,9 +149,10 @@ impl Gateway {
         outcome
     }
 
-    /// Stops accepting, ends every subscription (clients see UNAVAILABLE), and waits
-    /// up to the shutdown timeout for in-flight calls.
-    pub async fn stop(mut self) {
+    /// Stops accepting, ends every subscription (clients see UNAVAILABLE), waits up
+    /// to the shutdown timeout for in-flight calls, then gives the forwarders up to
+    /// the drain timeout to deliver what is queued. Returns what each forwarder did.
+    pub async fn stop(mut self) -> Vec<Report> {
         tracing::info!("shutting down");
         self.cancel.cancel();
         self.exchange.close();
@@ -146,6 +167,17 @@ impl Gateway {
             );
             self.servers.abort_all();
         }
+        let reports = self.pipeline.shutdown(self.drain_timeout).await;
+        for report in &reports {
+            tracing::info!(
+                forwarder = %report.forwarder,
+                delivered = report.delivered,
+                failed = report.failed,
+                undelivered = report.undelivered,
+                "forwarder stopped"
+            );
+        }
         tracing::info!(next_seq = self.exchange.next_seq(), "stopped");
+        reports
     }
 }

@@ -6,6 +6,8 @@
 //! - [`identifiers`]: containerd's namespace and topic rules.
 //! - [`filter`]: containerd's filter language (parse, match).
 //! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
+//! - [`pipeline`]: per-forwarder route filters, bounded queues, batching, retries.
+//! - [`forward`]: the [`forward::Forwarder`] trait and the file, SQLite and Kafka kinds.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
 //! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
@@ -20,8 +22,10 @@ pub mod config;
 pub mod event;
 pub mod exchange;
 pub mod filter;
+pub mod forward;
 pub mod gateway;
 pub mod identifiers;
 pub mod listen;
+pub mod pipeline;
 pub mod proto;
 pub mod render;

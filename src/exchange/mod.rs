@@ -26,6 +26,7 @@ pub use subscription::{Subscription, SubscriptionEnd};
 use crate::event::{Event, EventId, Source};
 use crate::filter::Filter;
 use crate::identifiers::{self, IdentifierError, TopicError};
+use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
@@ -53,6 +54,8 @@ pub enum AcceptError {
     InvalidTimestamp { seconds: i64, nanos: i32 },
     #[error("forward request has no envelope: invalid argument")]
     MissingEnvelope,
+    #[error(transparent)]
+    QueueFull(#[from] crate::pipeline::QueueFull),
     #[error("eventgate is shutting down")]
     Closed,
 }
@@ -63,6 +66,7 @@ impl AcceptError {
         match self {
             AcceptError::NamespaceRequired => tonic::Code::FailedPrecondition,
             AcceptError::Closed => tonic::Code::Unavailable,
+            AcceptError::QueueFull(_) => tonic::Code::ResourceExhausted,
             _ => tonic::Code::InvalidArgument,
         }
     }
@@ -80,6 +84,7 @@ impl AcceptError {
             }
             AcceptError::MissingEnvelope => "missing_envelope",
             AcceptError::Closed => "shutting_down",
+            AcceptError::QueueFull(_) => "queue_full",
         }
     }
 }
@@ -111,6 +116,7 @@ pub struct Exchange {
 
 struct Inner {
     config: ExchangeConfig,
+    router: Router,
     /// One lock orders everything: taking a sequence number and handing the event to
     /// every subscriber happen together, so all subscribers see one relative order.
     /// The critical section only runs filters and non-blocking `try_send`s.
@@ -132,10 +138,17 @@ struct Slot {
 }
 
 impl Exchange {
+    /// An exchange that only serves subscribers.
     pub fn new(config: ExchangeConfig) -> Self {
+        Self::with_router(config, Router::default())
+    }
+
+    /// An exchange that also hands every accepted event to the forwarders' queues.
+    pub fn with_router(config: ExchangeConfig, router: Router) -> Self {
         Self {
             inner: Arc::new(Inner {
                 config,
+                router,
                 state: Mutex::new(State {
                     next_seq: 1,
                     next_subscriber: 1,
@@ -148,7 +161,7 @@ impl Exchange {
 
     /// containerd's Publish: the namespace comes from the request (required), the
     /// timestamp from our clock in UTC; the payload passes through untouched.
-    pub fn publish(
+    pub async fn publish(
         &self,
         namespace: Option<&str>,
         topic: String,
@@ -167,16 +180,16 @@ impl Exchange {
             topic,
             event,
         };
-        self.accept(Source::Publish, envelope)
+        self.accept(Source::Publish, envelope).await
     }
 
     /// containerd's Forward: namespace, then topic, then timestamp are validated, and
     /// the envelope is distributed exactly as received.
-    pub fn forward(&self, envelope: Option<Envelope>) -> Result<Arc<Event>, AcceptError> {
+    pub async fn forward(&self, envelope: Option<Envelope>) -> Result<Arc<Event>, AcceptError> {
         let envelope = envelope.ok_or_else(|| self.rejected(AcceptError::MissingEnvelope))?;
         self.check_envelope(&envelope)
             .map_err(|e| self.rejected(e))?;
-        self.accept(Source::Forward, envelope)
+        self.accept(Source::Forward, envelope).await
     }
 
     /// Validates an envelope as Forward does; for sources that did not go through
@@ -198,17 +211,36 @@ impl Exchange {
     }
 
     /// Takes a validated envelope into the gateway's order and hands it to every
-    /// subscriber whose filter matches.
-    pub fn accept(&self, source: Source, envelope: Envelope) -> Result<Arc<Event>, AcceptError> {
+    /// subscriber and forwarder whose filter matches.
+    ///
+    /// First waits, outside the lock, until every `block` forwarder queue the event is
+    /// routed to has room (refusing it with RESOURCE_EXHAUSTED after that queue's
+    /// `block_timeout`).
+    pub async fn accept(
+        &self,
+        source: Source,
+        envelope: Envelope,
+    ) -> Result<Arc<Event>, AcceptError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(AcceptError::Closed);
+        }
+        let mut event = Event::new(0, EventId::generate(), source, envelope);
+        if let Err(full) = self.inner.router.admit(&event).await {
+            return Err(self.rejected(AcceptError::QueueFull(full)));
+        }
         let mut state = self.lock();
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(AcceptError::Closed);
         }
-        let seq = state.next_seq;
+        // Sequence and id are taken together under the lock, so id order (UUIDv7 is
+        // time-ordered) follows sequence order.
+        event.seq = state.next_seq;
+        event.id = EventId::generate();
         state.next_seq += 1;
-        let event = Arc::new(Event::new(seq, EventId::generate(), source, envelope));
+        let event = Arc::new(event);
         metrics::counter!("eventgate_events_received_total", "source" => event.source.label())
             .increment(1);
+        self.inner.router.route(&event);
 
         let before = state.subscribers.len();
         state.subscribers.retain(|slot| {

@@ -54,6 +54,7 @@ impl Events for EventsService {
         let accepted = self
             .exchange
             .publish(namespace.as_deref(), topic, event)
+            .await
             .map_err(status)?;
         tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "published");
         Ok(Response::new(()))
@@ -63,6 +64,7 @@ impl Events for EventsService {
         let accepted = self
             .exchange
             .forward(request.into_inner().envelope)
+            .await
             .map_err(status)?;
         tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
         Ok(Response::new(()))

@@ -32,19 +32,22 @@ fn ts() -> Option<Timestamp> {
     })
 }
 
-#[test]
-fn publish_validates_like_containerd() {
+#[tokio::test]
+async fn publish_validates_like_containerd() {
     let x = exchange(8);
-    let err = x.publish(None, "/a".into(), any()).unwrap_err();
+    let err = x.publish(None, "/a".into(), any()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert_eq!(
         err.to_string(),
         "failed publishing event: namespace is required: failed precondition"
     );
-    let err = x.publish(Some(""), "/a".into(), any()).unwrap_err();
+    let err = x.publish(Some(""), "/a".into(), any()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
 
-    let err = x.publish(Some("bad ns"), "/a".into(), any()).unwrap_err();
+    let err = x
+        .publish(Some("bad ns"), "/a".into(), any())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(
         err.to_string(),
@@ -53,13 +56,17 @@ fn publish_validates_like_containerd() {
 
     let err = x
         .publish(Some("default"), "tasks".into(), any())
+        .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(
         err.to_string(),
         r#"envelope topic "tasks": must start with '/': invalid argument"#
     );
-    let err = x.publish(Some("default"), "".into(), any()).unwrap_err();
+    let err = x
+        .publish(Some("default"), "".into(), any())
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         r#"envelope topic "": must not be empty: invalid argument"#
@@ -67,16 +74,17 @@ fn publish_validates_like_containerd() {
 
     let ok = x
         .publish(Some("default"), "/tasks/exit".into(), any())
+        .await
         .unwrap();
     assert_eq!(ok.namespace(), "default");
     assert!(ok.envelope.timestamp.is_some(), "server sets the timestamp");
     assert_eq!(ok.envelope.event, any(), "payload passes through untouched");
 }
 
-#[test]
-fn forward_validates_namespace_then_topic_then_timestamp() {
+#[tokio::test]
+async fn forward_validates_namespace_then_topic_then_timestamp() {
     let x = exchange(8);
-    let err = x.forward(None).unwrap_err();
+    let err = x.forward(None).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(
         err.to_string(),
@@ -84,14 +92,23 @@ fn forward_validates_namespace_then_topic_then_timestamp() {
     );
 
     // Everything wrong: the namespace is reported first.
-    let err = x.forward(Some(envelope("", "bad", None))).unwrap_err();
+    let err = x
+        .forward(Some(envelope("", "bad", None)))
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "event envelope has invalid namespace: identifier must not be empty: invalid argument"
     );
-    let err = x.forward(Some(envelope("ns", "bad", None))).unwrap_err();
+    let err = x
+        .forward(Some(envelope("ns", "bad", None)))
+        .await
+        .unwrap_err();
     assert!(matches!(err, AcceptError::InvalidTopic { .. }), "{err}");
-    let err = x.forward(Some(envelope("ns", "/ok", None))).unwrap_err();
+    let err = x
+        .forward(Some(envelope("ns", "/ok", None)))
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "timestamp must be set on forwarded event: invalid argument"
@@ -101,7 +118,7 @@ fn forward_validates_namespace_then_topic_then_timestamp() {
         nanos: 0,
     });
     assert!(matches!(
-        x.forward(Some(envelope("ns", "/ok", go_zero))),
+        x.forward(Some(envelope("ns", "/ok", go_zero))).await,
         Err(AcceptError::MissingTimestamp)
     ));
     let bad_nanos = Some(Timestamp {
@@ -109,11 +126,14 @@ fn forward_validates_namespace_then_topic_then_timestamp() {
         nanos: 1_000_000_000,
     });
     assert!(matches!(
-        x.forward(Some(envelope("ns", "/ok", bad_nanos))),
+        x.forward(Some(envelope("ns", "/ok", bad_nanos))).await,
         Err(AcceptError::InvalidTimestamp { .. })
     ));
 
-    let ok = x.forward(Some(envelope("other", "/x/y", ts()))).unwrap();
+    let ok = x
+        .forward(Some(envelope("other", "/x/y", ts())))
+        .await
+        .unwrap();
     assert_eq!(
         ok.envelope,
         envelope("other", "/x/y", ts()),
@@ -134,7 +154,9 @@ async fn subscribers_see_one_order_and_only_matching_events() {
         "/tasks/delete",
         "/tasks/exit",
     ] {
-        x.publish(Some("default"), topic.into(), any()).unwrap();
+        x.publish(Some("default"), topic.into(), any())
+            .await
+            .unwrap();
     }
     let mut seqs = Vec::new();
     for _ in 0..4 {
@@ -153,7 +175,9 @@ async fn a_full_subscriber_is_cut_off_without_affecting_others() {
     let mut stalled = x.subscribe(Filter::always()).unwrap();
     let mut healthy = x.subscribe(Filter::always()).unwrap();
     for i in 0..5 {
-        x.publish(Some("default"), "/t".into(), any()).unwrap();
+        x.publish(Some("default"), "/t".into(), any())
+            .await
+            .unwrap();
         // The healthy one keeps up.
         let got = healthy.next().await.unwrap().unwrap();
         assert_eq!(got.seq, i + 1);
@@ -186,7 +210,7 @@ async fn dropping_a_subscription_unsubscribes_and_close_ends_the_rest() {
         SubscriptionEnd::Closed
     );
     assert!(matches!(
-        x.publish(Some("default"), "/t".into(), any()),
+        x.publish(Some("default"), "/t".into(), any()).await,
         Err(AcceptError::Closed)
     ));
     assert!(x.subscribe(Filter::always()).is_err());

@@ -1,0 +1,320 @@
+//! The forwarding pipeline: every accepted event is offered to each forwarder's
+//! route filter; a match goes into that forwarder's bounded queue, and the
+//! forwarder's own worker batches it and delivers it through a retry stack.
+//!
+//! ```text
+//! exchange ── Router::route (under the exchange lock, never waits)
+//!               ├─ filter ─► Queue ─► worker: batch ─► Retry ─► Timeout ─► Forwarder::send
+//!               └─ filter ─► Queue ─► worker: ...
+//! ```
+//!
+//! Isolation: each forwarder has its own queue, worker and retry state, so a slow or
+//! failing forwarder only fills its own queue. What happens when that queue is full
+//! is the forwarder's `overflow` policy; only `block` pushes back on publishers.
+//!
+//! Order: the router pushes in sequence order, a worker delivers one batch at a time
+//! and retries a failed batch before taking the next, so each forwarder receives
+//! events in gateway order.
+//!
+//! Acknowledgement: after a batch is delivered the worker publishes the highest
+//! delivered sequence number ([`ForwarderHandle::acked`]); the durable spool keeps
+//! its per-forwarder cursors from this.
+
+pub mod queue;
+pub mod retry;
+pub mod settings;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use thiserror::Error;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::config::ForwarderSpec;
+use crate::event::Event;
+use crate::filter::Filter;
+use crate::forward::{BuildError, Context, Forwarder, Kinds};
+use queue::{Pushed, Queue};
+use settings::Overflow;
+pub use worker::Report;
+
+#[derive(Debug, Error)]
+pub enum PipelineError {
+    #[error("forwarder {name:?}: {source}")]
+    Build {
+        name: String,
+        #[source]
+        source: BuildError,
+    },
+    #[error("forwarder {name:?}: invalid filters: {source}")]
+    Filter {
+        name: String,
+        #[source]
+        source: crate::filter::ParseError,
+    },
+}
+
+/// A publisher waited `block_timeout` for room in a `block` queue.
+#[derive(Debug, Error)]
+#[error(
+    "forwarder {forwarder:?} is not keeping up: its queue is full ({events} events / {bytes}) and stayed full for {waited:?}; the event was not accepted, retry later"
+)]
+pub struct QueueFull {
+    pub forwarder: String,
+    pub events: usize,
+    pub bytes: settings::ByteSize,
+    pub waited: Duration,
+}
+
+/// One forwarder's place in the router.
+struct Route {
+    name: Arc<str>,
+    filter: Filter,
+    queue: Arc<Queue>,
+    drops: worker::DropLog,
+}
+
+/// Hands accepted events to the forwarders' queues. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Router {
+    routes: Arc<[Route]>,
+}
+
+impl Router {
+    /// Waits until every `block` queue this event is routed to has room. Called
+    /// before the event takes its place in the order, outside any lock.
+    pub async fn admit(&self, event: &Event) -> Result<(), QueueFull> {
+        for route in self.routes.iter() {
+            let settings = route.queue.settings();
+            if settings.overflow != Overflow::Block || !route.filter.matches(event) {
+                continue;
+            }
+            let deadline = Instant::now() + settings.block_timeout;
+            if !route.queue.wait_for_room(deadline).await {
+                metrics::counter!("eventgate_forwarder_blocked_timeouts_total", "forwarder" => route.name.to_string())
+                    .increment(1);
+                return Err(QueueFull {
+                    forwarder: route.name.to_string(),
+                    events: settings.events,
+                    bytes: settings.bytes,
+                    waited: settings.block_timeout,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Offers an event to every forwarder. Never waits: runs under the exchange lock
+    /// so that every queue receives events in sequence order.
+    pub fn route(&self, event: &Arc<Event>) {
+        if self.routes.is_empty() {
+            return;
+        }
+        let size = event.envelope.encoded_len();
+        for route in self.routes.iter() {
+            if !route.filter.matches(&**event) {
+                continue;
+            }
+            match route.queue.push(Arc::clone(event), size) {
+                Pushed::Queued => {}
+                Pushed::Dropped(n) => {
+                    let policy = route.queue.settings().overflow.label();
+                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => policy)
+                        .increment(n as u64);
+                    route.drops.record(&route.name, policy, n, event.seq);
+                }
+                Pushed::Closed => {
+                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => "closed")
+                        .increment(1);
+                }
+            }
+        }
+    }
+}
+
+/// A running forwarder, as seen from outside.
+pub struct ForwarderHandle {
+    pub name: Arc<str>,
+    queue: Arc<Queue>,
+    acked: watch::Receiver<u64>,
+}
+
+impl ForwarderHandle {
+    /// The highest sequence number this forwarder has delivered (0: none yet).
+    pub fn acked(&self) -> u64 {
+        *self.acked.borrow()
+    }
+
+    /// Waits until the forwarder has delivered everything up to `seq`.
+    pub async fn wait_acked(&self, seq: u64) {
+        let mut acked = self.acked.clone();
+        let _ = acked.wait_for(|acked| *acked >= seq).await;
+    }
+
+    /// (events, bytes) waiting in the queue.
+    pub fn depth(&self) -> (usize, usize) {
+        self.queue.depth()
+    }
+}
+
+/// All forwarders with their workers.
+pub struct Pipeline {
+    router: Router,
+    handles: Vec<ForwarderHandle>,
+    workers: JoinSet<Report>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Pipeline {
+    /// A pipeline with no forwarders (the exchange alone).
+    pub fn empty() -> Self {
+        Self {
+            router: Router::default(),
+            handles: Vec::new(),
+            workers: JoinSet::new(),
+            stop: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    /// Builds every configured forwarder (in order; the first failure stops the
+    /// start) and starts its worker.
+    pub async fn start(
+        specs: &[ForwarderSpec],
+        kinds: &Kinds,
+        data_dir: &std::path::Path,
+    ) -> Result<Self, PipelineError> {
+        let mut built = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let build_error = |source| PipelineError::Build {
+                name: spec.name.clone(),
+                source,
+            };
+            let kind = kinds.get(&spec.kind).map_err(build_error)?;
+            kind.check(&spec.options).map_err(build_error)?;
+            let context = Context {
+                name: spec.name.clone(),
+                data_dir: data_dir.to_path_buf(),
+            };
+            let forwarder = kind
+                .build(&context, &spec.options)
+                .await
+                .map_err(build_error)?;
+            let filter = spec.filter().map_err(|source| PipelineError::Filter {
+                name: spec.name.clone(),
+                source,
+            })?;
+            let mut batch = spec.batch.clone();
+            if batch.events == 0 {
+                batch.events = kind.default_batch_events();
+            }
+            built.push((spec, filter, forwarder, batch));
+        }
+        Ok(Self::from_forwarders(built.into_iter().map(
+            |(spec, filter, forwarder, batch)| Parts {
+                name: spec.name.clone(),
+                filter,
+                forwarder,
+                queue: spec.queue.clone(),
+                batch,
+                retry: spec.retry.clone(),
+            },
+        )))
+    }
+
+    /// Starts workers for already-built forwarders.
+    pub fn from_forwarders(parts: impl IntoIterator<Item = Parts>) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut routes = Vec::new();
+        let mut handles = Vec::new();
+        let mut workers = JoinSet::new();
+        for part in parts {
+            let name: Arc<str> = part.name.into();
+            let queue = Arc::new(Queue::new(part.queue));
+            let (acked_tx, acked_rx) = watch::channel(0);
+            workers.spawn(
+                worker::Worker {
+                    name: Arc::clone(&name),
+                    queue: Arc::clone(&queue),
+                    stack: retry::stack(Arc::clone(&part.forwarder), &name, &part.retry),
+                    forwarder: part.forwarder,
+                    batch: part.batch,
+                    acked: acked_tx,
+                    stop: stop.clone(),
+                }
+                .run(),
+            );
+            routes.push(Route {
+                name: Arc::clone(&name),
+                filter: part.filter,
+                queue: Arc::clone(&queue),
+                drops: worker::DropLog::default(),
+            });
+            handles.push(ForwarderHandle {
+                name,
+                queue,
+                acked: acked_rx,
+            });
+        }
+        Self {
+            router: Router {
+                routes: routes.into(),
+            },
+            handles,
+            workers,
+            stop,
+        }
+    }
+
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    pub fn forwarders(&self) -> &[ForwarderHandle] {
+        &self.handles
+    }
+
+    pub fn forwarder(&self, name: &str) -> Option<&ForwarderHandle> {
+        self.handles.iter().find(|h| &*h.name == name)
+    }
+
+    /// Closes every queue and lets the workers deliver what is queued, for at most
+    /// `deadline`; then abandons the rest. Returns one report per forwarder saying
+    /// what was delivered and what was not.
+    pub async fn shutdown(mut self, deadline: Duration) -> Vec<Report> {
+        for route in self.router.routes.iter() {
+            route.queue.close();
+        }
+        let stop = self.stop.clone();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            stop.cancel();
+        });
+        let mut reports = Vec::new();
+        while let Some(result) = self.workers.join_next().await {
+            match result {
+                Ok(report) => reports.push(report),
+                Err(error) => tracing::error!(%error, "a forwarder worker died"),
+            }
+        }
+        timer.abort();
+        reports.sort_by(|a, b| a.forwarder.cmp(&b.forwarder));
+        reports
+    }
+}
+
+/// What [`Pipeline::from_forwarders`] needs for one forwarder.
+pub struct Parts {
+    pub name: String,
+    pub filter: Filter,
+    pub forwarder: Arc<dyn Forwarder>,
+    pub queue: settings::QueueSettings,
+    pub batch: settings::BatchSettings,
+    pub retry: settings::RetrySettings,
+}
+
+#[cfg(test)]
+mod tests;

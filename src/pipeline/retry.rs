@@ -1,0 +1,325 @@
+//! The delivery stack for one forwarder, built with tower:
+//!
+//! ```text
+//! Retry(BackoffPolicy)          outermost: decides whether and when to try again
+//!   └─ Timeout(retry.timeout)   per attempt: a hung sink becomes a retryable error
+//!        └─ Deliver             calls Forwarder::send
+//! ```
+//!
+//! Timeout sits *inside* Retry so that each attempt gets the full timeout; Retry
+//! needs a `Clone` inner service, which both of these are. Sleeps use tokio's clock,
+//! so tests run the backoff with paused time.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::Rng;
+use tokio::time::Instant;
+use tower::retry::{Policy, Retry};
+use tower::timeout::Timeout;
+use tower::{BoxError, Service};
+
+use super::settings::RetrySettings;
+use crate::forward::{Batch, ForwardError, Forwarder};
+
+/// Calls the forwarder; the innermost service.
+#[derive(Clone)]
+pub struct Deliver {
+    forwarder: Arc<dyn Forwarder>,
+}
+
+impl Service<Batch> for Deliver {
+    type Response = ();
+    type Error = ForwardError;
+    type Future = BoxFuture<'static, Result<(), ForwardError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, batch: Batch) -> Self::Future {
+        let forwarder = Arc::clone(&self.forwarder);
+        Box::pin(async move { forwarder.send(&batch).await })
+    }
+}
+
+/// Per-batch retry state. tower clones the policy for every request, so each batch
+/// starts from attempt 1 with a fresh budget.
+#[derive(Clone)]
+pub struct BackoffPolicy {
+    settings: Arc<RetrySettings>,
+    forwarder: Arc<str>,
+    attempts: u32,
+    started: Option<Instant>,
+}
+
+impl BackoffPolicy {
+    pub fn new(settings: RetrySettings, forwarder: &str) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            forwarder: forwarder.into(),
+            attempts: 0,
+            started: None,
+        }
+    }
+
+    /// The backoff ceiling after `attempt` failed attempts: initial * 2^(attempt-1),
+    /// capped at max.
+    pub fn ceiling(settings: &RetrySettings, attempt: u32) -> Duration {
+        let doubled = settings
+            .initial
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(30));
+        doubled.min(settings.max)
+    }
+}
+
+/// True when the pipeline should try the batch again after this error.
+pub fn is_retryable(error: &BoxError) -> bool {
+    match error.downcast_ref::<ForwardError>() {
+        Some(error) => error.is_retryable(),
+        // tower's Elapsed (the attempt timed out) and anything unexpected.
+        None => true,
+    }
+}
+
+impl Policy<Batch, (), BoxError> for BackoffPolicy {
+    type Future = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+    fn retry(
+        &mut self,
+        batch: &mut Batch,
+        result: &mut Result<(), BoxError>,
+    ) -> Option<Self::Future> {
+        let error = result.as_ref().err()?;
+        let now = Instant::now();
+        let started = *self.started.get_or_insert(now);
+        self.attempts += 1;
+        let (first, last) = batch.seq_range();
+        if !is_retryable(error) {
+            return None;
+        }
+        let settings = &self.settings;
+        let out_of_attempts = settings.attempts != 0 && self.attempts >= settings.attempts;
+        let out_of_time = !settings.elapsed.is_zero() && now - started >= settings.elapsed;
+        if out_of_attempts || out_of_time {
+            return None;
+        }
+        let ceiling = Self::ceiling(settings, self.attempts);
+        // Full jitter: uniform in [0, ceiling], so many gateways retrying against one
+        // recovering broker spread out instead of arriving together.
+        let delay = rand::rng().random_range(Duration::ZERO..=ceiling);
+        metrics::counter!("eventgate_forwarder_retries_total", "forwarder" => self.forwarder.to_string())
+            .increment(1);
+        tracing::warn!(
+            forwarder = %self.forwarder,
+            attempt = self.attempts,
+            events = batch.len(),
+            first_seq = first,
+            last_seq = last,
+            retry_in = ?delay,
+            error = %error,
+            "delivery failed; will retry"
+        );
+        Some(Box::pin(tokio::time::sleep(delay)))
+    }
+
+    fn clone_request(&mut self, batch: &Batch) -> Option<Batch> {
+        Some(batch.clone())
+    }
+}
+
+pub type DeliveryStack = Retry<BackoffPolicy, Timeout<MapErr>>;
+
+/// Converts the forwarder's error into tower's boxed error, keeping it downcastable.
+#[derive(Clone)]
+pub struct MapErr(Deliver);
+
+impl Service<Batch> for MapErr {
+    type Response = ();
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<(), BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, batch: Batch) -> Self::Future {
+        let future = self.0.call(batch);
+        Box::pin(async move { future.await.map_err(Into::into) })
+    }
+}
+
+/// Builds the stack described at the top of this file.
+pub fn stack(forwarder: Arc<dyn Forwarder>, name: &str, settings: &RetrySettings) -> DeliveryStack {
+    let deliver = MapErr(Deliver { forwarder });
+    Retry::new(
+        BackoffPolicy::new(settings.clone(), name),
+        Timeout::new(deliver, settings.timeout),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::event::{Event, EventId, Source};
+    use crate::proto::containerd::types::Envelope;
+
+    /// Fails with the scripted outcomes, then succeeds; records when it was called.
+    struct Scripted {
+        outcomes: Mutex<Vec<Option<ForwardError>>>,
+        calls: AtomicU32,
+        times: Mutex<Vec<Instant>>,
+        hang: bool,
+    }
+
+    impl Scripted {
+        fn new(outcomes: Vec<Option<ForwardError>>) -> Arc<Self> {
+            Arc::new(Self {
+                outcomes: Mutex::new(outcomes),
+                calls: AtomicU32::new(0),
+                times: Mutex::new(Vec::new()),
+                hang: false,
+            })
+        }
+    }
+
+    impl Forwarder for Scripted {
+        fn send<'a>(&'a self, _batch: &'a Batch) -> BoxFuture<'a, Result<(), ForwardError>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.times.lock().unwrap().push(Instant::now());
+            let next = {
+                let mut outcomes = self.outcomes.lock().unwrap();
+                if outcomes.is_empty() {
+                    None
+                } else {
+                    outcomes.remove(0)
+                }
+            };
+            let hang = self.hang;
+            Box::pin(async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                next.map_or(Ok(()), Err)
+            })
+        }
+    }
+
+    fn batch() -> Batch {
+        let event = Event::new(
+            7,
+            EventId::generate(),
+            Source::Internal,
+            Envelope::default(),
+        );
+        Batch::new(vec![Arc::new(event)], 10)
+    }
+
+    fn settings(attempts: u32, elapsed: Duration) -> RetrySettings {
+        RetrySettings {
+            timeout: Duration::from_secs(1),
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(400),
+            attempts,
+            elapsed,
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let s = settings(0, Duration::ZERO);
+        let ceilings: Vec<_> = (1..=6)
+            .map(|a| BackoffPolicy::ceiling(&s, a).as_millis())
+            .collect();
+        assert_eq!(ceilings, [100, 200, 400, 400, 400, 400]);
+        assert_eq!(BackoffPolicy::ceiling(&s, 1000), Duration::from_millis(400));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retryable_errors_are_retried_with_jittered_backoff_until_success() {
+        let sink = Scripted::new(vec![
+            Some(ForwardError::retryable("down")),
+            Some(ForwardError::retryable("down")),
+            Some(ForwardError::retryable("down")),
+        ]);
+        let stack = stack(sink.clone(), "t", &settings(0, Duration::ZERO));
+        stack.oneshot(batch()).await.unwrap();
+        assert_eq!(sink.calls.load(Ordering::SeqCst), 4);
+        let times = sink.times.lock().unwrap();
+        for (i, pair) in times.windows(2).enumerate() {
+            let gap = pair[1] - pair[0];
+            let ceiling = BackoffPolicy::ceiling(&settings(0, Duration::ZERO), i as u32 + 1);
+            assert!(gap <= ceiling, "retry {i} waited {gap:?} > {ceiling:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_are_not_retried() {
+        let sink = Scripted::new(vec![Some(ForwardError::permanent("bad batch"))]);
+        let error = stack(sink.clone(), "t", &settings(0, Duration::ZERO))
+            .oneshot(batch())
+            .await
+            .unwrap_err();
+        assert!(!is_retryable(&error));
+        assert_eq!(error.to_string(), "bad batch");
+        assert_eq!(sink.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_attempt_budget_ends_retries() {
+        let failures = (0..10)
+            .map(|_| Some(ForwardError::retryable("down")))
+            .collect();
+        let sink = Scripted::new(failures);
+        let error = stack(sink.clone(), "t", &settings(3, Duration::ZERO))
+            .oneshot(batch())
+            .await
+            .unwrap_err();
+        assert!(is_retryable(&error));
+        assert_eq!(sink.calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_time_budget_ends_retries() {
+        let failures = (0..1000)
+            .map(|_| Some(ForwardError::retryable("down")))
+            .collect();
+        let sink = Scripted::new(failures);
+        let start = Instant::now();
+        stack(sink.clone(), "t", &settings(0, Duration::from_secs(5)))
+            .oneshot(batch())
+            .await
+            .unwrap_err();
+        let spent = Instant::now() - start;
+        assert!(
+            spent >= Duration::from_secs(5) && spent < Duration::from_secs(6),
+            "{spent:?}"
+        );
+        assert!(sink.calls.load(Ordering::SeqCst) >= 12);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_attempt_times_out_and_is_retried() {
+        let sink = Arc::new(Scripted {
+            outcomes: Mutex::new(Vec::new()),
+            calls: AtomicU32::new(0),
+            times: Mutex::new(Vec::new()),
+            hang: true,
+        });
+        let error = stack(sink.clone(), "t", &settings(2, Duration::ZERO))
+            .oneshot(batch())
+            .await
+            .unwrap_err();
+        assert!(error.is::<tower::timeout::error::Elapsed>());
+        assert_eq!(sink.calls.load(Ordering::SeqCst), 2);
+    }
+}

@@ -1,0 +1,266 @@
+//! The pipeline's per-forwarder settings: `queue`, `batch` and `retry` in a
+//! `[[forwarder]]` table. Each is an inline table; every key has a default.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What happens when an event arrives and the forwarder's queue is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overflow {
+    /// Publishers wait (up to `block_timeout`) for room; then the event is refused
+    /// with RESOURCE_EXHAUSTED, so the publisher knows it was not taken.
+    Block,
+    /// The arriving event is dropped for this forwarder (counted and logged).
+    DropNewest,
+    /// The oldest queued events are dropped to make room (counted and logged).
+    DropOldest,
+}
+
+impl Overflow {
+    pub fn label(self) -> &'static str {
+        match self {
+            Overflow::Block => "block",
+            Overflow::DropNewest => "drop_newest",
+            Overflow::DropOldest => "drop_oldest",
+        }
+    }
+}
+
+/// `queue = { events = 100000, bytes = "64MiB", overflow = "block", block_timeout = "5s" }`
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueSettings {
+    /// Most events held for this forwarder.
+    pub events: usize,
+    /// Most encoded envelope bytes held for this forwarder.
+    pub bytes: ByteSize,
+    pub overflow: Overflow,
+    /// With `overflow = "block"`: how long a publisher waits for room.
+    #[serde(with = "duration_text")]
+    pub block_timeout: Duration,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        Self {
+            events: 100_000,
+            bytes: ByteSize(64 << 20),
+            overflow: Overflow::Block,
+            block_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `batch = { events = 1000, bytes = "1MiB", linger = "5ms" }`
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BatchSettings {
+    /// Most events per batch; 0 means the kind's default.
+    pub events: usize,
+    /// Most encoded bytes per batch (a single larger event still goes, alone).
+    pub bytes: ByteSize,
+    /// How long a batch may wait to fill up after its first event arrived. Events
+    /// that queue up while a batch is being delivered are batched without waiting.
+    #[serde(with = "duration_text")]
+    pub linger: Duration,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        Self {
+            events: 0,
+            bytes: ByteSize(4 << 20),
+            linger: Duration::from_millis(5),
+        }
+    }
+}
+
+/// `retry = { timeout = "30s", initial = "100ms", max = "30s", attempts = 0, elapsed = "0s" }`
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrySettings {
+    /// Limit for one delivery attempt of one batch; an attempt that takes longer is
+    /// abandoned and retried.
+    #[serde(with = "duration_text")]
+    pub timeout: Duration,
+    /// Backoff before the first retry; doubles per attempt up to `max`, and each
+    /// actual delay is drawn uniformly from [0, backoff] ("full jitter").
+    #[serde(with = "duration_text")]
+    pub initial: Duration,
+    #[serde(with = "duration_text")]
+    pub max: Duration,
+    /// Give up on a batch after this many attempts in all; 0 = no limit.
+    pub attempts: u32,
+    /// Give up on a batch once this long has passed since its first attempt;
+    /// "0s" = no limit.
+    #[serde(with = "duration_text")]
+    pub elapsed: Duration,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(30),
+            attempts: 0,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+impl RetrySettings {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.timeout.is_zero() {
+            return Err("`retry.timeout` must be more than 0s".into());
+        }
+        if self.initial.is_zero() {
+            return Err("`retry.initial` must be more than 0s".into());
+        }
+        if self.max < self.initial {
+            return Err(format!(
+                "`retry.max` ({}) must not be less than `retry.initial` ({})",
+                humantime::format_duration(self.max),
+                humantime::format_duration(self.initial)
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl QueueSettings {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.events == 0 {
+            return Err("`queue.events` must be at least 1".into());
+        }
+        if self.bytes.0 == 0 {
+            return Err("`queue.bytes` must be more than 0".into());
+        }
+        Ok(())
+    }
+}
+
+impl BatchSettings {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.bytes.0 == 0 {
+            return Err("`batch.bytes` must be more than 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// A size in bytes, written as an integer or as text like "64MiB", "512KiB", "1GB".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let number: u64 = number
+            .parse()
+            .map_err(|_| format!("{text:?} is not a size like 1048576, \"512KiB\" or \"64MiB\""))?;
+        let factor: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KB" | "kB" => 1000,
+            "KiB" => 1 << 10,
+            "MB" => 1000 * 1000,
+            "MiB" => 1 << 20,
+            "GB" => 1000 * 1000 * 1000,
+            "GiB" => 1 << 30,
+            other => {
+                return Err(format!(
+                    "{text:?}: unknown unit {other:?} (use B, KB, KiB, MB, MiB, GB or GiB)"
+                ));
+            }
+        };
+        number
+            .checked_mul(factor)
+            .map(ByteSize)
+            .ok_or_else(|| format!("{text:?} is too large"))
+    }
+
+    pub fn get(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+            if n >= size && n % size == 0 {
+                return write!(f, "{}{unit}", n / size);
+            }
+        }
+        write!(f, "{n}B")
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => Ok(ByteSize(n)),
+            Raw::Text(text) => ByteSize::parse(&text).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// Durations as humantime text ("250ms", "30s", "5m") in both directions.
+pub mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        crate::config::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*value).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(ByteSize::parse("64MiB"), Ok(ByteSize(64 << 20)));
+        assert_eq!(ByteSize::parse("1000"), Ok(ByteSize(1000)));
+        assert_eq!(ByteSize::parse("2 KB"), Ok(ByteSize(2000)));
+        assert!(
+            ByteSize::parse("12 parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(ByteSize::parse("MiB").is_err());
+        assert!(
+            ByteSize::parse("99999999999999GiB")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert_eq!(ByteSize(64 << 20).to_string(), "64MiB");
+        assert_eq!(ByteSize(1500).to_string(), "1500B");
+    }
+}
