@@ -52,7 +52,7 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct PipelineSection {
     /// At shutdown, how long forwarders get to deliver what is queued.
-    #[serde(with = "crate::pipeline::settings::duration_text")]
+    #[serde(with = "duration_text")]
     pub drain_timeout: Duration,
 }
 
@@ -215,10 +215,7 @@ pub struct ExchangeSection {
     /// Events a subscriber may fall behind before it is cut off.
     pub subscriber_queue: usize,
     /// How long shutdown waits for in-flight calls before giving up on them.
-    #[serde(
-        serialize_with = "serialize_duration",
-        deserialize_with = "deserialize_duration"
-    )]
+    #[serde(with = "duration_text")]
     pub shutdown_timeout: Duration,
 }
 
@@ -356,13 +353,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration like \"500ms\", \"10s\" or \"5m\": {e}"))
 }
 
-fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    parse_duration(&text).map_err(serde::de::Error::custom)
-}
+/// Durations as humantime text ("250ms", "30s", "5m") in both directions.
+pub mod duration_text {
+    use std::time::Duration;
 
-fn serialize_duration<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&humantime::format_duration(*value).to_string())
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*value).to_string())
+    }
 }
 
 #[cfg(test)]
@@ -426,5 +430,99 @@ mod tests {
             let message = Config::parse(text, "test").unwrap_err().to_string();
             assert!(message.contains(key), "{text:?} -> {message}");
         }
+    }
+
+    #[test]
+    fn forwarders_default_to_file_and_sqlite_and_can_be_turned_off() {
+        let config = Config::parse("", "test").unwrap();
+        let kinds: Vec<_> = config.forwarders.iter().map(|f| f.kind.as_str()).collect();
+        assert_eq!(kinds, ["file", "sqlite"]);
+        assert!(
+            Config::parse("forwarder = []", "test")
+                .unwrap()
+                .forwarders
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn forwarder_tables_split_pipeline_keys_from_kind_options() {
+        let config = Config::parse(
+            r#"
+            [[forwarder]]
+            name = "k"
+            kind = "kafka"
+            brokers = "127.0.0.1:9092"
+            filters = ['topic=="/tasks/exit"']
+            queue = { events = 10, bytes = "1MiB", overflow = "drop_oldest" }
+            batch = { events = 5, linger = "20ms" }
+            retry = { initial = "50ms", max = "2s", attempts = 7, elapsed = "1m" }
+            "#,
+            "test",
+        )
+        .unwrap();
+        let spec = &config.forwarders[0];
+        assert_eq!((spec.name.as_str(), spec.kind.as_str()), ("k", "kafka"));
+        assert_eq!(
+            spec.options.get("brokers").and_then(|v| v.as_str()),
+            Some("127.0.0.1:9092")
+        );
+        assert_eq!(spec.options.len(), 1);
+        assert_eq!(spec.queue.events, 10);
+        assert_eq!(spec.queue.bytes.0, 1 << 20);
+        assert_eq!(
+            spec.queue.overflow,
+            crate::pipeline::settings::Overflow::DropOldest
+        );
+        assert_eq!(spec.batch.events, 5);
+        assert_eq!(spec.batch.linger, Duration::from_millis(20));
+        assert_eq!(spec.retry.attempts, 7);
+        assert_eq!(spec.retry.elapsed, Duration::from_secs(60));
+        // What check-config prints parses back to the same thing.
+        assert_eq!(
+            Config::parse(&config.to_toml(), "round trip").unwrap(),
+            config
+        );
+    }
+
+    #[test]
+    fn bad_forwarder_keys_are_named() {
+        let table = |body: &str| format!("[[forwarder]]\nname = \"f\"\nkind = \"file\"\n{body}");
+        let cases = [
+            (table("queue = { event = 3 }"), "event"),
+            (table("queue = { overflow = \"spill\" }"), "spill"),
+            (table("queue = { events = 0 }"), "queue.events"),
+            (table("batch = { bytes = \"12 parsecs\" }"), "parsecs"),
+            (
+                table("retry = { initial = \"1s\", max = \"10ms\" }"),
+                "retry.max",
+            ),
+            (table("retry = { timeout = \"0s\" }"), "retry.timeout"),
+            (table("filters = ['topic==\"unterminated']"), "filters"),
+            ("[[forwarder]]\nkind = \"file\"".into(), "name"),
+            ("[[forwarder]]\nname = \"x\"".into(), "kind"),
+            (
+                "[[forwarder]]\nname = \"a b\"\nkind = \"file\"".into(),
+                "name",
+            ),
+            (format!("{}\n{}", table(""), table("")), "unique"),
+        ];
+        for (text, key) in cases {
+            let message = Config::parse(&text, "test").unwrap_err().to_string();
+            assert!(message.contains(key), "{text:?} -> {message}");
+        }
+    }
+
+    #[test]
+    fn unknown_kinds_are_named_with_the_known_ones() {
+        let config = Config::parse("[[forwarder]]\nname = \"x\"\nkind = \"s3\"", "test").unwrap();
+        let message = config
+            .check_kinds(&Kinds::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("\"s3\"") && message.contains("kafka"),
+            "{message}"
+        );
     }
 }

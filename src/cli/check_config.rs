@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::CliError;
 use crate::config::Config;
+use crate::forward::Kinds;
 
 #[derive(Debug, Args)]
 pub struct CheckConfigArgs {
@@ -19,6 +20,7 @@ pub struct CheckConfigArgs {
 
 pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     let config = Config::load(&args.file)?;
+    config.check_kinds(&Kinds::default())?;
     println!("{}: ok", args.file.display());
     if args.print {
         print!("{}", config.to_toml());

@@ -244,13 +244,15 @@ mod tests {
 
     #[test]
     fn drop_oldest_makes_room_by_bytes_too() {
-        let q = queue(10, 100, Overflow::DropOldest);
+        let q = queue(10, 120, Overflow::DropOldest);
         for seq in 1..=4 {
             assert_eq!(q.push(event(seq), 30), Pushed::Queued);
         }
-        // 120 bytes would exceed 100: one old event goes.
-        assert_eq!(q.push(event(5), 30), Pushed::Dropped(2));
-        assert_eq!(seqs(&q), [3, 4, 5]);
+        // 150 bytes would exceed 120: one old event goes.
+        assert_eq!(q.push(event(5), 30), Pushed::Dropped(1));
+        // A large one pushes out as many as it takes.
+        assert_eq!(q.push(event(6), 90), Pushed::Dropped(3));
+        assert_eq!(seqs(&q), [5, 6]);
         assert_eq!(q.depth(), (0, 0));
     }
 
@@ -271,11 +273,13 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(q.take(2, usize::MAX, &mut out), 200);
         assert_eq!(q.take(10, 250, &mut out), 200);
-        assert_eq!(q.take(10, 50, &mut out), 100);
-        assert_eq!(
-            out.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            [1, 2, 3, 4, 5]
-        );
+        // A non-empty batch takes nothing that would overflow its byte budget...
+        assert_eq!(q.take(10, 50, &mut out), 0);
+        // ...but an empty one takes an oversized event, which then goes alone.
+        let mut alone = Vec::new();
+        assert_eq!(q.take(10, 50, &mut alone), 100);
+        assert_eq!(out.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert_eq!(alone[0].seq, 5);
     }
 
     #[tokio::test(start_paused = true)]

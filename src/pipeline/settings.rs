@@ -39,7 +39,7 @@ pub struct QueueSettings {
     pub bytes: ByteSize,
     pub overflow: Overflow,
     /// With `overflow = "block"`: how long a publisher waits for room.
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::config::duration_text")]
     pub block_timeout: Duration,
 }
 
@@ -64,7 +64,7 @@ pub struct BatchSettings {
     pub bytes: ByteSize,
     /// How long a batch may wait to fill up after its first event arrived. Events
     /// that queue up while a batch is being delivered are batched without waiting.
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::config::duration_text")]
     pub linger: Duration,
 }
 
@@ -84,19 +84,19 @@ impl Default for BatchSettings {
 pub struct RetrySettings {
     /// Limit for one delivery attempt of one batch; an attempt that takes longer is
     /// abandoned and retried.
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::config::duration_text")]
     pub timeout: Duration,
     /// Backoff before the first retry; doubles per attempt up to `max`, and each
     /// actual delay is drawn uniformly from [0, backoff] ("full jitter").
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::config::duration_text")]
     pub initial: Duration,
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::config::duration_text")]
     pub max: Duration,
     /// Give up on a batch after this many attempts in all; 0 = no limit.
     pub attempts: u32,
     /// Give up on a batch once this long has passed since its first attempt;
     /// "0s" = no limit.
-    #[serde(with = "duration_text")]
+    #[serde(with = "crate::config::duration_text")]
     pub elapsed: Duration,
 }
 
@@ -195,7 +195,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-            if n >= size && n % size == 0 {
+            if n >= size && n.is_multiple_of(size) {
                 return write!(f, "{}{unit}", n / size);
             }
         }
@@ -221,22 +221,6 @@ impl<'de> Deserialize<'de> for ByteSize {
 impl Serialize for ByteSize {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.to_string())
-    }
-}
-
-/// Durations as humantime text ("250ms", "30s", "5m") in both directions.
-pub mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        crate::config::parse_duration(&text).map_err(serde::de::Error::custom)
-    }
-
-    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*value).to_string())
     }
 }
 
