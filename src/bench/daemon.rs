@@ -14,6 +14,8 @@ pub struct Daemon {
     name: &'static str,
     child: Child,
     socket: PathBuf,
+    /// Ready when this TCP address accepts connections (instead of the socket).
+    tcp: Option<std::net::SocketAddr>,
     log: PathBuf,
 }
 
@@ -47,10 +49,52 @@ impl Daemon {
         Self::spawn("eventgate", command, socket, dir.join("eventgate.log")).await
     }
 
+    /// Starts a tansu Kafka-protocol broker with in-memory storage on a free loopback
+    /// port; returns it with its bootstrap address.
+    pub async fn tansu(binary: &Path, dir: &Path) -> Result<(Self, String), BenchError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|source| BenchError::Io {
+                context: "cannot find a free port".into(),
+                source,
+            })?
+            .port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut command = Command::new(binary);
+        command
+            .arg("broker")
+            .arg("--storage-engine")
+            .arg("memory://tansu/")
+            .arg("--listener-url")
+            .arg(&url)
+            .arg("--advertised-listener-url")
+            .arg(&url);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let daemon = Self::spawn_ready(
+            "tansu",
+            command,
+            PathBuf::new(),
+            Some(addr),
+            dir.join("tansu.log"),
+        )
+        .await?;
+        Ok((daemon, format!("127.0.0.1:{port}")))
+    }
+
     async fn spawn(
+        name: &'static str,
+        command: Command,
+        socket: PathBuf,
+        log: PathBuf,
+    ) -> Result<Self, BenchError> {
+        Self::spawn_ready(name, command, socket, None, log).await
+    }
+
+    async fn spawn_ready(
         name: &'static str,
         mut command: Command,
         socket: PathBuf,
+        tcp: Option<std::net::SocketAddr>,
         log: PathBuf,
     ) -> Result<Self, BenchError> {
         let log_file = std::fs::File::create(&log).map_err(|source| BenchError::Io {
@@ -73,6 +117,7 @@ impl Daemon {
             name,
             child,
             socket,
+            tcp,
             log,
         };
         daemon.wait_ready(Duration::from_secs(30)).await?;
@@ -110,7 +155,11 @@ impl Daemon {
     async fn wait_ready(&mut self, timeout: Duration) -> Result<(), BenchError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if tokio::net::UnixStream::connect(&self.socket).await.is_ok() {
+            let ready = match self.tcp {
+                Some(addr) => tokio::net::TcpStream::connect(addr).await.is_ok(),
+                None => tokio::net::UnixStream::connect(&self.socket).await.is_ok(),
+            };
+            if ready {
                 return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {

@@ -3,6 +3,9 @@
 
 pub mod daemon;
 pub mod exchange;
+pub mod forwarder;
+pub mod load;
+mod sinks;
 
 use std::time::Duration;
 

@@ -1,28 +1,15 @@
-//! `eventgate bench`: rerunnable benchmarks that print a README-ready table.
+//! `eventgate bench exchange`: eventgate's exchange next to containerd's.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 
-use super::CliError;
 use crate::bench::daemon::{Daemon, own_cpu_time};
 use crate::bench::exchange::{ExchangeBench, Measurement, measure};
 use crate::bench::micros;
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    pub which: Which,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Which {
-    /// Publish/Subscribe throughput and latency: eventgate vs a real containerd,
-    /// both started by the benchmark on temporary unix sockets.
-    Exchange(ExchangeArgs),
-}
+use crate::cli::CliError;
 
 #[derive(Debug, Args)]
 pub struct ExchangeArgs {
@@ -44,6 +31,11 @@ pub struct ExchangeArgs {
     /// Measure eventgate alone.
     #[arg(long)]
     pub no_containerd: bool,
+    /// Run eventgate with its default forwarders (JSON-lines file and SQLite store)
+    /// instead of the exchange alone. containerd keeps nothing, so the default
+    /// compares like with like.
+    #[arg(long)]
+    pub with_forwarders: bool,
 }
 
 struct Row {
@@ -55,13 +47,7 @@ struct Row {
     client_cpu_us: f64,
 }
 
-pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
-    match args.which {
-        Which::Exchange(args) => exchange(args).await,
-    }
-}
-
-async fn exchange(args: ExchangeArgs) -> Result<ExitCode, CliError> {
+pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
     let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
         context: "cannot find the eventgate binary".into(),
         source,
@@ -99,7 +85,20 @@ async fn exchange(args: ExchangeArgs) -> Result<ExitCode, CliError> {
             })?;
             let daemon = match system {
                 "containerd" => Daemon::containerd(&args.containerd, &run_dir).await?,
-                _ => Daemon::eventgate(&eventgate, &run_dir, &[]).await?,
+                _ => {
+                    let config = run_dir.join("eventgate.toml");
+                    let text = if args.with_forwarders {
+                        ""
+                    } else {
+                        "forwarder = []\n"
+                    };
+                    std::fs::write(&config, text).map_err(|source| CliError::Io {
+                        context: format!("cannot write {}", config.display()),
+                        source,
+                    })?;
+                    let config = config.display().to_string();
+                    Daemon::eventgate(&eventgate, &run_dir, &["--config", &config]).await?
+                }
             };
             let address = daemon.socket().display().to_string();
             let (server_before, client_before) = (daemon.cpu_time(), own_cpu_time());

@@ -1,0 +1,123 @@
+//! Forwarder throughput: events published over the socket until the forwarder has
+//! all of them, next to the raw limit of the same sink measured in the same run
+//! (plain rusqlite inserts, plain librdkafka produce, plain buffered writes of the
+//! same rows, messages and lines).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::daemon::Daemon;
+use super::load::{as_events, lifecycle, publish_all, wait_until};
+use super::{BenchError, sinks};
+
+/// Which sink to measure.
+#[derive(Clone, Debug)]
+pub enum Sink {
+    /// The exchange with no forwarder: the ceiling of the publish path itself.
+    None,
+    File,
+    Sqlite,
+    Kafka {
+        brokers: String,
+    },
+}
+
+impl Sink {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Sink::None => "none",
+            Sink::File => "file",
+            Sink::Sqlite => "sqlite",
+            Sink::Kafka { .. } => "kafka",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ForwarderBench {
+    pub events: usize,
+    pub publishers: usize,
+    pub in_flight: usize,
+    /// Events per batch, for the forwarder and the raw baseline alike.
+    pub batch: usize,
+    pub timeout: Duration,
+}
+
+/// One round's figures.
+#[derive(Debug, Clone)]
+pub struct Round {
+    /// First publish until the sink held every event.
+    pub gateway: Duration,
+    /// Publishing alone (every call answered).
+    pub publish: Duration,
+    /// The same rows/messages/lines written straight to the sink.
+    pub raw: Option<Duration>,
+    pub peak_rss: Option<u64>,
+}
+
+/// Runs one round in `dir` for `sink`.
+pub async fn round(
+    eventgate: &Path,
+    dir: &Path,
+    sink: &Sink,
+    bench: &ForwarderBench,
+    round: usize,
+) -> Result<Round, BenchError> {
+    let items = Arc::new(lifecycle(bench.events));
+    let run_dir = dir.join(format!("{}-{round}", sink.label()));
+    create_dir(&run_dir)?;
+
+    let raw = match sink {
+        Sink::None => None,
+        _ => {
+            let events = as_events(&items);
+            let raw_dir = run_dir.join("raw");
+            create_dir(&raw_dir)?;
+            Some(sinks::raw(sink, &raw_dir, &events, bench.batch, round).await?)
+        }
+    };
+
+    let config = run_dir.join("eventgate.toml");
+    let toml = sinks::config(sink, bench.batch, round);
+    std::fs::write(&config, toml).map_err(|source| BenchError::Io {
+        context: format!("cannot write {}", config.display()),
+        source,
+    })?;
+    let config_arg = config.display().to_string();
+    let daemon = Daemon::eventgate(eventgate, &run_dir, &["--config", &config_arg]).await?;
+    let data_dir = run_dir.join("eventgate");
+    let address = daemon.socket().display().to_string();
+    let start = Instant::now();
+    let publish = publish_all(
+        &address,
+        Arc::clone(&items),
+        bench.publishers,
+        bench.in_flight,
+    )
+    .await?;
+    let expected = items.len() as u64;
+    let mut counter = sinks::Counter::new(sink, &data_dir, round);
+    wait_until(
+        &format!("the {} forwarder to hold {expected} events", sink.label()),
+        bench.timeout,
+        || Ok(counter.count()? >= expected),
+    )
+    .await?;
+    let gateway = start.elapsed();
+    let peak_rss = daemon.peak_rss();
+    daemon.stop(Duration::from_secs(10)).await;
+    Ok(Round {
+        gateway,
+        publish,
+        raw,
+        peak_rss,
+    })
+}
+
+fn create_dir(path: &PathBuf) -> Result<(), BenchError> {
+    std::fs::create_dir_all(path).map_err(|source| BenchError::Io {
+        context: format!("cannot create {}", path.display()),
+        source,
+    })
+}

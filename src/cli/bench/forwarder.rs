@@ -1,0 +1,198 @@
+//! `eventgate bench forwarder`: each forwarder's sustained throughput through the
+//! gateway next to its sink's raw limit, measured in the same run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::bench::daemon::Daemon;
+use crate::bench::forwarder::{ForwarderBench, Round, Sink, round};
+use crate::cli::CliError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    None,
+    File,
+    Sqlite,
+    Kafka,
+}
+
+#[derive(Debug, Args)]
+pub struct ForwarderArgs {
+    /// Forwarders to measure ("none" is the exchange alone: the publish path's ceiling).
+    #[arg(long = "sink", value_enum, default_values_t = [Which::None, Which::File, Which::Sqlite, Which::Kafka])]
+    pub sinks: Vec<Which>,
+    /// Events per round.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub events: u32,
+    /// Publishing connections.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub publishers: u32,
+    /// Calls in flight per connection.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub in_flight: u32,
+    /// Events per batch, for the forwarder and the raw baseline alike.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: u32,
+    /// Rounds per sink; the median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub rounds: u32,
+    /// Kafka bootstrap servers; without it the benchmark starts its own tansu broker.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub brokers: Option<String>,
+    /// The tansu binary to start when no --brokers is given.
+    #[arg(long, default_value = "tansu")]
+    pub tansu: PathBuf,
+}
+
+pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
+    let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
+        context: "cannot find the eventgate binary".into(),
+        source,
+    })?;
+    let dir = tempfile::Builder::new()
+        .prefix("eg-bench")
+        .tempdir()
+        .map_err(|source| CliError::Io {
+            context: "cannot create a temporary directory".into(),
+            source,
+        })?;
+    let bench = ForwarderBench {
+        events: args.events as usize,
+        publishers: args.publishers as usize,
+        in_flight: args.in_flight as usize,
+        batch: args.batch as usize,
+        timeout: Duration::from_secs(300),
+    };
+    let mut broker = None;
+    let mut results: Vec<(Sink, Vec<Round>)> = Vec::new();
+    for which in &args.sinks {
+        let sink = match which {
+            Which::None => Sink::None,
+            Which::File => Sink::File,
+            Which::Sqlite => Sink::Sqlite,
+            Which::Kafka => {
+                let brokers = match &args.brokers {
+                    Some(brokers) => brokers.clone(),
+                    None => {
+                        let (daemon, brokers) =
+                            Daemon::tansu(&find_tansu(&args.tansu), dir.path()).await?;
+                        broker = Some(daemon);
+                        brokers
+                    }
+                };
+                Sink::Kafka { brokers }
+            }
+        };
+        let mut rounds = Vec::new();
+        for n in 0..args.rounds as usize {
+            let r = round(&eventgate, dir.path(), &sink, &bench, n).await?;
+            eprintln!(
+                "round {} {:>6}: gateway {:>8.0} events/s, publish {:>8.0} events/s, raw {}",
+                n + 1,
+                sink.label(),
+                rate(bench.events, r.gateway),
+                rate(bench.events, r.publish),
+                r.raw.map_or("-".into(), |d| format!(
+                    "{:.0} events/s",
+                    rate(bench.events, d)
+                )),
+            );
+            rounds.push(r);
+        }
+        results.push((sink, rounds));
+    }
+    if let Some(broker) = broker {
+        broker.stop(Duration::from_secs(5)).await;
+    }
+    print_table(&args, &bench, results);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tansu` on PATH, else where `cargo install` puts it.
+fn find_tansu(given: &PathBuf) -> PathBuf {
+    if given.components().count() > 1 {
+        return given.clone();
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|p| p.join(given))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|home| home.join("bin").join(given));
+    on_path
+        .into_iter()
+        .chain(cargo_home)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| given.clone())
+}
+
+fn rate(events: usize, elapsed: Duration) -> f64 {
+    events as f64 / elapsed.as_secs_f64().max(1e-9)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn target(sink: &Sink) -> &'static str {
+    match sink {
+        Sink::None => "",
+        Sink::File => ">= 50%",
+        Sink::Sqlite => ">= 70%",
+        Sink::Kafka { .. } => ">= 80%",
+    }
+}
+
+fn print_table(args: &ForwarderArgs, bench: &ForwarderBench, results: Vec<(Sink, Vec<Round>)>) {
+    println!(
+        "{} events per round ({} publishers x {} in flight), batches of {}, median of {} rounds\n",
+        bench.events, args.publishers, args.in_flight, bench.batch, args.rounds
+    );
+    println!(
+        "| forwarder | through the gateway (events/s) | raw sink (events/s) | gateway / raw | target | publish calls alone (events/s) | gateway peak RSS |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (sink, rounds) in results {
+        let gateway = median(
+            rounds
+                .iter()
+                .map(|r| rate(bench.events, r.gateway))
+                .collect(),
+        );
+        let publish = median(
+            rounds
+                .iter()
+                .map(|r| rate(bench.events, r.publish))
+                .collect(),
+        );
+        let raw: Vec<f64> = rounds
+            .iter()
+            .filter_map(|r| r.raw.map(|d| rate(bench.events, d)))
+            .collect();
+        let rss = rounds.iter().filter_map(|r| r.peak_rss).max();
+        let (raw_text, ratio) = if raw.is_empty() {
+            ("-".to_string(), "-".to_string())
+        } else {
+            let raw = median(raw);
+            (
+                format!("{raw:.0}"),
+                format!("{:.0}%", 100.0 * gateway / raw),
+            )
+        };
+        println!(
+            "| {} | {gateway:.0} | {raw_text} | {ratio} | {} | {publish:.0} | {} |",
+            sink.label(),
+            target(&sink),
+            rss.map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+        );
+    }
+}

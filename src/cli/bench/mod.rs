@@ -1,0 +1,33 @@
+//! `eventgate bench`: rerunnable benchmarks that print a README-ready table.
+
+mod exchange;
+mod forwarder;
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub which: Which,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Which {
+    /// Publish/Subscribe throughput and latency: eventgate vs a real containerd,
+    /// both started by the benchmark on temporary unix sockets.
+    Exchange(exchange::ExchangeArgs),
+    /// Forwarder throughput: events published over the socket until the forwarder
+    /// holds them all, next to the sink's raw limit measured in the same run.
+    Forwarder(forwarder::ForwarderArgs),
+}
+
+pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
+    match args.which {
+        Which::Exchange(args) => exchange::run(args).await,
+        Which::Forwarder(args) => forwarder::run(args).await,
+    }
+}
