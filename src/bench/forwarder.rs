@@ -53,6 +53,8 @@ pub struct Round {
     pub publish: Duration,
     /// The same rows/messages/lines written straight to the sink.
     pub raw: Option<Duration>,
+    /// The same events through the pipeline and forwarder in-process (no gRPC).
+    pub pipeline: Option<Duration>,
     pub peak_rss: Option<u64>,
 }
 
@@ -68,13 +70,19 @@ pub async fn round(
     let run_dir = dir.join(format!("{}-{round}", sink.label()));
     create_dir(&run_dir)?;
 
-    let raw = match sink {
-        Sink::None => None,
+    let (raw, pipeline) = match sink {
+        Sink::None => (None, None),
         _ => {
             let events = as_events(&items);
             let raw_dir = run_dir.join("raw");
             create_dir(&raw_dir)?;
-            Some(sinks::raw(sink, &raw_dir, &events, bench.batch, round).await?)
+            let raw = sinks::raw(sink, &raw_dir, &events, bench.batch, round).await?;
+            let pipeline_dir = run_dir.join("pipeline");
+            create_dir(&pipeline_dir)?;
+            // A topic of its own, so counting the gateway's messages stays exact.
+            let pipeline =
+                sinks::pipeline(sink, &pipeline_dir, &events, bench.batch, round + 1000).await?;
+            (Some(raw), Some(pipeline))
         }
     };
 
@@ -111,6 +119,7 @@ pub async fn round(
         gateway,
         publish,
         raw,
+        pipeline,
         peak_rss,
     })
 }

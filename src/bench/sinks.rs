@@ -1,23 +1,109 @@
-//! Per-sink parts of the forwarder benchmark: the gateway config, the raw baseline,
-//! and counting what a sink holds.
+//! Per-sink parts of the forwarder benchmark: the forwarder's options, the raw
+//! baseline, and counting what a sink holds.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::BenchError;
 use super::forwarder::Sink;
 use crate::event::Event;
+use crate::forward::{Context, Kinds, Options};
+use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
+use crate::pipeline::{Parts, Pipeline};
 
-/// The config the gateway runs with: the one forwarder under test, batches of
-/// `batch` events.
+/// The forwarder's kind-specific options for round `round`.
+pub fn options(sink: &Sink, round: usize) -> Options {
+    let mut options = Options::new();
+    match sink {
+        Sink::None => {}
+        Sink::File => {
+            options.insert("path".into(), "events.jsonl".into());
+        }
+        Sink::Sqlite => {
+            options.insert("path".into(), "audit.db".into());
+        }
+        Sink::Kafka { brokers } => {
+            options.insert("brokers".into(), brokers.as_str().into());
+            options.insert("topic".into(), topic(round).into());
+            options.insert("create_topic".into(), true.into());
+        }
+    }
+    options
+}
+
+fn topic(round: usize) -> String {
+    format!("bench-{}-{round}", std::process::id())
+}
+
+/// The config the gateway runs with: the one forwarder under test.
 pub fn config(sink: &Sink, batch: usize, round: usize) -> String {
-    let _ = round;
-    let forwarder = match sink {
-        Sink::None => return "forwarder = []\n".into(),
-        _ => String::new(),
+    if let Sink::None = sink {
+        return "forwarder = []\n".into();
+    }
+    let mut table = options(sink, round);
+    table.insert("name".into(), "bench".into());
+    table.insert("kind".into(), sink.label().into());
+    let mut batch_table = toml::Table::new();
+    batch_table.insert("events".into(), (batch as i64).into());
+    table.insert("batch".into(), batch_table.into());
+    let mut root = toml::Table::new();
+    root.insert(
+        "forwarder".into(),
+        toml::Value::Array(vec![toml::Value::Table(table)]),
+    );
+    toml::to_string(&root).unwrap_or_default()
+}
+
+/// The same forwarder driven in-process through the pipeline (no gRPC): what the
+/// forwarder and pipeline cost on their own.
+pub async fn pipeline(
+    sink: &Sink,
+    dir: &Path,
+    events: &[Arc<Event>],
+    batch: usize,
+    round: usize,
+) -> Result<Duration, BenchError> {
+    let options = options(sink, round);
+    let kinds = Kinds::default();
+    let kind = kinds.get(sink.label()).map_err(build_error)?;
+    let context = Context {
+        name: "bench".into(),
+        data_dir: dir.to_path_buf(),
     };
-    format!("{forwarder}batch = {{ events = {batch} }}\n")
+    let forwarder = kind.build(&context, &options).await.map_err(build_error)?;
+    let pipeline = Pipeline::from_forwarders([Parts {
+        name: "bench".into(),
+        filter: crate::filter::Filter::always(),
+        forwarder,
+        queue: QueueSettings {
+            events: events.len() + 1,
+            ..QueueSettings::default()
+        },
+        batch: BatchSettings {
+            events: batch,
+            ..BatchSettings::default()
+        },
+        retry: RetrySettings::default(),
+    }]);
+    let router = pipeline.router();
+    let start = Instant::now();
+    for event in events {
+        router.route(event);
+    }
+    let last = events.last().map_or(0, |e| e.seq);
+    if let Some(handle) = pipeline.forwarder("bench") {
+        handle.wait_acked(last).await;
+    }
+    let elapsed = start.elapsed();
+    pipeline.shutdown(Duration::from_secs(10)).await;
+    Ok(elapsed)
+}
+
+fn build_error(error: crate::forward::BuildError) -> BenchError {
+    BenchError::Timeout {
+        what: format!("cannot build the forwarder: {error}"),
+    }
 }
 
 /// Writes `events` straight to the sink, `batch` at a time; returns the time taken.

@@ -90,15 +90,13 @@ pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
         for n in 0..args.rounds as usize {
             let r = round(&eventgate, dir.path(), &sink, &bench, n).await?;
             eprintln!(
-                "round {} {:>6}: gateway {:>8.0} events/s, publish {:>8.0} events/s, raw {}",
+                "round {} {:>6}: gateway {:>8.0} events/s, publish {:>8.0} events/s, raw {}, pipeline {}",
                 n + 1,
                 sink.label(),
                 rate(bench.events, r.gateway),
                 rate(bench.events, r.publish),
-                r.raw.map_or("-".into(), |d| format!(
-                    "{:.0} events/s",
-                    rate(bench.events, d)
-                )),
+                per_sec(bench.events, r.raw),
+                per_sec(bench.events, r.pipeline),
             );
             rounds.push(r);
         }
@@ -138,6 +136,10 @@ fn rate(events: usize, elapsed: Duration) -> f64 {
     events as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
+fn per_sec(events: usize, elapsed: Option<Duration>) -> String {
+    elapsed.map_or("-".into(), |d| format!("{:.0} events/s", rate(events, d)))
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
@@ -158,9 +160,9 @@ fn print_table(args: &ForwarderArgs, bench: &ForwarderBench, results: Vec<(Sink,
         bench.events, args.publishers, args.in_flight, bench.batch, args.rounds
     );
     println!(
-        "| forwarder | through the gateway (events/s) | raw sink (events/s) | gateway / raw | target | publish calls alone (events/s) | gateway peak RSS |"
+        "| forwarder | through the gateway (events/s) | raw sink (events/s) | gateway / raw | target | pipeline in-process (events/s) | pipeline / raw | publish calls alone (events/s) | gateway peak RSS |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (sink, rounds) in results {
         let gateway = median(
             rounds
