@@ -319,3 +319,47 @@ async fn every_published_event_is_one_row_in_gateway_order() {
     let after = Connection::open(gw.dir.path().join("data/audit.db")).expect("reopen");
     assert_eq!(count(&after), i64::from(N));
 }
+
+/// seq restarts with the gateway; the store keeps both runs' rows (seq is not a key).
+#[test]
+fn a_restarted_gateway_appends_even_though_seq_starts_again() {
+    let store_dir = tempfile::tempdir().expect("tempdir");
+    let db = store_dir.path().join("audit.db");
+    for run in 1..=2 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("eventgate.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = {:?}\n",
+                path_str(&db)
+            ),
+        )
+        .expect("write config");
+        let mut gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
+        let (ok, err) = publish_json(
+            &gw.address(),
+            "default",
+            "/tasks/exit",
+            "containerd.events.TaskExit",
+            &format!(r#"{{"container_id":"run{run}"}}"#),
+        );
+        assert!(ok, "{err}");
+        drop(wait_rows(&db, run));
+        assert!(gw.terminate().success(), "{}", gw.stderr_text());
+    }
+    let conn = store::open_reader(&db, Duration::from_secs(1)).expect("reader");
+    let got: Vec<(i64, String)> = conn
+        .prepare("SELECT seq, json_extract(event, '$.container_id') FROM events ORDER BY row_id")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].1.as_str(), got[1].1.as_str()), ("run1", "run2"));
+    assert_eq!(
+        got[0].0, got[1].0,
+        "both runs numbered their first event alike"
+    );
+}
