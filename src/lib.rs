@@ -8,6 +8,8 @@
 //! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
 //! - [`pipeline`]: per-forwarder route filters, bounded queues, batching, retries.
 //! - [`forward`]: the [`forward::Forwarder`] trait and the file, SQLite and Kafka kinds.
+//! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
+//!   connections), written by the `sqlite` forwarder and read by queries.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
 //! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
@@ -29,3 +31,4 @@ pub mod listen;
 pub mod pipeline;
 pub mod proto;
 pub mod render;
+pub mod store;

@@ -1,0 +1,132 @@
+use std::path::Path;
+
+use super::*;
+use crate::event::{Event, EventId, Source};
+use crate::forward::ErrorKind;
+use crate::proto::Registry;
+use crate::proto::containerd::types::Envelope;
+
+fn options(toml: &str) -> Options {
+    toml.parse().unwrap()
+}
+
+fn context(data_dir: &Path) -> Context {
+    Context {
+        name: "audit".into(),
+        data_dir: data_dir.to_path_buf(),
+    }
+}
+
+fn batch(seqs: std::ops::RangeInclusive<u64>) -> Batch {
+    let events = seqs
+        .map(|seq| {
+            let any = Registry::global()
+                .encode_json("containerd.events.TaskOOM", r#"{"container_id":"c"}"#)
+                .unwrap();
+            Arc::new(Event::new(
+                seq,
+                EventId::generate(),
+                Source::Publish,
+                Envelope {
+                    timestamp: Some(prost_types::Timestamp::default()),
+                    namespace: "default".into(),
+                    topic: "/tasks/oom".into(),
+                    event: Some(any),
+                },
+            ))
+        })
+        .collect();
+    Batch::new(events, 0)
+}
+
+#[test]
+fn options_have_defaults_and_bad_ones_are_named() {
+    let parsed = SqliteOptions::parse(&Options::new()).unwrap();
+    assert_eq!(parsed.path, Path::new("audit.db"));
+    assert_eq!(parsed.synchronous, Synchronous::Normal);
+    assert_eq!(parsed.busy_timeout, Duration::from_secs(5));
+    let parsed = SqliteOptions::parse(&options(
+        r#"synchronous = "full"
+busy_timeout = "250ms""#,
+    ))
+    .unwrap();
+    assert_eq!(parsed.synchronous, Synchronous::Full);
+    assert_eq!(parsed.busy_timeout, Duration::from_millis(250));
+
+    let cases = [
+        (r#"pathh = "x.db""#, "pathh"),
+        (r#"synchronous = "off""#, "full"),
+        (r#"busy_timeout = "soon""#, "soon"),
+        (r#"busy_timeout = "2h""#, "busy_timeout"),
+        (r#"path = """#, "path"),
+    ];
+    for (toml, named) in cases {
+        let error = SqliteKind.check(&options(toml)).unwrap_err().to_string();
+        assert!(error.contains(named), "{toml}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn relative_paths_live_under_the_data_dir_and_missing_dirs_are_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let kind = SqliteKind;
+    let forwarder = kind
+        .build(&context(&data), &options(r#"path = "store/audit.db""#))
+        .await
+        .unwrap();
+    forwarder.send(&batch(1..=2)).await.unwrap();
+    forwarder.close().await.unwrap();
+    let conn = store::open_reader(&data.join("store/audit.db"), Duration::from_secs(1)).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+    let error = forwarder.send(&batch(3..=3)).await.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Permanent, "closed: {error}");
+}
+
+#[tokio::test]
+async fn an_unusable_location_fails_the_start_with_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("blocker"), b"").unwrap();
+    let error = match SqliteKind
+        .build(
+            &context(dir.path()),
+            &options(r#"path = "blocker/audit.db""#),
+        )
+        .await
+    {
+        Ok(_) => panic!("built on a path under a regular file"),
+        Err(error) => format!("{:#}", anyhow::Error::from(error)),
+    };
+    assert!(error.contains("cannot open the audit store"), "{error}");
+    assert!(error.contains("blocker"), "{error}");
+}
+
+/// A row SQLite refuses (here: a trigger, standing in for any constraint other than
+/// the id) can never go in: permanent, and the rows before it are not kept either.
+#[tokio::test]
+async fn a_refused_row_is_permanent_and_rolls_back_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let forwarder = SqliteForwarder::open("audit", path.clone(), WriterOptions::default())
+        .await
+        .unwrap();
+    let guard = rusqlite::Connection::open(&path).unwrap();
+    guard
+        .execute_batch(
+            "CREATE TRIGGER refuse_seq_3 BEFORE INSERT ON events WHEN NEW.seq = 3
+             BEGIN SELECT RAISE(ABORT, 'seq 3 refused'); END;",
+        )
+        .unwrap();
+    let error = forwarder.send(&batch(1..=4)).await.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Permanent, "{error}");
+    assert!(error.message.contains("seq 3 refused"), "{error}");
+    let n: i64 = guard
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 0);
+    // The writer is usable afterwards: nothing was left open.
+    forwarder.send(&batch(5..=6)).await.unwrap();
+}

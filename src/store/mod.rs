@@ -1,0 +1,326 @@
+//! The SQLite audit store: one database file with one `events` table (schema in
+//! `migrations/`). The `sqlite` forwarder is its only writer; queries open their own
+//! read connections here, so both sides agree on PRAGMAs and schema versions.
+//!
+//! Times are stored as RFC 3339 text in UTC with nine fraction digits: they sort as
+//! text, so `where timestamp >= '2024-05-01T10:00'` and `order by timestamp` work
+//! without conversions, and SQLite's date functions read them.
+
+pub mod migrate;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, params};
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::event::Event;
+use crate::proto::{rfc3339_nanos, to_json};
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("cannot create the directory {dir} for the audit store")]
+    CreateDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not a SQLite database (its header is not SQLite's, or it is encrypted); move it away or configure another path"
+    )]
+    NotADatabase {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error(
+        "{path} is a SQLite database of another application (application_id {application_id:#x}, {objects} schema objects), not an eventgate audit store; configure another path"
+    )]
+    Foreign {
+        path: PathBuf,
+        application_id: i32,
+        objects: i64,
+    },
+    #[error(
+        "{path} has audit store schema version {found}, newer than this eventgate knows (up to version {known}); run a newer eventgate or configure another path"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error(
+        "{path} has audit store schema version {found}, but version {needed} is needed to read it; start `eventgate serve` with this file once to migrate it"
+    )]
+    TooOld {
+        path: PathBuf,
+        found: i64,
+        needed: i64,
+    },
+    #[error("{path} is read-only; the audit store needs to write there")]
+    ReadOnly { path: PathBuf },
+    #[error(
+        "{path}: SQLite kept journal_mode {mode:?} instead of WAL (the filesystem may not support WAL's shared memory)"
+    )]
+    NoWal { path: PathBuf, mode: String },
+    #[error("audit store {path}: migration {name} failed")]
+    Migration {
+        path: PathBuf,
+        name: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("audit store {path}: {what}")]
+    Sqlite {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+}
+
+impl StoreError {
+    /// SQLite reports a non-database file only when it first reads it, from any call.
+    fn from_open(path: &Path, what: &'static str, source: rusqlite::Error) -> Self {
+        if source.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
+            Self::NotADatabase {
+                path: path.to_path_buf(),
+                source,
+            }
+        } else {
+            Self::Sqlite {
+                path: path.to_path_buf(),
+                what,
+                source,
+            }
+        }
+    }
+}
+
+/// `PRAGMA synchronous` for the writer. In WAL mode `normal` never corrupts the
+/// database; a power loss may undo the last transactions. `full` syncs every commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    #[default]
+    Normal,
+    Full,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        }
+    }
+}
+
+/// The longest `busy_timeout` accepted (SQLite takes milliseconds as a C int).
+pub const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(3600);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriterOptions {
+    pub synchronous: Synchronous,
+    /// How long a statement waits for another connection's lock before failing
+    /// with SQLITE_BUSY. At most [`MAX_BUSY_TIMEOUT`].
+    pub busy_timeout: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Normal,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Opens (creating the file and its directory if needed) the database to write:
+/// refuses files that are not audit stores or are from a newer eventgate, switches
+/// to WAL and applies pending migrations. Blocking: call off the async runtime.
+pub fn open_writer(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let sqlite = |what| move |source| StoreError::from_open(path, what, source);
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn =
+        Connection::open_with_flags(path, flags).map_err(sqlite("opening for writing"))?;
+    conn.busy_timeout(options.busy_timeout.min(MAX_BUSY_TIMEOUT))
+        .map_err(sqlite("setting busy_timeout"))?;
+    // Judge the file before changing anything in it (WAL mode rewrites the header).
+    migrate::usable_version(migrate::identify(&conn, path)?, path)?;
+    // SQLite silently opens a write-protected file read-only.
+    if conn
+        .is_readonly("main")
+        .map_err(sqlite("checking write access"))?
+    {
+        return Err(StoreError::ReadOnly {
+            path: path.to_path_buf(),
+        });
+    }
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(sqlite("switching to WAL mode"))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::NoWal {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    conn.pragma_update(None, "synchronous", options.synchronous.pragma())
+        .map_err(sqlite("setting synchronous"))?;
+    migrate::migrate(&mut conn, path)?;
+    Ok(conn)
+}
+
+/// Opens an existing audit store read-only, for queries. The schema must be the one
+/// this binary knows (the writer migrates; readers never write).
+pub fn open_reader(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let sqlite = |what| move |source| StoreError::from_open(path, what, source);
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sqlite("opening for reading"))?;
+    conn.busy_timeout(busy_timeout.min(MAX_BUSY_TIMEOUT))
+        .map_err(sqlite("setting busy_timeout"))?;
+    let found = migrate::usable_version(migrate::identify(&conn, path)?, path)?;
+    if found < migrate::LATEST {
+        return Err(StoreError::TooOld {
+            path: path.to_path_buf(),
+            found,
+            needed: migrate::LATEST,
+        });
+    }
+    Ok(conn)
+}
+
+/// The columns of one `events` row, borrowing what it can from its event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventRow<'a> {
+    pub seq: u64,
+    pub id: String,
+    /// The envelope's timestamp; `None` when the envelope has none.
+    pub timestamp: Option<String>,
+    pub received_at: String,
+    pub namespace: &'a str,
+    pub topic: &'a str,
+    /// `None` when the envelope carries no payload.
+    pub type_url: Option<&'a str>,
+    /// The raw `Any.value` bytes.
+    pub payload: Option<&'a [u8]>,
+    /// The decoded event as JSON (same shape as the file forwarder); `None` for types
+    /// the registry does not know.
+    pub event: Option<String>,
+}
+
+impl<'a> EventRow<'a> {
+    pub fn from_event(event: &'a Event) -> Self {
+        let any = event.envelope.event.as_ref();
+        Self {
+            seq: event.seq,
+            id: event.id.to_string(),
+            timestamp: event.envelope.timestamp.as_ref().map(rfc3339_nanos),
+            received_at: rfc3339_nanos(&prost_types::Timestamp::from(event.received_at)),
+            namespace: &event.envelope.namespace,
+            topic: &event.envelope.topic,
+            type_url: any.map(|a| a.type_url.as_str()),
+            payload: any.map(|a| a.value.as_slice()),
+            event: event.decoded().map(|m| to_json(m).to_string()),
+        }
+    }
+}
+
+/// Re-delivery of an already stored event is a no-op, not an error.
+const INSERT: &str = "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(id) DO NOTHING";
+
+/// SQLite integers are signed 64-bit; a sequence number past that cannot be stored.
+fn sql_seq(seq: u64) -> rusqlite::Result<i64> {
+    i64::try_from(seq).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+/// A failed insert, with the index of the row being inserted when it failed (if any).
+/// The transaction has been rolled back: nothing of the batch is stored.
+#[derive(Debug, Error)]
+#[error("{source}")]
+pub struct InsertError {
+    pub row: Option<usize>,
+    #[source]
+    pub source: rusqlite::Error,
+}
+
+/// Inserts `rows` in one transaction with a cached prepared statement; rows whose id
+/// is already stored are skipped. Returns how many rows were new. On error nothing of
+/// the batch is kept, so the same rows can simply be sent again.
+pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize, InsertError> {
+    let whole = |source| InsertError { row: None, source };
+    // IMMEDIATE takes the write lock up front, where busy_timeout applies; a
+    // deferred transaction upgrading later can fail at once with SQLITE_BUSY.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(whole)?;
+    let mut inserted = 0;
+    {
+        let mut stmt = tx.prepare_cached(INSERT).map_err(whole)?;
+        for (i, row) in rows.iter().enumerate() {
+            inserted += stmt
+                .execute(params![
+                    sql_seq(row.seq).map_err(|source| InsertError {
+                        row: Some(i),
+                        source,
+                    })?,
+                    row.id,
+                    row.timestamp,
+                    row.received_at,
+                    row.namespace,
+                    row.topic,
+                    row.type_url,
+                    row.payload,
+                    row.event,
+                ])
+                .map_err(|source| InsertError {
+                    row: Some(i),
+                    source,
+                })?;
+        }
+    }
+    // A failed COMMIT leaves the transaction open; dropping `tx` rolls it back.
+    tx.commit().map_err(whole)?;
+    Ok(inserted)
+}
+
+/// The baseline for benchmarks: the same rows into the same table (same indexes),
+/// the way a plain rusqlite program would write them: one transaction, one prepared
+/// statement, a plain INSERT (the rows must not be stored yet).
+pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        for row in rows {
+            stmt.execute(params![
+                sql_seq(row.seq)?,
+                row.id,
+                row.timestamp,
+                row.received_at,
+                row.namespace,
+                row.topic,
+                row.type_url,
+                row.payload,
+                row.event,
+            ])?;
+        }
+    }
+    tx.commit()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,294 @@
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use super::migrate::{APPLICATION_ID, LATEST};
+use super::*;
+use crate::event::{EventId, Source};
+use crate::forward::ErrorKind;
+use crate::forward::sqlite::classify;
+use crate::proto::Registry;
+use crate::proto::containerd::types::Envelope;
+
+fn event(seq: u64, topic: &str, type_name: &str, json: &str) -> Event {
+    let any = Registry::global().encode_json(type_name, json).unwrap();
+    Event::new(
+        seq,
+        EventId::generate(),
+        Source::Publish,
+        Envelope {
+            timestamp: Some(prost_types::Timestamp {
+                seconds: 1_714_557_600,
+                nanos: 5,
+            }),
+            namespace: "default".into(),
+            topic: topic.into(),
+            event: Some(any),
+        },
+    )
+}
+
+fn count(conn: &Connection) -> i64 {
+    conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap()
+}
+
+fn pragma(conn: &Connection, name: &str) -> i64 {
+    conn.pragma_query_value(None, name, |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn a_new_file_gets_the_schema_in_wal_mode_and_reopening_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/dirs/audit.db");
+    let conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    assert_eq!(pragma(&conn, "user_version"), LATEST);
+    assert_eq!(pragma(&conn, "application_id"), i64::from(APPLICATION_ID));
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    assert_eq!(pragma(&conn, "synchronous"), 1, "NORMAL");
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        indexes,
+        [
+            "events_namespace_timestamp",
+            "events_timestamp",
+            "events_topic_timestamp",
+            "sqlite_autoindex_events_1",
+        ]
+    );
+    let schema = |conn: &Connection| -> Vec<String> {
+        conn.prepare("SELECT sql FROM sqlite_master ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get::<_, Option<String>>(0))
+            .unwrap()
+            .map(|s| s.unwrap().unwrap_or_default())
+            .collect()
+    };
+    let before = schema(&conn);
+    drop(conn);
+
+    let full = WriterOptions {
+        synchronous: Synchronous::Full,
+        ..WriterOptions::default()
+    };
+    let again = open_writer(&path, &full).unwrap();
+    assert_eq!(schema(&again), before);
+    assert_eq!(pragma(&again, "user_version"), LATEST);
+    assert_eq!(pragma(&again, "synchronous"), 2, "FULL");
+    drop(again);
+    open_reader(&path, Duration::from_secs(1)).unwrap();
+}
+
+#[test]
+fn a_newer_schema_is_refused_naming_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    conn.pragma_update(None, "user_version", LATEST + 5)
+        .unwrap();
+    drop(conn);
+    for error in [
+        open_writer(&path, &WriterOptions::default()).unwrap_err(),
+        open_reader(&path, Duration::from_secs(1)).unwrap_err(),
+    ] {
+        assert!(matches!(error, StoreError::TooNew { .. }), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("version {}", LATEST + 5))
+                && message.contains(&format!("up to version {LATEST}"))
+                && message.contains("audit.db"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn a_garbage_file_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let garbage =
+        b"this is a text file, not a database; it is long enough to hold a header".repeat(20);
+    std::fs::write(&path, &garbage).unwrap();
+    let error = open_writer(&path, &WriterOptions::default()).unwrap_err();
+    assert!(
+        matches!(error, StoreError::NotADatabase { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("is not a SQLite database"),
+        "{error}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), garbage);
+    assert!(open_reader(&path, Duration::from_secs(1)).is_err());
+}
+
+#[test]
+fn another_applications_database_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    let other = Connection::open(&path).unwrap();
+    other
+        .execute_batch("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT);")
+        .unwrap();
+    drop(other);
+    let before = std::fs::read(&path).unwrap();
+    let error = open_writer(&path, &WriterOptions::default()).unwrap_err();
+    assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
+    assert!(error.to_string().contains("another application"), "{error}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "not even WAL mode set"
+    );
+
+    // Same with an application id of its own and no tables.
+    let path = dir.path().join("stamped.db");
+    let other = Connection::open(&path).unwrap();
+    other.pragma_update(None, "application_id", 42).unwrap();
+    drop(other);
+    let error = open_writer(&path, &WriterOptions::default()).unwrap_err();
+    assert!(error.to_string().contains("application_id 0x2a"), "{error}");
+}
+
+#[test]
+fn readers_do_not_create_or_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    assert!(open_reader(&missing, Duration::from_secs(1)).is_err());
+    assert!(!missing.exists());
+
+    let empty = dir.path().join("empty.db");
+    Connection::open(&empty).unwrap();
+    let error = open_reader(&empty, Duration::from_secs(1)).unwrap_err();
+    assert!(
+        matches!(error, StoreError::TooOld { found: 0, .. }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_parent_that_is_a_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), b"").unwrap();
+    let error =
+        open_writer(&dir.path().join("file/audit.db"), &WriterOptions::default()).unwrap_err();
+    assert!(matches!(error, StoreError::CreateDir { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("cannot create the directory"),
+        "{error}"
+    );
+}
+
+#[test]
+fn rows_carry_the_envelope_and_the_decoded_event() {
+    let exit = event(
+        7,
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        r#"{"container_id":"c1","exit_status":3}"#,
+    );
+    let row = EventRow::from_event(&exit);
+    assert_eq!(row.seq, 7);
+    assert_eq!(row.id, exit.id.to_string());
+    assert_eq!(
+        row.timestamp.as_deref(),
+        Some("2024-05-01T10:00:00.000000005Z")
+    );
+    assert_eq!(row.received_at.len(), row.timestamp.as_ref().unwrap().len());
+    assert_eq!(row.type_url, Some("containerd.events.TaskExit"));
+    let json: serde_json::Value = serde_json::from_str(row.event.as_deref().unwrap()).unwrap();
+    assert_eq!(json["exit_status"], 3);
+    assert_eq!(
+        json["pid"], 0,
+        "defaults are present, as in the file forwarder"
+    );
+
+    let mut unknown = event(8, "/x", "containerd.events.TaskExit", "{}");
+    unknown.envelope.event = Some(prost_types::Any {
+        type_url: "example.com/Custom".into(),
+        value: vec![1, 2, 3],
+    });
+    let row = EventRow::from_event(&unknown);
+    assert_eq!(row.event, None);
+    assert_eq!(row.payload, Some(&[1u8, 2, 3][..]));
+
+    unknown.envelope.event = None;
+    unknown.envelope.timestamp = None;
+    let row = EventRow::from_event(&unknown);
+    assert_eq!(
+        (row.type_url, row.payload, row.timestamp),
+        (None, None, None)
+    );
+}
+
+#[test]
+fn insert_skips_known_ids_and_raw_insert_writes_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = open_writer(&dir.path().join("a.db"), &WriterOptions::default()).unwrap();
+    let events: Vec<Event> = (1..=3)
+        .map(|seq| {
+            event(
+                seq,
+                "/tasks/oom",
+                "containerd.events.TaskOOM",
+                r#"{"container_id":"c"}"#,
+            )
+        })
+        .collect();
+    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
+    assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 3);
+    assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 0);
+    assert_eq!(count(&conn), 3);
+
+    let mut raw = open_writer(&dir.path().join("b.db"), &WriterOptions::default()).unwrap();
+    raw_insert_rows(&mut raw, &rows).unwrap();
+    let dump = |conn: &Connection| -> Vec<(i64, String, String, Vec<u8>, String)> {
+        conn.prepare("SELECT seq, id, timestamp, payload, event FROM events ORDER BY row_id")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(dump(&conn), dump(&raw));
+}
+
+/// SQLITE_FULL, made real with a page limit: the batch is rolled back, the error is
+/// retryable, and once there is room the same rows go in.
+#[test]
+fn a_full_disk_is_retryable_and_leaves_nothing_half_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = open_writer(&dir.path().join("a.db"), &WriterOptions::default()).unwrap();
+    let big = format!(r#"{{"container_id":"{}"}}"#, "x".repeat(64 * 1024));
+    let events: Vec<Event> = (1..=20)
+        .map(|seq| event(seq, "/tasks/oom", "containerd.events.TaskOOM", &big))
+        .collect();
+    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
+    let pages = pragma(&conn, "page_count");
+    conn.pragma_update(None, "max_page_count", pages + 8)
+        .unwrap();
+
+    let error = insert_rows(&mut conn, &rows).unwrap_err();
+    assert_eq!(error.source.sqlite_error_code(), Some(ErrorCode::DiskFull));
+    assert_eq!(classify(&error.source), ErrorKind::Retryable);
+    assert!(
+        conn.is_autocommit(),
+        "the failed transaction was rolled back"
+    );
+    assert_eq!(count(&conn), 0);
+
+    conn.pragma_update(None, "max_page_count", 1_000_000)
+        .unwrap();
+    assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 20);
+}
