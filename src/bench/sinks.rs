@@ -11,6 +11,7 @@ use crate::event::Event;
 use crate::forward::{Context, Kinds, Options};
 use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
 use crate::pipeline::{Parts, Pipeline};
+use crate::store::{self, EventRow};
 
 /// The forwarder's kind-specific options for round `round`.
 pub fn options(sink: &Sink, round: usize) -> Options {
@@ -114,14 +115,51 @@ pub async fn raw(
     batch: usize,
     round: usize,
 ) -> Result<Duration, BenchError> {
-    let _ = (sink, dir, events, batch, round);
-    Ok(Duration::ZERO)
+    let _ = round;
+    let dir = dir.to_path_buf();
+    let events = events.to_vec();
+    match sink {
+        Sink::None => Ok(Duration::ZERO),
+        Sink::Sqlite => blocking(move || raw_sqlite(&dir, &events, batch)).await,
+        Sink::File | Sink::Kafka { .. } => Ok(Duration::ZERO),
+    }
+}
+
+async fn blocking(
+    f: impl FnOnce() -> Result<Duration, BenchError> + Send + 'static,
+) -> Result<Duration, BenchError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| BenchError::Timeout {
+            what: format!("the raw baseline failed: {e}"),
+        })?
+}
+
+fn store_error(error: impl std::fmt::Display) -> BenchError {
+    BenchError::Timeout {
+        what: format!("SQLite: {error}"),
+    }
+}
+
+/// Plain rusqlite: the same rows (rendered before the clock starts) into the same
+/// schema, one transaction and one prepared statement per batch.
+fn raw_sqlite(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration, BenchError> {
+    let path = dir.join("audit.db");
+    let mut conn =
+        store::open_writer(&path, &store::WriterOptions::default()).map_err(store_error)?;
+    let rows: Vec<EventRow<'_>> = events.iter().map(|e| EventRow::from_event(e)).collect();
+    let start = Instant::now();
+    for chunk in rows.chunks(batch.max(1)) {
+        store::raw_insert_rows(&mut conn, chunk).map_err(store_error)?;
+    }
+    Ok(start.elapsed())
 }
 
 /// Counts what the gateway's sink holds so far.
 pub struct Counter {
     sink: Sink,
     data_dir: PathBuf,
+    sqlite: Option<rusqlite::Connection>,
 }
 
 impl Counter {
@@ -130,13 +168,27 @@ impl Counter {
         Self {
             sink: sink.clone(),
             data_dir: data_dir.to_path_buf(),
+            sqlite: None,
         }
     }
 
     pub fn count(&mut self) -> Result<u64, BenchError> {
-        let _ = &self.data_dir;
         match self.sink {
             Sink::None => Ok(u64::MAX),
+            Sink::Sqlite => {
+                let path = self.data_dir.join("audit.db");
+                if self.sqlite.is_none() && path.exists() {
+                    self.sqlite = store::open_reader(&path, Duration::from_secs(5)).ok();
+                }
+                let Some(conn) = &self.sqlite else {
+                    return Ok(0);
+                };
+                conn.query_row("SELECT count(*) FROM events", [], |row| {
+                    row.get::<_, i64>(0)
+                })
+                .map(|n| n as u64)
+                .map_err(store_error)
+            }
             _ => Ok(0),
         }
     }

@@ -164,36 +164,33 @@ fn print_table(args: &ForwarderArgs, bench: &ForwarderBench, results: Vec<(Sink,
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (sink, rounds) in results {
-        let gateway = median(
-            rounds
+        let rates = |pick: fn(&Round) -> Option<Duration>| -> Option<f64> {
+            let values: Vec<f64> = rounds
                 .iter()
-                .map(|r| rate(bench.events, r.gateway))
-                .collect(),
-        );
-        let publish = median(
-            rounds
-                .iter()
-                .map(|r| rate(bench.events, r.publish))
-                .collect(),
-        );
-        let raw: Vec<f64> = rounds
-            .iter()
-            .filter_map(|r| r.raw.map(|d| rate(bench.events, d)))
-            .collect();
-        let rss = rounds.iter().filter_map(|r| r.peak_rss).max();
-        let (raw_text, ratio) = if raw.is_empty() {
-            ("-".to_string(), "-".to_string())
-        } else {
-            let raw = median(raw);
-            (
-                format!("{raw:.0}"),
-                format!("{:.0}%", 100.0 * gateway / raw),
-            )
+                .filter_map(|r| pick(r).map(|d| rate(bench.events, d)))
+                .collect();
+            (!values.is_empty()).then(|| median(values))
         };
+        let gateway = rates(|r| Some(r.gateway));
+        let publish = rates(|r| Some(r.publish));
+        let raw = rates(|r| r.raw);
+        let pipeline = rates(|r| r.pipeline);
+        let number = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        let percent = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => format!("{:.0}%", 100.0 * a / b),
+            _ => "-".to_string(),
+        };
+        let rss = rounds.iter().filter_map(|r| r.peak_rss).max();
         println!(
-            "| {} | {gateway:.0} | {raw_text} | {ratio} | {} | {publish:.0} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             sink.label(),
+            number(gateway),
+            number(raw),
+            percent(gateway, raw),
             target(&sink),
+            number(pipeline),
+            percent(pipeline, raw),
+            number(publish),
             rss.map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
         );
     }

@@ -17,7 +17,7 @@ use rusqlite::Connection;
 use serde::Deserialize;
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options, parse_options};
-use crate::pipeline::settings::duration_text;
+use crate::config::duration_text;
 use crate::store::{self, EventRow, Synchronous, WriterOptions};
 pub use classify::classify;
 
