@@ -187,6 +187,11 @@ impl KafkaForwarder {
         let mut pending: VecDeque<(&str, DeliveryFuture)> = VecDeque::new();
         let give_up = Instant::now() + self.options.message_timeout;
         for record in records.iter().filter(|r| !missing.contains(&r.topic)) {
+            // The batch will be sent again anyway: enqueueing the rest now would
+            // only add duplicates and, with the broker gone, more waiting.
+            if outcome.must_retry() {
+                break;
+            }
             let mut message = record.future_record();
             loop {
                 match producer.send_result(message) {

@@ -72,10 +72,15 @@ impl Outcome {
         }
     }
 
+    /// Whether the batch is already bound to be retried.
+    pub fn must_retry(&self) -> bool {
+        self.fatal || self.retryable
+    }
+
     /// The batch's verdict. `missing` are topics that do not exist and may not be
     /// created; their events were not sent. `total` is the batch size.
     pub fn verdict(self, missing: &BTreeSet<String>, total: usize) -> Result<(), ForwardError> {
-        let missing_count = total - self.delivered - self.failed;
+        let unsent = total.saturating_sub(self.delivered + self.failed);
         if self.failed > 0 {
             let message = format!(
                 "kafka did not accept {} of {total} messages{}",
@@ -86,7 +91,7 @@ impl Outcome {
                     ""
                 }
             );
-            let error = if self.fatal || self.retryable {
+            let error = if self.must_retry() {
                 ForwardError::retryable(message)
             } else {
                 ForwardError::permanent(message)
@@ -103,7 +108,7 @@ impl Outcome {
                 .collect::<Vec<_>>()
                 .join(", ");
             return Err(ForwardError::permanent(format!(
-                "kafka topic {names} does not exist and `create_topic` is false: {missing_count} of {total} events were not sent; create the topic or set `create_topic = true`"
+                "kafka topic {names} does not exist and `create_topic` is false: {unsent} of {total} events were not sent; create the topic or set `create_topic = true`"
             )));
         }
         Ok(())
