@@ -17,5 +17,13 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 
+# tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
+# once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v tansu >/dev/null; then
+  echo "installing: tansu (cargo install, takes a while)"
+  cargo install tansu --version 0.6.0 --features dynostore --locked
+fi
+
 cargo build --all-targets --locked
 cargo test --all-targets --locked -- --include-ignored

@@ -1,0 +1,349 @@
+//! The options of a `kafka` forwarder and the librdkafka configuration made from them.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use serde::Deserialize;
+
+use super::properties::Properties;
+use super::record::{TopicTemplate, ValueFormat};
+use crate::forward::{BuildError, Options, parse_options};
+
+/// `[[forwarder]]` keys of kind `kafka`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaOptions {
+    /// `"host:port,host:port"` or a list of `host:port`.
+    pub brokers: Brokers,
+    /// A topic name, or a template using `{namespace}` and `{topic}`.
+    pub topic: String,
+    #[serde(default)]
+    pub create_topic: bool,
+    /// For topics this forwarder creates; -1 means the broker's default.
+    #[serde(default = "default_partitions")]
+    pub partitions: i32,
+    #[serde(default = "default_replication_factor")]
+    pub replication_factor: i32,
+    #[serde(default)]
+    pub acks: Acks,
+    #[serde(default = "default_true")]
+    pub idempotence: bool,
+    #[serde(default)]
+    pub value_format: ValueFormat,
+    /// How long librdkafka may try to deliver one message (`message.timeout.ms`).
+    #[serde(
+        default = "default_message_timeout",
+        with = "crate::pipeline::settings::duration_text"
+    )]
+    pub message_timeout: Duration,
+    /// Any librdkafka property, passed through.
+    #[serde(default)]
+    pub properties: Properties,
+}
+
+fn default_partitions() -> i32 {
+    3
+}
+
+fn default_replication_factor() -> i32 {
+    -1
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Below the pipeline's default per-attempt `retry.timeout` (30s), so librdkafka
+/// reports a verdict on every message before the pipeline abandons the attempt.
+fn default_message_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+
+#[derive(Debug)]
+pub enum Brokers {
+    List(Vec<String>),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for Brokers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let problem = || {
+            serde::de::Error::custom("must be \"host:port,host:port\" or a list of \"host:port\"")
+        };
+        match toml::Value::deserialize(d)? {
+            toml::Value::String(text) => Ok(Brokers::Text(text)),
+            toml::Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    toml::Value::String(s) => Ok(s),
+                    _ => Err(problem()),
+                })
+                .collect::<Result<_, _>>()
+                .map(Brokers::List),
+            _ => Err(problem()),
+        }
+    }
+}
+
+impl Brokers {
+    pub fn joined(&self) -> String {
+        match self {
+            Brokers::Text(text) => text.trim().to_owned(),
+            Brokers::List(list) => list.iter().map(|b| b.trim()).collect::<Vec<_>>().join(","),
+        }
+    }
+}
+
+/// `acks`: "all" (or -1), 1 or 0, as text or number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Acks {
+    #[default]
+    All,
+    Leader,
+    None,
+}
+
+impl Acks {
+    fn as_property(self) -> &'static str {
+        match self {
+            Acks::All => "all",
+            Acks::Leader => "1",
+            Acks::None => "0",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Acks {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(i64),
+            Text(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Number(n) => n.to_string(),
+            Raw::Text(t) => t,
+        };
+        match text.as_str() {
+            "all" | "-1" => Ok(Acks::All),
+            "1" => Ok(Acks::Leader),
+            "0" => Ok(Acks::None),
+            other => Err(serde::de::Error::custom(format!(
+                "`acks` {other:?} must be \"all\", 1 or 0"
+            ))),
+        }
+    }
+}
+
+/// librdkafka properties a typed key owns, with their librdkafka aliases: a
+/// passthrough property naming one of them is dropped in favour of the typed key.
+const OWNED: &[(&str, &str, &[&str])] = &[
+    ("brokers", "bootstrap.servers", &["metadata.broker.list"]),
+    ("acks", "acks", &["request.required.acks"]),
+    ("idempotence", "enable.idempotence", &[]),
+    (
+        "message_timeout",
+        "message.timeout.ms",
+        &["delivery.timeout.ms"],
+    ),
+];
+
+/// The error of one key on its own: a type error from the whole struct does not
+/// say which key it is about.
+fn field_error(key: &str, value: &toml::Value) -> Option<String> {
+    fn check<T: serde::de::DeserializeOwned>(value: &toml::Value) -> Result<(), String> {
+        value
+            .clone()
+            .try_into::<T>()
+            .map(drop)
+            .map_err(|e| e.message().to_owned())
+    }
+    let result = match key {
+        "brokers" => check::<Brokers>(value),
+        "topic" => check::<String>(value),
+        "create_topic" | "idempotence" => check::<bool>(value),
+        "partitions" | "replication_factor" => check::<i32>(value),
+        "acks" => check::<Acks>(value),
+        "value_format" => check::<ValueFormat>(value),
+        "message_timeout" => value
+            .as_str()
+            .ok_or_else(|| "must be a duration like \"20s\"".to_owned())
+            .and_then(|text| crate::config::parse_duration(text).map(drop)),
+        "properties" => check::<Properties>(value),
+        _ => return None,
+    };
+    result.err().map(|problem| format!("`{key}`: {problem}"))
+}
+
+impl KafkaOptions {
+    pub fn parse(options: &Options) -> Result<Self, BuildError> {
+        let parsed: KafkaOptions = parse_options(options).map_err(|error| {
+            options
+                .iter()
+                .find_map(|(key, value)| field_error(key, value))
+                .map_or(error, BuildError::Options)
+        })?;
+        parsed.validate()?;
+        Ok(parsed)
+    }
+
+    fn validate(&self) -> Result<(), BuildError> {
+        let bad = |message: String| Err(BuildError::Options(message));
+        if self.brokers.joined().is_empty() {
+            return bad("`brokers` must name at least one host:port".into());
+        }
+        TopicTemplate::parse(&self.topic)?;
+        if self.partitions == 0 || self.partitions < -1 {
+            return bad(format!(
+                "`partitions` {} must be positive, or -1 for the broker's default",
+                self.partitions
+            ));
+        }
+        if self.replication_factor == 0 || self.replication_factor < -1 {
+            return bad(format!(
+                "`replication_factor` {} must be positive, or -1 for the broker's default",
+                self.replication_factor
+            ));
+        }
+        if self.idempotence && self.acks != Acks::All {
+            return bad(format!(
+                "`acks = {:?}` needs `idempotence = false` (an idempotent producer always waits for all replicas)",
+                self.acks.as_property()
+            ));
+        }
+        let ms = self.message_timeout.as_millis();
+        if ms == 0 || ms > i32::MAX as u128 {
+            return bad(format!(
+                "`message_timeout` {:?} must be between 1ms and about 24 days",
+                self.message_timeout
+            ));
+        }
+        for (key, _) in self.properties.iter() {
+            if key.trim().is_empty() {
+                return bad("`properties` has an empty property name".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The producer's librdkafka configuration: passthrough properties first, then
+    /// the typed keys over them (each override logged at warn, without values).
+    pub fn client_config(&self, forwarder: &str) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        // One client id per forwarder makes broker-side quotas and logs attributable.
+        config.set("client.id", format!("eventgate-{forwarder}"));
+        // librdkafka producers ask brokers to auto-create unknown topics on every
+        // metadata lookup; the topic check must see a missing topic as missing.
+        config.set("allow.auto.create.topics", "false");
+        // Without idempotence, more than one in-flight request lets librdkafka's own
+        // retries reorder messages of one key; keep the per-key order promise.
+        if !self.idempotence {
+            config.set("max.in.flight.requests.per.connection", "1");
+        }
+        for (key, value) in self.properties.iter() {
+            let owner = OWNED
+                .iter()
+                .find(|(_, property, aliases)| *property == key || aliases.contains(&key));
+            if let Some((typed, _, _)) = owner {
+                tracing::warn!(
+                    forwarder,
+                    property = %key,
+                    typed_key = typed,
+                    "kafka property overridden by the forwarder's typed key"
+                );
+                continue;
+            }
+            config.set(key, value);
+        }
+        config.set("bootstrap.servers", self.brokers.joined());
+        config.set("acks", self.acks.as_property());
+        config.set("enable.idempotence", self.idempotence.to_string());
+        config.set(
+            "message.timeout.ms",
+            self.message_timeout.as_millis().to_string(),
+        );
+        config
+    }
+
+    /// A librdkafka error made safe to show (see [`Properties::describe`]).
+    pub fn describe(&self, error: &rdkafka::error::KafkaError) -> String {
+        self.properties.describe(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(text: &str) -> Result<KafkaOptions, BuildError> {
+        KafkaOptions::parse(&toml::from_str(text).unwrap())
+    }
+
+    #[test]
+    fn typed_keys_win_over_properties() {
+        let o = options(
+            r#"
+            brokers = ["a:9092", "b:9092"]
+            topic = "events"
+            message_timeout = "7s"
+            properties = { "linger.ms" = 5, "acks" = "1", "metadata.broker.list" = "x:1", "delivery.timeout.ms" = "9" }
+            "#,
+        )
+        .unwrap();
+        let config = o.client_config("k");
+        assert_eq!(config.get("bootstrap.servers"), Some("a:9092,b:9092"));
+        assert_eq!(config.get("metadata.broker.list"), None);
+        assert_eq!(config.get("acks"), Some("all"));
+        assert_eq!(config.get("enable.idempotence"), Some("true"));
+        assert_eq!(config.get("message.timeout.ms"), Some("7000"));
+        assert_eq!(config.get("delivery.timeout.ms"), None);
+        assert_eq!(config.get("linger.ms"), Some("5"));
+        assert_eq!(config.get("client.id"), Some("eventgate-k"));
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        let err = |text: &str| options(text).unwrap_err().to_string();
+        assert!(err(r#"topic = "t""#).contains("brokers"));
+        assert!(err(r#"brokers = "a:1""#).contains("topic"));
+        assert!(
+            err(r#"brokers = "a:1"
+topic = "t"
+acks = 1"#)
+            .contains("idempotence = false")
+        );
+        assert!(
+            err(r#"brokers = "a:1"
+topic = "t"
+acks = "some""#)
+            .contains("acks")
+        );
+        assert!(
+            err(r#"brokers = "a:1"
+topic = "t"
+colour = "red""#)
+            .contains("colour")
+        );
+        assert!(
+            err(r#"brokers = "a:1"
+topic = "bad topic""#)
+            .contains("bad topic")
+        );
+        assert!(
+            err(r#"brokers = "a:1"
+topic = "t"
+partitions = 0"#)
+            .contains("partitions")
+        );
+        assert!(
+            options(
+                r#"brokers = "a:1"
+topic = "t"
+acks = 0
+idempotence = false"#
+            )
+            .is_ok()
+        );
+    }
+}

@@ -1,0 +1,352 @@
+//! The `kafka` forwarder: produces each event as one Kafka message with librdkafka
+//! (idempotent, `acks=all` by default).
+//!
+//! A batch counts as delivered only when librdkafka has a successful delivery report
+//! for every one of its messages. Any failure fails the whole batch and the pipeline
+//! sends it again, so Kafka may hold a message more than once (at-least-once); the
+//! `event_id` header lets consumers drop duplicates.
+//!
+//! Backpressure: messages are enqueued with `send_result`; when librdkafka's queue is
+//! full, `send` waits for this batch's oldest message to be settled (or briefly, if
+//! the queue is full of older messages) before trying again, bounded by
+//! `message_timeout`. The pipeline's own queue, not librdkafka's, absorbs a slow
+//! broker.
+//!
+//! Topics: a fixed topic is checked (and created when `create_topic = true`) when
+//! the forwarder starts, and a missing one stops the start. A template topic is
+//! checked the first time each name is used: created when allowed; otherwise the
+//! events for it are given up (a permanent error naming the topic) while the rest of
+//! the batch is still delivered.
+
+mod config;
+mod outcome;
+mod properties;
+mod record;
+mod topics;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, Producer};
+use tokio::time::Instant;
+
+pub use config::KafkaOptions;
+pub use properties::is_secret;
+pub use record::{Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id};
+
+use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
+use outcome::Outcome;
+use topics::Topics;
+
+/// How long a metadata lookup or topic creation may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// While librdkafka's queue is full of messages this batch did not send, how often
+/// to look for room.
+const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(5);
+
+pub struct KafkaKind;
+
+impl Kind for KafkaKind {
+    fn check(&self, options: &Options) -> Result<(), BuildError> {
+        KafkaOptions::parse(options).map(drop)
+    }
+
+    fn build<'a>(
+        &'a self,
+        context: &'a Context,
+        options: &'a Options,
+    ) -> BoxFuture<'a, Result<Arc<dyn Forwarder>, BuildError>> {
+        Box::pin(async move {
+            let forwarder = KafkaForwarder::start(context, options).await?;
+            Ok(Arc::new(forwarder) as Arc<dyn Forwarder>)
+        })
+    }
+}
+
+/// The librdkafka configuration a `kafka` forwarder table produces with (for a
+/// benchmark's plain producer to match it).
+pub fn client_config(forwarder: &str, options: &Options) -> Result<ClientConfig, BuildError> {
+    Ok(KafkaOptions::parse(options)?.client_config(forwarder))
+}
+
+pub struct KafkaForwarder {
+    name: Arc<str>,
+    options: KafkaOptions,
+    /// Kept to recreate the producer after a fatal error. Never printed: it holds
+    /// secrets.
+    config: ClientConfig,
+    encoder: RecordEncoder,
+    /// `None` once closed.
+    producer: Mutex<Option<Arc<FutureProducer>>>,
+    topics: Topics,
+}
+
+impl KafkaForwarder {
+    /// Connects, and checks (or creates) a fixed topic. Fails with a message that
+    /// says what to fix when the brokers cannot be reached or the topic is missing.
+    pub async fn start(context: &Context, options: &Options) -> Result<Self, BuildError> {
+        let options = KafkaOptions::parse(options)?;
+        let template = TopicTemplate::parse(&options.topic)?;
+        let name: Arc<str> = context.name.as_str().into();
+        let config = options.client_config(&name);
+        let producer = create_producer(&config, &options)
+            .await
+            .map_err(|message| BuildError::Start {
+                message,
+                source: None,
+            })?;
+        let producer = Arc::new(producer);
+        let topics = Topics::new(
+            Arc::clone(&name),
+            &config,
+            options.create_topic,
+            options.partitions,
+            options.replication_factor,
+            METADATA_TIMEOUT,
+        );
+        let brokers = options.brokers.joined();
+        let checked = match template.fixed() {
+            Some(topic) => match topics.ensure(&producer, topic).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(BuildError::Start {
+                    message: format!(
+                        "kafka topic {topic:?} does not exist on {brokers}: create it (for example `kafka-topics.sh --create --topic {topic}`), or set `create_topic = true` to let eventgate create it"
+                    ),
+                    source: None,
+                }),
+                Err(error) => Err(BuildError::start(
+                    format!("cannot check kafka topic {topic:?} on {brokers}"),
+                    error,
+                )),
+            },
+            None => topics.reachable(&producer).await.map_err(|error| {
+                BuildError::start(format!("cannot reach the kafka brokers {brokers}"), error)
+            }),
+        };
+        if let Err(error) = checked {
+            drop_off_runtime(producer);
+            return Err(error);
+        }
+        tracing::info!(
+            forwarder = %name,
+            brokers,
+            topic = options.topic,
+            idempotence = options.idempotence,
+            value_format = ?options.value_format,
+            "kafka forwarder connected"
+        );
+        Ok(Self {
+            encoder: RecordEncoder::new(template, options.value_format),
+            name,
+            options,
+            config,
+            producer: Mutex::new(Some(producer)),
+            topics,
+        })
+    }
+
+    fn producer(&self) -> Option<Arc<FutureProducer>> {
+        self.producer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    async fn deliver(&self, batch: &Batch) -> Result<(), ForwardError> {
+        let producer = self
+            .producer()
+            .ok_or_else(|| ForwardError::permanent("the kafka forwarder is closed"))?;
+        let records: Vec<Record> = batch
+            .events()
+            .iter()
+            .map(|e| self.encoder.encode(e))
+            .collect();
+        let mut missing = BTreeSet::new();
+        let names: BTreeSet<&str> = records.iter().map(|r| r.topic.as_str()).collect();
+        for topic in names {
+            match self.topics.ensure(&producer, topic).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    missing.insert(topic.to_owned());
+                }
+                Err(error) => {
+                    return Err(ForwardError::retryable(format!(
+                        "cannot look up kafka topic {topic:?}"
+                    ))
+                    .with_source(error));
+                }
+            }
+        }
+
+        let mut outcome = Outcome::default();
+        let mut pending: VecDeque<(&str, DeliveryFuture)> = VecDeque::new();
+        let give_up = Instant::now() + self.options.message_timeout;
+        for record in records.iter().filter(|r| !missing.contains(&r.topic)) {
+            // The batch will be sent again anyway: enqueueing the rest now would
+            // only add duplicates and, with the broker gone, more waiting.
+            if outcome.must_retry() {
+                break;
+            }
+            let mut message = record.future_record();
+            loop {
+                match producer.send_result(message) {
+                    Ok(delivery) => {
+                        pending.push_back((&record.topic, delivery));
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        message = back;
+                        metrics::counter!("eventgate_kafka_queue_full_total", "forwarder" => self.name.to_string())
+                            .increment(1);
+                        if let Some((topic, oldest)) = pending.pop_front() {
+                            settle(&mut outcome, topic, oldest.await);
+                        } else if Instant::now() < give_up {
+                            tokio::time::sleep(QUEUE_FULL_PAUSE).await;
+                        } else {
+                            return Err(ForwardError::retryable(format!(
+                                "librdkafka's producer queue stayed full for {:?}",
+                                self.options.message_timeout
+                            )));
+                        }
+                    }
+                    Err((error, _)) => {
+                        outcome.fail(&record.topic, error);
+                        break;
+                    }
+                }
+            }
+        }
+        for (topic, delivery) in pending {
+            settle(&mut outcome, topic, delivery.await);
+        }
+
+        let label = self.name.to_string();
+        metrics::counter!("eventgate_kafka_messages_total", "forwarder" => label.clone())
+            .increment(outcome.delivered as u64);
+        if outcome.failed > 0 {
+            metrics::counter!("eventgate_kafka_message_errors_total", "forwarder" => label)
+                .increment(outcome.failed as u64);
+        }
+        for topic in &outcome.unknown_topics {
+            self.topics.forget(topic);
+        }
+        if let Some((code, reason)) = producer.client().fatal_error() {
+            outcome.fatal = true;
+            tracing::error!(forwarder = %self.name, %code, reason, "kafka producer hit a fatal error; recreating it");
+        }
+        if outcome.fatal {
+            self.recreate(producer).await;
+        }
+        outcome.verdict(&missing, records.len())
+    }
+
+    /// Replaces a producer that hit a fatal error (idempotent producer state lost);
+    /// the failed batch is then retried on the new one.
+    async fn recreate(&self, failed: Arc<FutureProducer>) {
+        match create_producer(&self.config, &self.options).await {
+            Ok(fresh) => {
+                let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
+                // The replaced producer, or the fresh one if the forwarder was
+                // closed meanwhile.
+                let unused = match slot.as_mut() {
+                    Some(current) => std::mem::replace(current, Arc::new(fresh)),
+                    None => Arc::new(fresh),
+                };
+                drop(slot);
+                drop_off_runtime(unused);
+                metrics::counter!("eventgate_kafka_producer_restarts_total", "forwarder" => self.name.to_string())
+                    .increment(1);
+            }
+            Err(message) => {
+                tracing::error!(forwarder = %self.name, error = message, "cannot recreate the kafka producer");
+            }
+        }
+        drop_off_runtime(failed);
+    }
+}
+
+fn settle(
+    outcome: &mut Outcome,
+    topic: &str,
+    report: Result<
+        rdkafka::producer::future_producer::OwnedDeliveryResult,
+        futures::channel::oneshot::Canceled,
+    >,
+) {
+    match report {
+        Ok(Ok(_)) => outcome.delivered += 1,
+        Ok(Err((error, _))) => outcome.fail(topic, error),
+        Err(_) => outcome.fail(topic, KafkaError::Canceled),
+    }
+}
+
+/// Creating a librdkafka handle may read files (certificates, keys): off the runtime.
+async fn create_producer(
+    config: &ClientConfig,
+    options: &KafkaOptions,
+) -> Result<FutureProducer, String> {
+    let config = config.clone();
+    let created = tokio::task::spawn_blocking(move || config.create::<FutureProducer>())
+        .await
+        .map_err(|error| format!("the kafka producer creation task failed: {error}"))?;
+    created.map_err(|error| {
+        format!(
+            "cannot create the kafka producer: {}",
+            options.describe(&error)
+        )
+    })
+}
+
+/// Destroying a librdkafka handle joins its threads; keep that off the runtime.
+fn drop_off_runtime<T: Send + 'static>(value: T) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => drop(handle.spawn_blocking(move || drop(value))),
+        Err(_) => drop(value),
+    }
+}
+
+impl Forwarder for KafkaForwarder {
+    fn send<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), ForwardError>> {
+        Box::pin(self.deliver(batch))
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), ForwardError>> {
+        Box::pin(async move {
+            let Some(producer) = self
+                .producer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            else {
+                return Ok(());
+            };
+            let timeout = self.options.message_timeout;
+            tokio::task::spawn_blocking(move || {
+                let flushed = producer.flush(timeout);
+                drop(producer);
+                flushed
+            })
+            .await
+            .map_err(|e| ForwardError::retryable("the kafka flush task failed").with_source(e))?
+            .map_err(|e| {
+                ForwardError::retryable("flushing the kafka producer failed").with_source(e)
+            })
+        })
+    }
+}
+
+impl Drop for KafkaForwarder {
+    fn drop(&mut self) {
+        let producer = self
+            .producer
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop_off_runtime(producer);
+    }
+}

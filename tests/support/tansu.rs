@@ -1,0 +1,94 @@
+//! A throwaway tansu broker (a Kafka-protocol broker with in-memory storage) on a free
+//! loopback port, killed on drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseProducer, Producer};
+
+use super::{DEADLINE, Lines, wait_for};
+
+pub struct Tansu {
+    child: Child,
+    pub port: u16,
+    log: Lines,
+}
+
+/// The tansu binary from PATH or ~/.cargo/bin, or a panic saying how to get it.
+pub fn tansu_bin() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("tansu"));
+    let in_cargo =
+        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo/bin/tansu"));
+    on_path
+        .chain(in_cargo)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "tansu not found on PATH or in ~/.cargo/bin; install it with \
+                 `cargo install tansu --version 0.6.0 --features dynostore --locked` \
+                 (tests/run.sh does this)"
+            )
+        })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+impl Tansu {
+    pub fn start() -> Tansu {
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut child = Command::new(tansu_bin())
+            .args(["broker", "--storage-engine", "memory://tansu/"])
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tansu");
+        let log = Lines::new(child.stderr.take().expect("tansu stderr"));
+        let mut tansu = Tansu { child, port, log };
+        let probe: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", tansu.brokers())
+            .create()
+            .expect("probe client");
+        wait_for("tansu to answer a metadata request", DEADLINE, || {
+            if let Ok(Some(status)) = tansu.child.try_wait() {
+                panic!(
+                    "tansu exited during start-up: {status}\n{}",
+                    tansu.log_text()
+                );
+            }
+            probe
+                .client()
+                .fetch_metadata(None, Duration::from_millis(500))
+                .ok()
+        });
+        tansu
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// What tansu has logged so far (for failure messages).
+    pub fn log_text(&mut self) -> String {
+        self.log.drain()
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
