@@ -658,3 +658,76 @@ async fn mock_full_producer_queue_waits_for_room() {
     assert_eq!(messages.len(), sent.len(), "each event once");
     assert_all_arrived_in_order(&messages, &sent);
 }
+
+/// Kafka is down from the start: the gateway still starts (the Kafka forwarder only
+/// warns), the SQLite audit trail takes every event while Kafka takes none, and
+/// once the broker is back Kafka gets everything too, in order per key.
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_kafka_down_never_stalls_the_sqlite_audit_trail() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("events", 3, 1).expect("topic");
+    let brokers = cluster.bootstrap_servers();
+    cluster.broker_down(1).expect("broker down");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let context = Context {
+        name: "audit".into(),
+        data_dir: dir.path().to_path_buf(),
+    };
+    let mut sqlite_options = Options::new();
+    sqlite_options.insert("path".into(), "audit.db".into());
+    let kinds = eventgate::forward::Kinds::default();
+    let sqlite = kinds
+        .get("sqlite")
+        .expect("sqlite kind")
+        .build(&context, &sqlite_options)
+        .await
+        .expect("sqlite forwarder");
+    let kafka = build(&mock_options(&brokers, "")).await;
+    let retry = RetrySettings {
+        timeout: Duration::from_secs(10),
+        initial: Duration::from_millis(20),
+        max: Duration::from_millis(200),
+        ..RetrySettings::default()
+    };
+    let parts = |name: &str, forwarder| Parts {
+        name: name.into(),
+        filter: Filter::always(),
+        forwarder,
+        queue: QueueSettings::default(),
+        batch: BatchSettings {
+            events: 10,
+            ..BatchSettings::default()
+        },
+        retry: retry.clone(),
+    };
+    let pipeline = Pipeline::from_forwarders([parts("audit", sqlite), parts("kafka", kafka)]);
+    let router = pipeline.router();
+    let sent = events(1, 50);
+    for event in &sent {
+        router.route(event);
+    }
+    let audit = pipeline.forwarder("audit").expect("audit");
+    tokio::time::timeout(DEADLINE, audit.wait_acked(50))
+        .await
+        .expect("the audit store took every event while Kafka was down");
+    let db = rusqlite::Connection::open(dir.path().join("audit.db")).expect("open db");
+    let rows: i64 = db
+        .query_row("select count(*) from events", [], |row| row.get(0))
+        .expect("count");
+    assert_eq!(rows, 50);
+    let kafka = pipeline.forwarder("kafka").expect("kafka");
+    assert_eq!(kafka.acked(), 0, "nothing reached Kafka while it was down");
+
+    cluster.broker_up(1).expect("broker up");
+    tokio::time::timeout(DEADLINE * 2, kafka.wait_acked(50))
+        .await
+        .expect("Kafka caught up after the broker came back");
+    let reports = pipeline.shutdown(DEADLINE).await;
+    assert!(
+        reports.iter().all(|r| r.failed == 0 && r.undelivered == 0),
+        "{reports:?}"
+    );
+    let messages = consume_async(brokers, sent.len()).await;
+    assert_all_arrived_in_order(&messages, &sent);
+}

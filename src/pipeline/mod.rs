@@ -44,13 +44,13 @@ pub use worker::Report;
 
 #[derive(Debug, Error)]
 pub enum PipelineError {
-    #[error("forwarder {name:?}: {source}")]
+    #[error("forwarder {name:?}")]
     Build {
         name: String,
         #[source]
         source: BuildError,
     },
-    #[error("forwarder {name:?}: invalid filters: {source}")]
+    #[error("forwarder {name:?}: invalid filters")]
     Filter {
         name: String,
         #[source]

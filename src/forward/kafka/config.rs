@@ -33,7 +33,7 @@ pub struct KafkaOptions {
     /// How long librdkafka may try to deliver one message (`message.timeout.ms`).
     #[serde(
         default = "default_message_timeout",
-        with = "crate::pipeline::settings::duration_text"
+        with = "crate::config::duration_text"
     )]
     pub message_timeout: Duration,
     /// Any librdkafka property, passed through.

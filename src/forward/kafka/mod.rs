@@ -40,7 +40,7 @@ pub use record::{Record, RecordEncoder, TopicTemplate, ValueFormat, message_key,
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
 use outcome::Outcome;
-use topics::Topics;
+use topics::{TopicError, Topics};
 
 /// How long a metadata lookup or topic creation may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,7 +88,7 @@ pub struct KafkaForwarder {
 
 impl KafkaForwarder {
     /// Connects, and checks (or creates) a fixed topic. Fails with a message that
-    /// says what to fix when the brokers cannot be reached or the topic is missing.
+    /// says what to fix when the topic is missing; unreachable brokers only warn.
     pub async fn start(context: &Context, options: &Options) -> Result<Self, BuildError> {
         let options = KafkaOptions::parse(options)?;
         let template = TopicTemplate::parse(&options.topic)?;
@@ -110,6 +110,18 @@ impl KafkaForwarder {
             METADATA_TIMEOUT,
         );
         let brokers = options.brokers.joined();
+        // Brokers that cannot be reached at start are not fatal: a node's audit trail
+        // must not stop because Kafka is down at boot. Events wait in this
+        // forwarder's queue and the topic is checked on first use. A topic that is
+        // reported missing (and may not be created) is a configuration error, though.
+        let unreachable = |error: &TopicError| {
+            tracing::warn!(
+                forwarder = %name,
+                brokers,
+                error = %error,
+                "kafka brokers not reachable at start; events wait in the queue and are retried"
+            );
+        };
         let checked = match template.fixed() {
             Some(topic) => match topics.ensure(&producer, topic).await {
                 Ok(true) => Ok(()),
@@ -119,14 +131,26 @@ impl KafkaForwarder {
                     ),
                     source: None,
                 }),
+                Err(error @ TopicError::Metadata(_)) => {
+                    unreachable(&error);
+                    Ok(())
+                }
                 Err(error) => Err(BuildError::start(
                     format!("cannot check kafka topic {topic:?} on {brokers}"),
                     error,
                 )),
             },
-            None => topics.reachable(&producer).await.map_err(|error| {
-                BuildError::start(format!("cannot reach the kafka brokers {brokers}"), error)
-            }),
+            None => match topics.reachable(&producer).await {
+                Err(error @ TopicError::Metadata(_)) => {
+                    unreachable(&error);
+                    Ok(())
+                }
+                Err(error) => Err(BuildError::start(
+                    format!("cannot reach the kafka brokers {brokers}"),
+                    error,
+                )),
+                Ok(()) => Ok(()),
+            },
         };
         if let Err(error) = checked {
             drop_off_runtime(producer);
