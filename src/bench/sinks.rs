@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::BenchError;
 use super::forwarder::Sink;
 use crate::event::Event;
-use crate::forward::{Context, Kinds, Options};
+use crate::forward::{Context, Kinds, Options, kafka};
 use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
 use crate::pipeline::{Parts, Pipeline};
 use crate::store::{self, EventRow};
@@ -121,8 +121,120 @@ pub async fn raw(
     match sink {
         Sink::None => Ok(Duration::ZERO),
         Sink::Sqlite => blocking(move || raw_sqlite(&dir, &events, batch)).await,
-        Sink::File | Sink::Kafka { .. } => Ok(Duration::ZERO),
+        Sink::Kafka { brokers } => raw_kafka(brokers, &dir, &events, round + 2000).await,
+        Sink::File => Ok(Duration::ZERO),
     }
+}
+
+/// Plain librdkafka: the same records (encoded before the clock starts) produced
+/// with a FutureProducer configured like the forwarder's, to a topic of their own,
+/// every delivery report awaited.
+async fn raw_kafka(
+    brokers: &str,
+    dir: &Path,
+    events: &[Arc<Event>],
+    round: usize,
+) -> Result<Duration, BenchError> {
+    use rdkafka::producer::FutureProducer;
+    let sink = Sink::Kafka {
+        brokers: brokers.to_owned(),
+    };
+    let options = options(&sink, round);
+    // Building the forwarder once creates the topic, as the forwarder would.
+    let context = Context {
+        name: "raw".into(),
+        data_dir: dir.to_path_buf(),
+    };
+    let forwarder = Kinds::default()
+        .get("kafka")
+        .map_err(build_error)?
+        .build(&context, &options)
+        .await
+        .map_err(build_error)?;
+    let _ = forwarder.close().await;
+    let encoder = kafka::RecordEncoder::from_options(&options).map_err(build_error)?;
+    let records: Vec<_> = events.iter().map(|e| encoder.encode(e)).collect();
+    let producer: FutureProducer = kafka::client_config("raw", &options)
+        .map_err(build_error)?
+        .create()
+        .map_err(kafka_error)?;
+    let start = Instant::now();
+    let mut pending = std::collections::VecDeque::new();
+    for record in &records {
+        let mut next = record.future_record();
+        loop {
+            match producer.send_result(next) {
+                Ok(delivery) => {
+                    pending.push_back(delivery);
+                    break;
+                }
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    back,
+                )) => {
+                    next = back;
+                    match pending.pop_front() {
+                        Some(oldest) => delivered(oldest.await)?,
+                        None => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+                Err((error, _)) => return Err(kafka_error(error)),
+            }
+        }
+    }
+    for delivery in pending {
+        delivered(delivery.await)?;
+    }
+    let elapsed = start.elapsed();
+    tokio::task::spawn_blocking(move || drop(producer))
+        .await
+        .ok();
+    Ok(elapsed)
+}
+
+fn delivered(
+    report: Result<
+        rdkafka::producer::future_producer::OwnedDeliveryResult,
+        futures::channel::oneshot::Canceled,
+    >,
+) -> Result<(), BenchError> {
+    match report {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((error, _))) => Err(kafka_error(error)),
+        Err(_) => Err(BenchError::Timeout {
+            what: "a Kafka delivery report was lost".into(),
+        }),
+    }
+}
+
+fn kafka_error(error: rdkafka::error::KafkaError) -> BenchError {
+    BenchError::Timeout {
+        what: format!("Kafka: {error}"),
+    }
+}
+
+/// Messages in `topic`: the sum of its partitions' high watermarks.
+fn kafka_messages(
+    consumer: &rdkafka::consumer::BaseConsumer,
+    topic: &str,
+) -> Result<u64, BenchError> {
+    use rdkafka::consumer::Consumer;
+    let timeout = Duration::from_secs(5);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(kafka_error)?;
+    let mut total = 0;
+    for t in metadata.topics().iter().filter(|t| t.name() == topic) {
+        for partition in t.partitions() {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, partition.id(), timeout)
+                .map_err(kafka_error)?;
+            total += (high - low).max(0) as u64;
+        }
+    }
+    Ok(total)
 }
 
 async fn blocking(
@@ -160,12 +272,15 @@ pub struct Counter {
     sink: Sink,
     data_dir: PathBuf,
     sqlite: Option<rusqlite::Connection>,
+    kafka: Option<rdkafka::consumer::BaseConsumer>,
+    round: usize,
 }
 
 impl Counter {
     pub fn new(sink: &Sink, data_dir: &Path, round: usize) -> Self {
-        let _ = round;
         Self {
+            kafka: None,
+            round,
             sink: sink.clone(),
             data_dir: data_dir.to_path_buf(),
             sqlite: None,
@@ -188,6 +303,20 @@ impl Counter {
                 })
                 .map(|n| n as u64)
                 .map_err(store_error)
+            }
+            Sink::Kafka { ref brokers } => {
+                if self.kafka.is_none() {
+                    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+                        .set("bootstrap.servers", brokers)
+                        .set("group.id", "eventgate-bench")
+                        .create()
+                        .map_err(kafka_error)?;
+                    self.kafka = Some(consumer);
+                }
+                match &self.kafka {
+                    Some(consumer) => kafka_messages(consumer, &topic(self.round)),
+                    None => Ok(0),
+                }
             }
             _ => Ok(0),
         }
