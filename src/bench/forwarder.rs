@@ -106,12 +106,22 @@ pub async fn round(
     .await?;
     let expected = items.len() as u64;
     let mut counter = sinks::Counter::new(sink, &data_dir, round);
-    wait_until(
-        &format!("the {} forwarder to hold {expected} events", sink.label()),
-        bench.timeout,
-        || Ok(counter.count()? >= expected),
-    )
-    .await?;
+    let mut held = 0;
+    let waited = wait_until("", bench.timeout, || {
+        held = counter.count()?;
+        Ok(held >= expected)
+    })
+    .await;
+    if waited.is_err() {
+        return Err(BenchError::Timeout {
+            what: format!(
+                "the {} forwarder held {held} of {expected} events after {:?}; see {}",
+                sink.label(),
+                bench.timeout,
+                run_dir.join("eventgate.log").display()
+            ),
+        });
+    }
     let gateway = start.elapsed();
     let peak_rss = daemon.peak_rss();
     daemon.stop(Duration::from_secs(10)).await;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::BenchError;
 use super::forwarder::Sink;
 use crate::event::Event;
-use crate::forward::{Context, Kinds, Options, kafka};
+use crate::forward::{Context, Kinds, Options, file, kafka};
 use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
 use crate::pipeline::{Parts, Pipeline};
 use crate::store::{self, EventRow};
@@ -20,6 +20,8 @@ pub fn options(sink: &Sink, round: usize) -> Options {
         Sink::None => {}
         Sink::File => {
             options.insert("path".into(), "events.jsonl".into());
+            // One file for the whole run, so counting lines is exact.
+            options.insert("max_size".into(), 0.into());
         }
         Sink::Sqlite => {
             options.insert("path".into(), "audit.db".into());
@@ -122,8 +124,52 @@ pub async fn raw(
         Sink::None => Ok(Duration::ZERO),
         Sink::Sqlite => blocking(move || raw_sqlite(&dir, &events, batch)).await,
         Sink::Kafka { brokers } => raw_kafka(brokers, &dir, &events, round + 2000).await,
-        Sink::File => Ok(Duration::ZERO),
+        Sink::File => blocking(move || raw_file(&dir, &events, batch)).await,
     }
+}
+
+/// Plain buffered writes of the same lines (rendered before the clock starts),
+/// synced once per batch like the forwarder's default `fsync = "batch"`.
+fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration, BenchError> {
+    use std::io::Write;
+    let path = dir.join("events.jsonl");
+    let io = |source| BenchError::Io {
+        context: format!("writing {}", path.display()),
+        source,
+    };
+    let lines: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| file::render_line(e, file::Format::Jsonl))
+        .collect();
+    let out = std::fs::File::create(&path).map_err(io)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+    let start = Instant::now();
+    for chunk in lines.chunks(batch.max(1)) {
+        for line in chunk {
+            out.write_all(line).map_err(io)?;
+        }
+        out.flush().map_err(io)?;
+        out.get_ref().sync_data().map_err(io)?;
+    }
+    Ok(start.elapsed())
+}
+
+/// Lines in a file so far (0 while it does not exist).
+fn count_lines(path: &Path, offset: &mut u64, lines: &mut u64) -> Result<u64, BenchError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Ok(0);
+    };
+    let io = |source| BenchError::Io {
+        context: format!("reading {}", path.display()),
+        source,
+    };
+    file.seek(SeekFrom::Start(*offset)).map_err(io)?;
+    let mut buf = Vec::new();
+    file.read_to_end(&mut buf).map_err(io)?;
+    *offset += buf.len() as u64;
+    *lines += buf.iter().filter(|&&b| b == b'\n').count() as u64;
+    Ok(*lines)
 }
 
 /// Plain librdkafka: the same records (encoded before the clock starts) produced
@@ -215,26 +261,35 @@ fn kafka_error(error: rdkafka::error::KafkaError) -> BenchError {
     }
 }
 
-/// Messages in `topic`: the sum of its partitions' high watermarks.
-fn kafka_messages(
+/// Consumes what `topic` holds so far from the start of every partition; returns
+/// how many messages arrived in this call.
+fn kafka_consume(
     consumer: &rdkafka::consumer::BaseConsumer,
     topic: &str,
+    assigned: &mut bool,
 ) -> Result<u64, BenchError> {
     use rdkafka::consumer::Consumer;
-    let timeout = Duration::from_secs(5);
-    let metadata = consumer
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(kafka_error)?;
-    let mut total = 0;
-    for t in metadata.topics().iter().filter(|t| t.name() == topic) {
-        for partition in t.partitions() {
-            let (low, high) = consumer
-                .fetch_watermarks(topic, partition.id(), timeout)
-                .map_err(kafka_error)?;
-            total += (high - low).max(0) as u64;
+    if !*assigned {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .map_err(kafka_error)?;
+        let mut list = rdkafka::TopicPartitionList::new();
+        for t in metadata.topics().iter().filter(|t| t.name() == topic) {
+            for partition in t.partitions() {
+                list.add_partition_offset(topic, partition.id(), rdkafka::Offset::Beginning)
+                    .map_err(kafka_error)?;
+            }
+        }
+        consumer.assign(&list).map_err(kafka_error)?;
+        *assigned = true;
+    }
+    let mut got = 0;
+    while let Some(message) = consumer.poll(Duration::from_millis(1)) {
+        if message.is_ok() {
+            got += 1;
         }
     }
-    Ok(total)
+    Ok(got)
 }
 
 async fn blocking(
@@ -274,6 +329,10 @@ pub struct Counter {
     sqlite: Option<rusqlite::Connection>,
     kafka: Option<rdkafka::consumer::BaseConsumer>,
     round: usize,
+    file_offset: u64,
+    file_lines: u64,
+    kafka_assigned: bool,
+    kafka_count: u64,
 }
 
 impl Counter {
@@ -281,6 +340,10 @@ impl Counter {
         Self {
             kafka: None,
             round,
+            file_offset: 0,
+            file_lines: 0,
+            kafka_assigned: false,
+            kafka_count: 0,
             sink: sink.clone(),
             data_dir: data_dir.to_path_buf(),
             sqlite: None,
@@ -304,21 +367,27 @@ impl Counter {
                 .map(|n| n as u64)
                 .map_err(store_error)
             }
+            Sink::File => count_lines(
+                &self.data_dir.join("events.jsonl"),
+                &mut self.file_offset,
+                &mut self.file_lines,
+            ),
             Sink::Kafka { ref brokers } => {
                 if self.kafka.is_none() {
                     let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
                         .set("bootstrap.servers", brokers)
                         .set("group.id", "eventgate-bench")
+                        .set("enable.auto.commit", "false")
                         .create()
                         .map_err(kafka_error)?;
                     self.kafka = Some(consumer);
                 }
-                match &self.kafka {
-                    Some(consumer) => kafka_messages(consumer, &topic(self.round)),
-                    None => Ok(0),
+                if let Some(consumer) = &self.kafka {
+                    self.kafka_count +=
+                        kafka_consume(consumer, &topic(self.round), &mut self.kafka_assigned)?;
                 }
+                Ok(self.kafka_count)
             }
-            _ => Ok(0),
         }
     }
 }

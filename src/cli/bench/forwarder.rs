@@ -39,6 +39,9 @@ pub struct ForwarderArgs {
     /// Rounds per sink; the median is reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub rounds: u32,
+    /// How long to wait for a forwarder to hold every event of a round.
+    #[arg(long, default_value = "300s", value_parser = crate::config::parse_duration)]
+    pub timeout: Duration,
     /// Kafka bootstrap servers; without it the benchmark starts its own tansu broker.
     #[arg(long, value_name = "HOST:PORT")]
     pub brokers: Option<String>,
@@ -64,7 +67,7 @@ pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
         publishers: args.publishers as usize,
         in_flight: args.in_flight as usize,
         batch: args.batch as usize,
-        timeout: Duration::from_secs(300),
+        timeout: args.timeout,
     };
     let mut broker = None;
     let mut results: Vec<(Sink, Vec<Round>)> = Vec::new();
