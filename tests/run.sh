@@ -9,6 +9,7 @@ command -v containerd >/dev/null || need+=(containerd)
 command -v ctr >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
+command -v sqlite3 >/dev/null || need+=(sqlite3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo_cmd=""
