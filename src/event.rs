@@ -21,6 +21,11 @@ impl EventId {
     pub fn generate() -> Self {
         Self(uuid::Uuid::now_v7())
     }
+
+    /// The all-zero id, held by an event until the exchange gives it its place.
+    pub const fn unassigned() -> Self {
+        Self(uuid::Uuid::nil())
+    }
 }
 
 impl fmt::Display for EventId {

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use eventgate::event::{Event, EventId, Source};
 use eventgate::forward::file::{FileKind, Format, render_line};
 use eventgate::forward::{Batch, Context, Forwarder, Kind, Options};
-use eventgate::proto::Registry;
 use eventgate::proto::containerd::types::Envelope;
 use serde_json::Value;
 use support::*;
@@ -205,26 +204,7 @@ fn invalid_options_stop_the_start_naming_the_key() {
 // ---- Driving the forwarder directly, batch by batch ----
 
 fn event(seq: u64) -> Arc<Event> {
-    let any = Registry::global()
-        .encode_json(
-            "containerd.events.TaskExit",
-            &format!(r#"{{"container_id":"c{seq}","exit_status":{}}}"#, seq % 256),
-        )
-        .unwrap();
-    Arc::new(Event::new(
-        seq,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: 1_714_557_600 + seq as i64,
-                nanos: 5,
-            }),
-            namespace: "default".into(),
-            topic: "/tasks/exit".into(),
-            event: Some(any),
-        },
-    ))
+    task_exit_event(seq, &format!("c{seq}"), (seq % 256) as u32)
 }
 
 async fn forwarder(dir: &Path, toml: &str) -> Arc<dyn Forwarder> {

@@ -7,37 +7,17 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventgate::event::{Event, EventId, Source};
+use eventgate::event::Event;
 use eventgate::forward::sqlite::SqliteForwarder;
 use eventgate::forward::{Batch, ErrorKind, Forwarder};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::PublishRequest;
-use eventgate::proto::containerd::types::Envelope;
 use eventgate::store::{self, Synchronous, WriterOptions};
 use rusqlite::Connection;
 use support::*;
 
 fn task_exit(seq: u64, container: &str, status: u32) -> Arc<Event> {
-    let any = Registry::global()
-        .encode_json(
-            "containerd.events.TaskExit",
-            &format!(r#"{{"container_id":"{container}","exit_status":{status}}}"#),
-        )
-        .expect("encode");
-    Arc::new(Event::new(
-        seq,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: 1_714_557_600 + seq as i64,
-                nanos: 123_456_789,
-            }),
-            namespace: "default".into(),
-            topic: "/tasks/exit".into(),
-            event: Some(any),
-        },
-    ))
+    task_exit_event(seq, container, status)
 }
 
 fn batch(events: &[Arc<Event>]) -> Batch {

@@ -224,7 +224,7 @@ impl Exchange {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(AcceptError::Closed);
         }
-        let mut event = Event::new(0, EventId::generate(), source, envelope);
+        let mut event = Event::new(0, EventId::unassigned(), source, envelope);
         if let Err(full) = self.inner.router.admit(&event).await {
             return Err(self.rejected(AcceptError::QueueFull(full)));
         }

@@ -306,3 +306,33 @@ pub fn have(binary: &str) -> bool {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
+
+/// An accepted `/tasks/exit` event in namespace `default`, as the pipeline hands it to
+/// forwarders: timestamp 2024-05-01T10:00:00.123456789Z plus `seq` seconds.
+pub fn task_exit_event(
+    seq: u64,
+    container: &str,
+    status: u32,
+) -> std::sync::Arc<eventgate::event::Event> {
+    use eventgate::event::{Event, EventId, Source};
+    let any = eventgate::proto::Registry::global()
+        .encode_json(
+            "containerd.events.TaskExit",
+            &format!(r#"{{"container_id":"{container}","exit_status":{status}}}"#),
+        )
+        .expect("encode");
+    std::sync::Arc::new(Event::new(
+        seq,
+        EventId::generate(),
+        Source::Publish,
+        eventgate::proto::containerd::types::Envelope {
+            timestamp: Some(prost_types::Timestamp {
+                seconds: 1_714_557_600 + seq as i64,
+                nanos: 123_456_789,
+            }),
+            namespace: "default".into(),
+            topic: "/tasks/exit".into(),
+            event: Some(any),
+        },
+    ))
+}
