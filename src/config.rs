@@ -12,6 +12,7 @@ use crate::exchange::ExchangeConfig;
 use crate::filter::Filter;
 use crate::forward::{Kinds, Options};
 use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
+use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -31,6 +32,8 @@ pub enum ConfigError {
     Invalid { key: &'static str, problem: String },
     #[error("invalid config: forwarder {name:?}: {problem}")]
     Forwarder { name: String, problem: String },
+    #[error("invalid config: upstream {name:?}: {problem}")]
+    Upstream { name: String, problem: String },
 }
 
 /// The whole configuration file.
@@ -45,6 +48,9 @@ pub struct Config {
     #[serde(rename = "forwarder")]
     pub forwarders: Vec<ForwarderSpec>,
     pub pipeline: PipelineSection,
+    /// `[[upstream]]` tables: Events endpoints to subscribe to (containerd sockets).
+    #[serde(rename = "upstream")]
+    pub upstreams: Vec<UpstreamSpec>,
 }
 
 /// `[pipeline]`: settings shared by all forwarders.
@@ -71,6 +77,7 @@ impl Default for Config {
             exchange: ExchangeSection::default(),
             forwarders: ForwarderSpec::embedded_default(),
             pipeline: PipelineSection::default(),
+            upstreams: Vec::new(),
         }
     }
 }
@@ -274,6 +281,20 @@ impl Config {
                 return Err(ConfigError::Forwarder {
                     name: spec.name.clone(),
                     problem: "two forwarders have this name; names must be unique".into(),
+                });
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for spec in &self.upstreams {
+            let name = spec.effective_name();
+            spec.validate().map_err(|problem| ConfigError::Upstream {
+                name: name.clone(),
+                problem,
+            })?;
+            if !names.insert(name.clone()) {
+                return Err(ConfigError::Upstream {
+                    name,
+                    problem: "two upstreams have this name; give each a unique `name` (with --upstream: NAME=ADDRESS)".into(),
                 });
             }
         }
@@ -506,6 +527,63 @@ mod tests {
                 "name",
             ),
             (format!("{}\n{}", table(""), table("")), "unique"),
+        ];
+        for (text, key) in cases {
+            let message = Config::parse(&text, "test").unwrap_err().to_string();
+            assert!(message.contains(key), "{text:?} -> {message}");
+        }
+    }
+
+    #[test]
+    fn upstream_tables_are_read_and_checked() {
+        let config = Config::parse(
+            r#"
+            [[upstream]]
+            address = "/run/containerd/containerd.sock"
+            [[upstream]]
+            name = "k3s"
+            address = "unix:///run/k3s/containerd/containerd.sock"
+            filters = ['topic~="^/tasks/"']
+            reconnect = { initial = "50ms", max = "5s", stable = "1s" }
+            connect_timeout = "2s"
+            "#,
+            "test",
+        )
+        .unwrap();
+        let names: Vec<_> = config
+            .upstreams
+            .iter()
+            .map(|u| u.effective_name())
+            .collect();
+        assert_eq!(names, ["containerd", "k3s"]);
+        let k3s = &config.upstreams[1];
+        assert_eq!(k3s.reconnect.max, Duration::from_secs(5));
+        assert_eq!(k3s.connect_timeout, Duration::from_secs(2));
+        assert_eq!(
+            Config::parse(&config.to_toml(), "round trip").unwrap(),
+            config
+        );
+
+        let table = |body: &str| format!("[[upstream]]\n{body}");
+        let cases = [
+            (table("name = \"x\""), "address"),
+            (table("address = \"/a.sock\"\nfilter = []"), "filter"),
+            (
+                table("address = \"/a.sock\"\nfilters = ['topic==']"),
+                "filters",
+            ),
+            (
+                table("address = \"/a.sock\"\nreconnect = { initial = \"0s\" }"),
+                "reconnect.initial",
+            ),
+            (
+                format!(
+                    "{}\n{}",
+                    table("address = \"/a/c.sock\""),
+                    table("address = \"/b/c.sock\"")
+                ),
+                "unique",
+            ),
         ];
         for (text, key) in cases {
             let message = Config::parse(&text, "test").unwrap_err().to_string();

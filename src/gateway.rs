@@ -17,6 +17,7 @@ use crate::exchange::{EventsService, Exchange};
 use crate::forward::Kinds;
 use crate::listen::{self, ListenError, UnixSocket};
 use crate::pipeline::{Pipeline, PipelineError, Report};
+use crate::upstream::Upstreams;
 
 #[derive(Debug, Error)]
 pub enum GatewayError {
@@ -42,6 +43,7 @@ pub enum GatewayError {
 pub struct Gateway {
     exchange: Exchange,
     pipeline: Pipeline,
+    upstreams: Upstreams,
     socket: UnixSocket,
     tcp_addr: Option<SocketAddr>,
     cancel: CancellationToken,
@@ -98,9 +100,11 @@ impl Gateway {
             tcp = ?tcp_addr,
             "eventgate is serving containerd's Events API"
         );
+        let upstreams = Upstreams::start(&config.upstreams, &exchange);
         Ok(Self {
             exchange,
             pipeline,
+            upstreams,
             socket,
             tcp_addr,
             cancel,
@@ -116,6 +120,10 @@ impl Gateway {
 
     pub fn pipeline(&self) -> &Pipeline {
         &self.pipeline
+    }
+
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -149,11 +157,13 @@ impl Gateway {
         outcome
     }
 
-    /// Stops accepting, ends every subscription (clients see UNAVAILABLE), waits up
-    /// to the shutdown timeout for in-flight calls, then gives the forwarders up to
-    /// the drain timeout to deliver what is queued. Returns what each forwarder did.
+    /// Ends the upstream subscriptions (recording where their record stops), stops
+    /// accepting, ends every subscription (clients see UNAVAILABLE), waits up to the
+    /// shutdown timeout for in-flight calls, then gives the forwarders up to the drain
+    /// timeout to deliver what is queued. Returns what each forwarder did.
     pub async fn stop(mut self) -> Vec<Report> {
         tracing::info!("shutting down");
+        self.upstreams.stop(self.shutdown_timeout).await;
         self.cancel.cancel();
         self.exchange.close();
         let drain = async { while self.servers.join_next().await.is_some() {} };

@@ -1,6 +1,8 @@
 //! eventgate: a containerd-compatible event exchange that forwards and keeps every event.
 //!
 //! The map of the crate, in the order an event travels:
+//! - [`upstream`]: subscriptions to containerd sockets, feeding the exchange, with gap
+//!   markers where the record may be incomplete.
 //! - [`exchange`]: containerd's Events gRPC service (Publish, Forward, Subscribe) and
 //!   the hub that orders events and fans them out to subscribers.
 //! - [`identifiers`]: containerd's namespace and topic rules.
@@ -32,3 +34,4 @@ pub mod pipeline;
 pub mod proto;
 pub mod render;
 pub mod store;
+pub mod upstream;

@@ -9,6 +9,7 @@ use clap::Args;
 use super::CliError;
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -29,6 +30,11 @@ pub struct ServeArgs {
     /// `exchange.subscriber_queue`.
     #[arg(long, value_name = "N")]
     pub subscriber_queue: Option<usize>,
+    /// Subscribe to this containerd socket (or eventgate address) and take in every
+    /// event it publishes; repeatable. `NAME=ADDRESS` names it (default: the socket's
+    /// file name). Added to the config's `[[upstream]]` tables.
+    #[arg(long, value_name = "[NAME=]ADDRESS")]
+    pub upstream: Vec<String>,
 }
 
 impl ServeArgs {
@@ -50,6 +56,11 @@ impl ServeArgs {
         if let Some(queue) = self.subscriber_queue {
             config.exchange.subscriber_queue = queue;
         }
+        config.upstreams.extend(
+            self.upstream
+                .iter()
+                .map(|flag| UpstreamSpec::from_flag(flag)),
+        );
         config.validate()?;
         Ok(config)
     }

@@ -43,6 +43,16 @@ pub mod containerd {
     }
 }
 
+/// eventgate's own events (gap markers), emitted in namespace `eventgate`.
+#[allow(clippy::all, missing_docs)]
+pub mod eventgate {
+    pub mod events {
+        pub mod v1 {
+            tonic::include_proto!("eventgate.events.v1");
+        }
+    }
+}
+
 /// The encoded `FileDescriptorSet` of everything under `proto/`.
 pub const DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/eventgate_descriptor.bin"));

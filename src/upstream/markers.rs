@@ -1,0 +1,132 @@
+//! The envelopes eventgate emits about its upstreams: where the record of an upstream
+//! breaks and where it resumes. They travel the pipeline like any other event, so a
+//! user reading the audit store sees the gaps among the events themselves.
+
+use std::time::SystemTime;
+
+use prost::Message;
+use prost_types::{Any, Timestamp};
+
+use crate::proto::containerd::types::Envelope;
+use crate::proto::eventgate::events::v1::{UpstreamConnected, UpstreamDisconnected};
+
+/// The gateway's own namespace.
+pub const NAMESPACE: &str = "eventgate";
+pub const CONNECTED_TOPIC: &str = "/eventgate/upstream/connected";
+pub const DISCONNECTED_TOPIC: &str = "/eventgate/upstream/disconnected";
+pub const CONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamConnected";
+pub const DISCONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamDisconnected";
+
+/// What the connected marker says; `gap_started_at` is when the record broke.
+pub struct Connected<'a> {
+    pub upstream: &'a str,
+    pub address: &'a str,
+    pub filters: &'a [String],
+    pub connected_at: SystemTime,
+    pub gap_started_at: SystemTime,
+    pub attempts: u64,
+}
+
+pub struct Disconnected<'a> {
+    pub upstream: &'a str,
+    pub address: &'a str,
+    pub reason: &'a str,
+    pub connected_at: SystemTime,
+    pub disconnected_at: SystemTime,
+    pub events_received: u64,
+}
+
+pub fn connected(marker: &Connected<'_>) -> Envelope {
+    let payload = UpstreamConnected {
+        upstream: marker.upstream.to_owned(),
+        address: marker.address.to_owned(),
+        connected_at: Some(Timestamp::from(marker.connected_at)),
+        gap_started_at: Some(Timestamp::from(marker.gap_started_at)),
+        attempts: marker.attempts,
+        filters: marker.filters.to_vec(),
+    };
+    envelope(
+        marker.connected_at,
+        CONNECTED_TOPIC,
+        CONNECTED_TYPE,
+        payload.encode_to_vec(),
+    )
+}
+
+pub fn disconnected(marker: &Disconnected<'_>) -> Envelope {
+    let payload = UpstreamDisconnected {
+        upstream: marker.upstream.to_owned(),
+        address: marker.address.to_owned(),
+        disconnected_at: Some(Timestamp::from(marker.disconnected_at)),
+        reason: marker.reason.to_owned(),
+        events_received: marker.events_received,
+        connected_at: Some(Timestamp::from(marker.connected_at)),
+    };
+    envelope(
+        marker.disconnected_at,
+        DISCONNECTED_TOPIC,
+        DISCONNECTED_TYPE,
+        payload.encode_to_vec(),
+    )
+}
+
+fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Envelope {
+    Envelope {
+        timestamp: Some(Timestamp::from(at)),
+        namespace: NAMESPACE.into(),
+        topic: topic.into(),
+        event: Some(Any {
+            type_url: type_url.into(),
+            value,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::{Exchange, ExchangeConfig};
+    use crate::proto::{Registry, to_json};
+
+    #[test]
+    fn markers_are_valid_envelopes_that_decode_by_name() {
+        let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let t1 = t0 + std::time::Duration::from_millis(1500);
+        let down = disconnected(&Disconnected {
+            upstream: "node",
+            address: "/run/containerd/containerd.sock",
+            reason: "the upstream closed the connection",
+            connected_at: t0,
+            disconnected_at: t1,
+            events_received: 7,
+        });
+        let up = connected(&Connected {
+            upstream: "node",
+            address: "/run/containerd/containerd.sock",
+            filters: &["topic~=\"^/tasks/\"".to_owned()],
+            connected_at: t1,
+            gap_started_at: t0,
+            attempts: 3,
+        });
+        let exchange = Exchange::new(ExchangeConfig::default());
+        for envelope in [&down, &up] {
+            exchange.check_envelope(envelope).unwrap();
+            assert_eq!(envelope.namespace, "eventgate");
+        }
+        let json = |e: &Envelope| {
+            let msg = Registry::global()
+                .decode(e.event.as_ref().unwrap())
+                .unwrap();
+            to_json(&msg)
+        };
+        let down = json(&down);
+        assert_eq!(down["upstream"], "node");
+        assert_eq!(down["reason"], "the upstream closed the connection");
+        assert_eq!(down["events_received"], 7);
+        assert_eq!(down["disconnected_at"], "2027-01-15T08:00:01.500000000Z");
+        let up = json(&up);
+        assert_eq!(up["attempts"], 3);
+        assert_eq!(up["gap_started_at"], "2027-01-15T08:00:00.000000000Z");
+        assert_eq!(up["filters"][0], "topic~=\"^/tasks/\"");
+    }
+}

@@ -1,0 +1,125 @@
+//! Upstreams: subscriptions to containerd sockets (or other eventgates) whose events
+//! enter the exchange like published ones, so they reach subscribers and forwarders.
+//!
+//! Each upstream is one task that reconnects forever with backoff. Where its record
+//! may be incomplete is written into the record itself: a disconnected marker when a
+//! subscription breaks (or the gateway stops) and a connected marker when it is back,
+//! both in namespace `eventgate` (see `markers`).
+
+mod backoff;
+pub mod markers;
+mod settings;
+mod status;
+mod task;
+mod transport;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use settings::{ReconnectSettings, UpstreamSpec};
+pub use status::{UpstreamState, UpstreamStatus};
+
+use crate::exchange::Exchange;
+
+/// The running upstream tasks of one gateway.
+pub struct Upstreams {
+    statuses: Vec<watch::Receiver<UpstreamStatus>>,
+    cancel: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Upstreams {
+    pub fn none() -> Self {
+        Self {
+            statuses: Vec::new(),
+            cancel: CancellationToken::new(),
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Starts one task per spec. Specs are validated by the config beforehand; an
+    /// unreachable upstream is not an error here, it is retried in the background.
+    pub fn start(specs: &[UpstreamSpec], exchange: &Exchange) -> Self {
+        let mut upstreams = Self::none();
+        let started = SystemTime::now();
+        for spec in specs {
+            let name = spec.effective_name();
+            let (status, receiver) = watch::channel(UpstreamStatus {
+                name: name.clone(),
+                address: spec.address.clone(),
+                state: UpstreamState::Connecting {
+                    since: started,
+                    attempts: 0,
+                    last_error: None,
+                },
+            });
+            let task = task::Task {
+                spec: spec.clone(),
+                name: Arc::from(name.as_str()),
+                exchange: exchange.clone(),
+                status,
+                cancel: upstreams.cancel.child_token(),
+                started,
+            };
+            upstreams.tasks.spawn(task.run());
+            upstreams.statuses.push(receiver);
+        }
+        upstreams
+    }
+
+    pub fn statuses(&self) -> Vec<UpstreamStatus> {
+        self.statuses.iter().map(|rx| rx.borrow().clone()).collect()
+    }
+
+    /// Ready when every upstream is subscribed; otherwise what is not, one line each.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let problems: Vec<String> = self
+            .statuses()
+            .into_iter()
+            .filter(|status| !status.is_connected())
+            .map(|status| status.to_string())
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Waits until the named upstream's state satisfies `check`, or `timeout` passes.
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+        check: impl Fn(&UpstreamState) -> bool,
+    ) -> Option<UpstreamStatus> {
+        let mut rx = self
+            .statuses
+            .iter()
+            .find(|rx| rx.borrow().name == name)?
+            .clone();
+        let waited = tokio::time::timeout(timeout, rx.wait_for(|s| check(&s.state))).await;
+        match waited {
+            Ok(Ok(status)) => Some(status.clone()),
+            _ => None,
+        }
+    }
+
+    /// Ends every subscription, recording a disconnected marker for each that was up.
+    /// Must run before the exchange closes, or the markers have nowhere to go.
+    pub async fn stop(&mut self, timeout: Duration) {
+        self.cancel.cancel();
+        let join = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(timeout, join).await.is_err() {
+            tracing::warn!(?timeout, "upstreams did not stop in time; aborting them");
+            self.tasks.abort_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

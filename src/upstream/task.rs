@@ -1,0 +1,338 @@
+//! One upstream's life: connect, subscribe, feed the exchange, and when the stream
+//! breaks, say so in the audit trail and reconnect with backoff, until shutdown.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::{Response, Status, Streaming};
+
+use super::backoff::Backoff;
+use super::markers::{self, Connected, Disconnected};
+use super::settings::UpstreamSpec;
+use super::status::{UpstreamState, UpstreamStatus};
+use super::transport::NotifySent;
+use crate::client;
+use crate::event::Source;
+use crate::exchange::{AcceptError, Exchange};
+use crate::proto::containerd::services::events::v1::SubscribeRequest;
+use crate::proto::containerd::services::events::v1::events_client::EventsClient;
+use crate::proto::containerd::types::Envelope;
+
+type SubscribeCall =
+    Pin<Box<dyn Future<Output = Result<Response<Streaming<Envelope>>, Status>> + Send>>;
+
+/// A subscription whose request is on the wire; the response may not have started.
+enum Opened {
+    Waiting(SubscribeCall),
+    Streaming(Box<Streaming<Envelope>>),
+}
+
+/// How a subscription ended.
+enum Ended {
+    Broke(String),
+    /// Shutdown was requested.
+    Cancelled,
+    /// The exchange is closed; nothing more can be accepted.
+    ExchangeClosed,
+}
+
+pub(super) struct Task {
+    pub spec: UpstreamSpec,
+    pub name: Arc<str>,
+    pub exchange: Exchange,
+    pub status: watch::Sender<UpstreamStatus>,
+    pub cancel: CancellationToken,
+    /// When the gateway started: the first connection closes the gap that began then.
+    pub started: SystemTime,
+}
+
+impl Task {
+    pub async fn run(self) {
+        let mut backoff = Backoff::new(&self.spec.reconnect);
+        let mut gap_started = self.started;
+        let mut attempts = 0u64;
+        let mut reported_failure = false;
+        loop {
+            attempts += 1;
+            let opened = tokio::select! {
+                () = self.cancel.cancelled() => break,
+                opened = self.open() => opened,
+            };
+            let opened = match opened {
+                Ok(opened) => opened,
+                Err(error) => {
+                    metrics::counter!("eventgate_upstream_connect_failures_total", "upstream" => self.label())
+                        .increment(1);
+                    // Once per outage at warn; every attempt at debug.
+                    if reported_failure {
+                        tracing::debug!(upstream = %self.name, attempts, %error, "upstream still unreachable");
+                    } else {
+                        tracing::warn!(
+                            upstream = %self.name,
+                            address = %self.spec.address,
+                            %error,
+                            "upstream unreachable; retrying with backoff"
+                        );
+                        reported_failure = true;
+                    }
+                    self.set_state(UpstreamState::Connecting {
+                        since: gap_started,
+                        attempts,
+                        last_error: Some(error),
+                    });
+                    if !self.pause(&mut backoff).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+
+            let connected_at = SystemTime::now();
+            let marker = markers::connected(&Connected {
+                upstream: &self.name,
+                address: &self.spec.address,
+                filters: &self.spec.filters,
+                connected_at,
+                gap_started_at: gap_started,
+                attempts,
+            });
+            if !self.accept_marker(marker).await {
+                break;
+            }
+            tracing::info!(
+                upstream = %self.name,
+                address = %self.spec.address,
+                attempts,
+                gap = %humantime::format_duration(whole_ms(connected_at.duration_since(gap_started).unwrap_or_default())),
+                "upstream subscribed"
+            );
+            metrics::gauge!("eventgate_upstream_connected", "upstream" => self.label()).set(1.0);
+            metrics::counter!("eventgate_upstream_connects_total", "upstream" => self.label())
+                .increment(1);
+            self.set_state(UpstreamState::Connected {
+                since: connected_at,
+            });
+            attempts = 0;
+            reported_failure = false;
+
+            let mut received = 0u64;
+            let ended = self.stream(opened, &mut received).await;
+            let disconnected_at = SystemTime::now();
+            metrics::gauge!("eventgate_upstream_connected", "upstream" => self.label()).set(0.0);
+            let reason = match &ended {
+                Ended::Broke(reason) => reason.as_str(),
+                Ended::Cancelled | Ended::ExchangeClosed => "eventgate is stopping",
+            };
+            let marker = markers::disconnected(&Disconnected {
+                upstream: &self.name,
+                address: &self.spec.address,
+                reason,
+                connected_at,
+                disconnected_at,
+                events_received: received,
+            });
+            let recorded =
+                !matches!(ended, Ended::ExchangeClosed) && self.accept_marker(marker).await;
+            if !matches!(ended, Ended::Broke(_)) {
+                if !recorded {
+                    tracing::warn!(upstream = %self.name, "the exchange closed before the disconnect could be recorded");
+                }
+                break;
+            }
+            tracing::warn!(
+                upstream = %self.name,
+                address = %self.spec.address,
+                reason,
+                events = received,
+                "upstream subscription broke; reconnecting"
+            );
+            metrics::counter!("eventgate_upstream_disconnects_total", "upstream" => self.label())
+                .increment(1);
+            gap_started = disconnected_at;
+            self.set_state(UpstreamState::Connecting {
+                since: disconnected_at,
+                attempts: 0,
+                last_error: Some(reason.to_owned()),
+            });
+            let lasted = disconnected_at
+                .duration_since(connected_at)
+                .unwrap_or_default();
+            if lasted >= self.spec.reconnect.stable {
+                backoff.reset();
+            }
+            if !recorded || !self.pause(&mut backoff).await {
+                break;
+            }
+        }
+        self.set_state(UpstreamState::Stopped);
+        metrics::gauge!("eventgate_upstream_connected", "upstream" => self.label()).set(0.0);
+    }
+
+    /// Connects and sends Subscribe. Done as soon as the request is on the wire or the
+    /// upstream answers, whichever comes first (see `transport`).
+    async fn open(&self) -> Result<Opened, String> {
+        let timeout = self.spec.connect_timeout;
+        let channel = client::connect_channel(&self.spec.address, timeout)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let (service, sent) = NotifySent::new(channel);
+        let mut client = EventsClient::new(service);
+        let request = SubscribeRequest {
+            filters: self.spec.filters.clone(),
+        };
+        let mut call: SubscribeCall = Box::pin(async move { client.subscribe(request).await });
+        let outcome = tokio::time::timeout(timeout, async {
+            tokio::select! {
+                biased;
+                response = &mut call => Some(response),
+                // A dropped sender means the body was never sent; the call says why.
+                sent = sent => if sent.is_ok() { None } else { Some(call.as_mut().await) },
+            }
+        })
+        .await
+        .map_err(|_| {
+            format!("the upstream did not take the Subscribe request within {timeout:?}")
+        })?;
+        match outcome {
+            None => Ok(Opened::Waiting(call)),
+            Some(Ok(response)) => Ok(Opened::Streaming(Box::new(response.into_inner()))),
+            Some(Err(status)) => Err(describe(&status)),
+        }
+    }
+
+    async fn stream(&self, opened: Opened, received: &mut u64) -> Ended {
+        let mut stream = match opened {
+            Opened::Streaming(stream) => *stream,
+            Opened::Waiting(call) => tokio::select! {
+                () = self.cancel.cancelled() => return Ended::Cancelled,
+                response = call => match response {
+                    Ok(response) => response.into_inner(),
+                    Err(status) => return Ended::Broke(describe(&status)),
+                },
+            },
+        };
+        loop {
+            let message = tokio::select! {
+                () = self.cancel.cancelled() => return Ended::Cancelled,
+                message = stream.message() => message,
+            };
+            let envelope = match message {
+                Ok(Some(envelope)) => envelope,
+                Ok(None) => return Ended::Broke("the upstream ended the subscription".into()),
+                Err(status) => return Ended::Broke(describe(&status)),
+            };
+            *received += 1;
+            metrics::counter!("eventgate_upstream_events_total", "upstream" => self.label())
+                .increment(1);
+            if let Err(error) = self.exchange.check_envelope(&envelope) {
+                // Kept out of the pipeline like an invalid Forward, but never silently.
+                metrics::counter!("eventgate_upstream_events_rejected_total", "upstream" => self.label(), "reason" => error.reason())
+                    .increment(1);
+                tracing::warn!(
+                    upstream = %self.name,
+                    namespace = %envelope.namespace,
+                    topic = %envelope.topic,
+                    %error,
+                    "upstream sent an envelope eventgate cannot accept; skipped"
+                );
+                continue;
+            }
+            match self
+                .accept(Source::Upstream(Arc::clone(&self.name)), envelope)
+                .await
+            {
+                Ok(()) => {}
+                Err(ended) => return ended,
+            }
+        }
+    }
+
+    /// Accepts an event, waiting out full `block` queues: an upstream event has
+    /// nowhere else to go, and while we wait the upstream holds the rest for us.
+    async fn accept(&self, source: Source, envelope: Envelope) -> Result<(), Ended> {
+        let mut warned = false;
+        loop {
+            match self.exchange.accept(source.clone(), envelope.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(AcceptError::QueueFull(full)) => {
+                    if !warned {
+                        tracing::warn!(upstream = %self.name, %full, "forwarder queues are full; holding the upstream until they drain");
+                        warned = true;
+                    }
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Err(Ended::Cancelled),
+                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
+                }
+                Err(AcceptError::Closed) => return Err(Ended::ExchangeClosed),
+                Err(error) => {
+                    // check_envelope ran first, so this is not expected; say so loudly.
+                    tracing::error!(upstream = %self.name, %error, "upstream event refused");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Records a gap marker; false if the exchange is closed (or we are cancelled
+    /// while it waits for queue room), which ends the task.
+    async fn accept_marker(&self, marker: Envelope) -> bool {
+        match self.accept(Source::Internal, marker).await {
+            Ok(()) => true,
+            Err(Ended::Cancelled) => {
+                tracing::warn!(upstream = %self.name, "stopped before a gap marker could be queued");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Waits out the next backoff delay; false if shutdown came first.
+    async fn pause(&self, backoff: &mut Backoff) -> bool {
+        let delay = backoff.next_delay(&mut rand::rng());
+        tokio::select! {
+            () = self.cancel.cancelled() => false,
+            () = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    fn set_state(&self, state: UpstreamState) {
+        self.status.send_modify(|status| status.state = state);
+    }
+
+    fn label(&self) -> String {
+        self.name.to_string()
+    }
+}
+
+fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}
+
+/// "Unavailable: connection reset" rather than tonic's Debug dump.
+fn describe(status: &Status) -> String {
+    let head = format!("{:?}: {}", status.code(), status.message());
+    append_sources(head, std::error::Error::source(status))
+}
+
+/// An error and its causes on one line, for logs and gap markers.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    append_sources(error.to_string(), error.source())
+}
+
+fn append_sources(mut text: String, mut source: Option<&dyn std::error::Error>) -> String {
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // tonic and hyper often repeat their cause in their own message.
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
