@@ -20,13 +20,10 @@ use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::proto::containerd::types::Envelope;
 use futures::future::BoxFuture;
 use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use support::tansu::Tansu;
+use support::tansu::{Tansu, consume};
 use support::*;
 use tonic::Request;
 
@@ -52,51 +49,6 @@ fn header(message: &OwnedMessage, name: &str) -> Option<String> {
 
 fn key(message: &OwnedMessage) -> String {
     String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned()
-}
-
-/// Every message of `topic` from the beginning: waits (with a deadline) until at
-/// least `count` arrived and every partition reported its end, so extra messages
-/// would be seen too. Messages of one partition come in offset order.
-fn consume(brokers: &str, topic: &str, count: usize) -> Vec<OwnedMessage> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "eventgate-tests")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .expect("consumer");
-    let partitions = wait_for(&format!("metadata for topic {topic}"), DEADLINE, || {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(1))
-            .ok()?;
-        let found = metadata.topics().iter().find(|t| t.name() == topic)?;
-        let ids: Vec<i32> = found.partitions().iter().map(|p| p.id()).collect();
-        (!ids.is_empty()).then_some(ids)
-    });
-    let mut assignment = TopicPartitionList::new();
-    for id in &partitions {
-        assignment
-            .add_partition_offset(topic, *id, Offset::Beginning)
-            .expect("assign");
-    }
-    consumer.assign(&assignment).expect("assign");
-    let mut messages = Vec::new();
-    let mut at_end = HashSet::new();
-    wait_for(&format!("{count} messages in {topic}"), DEADLINE, || {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) => {
-                at_end.remove(&message.partition());
-                messages.push(message.detach());
-            }
-            Some(Err(KafkaError::PartitionEOF(partition))) => {
-                at_end.insert(partition);
-            }
-            Some(Err(error)) => panic!("consuming {topic}: {error}"),
-            None => {}
-        }
-        (messages.len() >= count && at_end.len() == partitions.len()).then_some(())
-    });
-    messages
 }
 
 /// For each key, the values of `field` in the order Kafka holds them.

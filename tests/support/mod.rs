@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use eventgate::proto::containerd::services::events::v1::events_client::EventsClient;
 use tonic::transport::Channel;
 
+pub mod containerd;
+pub mod image;
 pub mod tansu;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);

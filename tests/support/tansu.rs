@@ -1,12 +1,16 @@
 //! A throwaway tansu broker (a Kafka-protocol broker with in-memory storage) on a free
 //! loopback port, killed on drop.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{DEADLINE, Lines, wait_for};
 
@@ -91,4 +95,49 @@ impl Drop for Tansu {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Every message of `topic` from the beginning: waits (with a deadline) until at
+/// least `count` arrived and every partition reported its end, so extra messages
+/// would be seen too. Messages of one partition come in offset order.
+pub fn consume(brokers: &str, topic: &str, count: usize) -> Vec<OwnedMessage> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "eventgate-tests")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("consumer");
+    let partitions = wait_for(&format!("metadata for topic {topic}"), DEADLINE, || {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(1))
+            .ok()?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic)?;
+        let ids: Vec<i32> = found.partitions().iter().map(|p| p.id()).collect();
+        (!ids.is_empty()).then_some(ids)
+    });
+    let mut assignment = TopicPartitionList::new();
+    for id in &partitions {
+        assignment
+            .add_partition_offset(topic, *id, Offset::Beginning)
+            .expect("assign");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let mut messages = Vec::new();
+    let mut at_end = HashSet::new();
+    wait_for(&format!("{count} messages in {topic}"), DEADLINE, || {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                at_end.remove(&message.partition());
+                messages.push(message.detach());
+            }
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                at_end.insert(partition);
+            }
+            Some(Err(error)) => panic!("consuming {topic}: {error}"),
+            None => {}
+        }
+        (messages.len() >= count && at_end.len() == partitions.len()).then_some(())
+    });
+    messages
 }

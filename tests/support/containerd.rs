@@ -1,0 +1,175 @@
+//! A private containerd for tests: its own root, state and socket under a temp dir,
+//! CRI disabled, no network. It can be killed and started again on the same
+//! directory (same socket, same images), as a node's daemon restarts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+use super::{DEADLINE, Lines, have, path_str, run_with_stdin, signal, wait_exit, wait_for};
+
+pub const NEEDS: &str = "needs containerd, ctr, runc and busybox-static; run tests/run.sh";
+
+pub struct Containerd {
+    child: Option<Child>,
+    log: Option<Lines>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+}
+
+impl Containerd {
+    /// Starts a fresh daemon; the socket accepts connections when this returns.
+    pub fn start() -> Containerd {
+        let mut containerd = Self::not_started();
+        containerd.restart();
+        containerd
+    }
+
+    /// A daemon's directory and config, with nothing running yet (`restart` starts it).
+    pub fn not_started() -> Containerd {
+        assert!(
+            have("containerd") && have("ctr") && have("runc"),
+            "containerd, ctr and runc must be installed; run tests/run.sh"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("eg-ctd")
+            .tempdir()
+            .expect("tempdir");
+        let socket = dir.path().join("containerd.sock");
+        let config = dir.path().join("containerd.toml");
+        std::fs::write(
+            &config,
+            eventgate::bench::daemon::containerd_config(dir.path(), &socket),
+        )
+        .expect("write containerd config");
+        Containerd {
+            child: None,
+            log: None,
+            dir,
+            socket,
+        }
+    }
+
+    /// Where the socket will be, before the daemon exists (for "started later" tests).
+    pub fn address(&self) -> String {
+        path_str(&self.socket).to_owned()
+    }
+
+    /// Starts the daemon (again, after `kill9`) on the same directory.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "containerd is already running");
+        let mut child = Command::new("containerd")
+            .arg("--config")
+            .arg(self.dir.path().join("containerd.toml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn containerd");
+        self.log = Some(Lines::new(child.stderr.take().expect("stderr")));
+        let socket = self.socket.clone();
+        wait_for(
+            "containerd's socket to accept connections",
+            DEADLINE,
+            || {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("containerd exited during start-up: {status}");
+                }
+                std::os::unix::net::UnixStream::connect(&socket).ok()
+            },
+        );
+        self.child = Some(child);
+    }
+
+    /// SIGKILL, as when the daemon crashes; the socket file may stay behind.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, nix::sys::signal::Signal::SIGKILL);
+            wait_exit(&mut child, DEADLINE);
+        }
+    }
+
+    pub fn ctr(&self) -> Command {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address").arg(&self.socket);
+        cmd
+    }
+
+    /// Imports the test image (busybox-static as an OCI tarball); returns its name.
+    pub fn import_busybox(&self) -> &'static str {
+        let out = self
+            .ctr()
+            .args(["image", "import"])
+            .arg(busybox_image())
+            .output()
+            .expect("run ctr image import");
+        assert!(
+            out.status.success(),
+            "ctr image import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        IMAGE
+    }
+
+    /// `ctr run --rm IMAGE ID sh -c SCRIPT` in namespace `default`; returns the exit code.
+    pub fn run(&self, id: &str, script: &str) -> i32 {
+        let fifos = self.dir.path().join("fifo");
+        let mut child = self
+            .ctr()
+            .args(["run", "--rm", "--fifo-dir", path_str(&fifos), IMAGE, id])
+            .args(["/bin/busybox", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ctr run");
+        let stderr = Lines::new(child.stderr.take().expect("stderr"));
+        let status = wait_exit(&mut child, DEADLINE);
+        let mut stderr = stderr;
+        status
+            .code()
+            .unwrap_or_else(|| panic!("ctr run was killed: {}", stderr.drain()))
+    }
+
+    /// `containerd publish`, as shims and other clients publish.
+    pub fn publish(&self, namespace: &str, topic: &str, any: &prost_types::Any) {
+        use prost::Message;
+        let mut cmd = Command::new("containerd");
+        cmd.arg("--address").arg(&self.socket).args([
+            "publish",
+            "--namespace",
+            namespace,
+            "--topic",
+            topic,
+        ]);
+        let (ok, err) = run_with_stdin(&mut cmd, &any.encode_to_vec());
+        assert!(ok, "containerd publish failed: {err}");
+    }
+
+    pub fn log_text(&mut self) -> String {
+        self.log.as_mut().map(|l| l.drain()).unwrap_or_default()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub const IMAGE: &str = "eventgate.test/busybox:1";
+
+/// The image tarball, built once per test process from Debian's busybox-static.
+pub fn busybox_image() -> &'static Path {
+    static IMAGE_TAR: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE_TAR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join(format!("busybox-image-{}.tar", std::process::id()));
+        let bytes = super::image::busybox_oci_tar(IMAGE);
+        std::fs::write(&path, bytes).expect("write the image tarball");
+        path
+    })
+}

@@ -1,0 +1,360 @@
+//! eventgate next to a real containerd: containers run with `ctr run`, their lifecycle
+//! events captured through the upstream subscription into the SQLite store, the log
+//! file and Kafka; containerd crashing, restarting, or starting late; upstream filters.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use eventgate::proto::Registry;
+use eventgate::proto::containerd::types::Envelope;
+use prost::Message as _;
+use rdkafka::message::{Headers, Message};
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+use support::containerd::Containerd;
+use support::tansu::{Tansu, consume};
+use support::*;
+
+/// What a container run publishes, in order, for the container itself.
+const LIFECYCLE: [&str; 6] = [
+    "/containers/create",
+    "/tasks/create",
+    "/tasks/start",
+    "/tasks/exit",
+    "/tasks/delete",
+    "/containers/delete",
+];
+
+const CONNECTED: &str = "/eventgate/upstream/connected";
+const DISCONNECTED: &str = "/eventgate/upstream/disconnected";
+
+#[derive(Debug, Clone)]
+struct Row {
+    seq: i64,
+    id: String,
+    namespace: String,
+    topic: String,
+    event: Value,
+}
+
+impl Row {
+    /// The container an event is about (`id` in container events, `container_id` in
+    /// task events).
+    fn container(&self) -> Option<&str> {
+        self.event
+            .get("container_id")
+            .or_else(|| self.event.get("id"))
+            .and_then(Value::as_str)
+    }
+}
+
+/// Every stored row in sequence order, read as a user would (a second, read-only
+/// connection next to the gateway's writer). Empty while the store does not exist.
+fn stored(db: &Path) -> Vec<Row> {
+    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return Vec::new();
+    };
+    let Ok(mut statement) =
+        conn.prepare("SELECT seq, id, namespace, topic, event FROM events ORDER BY seq")
+    else {
+        return Vec::new();
+    };
+    statement
+        .query_map([], |r| {
+            let event: Option<String> = r.get(4)?;
+            Ok(Row {
+                seq: r.get(0)?,
+                id: r.get(1)?,
+                namespace: r.get(2)?,
+                topic: r.get(3)?,
+                event: event
+                    .map(|e| serde_json::from_str(&e).expect("event column holds JSON"))
+                    .unwrap_or(Value::Null),
+            })
+        })
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+/// Waits until the store holds a row satisfying `found`; returns all rows then.
+fn wait_stored(db: &Path, what: &str, found: impl Fn(&Row) -> bool) -> Vec<Row> {
+    wait_for(what, DEADLINE, || {
+        let rows = stored(db);
+        rows.iter().any(&found).then_some(rows)
+    })
+}
+
+fn markers<'a>(rows: &'a [Row], topic: &str) -> Vec<&'a Row> {
+    rows.iter().filter(|r| r.topic == topic).collect()
+}
+
+/// The topics of one container's events, in stored order.
+fn lifecycle_of<'a>(rows: &'a [Row], container: &str) -> Vec<&'a Row> {
+    rows.iter()
+        .filter(|r| LIFECYCLE.contains(&r.topic.as_str()) && r.container() == Some(container))
+        .collect()
+}
+
+fn topics(rows: &[&Row]) -> Vec<String> {
+    rows.iter().map(|r| r.topic.clone()).collect()
+}
+
+/// A unique container id: runc's cgroup paths are per namespace and id, shared by
+/// every containerd on the machine.
+fn container_id(test: &str) -> String {
+    format!("eg-{test}-{}", std::process::id())
+}
+
+fn write_config(dir: &Path, upstream: &str, forwarders: &str) -> String {
+    let path = dir.join("eventgate.toml");
+    std::fs::write(&path, format!("{forwarders}\n{upstream}")).expect("write config");
+    path_str(&path).to_owned()
+}
+
+fn upstream_table(containerd: &Containerd, extra: &str) -> String {
+    format!(
+        "[[upstream]]\nname = \"node\"\naddress = \"{}\"\nreconnect = {{ initial = \"50ms\", max = \"1s\" }}\n{extra}\n",
+        containerd.address()
+    )
+}
+
+const AUDIT_ONLY: &str =
+    "[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n";
+
+fn audit_db(gateway: &Gateway) -> PathBuf {
+    gateway.dir.path().join("data/audit.db")
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc, busybox-static and tansu; run tests/run.sh"]
+fn a_container_exit_is_stored_in_order_in_sqlite_the_log_and_kafka() {
+    let tansu = Tansu::start();
+    let containerd = Containerd::start();
+    containerd.import_busybox();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let forwarders = format!(
+        "{AUDIT_ONLY}
+[[forwarder]]
+name = \"log\"
+kind = \"file\"
+path = \"events.jsonl\"
+
+[[forwarder]]
+name = \"kafka\"
+kind = \"kafka\"
+brokers = \"{}\"
+topic = \"node-events\"
+create_topic = true
+partitions = 1
+replication_factor = 1
+",
+        tansu.brokers()
+    );
+    let config = write_config(dir.path(), &upstream_table(&containerd, ""), &forwarders);
+    let mut gateway = Gateway::start_in(dir, &["--config", &config]);
+    let db = audit_db(&gateway);
+    wait_stored(&db, "the connected marker", |r| r.topic == CONNECTED);
+
+    let id = container_id("exit3");
+    assert_eq!(
+        containerd.run(&id, "exit 3"),
+        3,
+        "the container's exit code"
+    );
+    let rows = wait_stored(&db, "the container's delete event", |r| {
+        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
+    });
+    let lifecycle = lifecycle_of(&rows, &id);
+    assert_eq!(topics(&lifecycle), LIFECYCLE, "stored in order");
+    assert!(lifecycle.iter().all(|r| r.namespace == "default"));
+    // What a user would query: the exit code, straight from the decoded JSON.
+    let conn = Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let status: i64 = conn
+        .query_row(
+            "SELECT json_extract(event, '$.exit_status') FROM events
+             WHERE topic = '/tasks/exit' AND json_extract(event, '$.container_id') = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .expect("the exit row");
+    assert_eq!(status, 3);
+
+    // The log file and the Kafka topic hold the same events, in the same order.
+    let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+    let log = gateway.dir.path().join("data/events.jsonl");
+    let logged: Vec<String> = wait_for("the log file to hold every stored event", DEADLINE, || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON lines"))
+            .collect();
+        (lines.len() >= ids.len()).then(|| {
+            lines
+                .iter()
+                .map(|l| l["id"].as_str().expect("id").to_owned())
+                .collect()
+        })
+    });
+    assert_eq!(logged[..ids.len()], ids[..]);
+    let exit_line = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["topic"] == "/tasks/exit")
+        .expect("the exit line");
+    assert_eq!(exit_line["event"]["exit_status"], 3);
+
+    let messages = consume(&tansu.brokers(), "node-events", ids.len());
+    let kafka_ids: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            let header = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "event_id"))
+                .and_then(|h| h.value)
+                .expect("event_id header");
+            String::from_utf8_lossy(header).into_owned()
+        })
+        .collect();
+    assert_eq!(kafka_ids[..ids.len()], ids[..]);
+    let exit = messages
+        .iter()
+        .map(|m| Envelope::decode(m.payload().expect("value")).expect("an Envelope"))
+        .find(|e| e.topic == "/tasks/exit")
+        .expect("the exit message");
+    let decoded = Registry::global()
+        .decode(exit.event.as_ref().expect("payload"))
+        .expect("decodes");
+    assert_eq!(
+        decoded
+            .get_field_by_name("exit_status")
+            .and_then(|v| v.as_u32()),
+        Some(3)
+    );
+
+    let status = gateway.terminate();
+    assert!(status.success(), "{}", gateway.stderr_text());
+    // Stopping records where the record ends.
+    let rows = stored(&db);
+    let last = rows.last().expect("rows");
+    assert_eq!(last.topic, DISCONNECTED);
+    assert_eq!(last.event["reason"], "eventgate is stopping");
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static; run tests/run.sh"]
+fn a_containerd_crash_and_restart_is_recorded_and_capture_resumes() {
+    let mut containerd = Containerd::start();
+    containerd.import_busybox();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &upstream_table(&containerd, ""), AUDIT_ONLY);
+    let mut gateway = Gateway::start_in(dir, &["--config", &config]);
+    let db = audit_db(&gateway);
+    wait_stored(&db, "the first connected marker", |r| r.topic == CONNECTED);
+
+    containerd.kill9();
+    let rows = wait_stored(&db, "the disconnected marker", |r| r.topic == DISCONNECTED);
+    let down = markers(&rows, DISCONNECTED)[0].clone();
+    assert_eq!(down.namespace, "eventgate");
+    assert_eq!(down.event["upstream"], "node");
+    assert_eq!(down.event["address"], containerd.address());
+    assert!(
+        !down.event["reason"].as_str().unwrap_or_default().is_empty(),
+        "{down:?}"
+    );
+
+    containerd.restart();
+    let rows = wait_for("a second connected marker", DEADLINE, || {
+        let rows = stored(&db);
+        (markers(&rows, CONNECTED).len() == 2).then_some(rows)
+    });
+    let up = markers(&rows, CONNECTED)[1].clone();
+    assert!(up.seq > down.seq);
+    // The gap runs exactly from the break to the reconnection.
+    assert_eq!(up.event["gap_started_at"], down.event["disconnected_at"]);
+
+    let id = container_id("restart");
+    assert_eq!(containerd.run(&id, "exit 0"), 0);
+    let rows = wait_stored(&db, "the container's delete event", |r| {
+        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
+    });
+    let lifecycle = lifecycle_of(&rows, &id);
+    assert_eq!(topics(&lifecycle), LIFECYCLE);
+    assert!(lifecycle.iter().all(|r| r.seq > up.seq));
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static; run tests/run.sh"]
+fn eventgate_started_before_containerd_connects_when_it_comes_up() {
+    let mut containerd = Containerd::not_started();
+    // The command-line form, with the embedded default forwarders (log + audit).
+    let flag = format!("node={}", containerd.address());
+    let mut gateway = Gateway::start(&["--upstream", &flag]);
+    let db = audit_db(&gateway);
+    let mut log = String::new();
+    wait_for(
+        "the gateway to report the upstream unreachable",
+        DEADLINE,
+        || {
+            log.push_str(&gateway.stderr_text());
+            log.contains("upstream unreachable").then_some(())
+        },
+    );
+    assert!(markers(&stored(&db), CONNECTED).is_empty());
+
+    containerd.restart();
+    containerd.import_busybox();
+    wait_stored(&db, "the connected marker", |r| r.topic == CONNECTED);
+    let id = container_id("late");
+    assert_eq!(containerd.run(&id, "exit 0"), 0);
+    let rows = wait_stored(&db, "the container's delete event", |r| {
+        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
+    });
+    assert_eq!(topics(&lifecycle_of(&rows, &id)), LIFECYCLE);
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static; run tests/run.sh"]
+fn upstream_filters_keep_only_matching_events() {
+    let containerd = Containerd::start();
+    containerd.import_busybox();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let upstream = upstream_table(&containerd, "filters = ['topic~=\"^/tasks/\"']");
+    let config = write_config(dir.path(), &upstream, AUDIT_ONLY);
+    let mut gateway = Gateway::start_in(dir, &["--config", &config]);
+    let db = audit_db(&gateway);
+    wait_stored(&db, "the connected marker", |r| r.topic == CONNECTED);
+
+    let id = container_id("filters");
+    assert_eq!(containerd.run(&id, "exit 0"), 0);
+    // containerd delivers in order, so once an event published after the run is
+    // stored, everything the run published has been through the filter.
+    let sentinel = Registry::global()
+        .encode_json(
+            "containerd.events.TaskOOM",
+            r#"{"container_id":"sentinel"}"#,
+        )
+        .expect("encode");
+    containerd.publish("default", "/tasks/oom", &sentinel);
+    let rows = wait_stored(&db, "the sentinel", |r| r.topic == "/tasks/oom");
+    for row in &rows {
+        assert!(
+            row.topic.starts_with("/tasks/") || row.namespace == "eventgate",
+            "{row:?} passed the upstream filter"
+        );
+    }
+    assert_eq!(
+        topics(&lifecycle_of(&rows, &id)),
+        [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete"
+        ]
+    );
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}
