@@ -55,6 +55,17 @@ impl Source {
             Source::Internal => "internal",
         }
     }
+
+    /// The full origin as stored with the event: `publish`, `forward`,
+    /// `upstream:<name>` or `eventgate`.
+    pub fn describe(&self) -> Cow<'static, str> {
+        match self {
+            Source::Publish => Cow::Borrowed("publish"),
+            Source::Forward => Cow::Borrowed("forward"),
+            Source::Upstream(name) => Cow::Owned(format!("upstream:{name}")),
+            Source::Internal => Cow::Borrowed("eventgate"),
+        }
+    }
 }
 
 /// An accepted event. Shared as `Arc<Event>` between subscribers and forwarders, so

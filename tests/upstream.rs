@@ -36,6 +36,7 @@ struct Row {
     namespace: String,
     topic: String,
     event: Value,
+    source: String,
 }
 
 impl Row {
@@ -56,7 +57,7 @@ fn stored(db: &Path) -> Vec<Row> {
         return Vec::new();
     };
     let Ok(mut statement) =
-        conn.prepare("SELECT seq, id, namespace, topic, event FROM events ORDER BY seq")
+        conn.prepare("SELECT seq, id, namespace, topic, event, source FROM events ORDER BY seq")
     else {
         return Vec::new();
     };
@@ -71,6 +72,7 @@ fn stored(db: &Path) -> Vec<Row> {
                 event: event
                     .map(|e| serde_json::from_str(&e).expect("event column holds JSON"))
                     .unwrap_or(Value::Null),
+                source: r.get(5)?,
             })
         })
         .expect("query")
@@ -169,6 +171,8 @@ replication_factor = 1
     let lifecycle = lifecycle_of(&rows, &id);
     assert_eq!(topics(&lifecycle), LIFECYCLE, "stored in order");
     assert!(lifecycle.iter().all(|r| r.namespace == "default"));
+    assert!(lifecycle.iter().all(|r| r.source == "upstream:node"));
+    assert_eq!(markers(&rows, CONNECTED)[0].source, "eventgate");
     // What a user would query: the exit code, straight from the decoded JSON.
     let conn = Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let status: i64 = conn

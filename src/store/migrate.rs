@@ -19,11 +19,18 @@ pub struct Migration {
 }
 
 /// Every migration, in order; `version` is the file's number.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_events.sql",
-    sql: include_str!("../../migrations/0001_events.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_events.sql",
+        sql: include_str!("../../migrations/0001_events.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_source.sql",
+        sql: include_str!("../../migrations/0002_source.sql"),
+    },
+];
 
 /// The schema version this binary writes and reads.
 pub const LATEST: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;

@@ -8,6 +8,7 @@
 
 pub mod migrate;
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -217,6 +218,8 @@ pub struct EventRow<'a> {
     /// The decoded event as JSON (same shape as the file forwarder); `None` for types
     /// the registry does not know.
     pub event: Option<String>,
+    /// `publish`, `forward`, `upstream:<name>` or `eventgate`.
+    pub source: Cow<'static, str>,
 }
 
 impl<'a> EventRow<'a> {
@@ -232,13 +235,14 @@ impl<'a> EventRow<'a> {
             type_url: any.map(|a| a.type_url.as_str()),
             payload: any.map(|a| a.value.as_slice()),
             event: event.decoded().map(|m| to_json(m).to_string()),
+            source: event.source.describe(),
         }
     }
 }
 
 /// Re-delivery of an already stored event is a no-op, not an error.
-const INSERT: &str = "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(id) DO NOTHING";
+const INSERT: &str = "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(id) DO NOTHING";
 
 /// SQLite integers are signed 64-bit; a sequence number past that cannot be stored.
 fn sql_seq(seq: u64) -> rusqlite::Result<i64> {
@@ -283,6 +287,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                     row.type_url,
                     row.payload,
                     row.event,
+                    row.source,
                 ])
                 .map_err(|source| InsertError {
                     row: Some(i),
@@ -302,8 +307,8 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
-            "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?;
         for row in rows {
             stmt.execute(params![
@@ -316,6 +321,7 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
                 row.type_url,
                 row.payload,
                 row.event,
+                row.source,
             ])?;
         }
     }

@@ -198,6 +198,7 @@ fn rows_carry_the_envelope_and_the_decoded_event() {
     );
     let row = EventRow::from_event(&exit);
     assert_eq!(row.seq, 7);
+    assert_eq!(row.source, "publish");
     assert_eq!(row.id, exit.id.to_string());
     assert_eq!(
         row.timestamp.as_deref(),
@@ -227,6 +228,45 @@ fn rows_carry_the_envelope_and_the_decoded_event() {
     assert_eq!(
         (row.type_url, row.payload, row.timestamp),
         (None, None, None)
+    );
+}
+
+#[test]
+fn a_version_1_store_is_upgraded_in_place_keeping_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    {
+        // A store as the first release wrote it, with one row.
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        conn.execute_batch(super::migrate::MIGRATIONS[0].sql)
+            .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute(
+            "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (1, 'old', 't', 'default', '/x')",
+            [],
+        )
+        .unwrap();
+    }
+    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    assert_eq!(pragma(&conn, "user_version"), LATEST);
+    let mut upstream = event(2, "/tasks/exit", "containerd.events.TaskExit", "{}");
+    upstream.source = Source::Upstream("node".into());
+    insert_rows(&mut conn, &[EventRow::from_event(&upstream)]).unwrap();
+    let sources: Vec<(String, Option<String>)> = conn
+        .prepare("SELECT id, source FROM events ORDER BY row_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        sources,
+        [
+            ("old".to_owned(), None),
+            (upstream.id.to_string(), Some("upstream:node".to_owned()))
+        ]
     );
 }
 
