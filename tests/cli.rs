@@ -211,3 +211,27 @@ fn check_config_accepts_the_example_and_names_bad_keys() {
     assert!(!ok, "serve refuses a bad config");
     assert!(err.contains("sokcet"), "{err}");
 }
+
+#[test]
+fn serve_refuses_bad_upstream_flags_before_starting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = path_str(dir.path());
+    let cases: [(&[&str], &str); 3] = [
+        (&["--upstream", ""], "`address`"),
+        (
+            &["--upstream", "a=/run/x.sock", "--upstream", "a=/run/y.sock"],
+            "unique",
+        ),
+        (&["--upstream", "bad name=/run/x.sock"], "`name`"),
+    ];
+    for (flags, expected) in cases {
+        let (ok, _, err) = run(eventgate().args(["serve", "--data-dir", data]).args(flags));
+        assert!(!ok, "{flags:?} was accepted");
+        assert!(
+            err.contains("upstream") && err.contains(expected),
+            "{flags:?}: {err}"
+        );
+    }
+    // Nothing was started: no socket left behind.
+    assert!(!dir.path().join("eventgate.sock").exists());
+}

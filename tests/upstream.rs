@@ -31,7 +31,8 @@ const DISCONNECTED: &str = "/eventgate/upstream/disconnected";
 
 #[derive(Debug, Clone)]
 struct Row {
-    seq: i64,
+    /// Storage order (`seq` restarts with each gateway process).
+    row_id: i64,
     id: String,
     namespace: String,
     topic: String,
@@ -50,14 +51,14 @@ impl Row {
     }
 }
 
-/// Every stored row in sequence order, read as a user would (a second, read-only
+/// Every stored row in storage order, read as a user would (a second, read-only
 /// connection next to the gateway's writer). Empty while the store does not exist.
 fn stored(db: &Path) -> Vec<Row> {
     let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
         return Vec::new();
     };
-    let Ok(mut statement) =
-        conn.prepare("SELECT seq, id, namespace, topic, event, source FROM events ORDER BY seq")
+    let Ok(mut statement) = conn
+        .prepare("SELECT row_id, id, namespace, topic, event, source FROM events ORDER BY row_id")
     else {
         return Vec::new();
     };
@@ -65,7 +66,7 @@ fn stored(db: &Path) -> Vec<Row> {
         .query_map([], |r| {
             let event: Option<String> = r.get(4)?;
             Ok(Row {
-                seq: r.get(0)?,
+                row_id: r.get(0)?,
                 id: r.get(1)?,
                 namespace: r.get(2)?,
                 topic: r.get(3)?,
@@ -249,7 +250,7 @@ replication_factor = 1
 
 #[test]
 #[ignore = "needs containerd, ctr, runc and busybox-static; run tests/run.sh"]
-fn a_containerd_crash_and_restart_is_recorded_and_capture_resumes() {
+fn containerd_and_eventgate_restarts_are_recorded_and_capture_resumes() {
     let mut containerd = Containerd::start();
     containerd.import_busybox();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -275,7 +276,7 @@ fn a_containerd_crash_and_restart_is_recorded_and_capture_resumes() {
         (markers(&rows, CONNECTED).len() == 2).then_some(rows)
     });
     let up = markers(&rows, CONNECTED)[1].clone();
-    assert!(up.seq > down.seq);
+    assert!(up.row_id > down.row_id);
     // The gap runs exactly from the break to the reconnection.
     assert_eq!(up.event["gap_started_at"], down.event["disconnected_at"]);
 
@@ -286,7 +287,29 @@ fn a_containerd_crash_and_restart_is_recorded_and_capture_resumes() {
     });
     let lifecycle = lifecycle_of(&rows, &id);
     assert_eq!(topics(&lifecycle), LIFECYCLE);
-    assert!(lifecycle.iter().all(|r| r.seq > up.seq));
+    assert!(lifecycle.iter().all(|r| r.row_id > up.row_id));
+
+    // eventgate's own restart: the stop is recorded, and the new process's first
+    // connection says the gap began when it started.
+    assert!(gateway.restart().success(), "{}", gateway.stderr_text());
+    let rows = wait_for("a third connected marker", DEADLINE, || {
+        let rows = stored(&db);
+        (markers(&rows, CONNECTED).len() == 3).then_some(rows)
+    });
+    let stop = markers(&rows, DISCONNECTED)[1].clone();
+    assert_eq!(stop.event["reason"], "eventgate is stopping");
+    let again = markers(&rows, CONNECTED)[2].clone();
+    assert_eq!(again.event["attempts"], 1, "{}", gateway.stderr_text());
+    assert!(
+        again.event["gap_started_at"].as_str() > stop.event["disconnected_at"].as_str(),
+        "the new process started after the old one stopped: {again:?} {stop:?}"
+    );
+    let id = container_id("after-restart");
+    assert_eq!(containerd.run(&id, "exit 0"), 0);
+    let rows = wait_stored(&db, "the next container's delete event", |r| {
+        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
+    });
+    assert_eq!(topics(&lifecycle_of(&rows, &id)), LIFECYCLE);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
 

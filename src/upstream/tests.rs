@@ -382,3 +382,68 @@ async fn an_upstream_envelope_eventgate_cannot_accept_is_skipped_not_fatal() {
     upstreams.stop(DEADLINE).await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (exchange, mut sub) = downstream();
+    let mut servers = Vec::new();
+    let mut specs = Vec::new();
+    let mut daemons = Vec::new();
+    for name in ["a", "b"] {
+        let path = socket(&dir, &format!("{name}.sock"));
+        let daemon = Exchange::new(ExchangeConfig::default());
+        servers.push(Server_::start(
+            EventsService::new(daemon.clone()).into_server(),
+            &path,
+        ));
+        let mut spec = spec(&path);
+        spec.name = name.into();
+        specs.push(spec);
+        daemons.push(daemon);
+    }
+    let mut upstreams = Upstreams::start(&specs, &exchange);
+    for name in ["a", "b"] {
+        upstreams
+            .wait_for(name, DEADLINE, |s| {
+                matches!(s, UpstreamState::Connected { .. })
+            })
+            .await
+            .expect("connected");
+    }
+    assert_eq!(upstreams.readiness(), Ok(()));
+    for _ in 0..2 {
+        assert_eq!(
+            next(&mut sub).await.envelope.topic,
+            "/eventgate/upstream/connected"
+        );
+    }
+    for (daemon, container) in daemons.iter().zip(["from-a", "from-b"]) {
+        daemon
+            .publish(
+                Some("default"),
+                "/tasks/exit".into(),
+                Some(task_exit(container, 0)),
+            )
+            .await
+            .unwrap();
+        let got = next(&mut sub).await;
+        let expected = &container[5..];
+        assert_eq!(got.source, Source::Upstream(expected.into()));
+        assert_eq!(decode::<TaskExit>(&got).container_id, container);
+    }
+
+    daemons[1].close();
+    servers.pop().unwrap().stop().await;
+    upstreams
+        .wait_for("b", DEADLINE, |s| {
+            matches!(s, UpstreamState::Connecting { .. })
+        })
+        .await
+        .expect("b notices");
+    let problems = upstreams.readiness().unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("upstream b ("), "{problems:?}");
+    upstreams.stop(DEADLINE).await;
+    servers.pop().unwrap().stop().await;
+}

@@ -50,6 +50,7 @@ pub struct Gateway {
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     stderr: Option<Lines>,
+    args: Vec<String>,
 }
 
 impl Gateway {
@@ -61,22 +62,46 @@ impl Gateway {
     pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Gateway {
         let data = dir.path().join("data");
         let socket = data.join("eventgate.sock");
-        let mut child = eventgate()
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(&data)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn eventgate serve");
-        let stderr = Lines::new(child.stderr.take().expect("stderr"));
+        let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let (child, stderr) = Self::spawn(&data, &args);
         let mut gw = Gateway {
             child,
             dir,
             socket,
             stderr: Some(stderr),
+            args,
         };
+        gw.wait_ready();
+        gw
+    }
+
+    /// Stops the gateway (SIGTERM) and starts it again on the same data directory
+    /// with the same flags.
+    pub fn restart(&mut self) -> ExitStatus {
+        let status = self.terminate();
+        let (child, stderr) = Self::spawn(&self.dir.path().join("data"), &self.args);
+        self.child = child;
+        self.stderr = Some(stderr);
+        self.wait_ready();
+        status
+    }
+
+    fn spawn(data: &Path, args: &[String]) -> (Child, Lines) {
+        let mut child = eventgate()
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn eventgate serve");
+        let stderr = Lines::new(child.stderr.take().expect("stderr"));
+        (child, stderr)
+    }
+
+    fn wait_ready(&mut self) {
+        let gw = self;
         let socket = gw.socket.clone();
         wait_for("the gateway socket to accept connections", DEADLINE, || {
             if let Ok(Some(status)) = gw.child.try_wait() {
@@ -87,7 +112,6 @@ impl Gateway {
             }
             std::os::unix::net::UnixStream::connect(&socket).ok()
         });
-        gw
     }
 
     pub fn address(&self) -> String {
