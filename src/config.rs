@@ -511,7 +511,7 @@ mod tests {
         let table = |body: &str| format!("[[forwarder]]\nname = \"f\"\nkind = \"file\"\n{body}");
         let cases = [
             (table("queue = { event = 3 }"), "event"),
-            (table("queue = { overflow = \"spill\" }"), "spill"),
+            (table("queue = { overflow = \"sideways\" }"), "sideways"),
             (table("queue = { events = 0 }"), "queue.events"),
             (table("batch = { bytes = \"12 parsecs\" }"), "parsecs"),
             (

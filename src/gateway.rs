@@ -68,7 +68,7 @@ impl Gateway {
             path: config.data_dir.clone(),
             source,
         })?;
-        let pipeline = Pipeline::start(&config.forwarders, kinds, &config.data_dir).await?;
+        let pipeline = Pipeline::start(&config.forwarders, kinds, &config.data_dir, None).await?;
         let exchange = Exchange::with_router(config.exchange_config(), pipeline.router());
         let service = EventsService::new(exchange.clone()).into_server();
         let cancel = CancellationToken::new();

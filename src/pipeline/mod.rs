@@ -20,8 +20,10 @@
 //! delivered sequence number ([`ForwarderHandle::acked`]); the durable spool keeps
 //! its per-forwarder cursors from this.
 
+pub mod backlog;
 pub mod queue;
 pub mod retry;
+mod route;
 pub mod settings;
 mod worker;
 
@@ -38,8 +40,9 @@ use crate::config::ForwarderSpec;
 use crate::event::Event;
 use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
+pub use backlog::{Backlog, MemoryBacklog};
 use queue::{Pushed, Queue};
-use settings::Overflow;
+use route::RouteState;
 pub use worker::Report;
 
 #[derive(Debug, Error)]
@@ -75,6 +78,7 @@ struct Route {
     name: Arc<str>,
     filter: Filter,
     queue: Arc<Queue>,
+    state: Arc<RouteState>,
     drops: worker::DropLog,
 }
 
@@ -90,7 +94,7 @@ impl Router {
     pub async fn admit(&self, event: &Event) -> Result<(), QueueFull> {
         for route in self.routes.iter() {
             let settings = route.queue.settings();
-            if settings.overflow != Overflow::Block || !route.filter.matches(event) {
+            if !route.queue.blocks() || !route.filter.matches(event) {
                 continue;
             }
             let deadline = Instant::now() + settings.block_timeout;
@@ -116,11 +120,13 @@ impl Router {
         }
         let size = event.envelope.encoded_len();
         for route in self.routes.iter() {
-            if !route.filter.matches(&**event) {
-                continue;
-            }
-            match route.queue.push(Arc::clone(event), size) {
+            let matches = route.filter.matches(&**event);
+            match route.state.route(event, matches, &route.queue, size) {
                 Pushed::Queued => {}
+                Pushed::Spilled => {
+                    metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => route.name.to_string())
+                        .increment(1);
+                }
                 Pushed::Dropped(n) => {
                     let policy = route.queue.settings().overflow.label();
                     metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => policy)
@@ -166,7 +172,16 @@ pub struct Pipeline {
     router: Router,
     handles: Vec<ForwarderHandle>,
     workers: JoinSet<Report>,
+    closing: tokio_util::sync::CancellationToken,
     stop: tokio_util::sync::CancellationToken,
+}
+
+/// The durable record the forwarders fall back on, and the first sequence number
+/// this process will route (events before it are read from the backlog).
+#[derive(Clone)]
+pub struct BacklogStart {
+    pub backlog: Arc<dyn Backlog>,
+    pub start_seq: u64,
 }
 
 impl Pipeline {
@@ -176,6 +191,7 @@ impl Pipeline {
             router: Router::default(),
             handles: Vec::new(),
             workers: JoinSet::new(),
+            closing: tokio_util::sync::CancellationToken::new(),
             stop: tokio_util::sync::CancellationToken::new(),
         }
     }
@@ -186,6 +202,7 @@ impl Pipeline {
         specs: &[ForwarderSpec],
         kinds: &Kinds,
         data_dir: &std::path::Path,
+        backlog: Option<BacklogStart>,
     ) -> Result<Self, PipelineError> {
         let mut built = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -213,36 +230,56 @@ impl Pipeline {
             }
             built.push((spec, filter, forwarder, batch));
         }
-        Ok(Self::from_forwarders(built.into_iter().map(
-            |(spec, filter, forwarder, batch)| Parts {
+        let parts = built
+            .into_iter()
+            .map(|(spec, filter, forwarder, batch)| Parts {
                 name: spec.name.clone(),
                 filter,
                 forwarder,
                 queue: spec.queue.clone(),
                 batch,
                 retry: spec.retry.clone(),
-            },
-        )))
+            });
+        Ok(Self::from_forwarders_with(parts, backlog))
     }
 
-    /// Starts workers for already-built forwarders.
+    /// Starts workers for already-built forwarders, with no backlog.
     pub fn from_forwarders(parts: impl IntoIterator<Item = Parts>) -> Self {
+        Self::from_forwarders_with(parts, None)
+    }
+
+    /// Starts workers for already-built forwarders. With a backlog, each forwarder
+    /// first reads what it had not processed before `start_seq` (from its cursor),
+    /// and `spill` queues fall back on it when full.
+    pub fn from_forwarders_with(
+        parts: impl IntoIterator<Item = Parts>,
+        backlog: Option<BacklogStart>,
+    ) -> Self {
+        let closing = tokio_util::sync::CancellationToken::new();
         let stop = tokio_util::sync::CancellationToken::new();
         let mut routes = Vec::new();
         let mut handles = Vec::new();
         let mut workers = JoinSet::new();
         for part in parts {
             let name: Arc<str> = part.name.into();
-            let queue = Arc::new(Queue::new(part.queue));
+            let queue = Arc::new(Queue::with_backlog(part.queue, backlog.is_some()));
+            let state = Arc::new(match &backlog {
+                Some(b) => RouteState::new(b.start_seq, Some(b.backlog.cursor(&name))),
+                None => RouteState::new(1, None),
+            });
             let (acked_tx, acked_rx) = watch::channel(0);
             workers.spawn(
                 worker::Worker {
                     name: Arc::clone(&name),
                     queue: Arc::clone(&queue),
+                    state: Arc::clone(&state),
+                    filter: part.filter.clone(),
+                    backlog: backlog.as_ref().map(|b| Arc::clone(&b.backlog)),
                     stack: retry::stack(Arc::clone(&part.forwarder), &name, &part.retry),
                     forwarder: part.forwarder,
                     batch: part.batch,
                     acked: acked_tx,
+                    closing: closing.clone(),
                     stop: stop.clone(),
                 }
                 .run(),
@@ -251,6 +288,7 @@ impl Pipeline {
                 name: Arc::clone(&name),
                 filter: part.filter,
                 queue: Arc::clone(&queue),
+                state,
                 drops: worker::DropLog::default(),
             });
             handles.push(ForwarderHandle {
@@ -265,6 +303,7 @@ impl Pipeline {
             },
             handles,
             workers,
+            closing,
             stop,
         }
     }
@@ -285,6 +324,7 @@ impl Pipeline {
     /// `deadline`; then abandons the rest. Returns one report per forwarder saying
     /// what was delivered and what was not.
     pub async fn shutdown(mut self, deadline: Duration) -> Vec<Report> {
+        self.closing.cancel();
         for route in self.router.routes.iter() {
             route.queue.close();
         }
@@ -316,5 +356,7 @@ pub struct Parts {
     pub retry: settings::RetrySettings,
 }
 
+#[cfg(test)]
+mod backlog_tests;
 #[cfg(test)]
 mod tests;

@@ -23,11 +23,15 @@ pub enum Pushed {
     /// The queue was full: `dropped` events were discarded (the new one for
     /// `drop_newest`, old ones for `drop_oldest`).
     Dropped(usize),
+    /// Full under `spill` with a backlog to fall back on: not queued.
+    Spilled,
     Closed,
 }
 
 pub struct Queue {
     settings: QueueSettings,
+    /// `spill` needs somewhere to spill to; without it a full queue behaves as `block`.
+    spills: bool,
     state: Mutex<State>,
     /// Wakes the consumer when events arrive or the queue closes.
     ready: Notify,
@@ -43,7 +47,13 @@ struct State {
 
 impl Queue {
     pub fn new(settings: QueueSettings) -> Self {
+        Self::with_backlog(settings, false)
+    }
+
+    /// A queue whose consumer can read what did not fit from a backlog.
+    pub fn with_backlog(settings: QueueSettings, backlog: bool) -> Self {
         Self {
+            spills: backlog && settings.overflow == Overflow::Spill,
             settings,
             state: Mutex::new(State {
                 items: VecDeque::new(),
@@ -57,6 +67,15 @@ impl Queue {
 
     pub fn settings(&self) -> &QueueSettings {
         &self.settings
+    }
+
+    /// Whether publishers must wait for room (`block`, or `spill` with no backlog).
+    pub fn blocks(&self) -> bool {
+        match self.settings.overflow {
+            Overflow::Block => true,
+            Overflow::Spill => !self.spills,
+            Overflow::DropNewest | Overflow::DropOldest => false,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -82,7 +101,8 @@ impl Queue {
             match self.settings.overflow {
                 // Admission already waited for room; a few concurrent publishers may
                 // overshoot by one event each.
-                Overflow::Block => {}
+                Overflow::Spill if self.spills => return Pushed::Spilled,
+                Overflow::Block | Overflow::Spill => {}
                 Overflow::DropNewest => return Pushed::Dropped(1),
                 Overflow::DropOldest => {
                     while self.is_full(&state, size) {

@@ -17,6 +17,11 @@ pub enum Overflow {
     DropNewest,
     /// The oldest queued events are dropped to make room (counted and logged).
     DropOldest,
+    /// The forwarder stops taking events from memory and later reads what it missed
+    /// from the durable spool, then rejoins: nothing is dropped and nobody waits;
+    /// the backlog is bounded by the spool's size. Without a spool (library use with
+    /// no backlog), behaves as `block`.
+    Spill,
 }
 
 impl Overflow {
@@ -25,11 +30,12 @@ impl Overflow {
             Overflow::Block => "block",
             Overflow::DropNewest => "drop_newest",
             Overflow::DropOldest => "drop_oldest",
+            Overflow::Spill => "spill",
         }
     }
 }
 
-/// `queue = { events = 100000, bytes = "64MiB", overflow = "block", block_timeout = "5s" }`
+/// `queue = { events = 100000, bytes = "64MiB", overflow = "spill", block_timeout = "5s" }`
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueueSettings {
@@ -48,7 +54,7 @@ impl Default for QueueSettings {
         Self {
             events: 100_000,
             bytes: ByteSize(64 << 20),
-            overflow: Overflow::Block,
+            overflow: Overflow::Spill,
             block_timeout: Duration::from_secs(5),
         }
     }

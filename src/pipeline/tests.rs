@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
-use super::settings::{BatchSettings, ByteSize, QueueSettings, RetrySettings};
+use super::settings::{BatchSettings, ByteSize, Overflow, QueueSettings, RetrySettings};
 use super::*;
 use crate::event::{EventId, Source};
 use crate::forward::{Batch, ForwardError};
@@ -16,17 +16,17 @@ use crate::proto::containerd::types::Envelope;
 /// Records delivered batches; can be told to fail, or to hold every send until
 /// released.
 #[derive(Default)]
-struct Recorder {
-    batches: Mutex<Vec<Vec<u64>>>,
-    fail_next: AtomicUsize,
-    fail_permanently: AtomicBool,
-    held: AtomicBool,
-    release: Notify,
-    calls: AtomicUsize,
+pub(super) struct Recorder {
+    pub(super) batches: Mutex<Vec<Vec<u64>>>,
+    pub(super) fail_next: AtomicUsize,
+    pub(super) fail_permanently: AtomicBool,
+    pub(super) held: AtomicBool,
+    pub(super) release: Notify,
+    pub(super) calls: AtomicUsize,
 }
 
 impl Recorder {
-    fn seqs(&self) -> Vec<u64> {
+    pub(super) fn seqs(&self) -> Vec<u64> {
         self.batches
             .lock()
             .unwrap()
@@ -36,11 +36,11 @@ impl Recorder {
             .collect()
     }
 
-    fn hold(&self) {
+    pub(super) fn hold(&self) {
         self.held.store(true, Ordering::SeqCst);
     }
 
-    fn unhold(&self) {
+    pub(super) fn unhold(&self) {
         self.held.store(false, Ordering::SeqCst);
         self.release.notify_waiters();
     }
@@ -72,7 +72,7 @@ impl Forwarder for Recorder {
     }
 }
 
-fn event(seq: u64, topic: &str) -> Arc<Event> {
+pub(super) fn event(seq: u64, topic: &str) -> Arc<Event> {
     let envelope = Envelope {
         namespace: "default".into(),
         topic: topic.into(),
@@ -86,15 +86,15 @@ fn event(seq: u64, topic: &str) -> Arc<Event> {
     ))
 }
 
-struct Spec {
-    name: &'static str,
-    filter: &'static str,
-    queue: QueueSettings,
-    batch: BatchSettings,
-    retry: RetrySettings,
+pub(super) struct Spec {
+    pub(super) name: &'static str,
+    pub(super) filter: &'static str,
+    pub(super) queue: QueueSettings,
+    pub(super) batch: BatchSettings,
+    pub(super) retry: RetrySettings,
 }
 
-fn spec(name: &'static str) -> Spec {
+pub(super) fn spec(name: &'static str) -> Spec {
     Spec {
         name,
         filter: "",
@@ -125,7 +125,7 @@ fn pipeline(specs: Vec<(Spec, Arc<Recorder>)>) -> Pipeline {
     }))
 }
 
-async fn until(what: &str, check: impl Fn() -> bool) {
+pub(super) async fn until(what: &str, check: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

@@ -10,10 +10,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
+use prost::Message;
+
+use super::backlog::{Backlog, BacklogReader};
 use super::queue::Queue;
 use super::retry::{DeliveryStack, is_retryable};
+use super::route::RouteState;
 use super::settings::BatchSettings;
 use crate::event::Event;
+use crate::filter::Filter;
 use crate::forward::{Batch, Forwarder};
 
 /// What one forwarder did by the time the pipeline stopped.
@@ -26,18 +31,42 @@ pub struct Report {
     pub failed: u64,
     /// Events still queued or in flight when the shutdown deadline passed.
     pub undelivered: u64,
+    /// Whether those stay in the spool for the next start (a pipeline with a
+    /// backlog) rather than being lost.
+    pub kept_in_spool: bool,
 }
 
 pub(super) struct Worker {
     pub name: Arc<str>,
     pub queue: Arc<Queue>,
+    pub state: Arc<RouteState>,
+    pub filter: Filter,
+    pub backlog: Option<Arc<dyn Backlog>>,
     pub stack: DeliveryStack,
     pub forwarder: Arc<dyn Forwarder>,
     pub batch: BatchSettings,
     pub acked: watch::Sender<u64>,
+    /// Cancelled when shutdown begins: stop reading the backlog (it keeps).
+    pub closing: CancellationToken,
     /// Cancelled when the shutdown deadline passes: abandon what is left.
     pub stop: CancellationToken,
 }
+
+/// Where the next events come from.
+enum Next {
+    /// A batch from the queue.
+    Queued(Batch),
+    /// A batch read from the backlog; `next` is the reader's position after it.
+    Backlog(Batch, u64),
+    /// Backlog records read that this forwarder's filter does not want.
+    Skipped(u64),
+    /// Nothing arrived for a while: a chance to move the cursor past unmatched events.
+    Idle,
+}
+
+/// How long an idle worker waits before moving its cursor past events it did not
+/// match, so a forwarder with a narrow filter does not pin the spool.
+const IDLE_CURSOR_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Worker {
     pub async fn run(mut self) -> Report {
@@ -46,9 +75,30 @@ impl Worker {
             delivered: 0,
             failed: 0,
             undelivered: 0,
+            kept_in_spool: self.backlog.is_some(),
         };
         let label = self.name.to_string();
-        while let Some(batch) = self.next_batch().await {
+        let mut reader: Option<(Box<dyn BacklogReader>, u64)> = None;
+        let mut cursor = self
+            .backlog
+            .as_ref()
+            .map_or(1, |backlog| backlog.cursor(&self.name));
+        while let Some(next) = self.next(&mut reader).await {
+            let (batch, from_backlog) = match next {
+                Next::Queued(batch) => (batch, None),
+                Next::Backlog(batch, position) => (batch, Some(position)),
+                Next::Skipped(position) => {
+                    self.advance(&mut cursor, position);
+                    continue;
+                }
+                Next::Idle => {
+                    let position = self
+                        .state
+                        .cursor_after(cursor.saturating_sub(1), &self.queue);
+                    self.advance(&mut cursor, position);
+                    continue;
+                }
+            };
             let (first, last) = batch.seq_range();
             metrics::histogram!("eventgate_forwarder_batch_events", "forwarder" => label.clone())
                 .record(batch.len() as f64);
@@ -100,9 +150,13 @@ impl Worker {
                     break;
                 }
             }
-            // The forwarder is done with these events either way; the spool's cursor
-            // follows this.
+            // The forwarder is done with these events either way.
             self.acked.send_replace(last);
+            let position = match from_backlog {
+                Some(position) => position,
+                None => self.state.cursor_after(last, &self.queue),
+            };
+            self.advance(&mut cursor, position);
         }
         report.undelivered += self.queue.drain_all().len() as u64;
         let close = tokio::select! {
@@ -113,7 +167,14 @@ impl Worker {
         if let Err(error) = close {
             tracing::warn!(forwarder = %self.name, %error, "closing the forwarder failed");
         }
-        if report.undelivered > 0 {
+        if report.undelivered > 0 && report.kept_in_spool {
+            tracing::warn!(
+                forwarder = %self.name,
+                undelivered = report.undelivered,
+                resume_from = cursor,
+                "shutdown deadline passed; undelivered events stay in the spool for the next start"
+            );
+        } else if report.undelivered > 0 {
             metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => label, "reason" => "shutdown")
                 .increment(report.undelivered);
             tracing::error!(
@@ -125,10 +186,79 @@ impl Worker {
         report
     }
 
-    /// The next batch: waits for a first event, then lingers up to `linger` for more
-    /// until the batch is full. `None` once the queue is closed and empty, or at the
-    /// shutdown deadline.
-    async fn next_batch(&mut self) -> Option<Batch> {
+    /// Moves the cursor forward (never back) and tells the backlog.
+    fn advance(&self, cursor: &mut u64, position: u64) {
+        if position > *cursor {
+            *cursor = position;
+            if let Some(backlog) = &self.backlog {
+                backlog.set_cursor(&self.name, position);
+            }
+        }
+    }
+
+    /// The queue first: while spilled it only holds events from before the spill
+    /// point. Once it is empty, a spilled forwarder reads the backlog until it can
+    /// rejoin. `None` at shutdown (queue closed and drained) or at the deadline.
+    async fn next(&mut self, reader: &mut Option<(Box<dyn BacklogReader>, u64)>) -> Option<Next> {
+        loop {
+            if let Some(backlog) = &self.backlog
+                && self.queue.depth().0 == 0
+                && let Some(from) = self.state.spilled_from()
+            {
+                if self.closing.is_cancelled() {
+                    // The rest stays in the spool; the cursor says where to resume.
+                    return None;
+                }
+                let (backlog_reader, position) =
+                    reader.get_or_insert_with(|| (backlog.reader(from), from));
+                if self.state.try_rejoin(*position) {
+                    tracing::info!(forwarder = %self.name, at_seq = *position, "caught up with the spool; back on the live queue");
+                    *reader = None;
+                    continue;
+                }
+                let max_events = self.batch.events.max(1);
+                let read = tokio::select! {
+                    biased;
+                    () = self.closing.cancelled() => return None,
+                    read = backlog_reader.next(max_events, self.batch.bytes.get()) => read,
+                };
+                match read {
+                    Ok(read) => {
+                        *position = read.next;
+                        if let Some((first, count)) = read.lost {
+                            metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => self.name.to_string(), "reason" => "spool_full")
+                                .increment(count);
+                            tracing::error!(forwarder = %self.name, first_seq = first, count, "events were discarded from the full spool before this forwarder read them");
+                        }
+                        let mut bytes = 0;
+                        let events: Vec<Arc<Event>> = read
+                            .events
+                            .into_iter()
+                            .filter(|event| self.filter.matches(&**event))
+                            .inspect(|event| bytes += event.envelope.encoded_len())
+                            .collect();
+                        if events.is_empty() {
+                            return Some(Next::Skipped(read.next));
+                        }
+                        return Some(Next::Backlog(Batch::new(events, bytes), read.next));
+                    }
+                    Err(error) => {
+                        tracing::error!(forwarder = %self.name, %error, "cannot read the spool; trying again in a second");
+                        tokio::select! {
+                            () = self.closing.cancelled() => return None,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            return self.next_queued().await;
+        }
+    }
+
+    /// The next batch from the queue: waits for a first event, then lingers up to
+    /// `linger` for more until the batch is full.
+    async fn next_queued(&mut self) -> Option<Next> {
         let max_events = self.batch.events.max(1);
         let max_bytes = self.batch.bytes.get();
         let mut events: Vec<Arc<Event>> = Vec::new();
@@ -137,7 +267,15 @@ impl Worker {
             tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return None,
-                ready = self.queue.wait_ready(None) => if !ready { return None },
+                ready = self.queue.wait_ready(Some(IDLE_CURSOR_INTERVAL)) => {
+                    if !ready {
+                        return None;
+                    }
+                    if self.queue.depth().0 == 0 {
+                        return Some(Next::Idle);
+                    }
+                }
+                () = self.state.spilled.notified(), if self.backlog.is_some() => return Some(Next::Idle),
             }
             bytes = self.queue.take(max_events, max_bytes, &mut events);
         }
@@ -156,7 +294,7 @@ impl Worker {
                 .queue
                 .take(max_events - events.len(), max_bytes - bytes, &mut events);
         }
-        Some(Batch::new(events, bytes))
+        Some(Next::Queued(Batch::new(events, bytes)))
     }
 }
 
