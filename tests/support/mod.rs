@@ -86,6 +86,16 @@ impl Gateway {
         status
     }
 
+    /// SIGKILL, then a new process on the same data directory with the same flags:
+    /// a crash and the supervisor's restart.
+    pub fn crash_restart(&mut self) {
+        self.kill9();
+        let (child, stderr) = Self::spawn(&self.dir.path().join("data"), &self.args);
+        self.child = child;
+        self.stderr = Some(stderr);
+        self.wait_ready();
+    }
+
     fn spawn(data: &Path, args: &[String]) -> (Child, Lines) {
         let mut child = eventgate()
             .arg("serve")

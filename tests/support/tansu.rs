@@ -80,6 +80,18 @@ impl Tansu {
         tansu
     }
 
+    /// Freezes the broker (SIGSTOP): connections stay open and nothing answers, as
+    /// with a hung or partitioned broker. Its in-memory data survives `resume`.
+    pub fn freeze(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP tansu");
+    }
+
+    pub fn resume(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT tansu");
+    }
+
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -92,6 +104,7 @@ impl Tansu {
 
 impl Drop for Tansu {
     fn drop(&mut self) {
+        self.resume();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
