@@ -26,6 +26,14 @@ impl EventId {
     pub const fn unassigned() -> Self {
         Self(uuid::Uuid::nil())
     }
+
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(uuid::Uuid::from_bytes(bytes))
+    }
+
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        self.0.as_bytes()
+    }
 }
 
 impl fmt::Display for EventId {
@@ -85,10 +93,21 @@ pub struct Event {
 
 impl Event {
     pub fn new(seq: u64, id: EventId, source: Source, envelope: Envelope) -> Self {
+        Self::with_received_at(seq, id, SystemTime::now(), source, envelope)
+    }
+
+    /// An event as it was accepted earlier, for example read back from the spool.
+    pub fn with_received_at(
+        seq: u64,
+        id: EventId,
+        received_at: SystemTime,
+        source: Source,
+        envelope: Envelope,
+    ) -> Self {
         Self {
             seq,
             id,
-            received_at: SystemTime::now(),
+            received_at,
             source,
             envelope,
             decoded: OnceLock::new(),

@@ -9,6 +9,8 @@
 //! - [`filter`]: containerd's filter language (parse, match).
 //! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
 //! - [`pipeline`]: per-forwarder route filters, bounded queues, batching, retries.
+//! - [`spool`]: the durable on-disk log every accepted event is appended to before it
+//!   is acknowledged, with per-forwarder cursors.
 //! - [`forward`]: the [`forward::Forwarder`] trait and the file, SQLite and Kafka kinds.
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
@@ -33,5 +35,6 @@ pub mod listen;
 pub mod pipeline;
 pub mod proto;
 pub mod render;
+pub mod spool;
 pub mod store;
 pub mod upstream;

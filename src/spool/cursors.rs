@@ -1,0 +1,91 @@
+//! The `cursors` file: each forwarder's next sequence number to deliver.
+//!
+//! ```text
+//! eventgate spool cursors 1
+//! audit 1042
+//! log 1040
+//! crc32 1a2b3c4d
+//! ```
+//! The checksum covers every line before it, so a flipped bit is found instead of
+//! silently moving a cursor past undelivered events.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+use super::files;
+
+const MAGIC: &str = "eventgate spool cursors 1";
+
+pub type Cursors = BTreeMap<String, u64>;
+
+/// `Ok(None)` when there is no file yet; `Err(problem)` when it cannot be trusted.
+pub fn load(path: &Path) -> io::Result<Result<Option<Cursors>, String>> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok(None)),
+        Err(e) => return Err(e),
+    };
+    Ok(parse(&bytes).map(Some))
+}
+
+fn parse(bytes: &[u8]) -> Result<Cursors, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+    let body_end = text
+        .trim_end_matches('\n')
+        .rfind('\n')
+        .map(|i| i + 1)
+        .ok_or("no checksum line")?;
+    let (body, last) = text.split_at(body_end);
+    let crc = last
+        .trim_end()
+        .strip_prefix("crc32 ")
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .ok_or("the last line is not `crc32 <hex>`")?;
+    if crc32fast::hash(body.as_bytes()) != crc {
+        return Err("checksum mismatch".into());
+    }
+    let mut lines = body.lines();
+    if lines.next() != Some(MAGIC) {
+        return Err(format!("the first line is not {MAGIC:?}"));
+    }
+    let mut cursors = Cursors::new();
+    for line in lines {
+        let (name, seq) = line
+            .split_once(' ')
+            .and_then(|(name, seq)| Some((name, seq.parse::<u64>().ok()?)))
+            .ok_or_else(|| format!("line {line:?} is not `<forwarder> <seq>`"))?;
+        cursors.insert(name.to_string(), seq);
+    }
+    Ok(cursors)
+}
+
+pub fn render(cursors: &Cursors) -> String {
+    let mut text = format!("{MAGIC}\n");
+    for (name, seq) in cursors {
+        text.push_str(&format!("{name} {seq}\n"));
+    }
+    let crc = crc32fast::hash(text.as_bytes());
+    text.push_str(&format!("crc32 {crc:08x}\n"));
+    text
+}
+
+pub fn save(path: &Path, cursors: &Cursors) -> io::Result<()> {
+    files::write_atomic(path, render(cursors).as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_damage_is_found() {
+        let cursors = Cursors::from([("audit".to_string(), 1042), ("log".to_string(), 7)]);
+        let text = render(&cursors);
+        assert_eq!(parse(text.as_bytes()), Ok(cursors));
+        let damaged = text.replace("1042", "9042");
+        assert_eq!(parse(damaged.as_bytes()), Err("checksum mismatch".into()));
+        assert!(parse(b"").is_err());
+        assert!(parse(b"garbage\n").is_err());
+    }
+}

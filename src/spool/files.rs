@@ -1,0 +1,112 @@
+//! Paths under the spool directory and the few file operations that must be atomic.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// `<dir>/segments`, `<dir>/corrupt` and `<dir>/cursors`.
+#[derive(Clone, Debug)]
+pub struct Dirs {
+    pub root: PathBuf,
+    pub segments: PathBuf,
+    pub corrupt: PathBuf,
+}
+
+impl Dirs {
+    pub fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            segments: root.join("segments"),
+            corrupt: root.join("corrupt"),
+        }
+    }
+
+    pub fn cursors(&self) -> PathBuf {
+        self.root.join("cursors")
+    }
+
+    pub fn segment(&self, first_seq: u64) -> PathBuf {
+        self.segments.join(segment_name(first_seq))
+    }
+}
+
+/// Twenty digits, so that names sort like the numbers.
+pub fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.log")
+}
+
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".log")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Makes a rename or a new file in `dir` survive a power loss.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves either the old or the new file:
+/// temp file, fsync, rename, fsync of the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Keeps bad bytes for inspection: `<corrupt>/<name>`, never overwriting an earlier one.
+pub fn quarantine(corrupt: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let path = free_name(corrupt, name);
+    let mut file = File::create(&path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    sync_dir(corrupt)?;
+    Ok(path)
+}
+
+/// Moves a whole file into `<corrupt>/`.
+pub fn move_aside(corrupt: &Path, file: &Path, name: &str) -> io::Result<PathBuf> {
+    let path = free_name(corrupt, name);
+    fs::rename(file, &path)?;
+    sync_dir(corrupt)?;
+    if let Some(parent) = file.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(path)
+}
+
+fn free_name(dir: &Path, name: &str) -> PathBuf {
+    let mut path = dir.join(name);
+    let mut n = 1;
+    while path.exists() {
+        path = dir.join(format!("{name}.{n}"));
+        n += 1;
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_round_trip_and_reject_others() {
+        assert_eq!(segment_name(42), "00000000000000000042.log");
+        assert_eq!(parse_segment_name(&segment_name(u64::MAX)), Some(u64::MAX));
+        for bad in [
+            "42.log",
+            "0000000000000000004x.log",
+            "00000000000000000042.tmp",
+        ] {
+            assert_eq!(parse_segment_name(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,556 @@
+//! The durable spool: every accepted event is appended to a segmented, checksummed
+//! log under `<dir>` before it is acknowledged, and each forwarder reads it back from
+//! its own persisted cursor, so a crash costs re-delivery, never loss.
+//!
+//! ```text
+//! <dir>/segments/<first seq, 20 digits>.log   records, rolled at segment_bytes
+//! <dir>/cursors                               forwarder -> next seq to deliver
+//! <dir>/corrupt/                              bad bytes found at open, kept aside
+//! ```
+//!
+//! Appending only encodes into a shared buffer; one writer thread owns the file,
+//! writes what accumulated with one `write_all` and syncs it once for the whole group
+//! (`fsync = "batch"`), so concurrent publishers share an fdatasync.
+
+mod cursors;
+mod files;
+mod reader;
+mod record;
+mod recovery;
+pub mod settings;
+mod shared;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::fs::OpenOptions;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::sync::{Notify, watch};
+
+use crate::event::Event;
+pub use reader::{Gap, ReadBatch, Reader};
+pub use recovery::Recovery;
+pub use settings::{Fsync, FullPolicy, SpoolSettings};
+use shared::{Progress, Segment, Shared, State};
+
+#[derive(Debug, Error)]
+pub enum SpoolError {
+    #[error("invalid spool settings: {0}")]
+    Settings(String),
+    #[error("cannot {action} {path:?}")]
+    Dir {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot start the spool writer thread")]
+    Thread(#[source] io::Error),
+    #[error("event seq {got} appended out of order: the spool expects {expected}")]
+    OutOfOrder { expected: u64, got: u64 },
+    #[error("event seq {seq} is too large for the spool ({bytes} bytes; at most {max})")]
+    TooLarge { seq: u64, bytes: usize, max: usize },
+    #[error("the spool is closed")]
+    Closed,
+    #[error("the spool cannot write to disk")]
+    Write(#[source] Arc<io::Error>),
+    #[error("cannot read spool segment {path:?}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// `reserve` waited `block_timeout` and the spool stayed full.
+#[derive(Debug, Error)]
+#[error(
+    "the spool is full ({bytes} of {max} bytes held for forwarders that have not delivered them) and stayed full for {waited:?}; the event was not accepted, retry later"
+)]
+pub struct SpoolFull {
+    pub bytes: u64,
+    pub max: u64,
+    pub waited: Duration,
+}
+
+/// Records a forwarder lost under `full = "drop_oldest"`: seqs `first_seq..=last_seq`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dropped {
+    pub forwarder: String,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub count: u64,
+}
+
+/// Proof of an append, redeemed with [`Spool::durable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Ticket {
+    pub seq: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpoolStats {
+    /// Bytes of segment files written.
+    pub bytes: u64,
+    pub segments: usize,
+    /// The oldest seq that may still be in the spool.
+    pub first_seq: u64,
+    pub next_seq: u64,
+    /// Every record up to this seq is durable (0: none yet).
+    pub durable_seq: u64,
+}
+
+/// The spool; cheap to clone.
+#[derive(Clone)]
+pub struct Spool {
+    handle: Arc<Handle>,
+}
+
+/// Dropping the last handle stops the writer once it has written what it holds.
+struct Handle {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.closing = true;
+        state.writer_idle = false;
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Spool {
+    /// Opens (or creates) the spool in `dir`, recovering what a crash left behind.
+    /// `forwarders` are the configured forwarder names: cursors of other names are
+    /// dropped, new names start at `next_seq`. Fails only when the directory itself
+    /// cannot be used; damaged content is repaired and reported in [`Recovery`].
+    pub fn open(
+        dir: &Path,
+        settings: &SpoolSettings,
+        forwarders: &[&str],
+    ) -> Result<(Spool, Recovery), SpoolError> {
+        settings.validate().map_err(SpoolError::Settings)?;
+        let dirs = files::Dirs::new(dir);
+        for path in [&dirs.root, &dirs.segments, &dirs.corrupt] {
+            std::fs::create_dir_all(path).map_err(|source| SpoolError::Dir {
+                action: "create the spool directory",
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let mut report = Recovery::default();
+        let recovered =
+            recovery::recover(&dirs, &mut report).map_err(|source| SpoolError::Dir {
+                action: "list spool segments in",
+                path: dirs.segments.clone(),
+                source,
+            })?;
+        let mut segments = VecDeque::from(recovered.segments);
+        let saved = open_cursors(&dirs, &mut report)?;
+        let mut next_seq = (recovered.last_seq + 1)
+            .max(segments.back().map_or(1, |s| s.first_seq))
+            .max(
+                saved
+                    .as_ref()
+                    .and_then(|c| c.values().max().copied())
+                    .unwrap_or(1),
+            );
+        let (file, len) = open_active(&dirs, settings, &mut segments, next_seq)?;
+        next_seq = next_seq.max(segments.back().map_or(1, |s| s.end_seq));
+        let first_seq = segments.front().map_or(next_seq, |s| s.first_seq);
+        let cursors = reconcile(saved, forwarders, first_seq, next_seq, &mut report);
+        report.next_seq = next_seq;
+        let total_bytes = segments.iter().map(|s| s.bytes).sum();
+        let mut state = State {
+            next_seq,
+            buf: Vec::new(),
+            ends: Vec::new(),
+            segments,
+            total_bytes,
+            cursors,
+            cursors_dirty: true,
+            doomed: Vec::new(),
+            closing: false,
+            writer_idle: false,
+            failed: None,
+        };
+        state.trim();
+        for path in std::mem::take(&mut state.doomed) {
+            if let Err(error) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), %error, "cannot delete a spool segment");
+            }
+        }
+        cursors::save(&dirs.cursors(), &state.cursors).map_err(|source| SpoolError::Dir {
+            action: "write",
+            path: dirs.cursors(),
+            source,
+        })?;
+        state.cursors_dirty = false;
+        state.publish_gauges();
+        log_recovery(dir, &report);
+        let (progress, _) = watch::channel(Progress {
+            durable_seq: next_seq - 1,
+            ..Progress::default()
+        });
+        let shared = Arc::new(Shared {
+            dirs,
+            settings: settings.clone(),
+            state: Mutex::new(state),
+            wake: Condvar::new(),
+            progress,
+            room: Notify::new(),
+        });
+        let writer = writer::Writer {
+            shared: Arc::clone(&shared),
+            file,
+            len,
+            has_records: len > 0,
+        };
+        let thread = std::thread::Builder::new()
+            .name("spool-writer".into())
+            .spawn(move || writer.run())
+            .map_err(SpoolError::Thread)?;
+        let handle = Handle {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        };
+        Ok((
+            Spool {
+                handle: Arc::new(handle),
+            },
+            report,
+        ))
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.handle.shared
+    }
+
+    /// The seq the next `append` must carry.
+    pub fn next_seq(&self) -> u64 {
+        self.shared().lock().next_seq
+    }
+
+    /// Makes room for about `bytes` more (call before `append`, outside any order
+    /// lock). Under `block` it waits up to `block_timeout` for cursors to free a
+    /// segment; under `drop_oldest` it deletes the oldest segments and returns what
+    /// each forwarder lost (empty when nothing was dropped).
+    pub async fn reserve(&self, bytes: usize) -> Result<Vec<Dropped>, SpoolFull> {
+        let shared = self.shared();
+        let max = shared.settings.max_bytes.0;
+        let waited = shared.settings.block_timeout;
+        let deadline = tokio::time::Instant::now() + waited;
+        let mut dropped = Vec::new();
+        loop {
+            let notified = shared.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let held = {
+                let mut state = shared.lock();
+                let held = state.total_bytes + state.buf.len() as u64;
+                if held + bytes as u64 <= max || state.closing {
+                    return Ok(dropped);
+                }
+                if shared.settings.full == FullPolicy::DropOldest {
+                    match state.drop_oldest() {
+                        Some(lost) => {
+                            report_dropped(&lost);
+                            dropped.extend(lost);
+                            state.publish_gauges();
+                            shared.wake_writer(&mut state);
+                            continue;
+                        }
+                        // Only the active segment is left: it cannot go, and the
+                        // limit is kept at segment granularity.
+                        None => return Ok(dropped),
+                    }
+                }
+                held
+            };
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                metrics::counter!("eventgate_spool_full_timeouts_total").increment(1);
+                return Err(SpoolFull {
+                    bytes: held,
+                    max,
+                    waited,
+                });
+            }
+        }
+    }
+
+    /// Appends `event` (whose seq must be `next_seq()`); never touches the disk. Wait
+    /// on the ticket with [`Spool::durable`] before acknowledging the event.
+    pub fn append(&self, event: &Event) -> Result<Ticket, SpoolError> {
+        let shared = self.shared();
+        let mut state = shared.lock();
+        if let Some(error) = &state.failed {
+            return Err(SpoolError::Write(Arc::clone(error)));
+        }
+        if state.closing {
+            return Err(SpoolError::Closed);
+        }
+        if event.seq != state.next_seq {
+            return Err(SpoolError::OutOfOrder {
+                expected: state.next_seq,
+                got: event.seq,
+            });
+        }
+        let start = state.buf.len();
+        if let Err(body) = record::encode(event, &mut state.buf) {
+            state.buf.truncate(start);
+            return Err(SpoolError::TooLarge {
+                seq: event.seq,
+                bytes: body,
+                max: record::MAX_BODY,
+            });
+        }
+        let end = state.buf.len();
+        state.ends.push((event.seq, end));
+        state.next_seq += 1;
+        shared.wake_writer(&mut state);
+        Ok(Ticket { seq: event.seq })
+    }
+
+    /// Resolves once the ticket's record is durable per the fsync mode.
+    pub async fn durable(&self, ticket: Ticket) -> Result<(), SpoolError> {
+        let mut progress = self.shared().progress.subscribe();
+        let seen = progress
+            .wait_for(|p| p.durable_seq >= ticket.seq || p.failed.is_some() || p.stopped)
+            .await
+            .map_err(|_| SpoolError::Closed)?;
+        if seen.durable_seq >= ticket.seq {
+            return Ok(());
+        }
+        Err(match &seen.failed {
+            Some(error) => SpoolError::Write(Arc::clone(error)),
+            None => SpoolError::Closed,
+        })
+    }
+
+    /// Reads durable records with seq >= `from_seq`, in order.
+    pub fn reader(&self, from_seq: u64) -> Reader {
+        Reader::new(Arc::clone(self.shared()), from_seq)
+    }
+
+    /// The next seq `forwarder` has to deliver (`next_seq()` for an unknown name).
+    pub fn cursor(&self, forwarder: &str) -> u64 {
+        let state = self.shared().lock();
+        state
+            .cursors
+            .get(forwarder)
+            .copied()
+            .unwrap_or(state.next_seq)
+    }
+
+    /// Records that `forwarder` delivered everything below `next_seq`. Never moves a
+    /// cursor back. Persisted within a second (and at `close`); segments every cursor
+    /// has passed are deleted.
+    pub fn set_cursor(&self, forwarder: &str, next_seq: u64) {
+        let shared = self.shared();
+        let mut state = shared.lock();
+        let limit = state.next_seq;
+        let Some(cursor) = state.cursors.get_mut(forwarder) else {
+            tracing::debug!(forwarder, "cursor of an unknown forwarder ignored");
+            return;
+        };
+        let next_seq = next_seq.min(limit);
+        if next_seq <= *cursor {
+            return;
+        }
+        *cursor = next_seq;
+        let was_dirty = std::mem::replace(&mut state.cursors_dirty, true);
+        let freed = state.trim();
+        if freed {
+            state.publish_gauges();
+        }
+        if freed || !was_dirty {
+            shared.wake_writer(&mut state);
+        }
+        drop(state);
+        if freed {
+            shared.room.notify_waiters();
+        }
+    }
+
+    pub fn stats(&self) -> SpoolStats {
+        let durable_seq = self.shared().progress.borrow().durable_seq;
+        let state = self.shared().lock();
+        SpoolStats {
+            bytes: state.total_bytes,
+            segments: state.segments.len(),
+            first_seq: state.first_seq(),
+            next_seq: state.next_seq,
+            durable_seq,
+        }
+    }
+
+    /// Writes and syncs everything appended, persists the cursors and stops the
+    /// writer thread. Appends after it fail with `Closed`.
+    pub async fn close(&self) -> Result<(), SpoolError> {
+        let shared = self.shared();
+        {
+            let mut state = shared.lock();
+            state.closing = true;
+            state.writer_idle = false;
+            shared.wake.notify_one();
+        }
+        shared.room.notify_waiters();
+        let thread = self
+            .handle
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            // The writer stops as soon as it has synced; joining waits only for that.
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        match &shared.progress.borrow().failed {
+            Some(error) => Err(SpoolError::Write(Arc::clone(error))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn open_cursors(
+    dirs: &files::Dirs,
+    report: &mut Recovery,
+) -> Result<Option<cursors::Cursors>, SpoolError> {
+    let path = dirs.cursors();
+    let loaded = cursors::load(&path).map_err(|source| SpoolError::Dir {
+        action: "read",
+        path: path.clone(),
+        source,
+    })?;
+    match loaded {
+        Ok(saved) => Ok(saved),
+        Err(problem) => {
+            tracing::warn!(path = %path.display(), problem, "spool cursors cannot be trusted; every forwarder restarts at the oldest record kept");
+            report.cursors_reset = true;
+            match files::move_aside(&dirs.corrupt, &path, "cursors") {
+                Ok(kept) => report.quarantined.push(kept),
+                Err(error) => tracing::error!(%error, "cannot move the spool cursors file aside"),
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Opens the last segment for appending when it has room, else starts a new one.
+fn open_active(
+    dirs: &files::Dirs,
+    settings: &SpoolSettings,
+    segments: &mut VecDeque<Segment>,
+    next_seq: u64,
+) -> Result<(std::fs::File, u64), SpoolError> {
+    let reuse = segments
+        .back()
+        .filter(|s| s.bytes < settings.segment_bytes.0)
+        .map(|s| (s.path.clone(), s.bytes));
+    let (path, len) = match reuse {
+        Some(found) => found,
+        None => {
+            let path = dirs.segment(next_seq);
+            segments.push_back(Segment {
+                first_seq: next_seq,
+                end_seq: next_seq,
+                bytes: 0,
+                path: path.clone(),
+            });
+            (path, 0)
+        }
+    };
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|source| SpoolError::Dir {
+            action: "open for writing the spool segment",
+            path: path.clone(),
+            source,
+        })?;
+    files::sync_dir(&dirs.segments).map_err(|source| SpoolError::Dir {
+        action: "sync",
+        path: dirs.segments.clone(),
+        source,
+    })?;
+    Ok((file, len))
+}
+
+/// Cursors for exactly the configured forwarders, within what the spool holds.
+fn reconcile(
+    saved: Option<cursors::Cursors>,
+    forwarders: &[&str],
+    first_seq: u64,
+    next_seq: u64,
+    report: &mut Recovery,
+) -> cursors::Cursors {
+    let reset = saved.is_none() && report.cursors_reset;
+    let mut saved = saved.unwrap_or_default();
+    let mut cursors = cursors::Cursors::new();
+    for &name in forwarders {
+        let cursor = match saved.remove(name) {
+            Some(seq) => seq.min(next_seq),
+            None if reset => first_seq,
+            None => {
+                report.cursors_added.push(name.to_string());
+                next_seq
+            }
+        };
+        cursors.insert(name.to_string(), cursor);
+    }
+    for name in saved.into_keys() {
+        tracing::info!(
+            forwarder = name,
+            "dropping the spool cursor of a forwarder no longer configured"
+        );
+        report.cursors_dropped.push(name);
+    }
+    cursors
+}
+
+fn log_recovery(dir: &Path, report: &Recovery) {
+    if report.corrupt_ranges > 0 {
+        metrics::counter!("eventgate_spool_corrupt_records_total")
+            .increment(report.missing_records.max(report.corrupt_ranges));
+    }
+    if report.damaged() || report.truncated_bytes > 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            records = report.records,
+            next_seq = report.next_seq,
+            truncated_bytes = report.truncated_bytes,
+            corrupt_ranges = report.corrupt_ranges,
+            corrupt_bytes = report.corrupt_bytes,
+            missing_records = report.missing_records,
+            cursors_reset = report.cursors_reset,
+            "spool recovered with damage; the bad bytes are in corrupt/"
+        );
+    } else {
+        tracing::info!(dir = %dir.display(), records = report.records, segments = report.segments, next_seq = report.next_seq, "spool opened");
+    }
+}
+
+fn report_dropped(lost: &[Dropped]) {
+    for d in lost {
+        metrics::counter!("eventgate_spool_dropped_records_total", "forwarder" => d.forwarder.clone())
+            .increment(d.count);
+        tracing::warn!(
+            forwarder = d.forwarder,
+            first_seq = d.first_seq,
+            last_seq = d.last_seq,
+            count = d.count,
+            "spool full: dropped the oldest records this forwarder had not delivered"
+        );
+    }
+}
