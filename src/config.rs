@@ -12,6 +12,7 @@ use crate::exchange::ExchangeConfig;
 use crate::filter::Filter;
 use crate::forward::{Kinds, Options};
 use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
+use crate::spool::SpoolSettings;
 use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
@@ -32,6 +33,8 @@ pub enum ConfigError {
     Invalid { key: &'static str, problem: String },
     #[error("invalid config: forwarder {name:?}: {problem}")]
     Forwarder { name: String, problem: String },
+    #[error("invalid config: {0}")]
+    Spool(String),
     #[error("invalid config: upstream {name:?}: {problem}")]
     Upstream { name: String, problem: String },
 }
@@ -48,6 +51,8 @@ pub struct Config {
     #[serde(rename = "forwarder")]
     pub forwarders: Vec<ForwarderSpec>,
     pub pipeline: PipelineSection,
+    /// `[spool]`: the durable on-disk log under `<data_dir>/spool`.
+    pub spool: SpoolSettings,
     /// `[[upstream]]` tables: Events endpoints to subscribe to (containerd sockets).
     #[serde(rename = "upstream")]
     pub upstreams: Vec<UpstreamSpec>,
@@ -77,6 +82,7 @@ impl Default for Config {
             exchange: ExchangeSection::default(),
             forwarders: ForwarderSpec::embedded_default(),
             pipeline: PipelineSection::default(),
+            spool: SpoolSettings::default(),
             upstreams: Vec::new(),
         }
     }
@@ -284,6 +290,7 @@ impl Config {
                 });
             }
         }
+        self.spool.validate().map_err(ConfigError::Spool)?;
         let mut names = std::collections::HashSet::new();
         for spec in &self.upstreams {
             let name = spec.effective_name();
@@ -323,6 +330,11 @@ impl Config {
                 })?;
         }
         Ok(())
+    }
+
+    /// Where the spool keeps its segments and cursors.
+    pub fn spool_dir(&self) -> PathBuf {
+        self.data_dir.join("spool")
     }
 
     /// The unix socket path, defaulting to `<data_dir>/eventgate.sock`.

@@ -16,7 +16,8 @@ use crate::config::{Config, ConfigError};
 use crate::exchange::{EventsService, Exchange};
 use crate::forward::Kinds;
 use crate::listen::{self, ListenError, UnixSocket};
-use crate::pipeline::{Pipeline, PipelineError, Report};
+use crate::pipeline::{BacklogStart, Pipeline, PipelineError, Report};
+use crate::spool::{Spool, SpoolError};
 use crate::upstream::Upstreams;
 
 #[derive(Debug, Error)]
@@ -27,6 +28,8 @@ pub enum GatewayError {
     Listen(#[from] ListenError),
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    #[error("cannot open the spool")]
+    Spool(#[from] SpoolError),
     #[error("cannot create the data directory {path:?}")]
     DataDir {
         path: std::path::PathBuf,
@@ -43,6 +46,7 @@ pub enum GatewayError {
 pub struct Gateway {
     exchange: Exchange,
     pipeline: Pipeline,
+    spool: Spool,
     upstreams: Upstreams,
     socket: UnixSocket,
     tcp_addr: Option<SocketAddr>,
@@ -68,8 +72,19 @@ impl Gateway {
             path: config.data_dir.clone(),
             source,
         })?;
-        let pipeline = Pipeline::start(&config.forwarders, kinds, &config.data_dir, None).await?;
-        let exchange = Exchange::with_router(config.exchange_config(), pipeline.router());
+        let names: Vec<&str> = config.forwarders.iter().map(|f| f.name.as_str()).collect();
+        let (spool, _recovery) = Spool::open(&config.spool_dir(), &config.spool, &names)?;
+        let backlog = BacklogStart {
+            backlog: std::sync::Arc::new(spool.clone()),
+            start_seq: spool.next_seq(),
+        };
+        let pipeline =
+            Pipeline::start(&config.forwarders, kinds, &config.data_dir, Some(backlog)).await?;
+        let exchange = Exchange::with_spool(
+            config.exchange_config(),
+            pipeline.router(),
+            Some(spool.clone()),
+        );
         let service = EventsService::new(exchange.clone()).into_server();
         let cancel = CancellationToken::new();
         let mut servers = JoinSet::new();
@@ -104,6 +119,7 @@ impl Gateway {
         Ok(Self {
             exchange,
             pipeline,
+            spool,
             upstreams,
             socket,
             tcp_addr,
@@ -120,6 +136,10 @@ impl Gateway {
 
     pub fn pipeline(&self) -> &Pipeline {
         &self.pipeline
+    }
+
+    pub fn spool(&self) -> &Spool {
+        &self.spool
     }
 
     pub fn upstreams(&self) -> &Upstreams {
@@ -186,6 +206,11 @@ impl Gateway {
                 undelivered = report.undelivered,
                 "forwarder stopped"
             );
+        }
+        // Cursors are persisted lazily; this writes the final ones, so the next start
+        // re-delivers nothing that was delivered.
+        if let Err(error) = self.spool.close().await {
+            tracing::error!(%error, "closing the spool failed; the next start re-delivers from older cursors");
         }
         tracing::info!(next_seq = self.exchange.next_seq(), "stopped");
         reports

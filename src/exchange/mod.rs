@@ -16,6 +16,7 @@ mod subscription;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use prost::Message;
 use prost_types::{Any, Timestamp};
 use thiserror::Error;
 use tokio::sync::mpsc::{self, error::TrySendError};
@@ -28,6 +29,7 @@ use crate::filter::Filter;
 use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
+use crate::spool::{Dropped, Spool, SpoolError, SpoolFull};
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
 const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
@@ -56,6 +58,12 @@ pub enum AcceptError {
     MissingEnvelope,
     #[error(transparent)]
     QueueFull(#[from] crate::pipeline::QueueFull),
+    #[error(transparent)]
+    SpoolFull(#[from] SpoolFull),
+    /// The event could not be made durable (a disk error); it may have reached
+    /// subscribers, but it was not acknowledged.
+    #[error("the event could not be written to the spool: {0}")]
+    Spool(#[source] SpoolError),
     #[error("eventgate is shutting down")]
     Closed,
 }
@@ -66,7 +74,8 @@ impl AcceptError {
         match self {
             AcceptError::NamespaceRequired => tonic::Code::FailedPrecondition,
             AcceptError::Closed => tonic::Code::Unavailable,
-            AcceptError::QueueFull(_) => tonic::Code::ResourceExhausted,
+            AcceptError::QueueFull(_) | AcceptError::SpoolFull(_) => tonic::Code::ResourceExhausted,
+            AcceptError::Spool(_) => tonic::Code::Unavailable,
             _ => tonic::Code::InvalidArgument,
         }
     }
@@ -85,6 +94,8 @@ impl AcceptError {
             AcceptError::MissingEnvelope => "missing_envelope",
             AcceptError::Closed => "shutting_down",
             AcceptError::QueueFull(_) => "queue_full",
+            AcceptError::SpoolFull(_) => "spool_full",
+            AcceptError::Spool(_) => "spool_error",
         }
     }
 }
@@ -117,6 +128,8 @@ pub struct Exchange {
 struct Inner {
     config: ExchangeConfig,
     router: Router,
+    /// Where accepted events are made durable before they are acknowledged.
+    spool: Option<Spool>,
     /// One lock orders everything: taking a sequence number and handing the event to
     /// every subscriber happen together, so all subscribers see one relative order.
     /// The critical section only runs filters and non-blocking `try_send`s.
@@ -145,12 +158,20 @@ impl Exchange {
 
     /// An exchange that also hands every accepted event to the forwarders' queues.
     pub fn with_router(config: ExchangeConfig, router: Router) -> Self {
+        Self::with_spool(config, router, None)
+    }
+
+    /// An exchange that appends every event to the spool (continuing its sequence
+    /// numbers) and acknowledges it only once it is durable.
+    pub fn with_spool(config: ExchangeConfig, router: Router, spool: Option<Spool>) -> Self {
+        let next_seq = spool.as_ref().map_or(1, Spool::next_seq);
         Self {
             inner: Arc::new(Inner {
                 config,
                 router,
+                spool,
                 state: Mutex::new(State {
-                    next_seq: 1,
+                    next_seq,
                     next_subscriber: 1,
                     subscribers: Vec::new(),
                 }),
@@ -211,11 +232,12 @@ impl Exchange {
     }
 
     /// Takes a validated envelope into the gateway's order and hands it to every
-    /// subscriber and forwarder whose filter matches.
+    /// subscriber and forwarder whose filter matches; returns once it is durable.
     ///
-    /// First waits, outside the lock, until every `block` forwarder queue the event is
-    /// routed to has room (refusing it with RESOURCE_EXHAUSTED after that queue's
-    /// `block_timeout`).
+    /// First, outside the lock, makes room in the spool (waiting, or dropping the
+    /// oldest records, per its `full` policy) and waits until every `block` forwarder
+    /// queue the event is routed to has room (refusing it with RESOURCE_EXHAUSTED
+    /// after the respective timeout).
     pub async fn accept(
         &self,
         source: Source,
@@ -225,29 +247,61 @@ impl Exchange {
             return Err(AcceptError::Closed);
         }
         let mut event = Event::new(0, EventId::unassigned(), source, envelope);
+        let mut dropped = Vec::new();
+        if let Some(spool) = &self.inner.spool {
+            dropped = spool
+                .reserve(event.envelope.encoded_len())
+                .await
+                .map_err(|full| self.rejected(AcceptError::SpoolFull(full)))?;
+        }
         if let Err(full) = self.inner.router.admit(&event).await {
             return Err(self.rejected(AcceptError::QueueFull(full)));
         }
-        let mut state = self.lock();
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(AcceptError::Closed);
+        let (event, ticket) = {
+            let mut state = self.lock();
+            if self.inner.closed.load(Ordering::Acquire) {
+                return Err(AcceptError::Closed);
+            }
+            // Sequence and id are taken together under the lock, so id order (UUIDv7
+            // is time-ordered) follows sequence order, and the spool holds events in
+            // the order everyone sees them.
+            event.seq = state.next_seq;
+            event.id = EventId::generate();
+            let ticket = match &self.inner.spool {
+                Some(spool) => Some(
+                    spool
+                        .append(&event)
+                        .map_err(|e| self.rejected(AcceptError::Spool(e)))?,
+                ),
+                None => None,
+            };
+            state.next_seq += 1;
+            let event = Arc::new(event);
+            metrics::counter!("eventgate_events_received_total", "source" => event.source.label())
+                .increment(1);
+            self.inner.router.route(&event);
+            self.fan_out(&mut state, &event);
+            (event, ticket)
+        };
+        if !dropped.is_empty() {
+            self.record_dropped(dropped);
         }
-        // Sequence and id are taken together under the lock, so id order (UUIDv7 is
-        // time-ordered) follows sequence order.
-        event.seq = state.next_seq;
-        event.id = EventId::generate();
-        state.next_seq += 1;
-        let event = Arc::new(event);
-        metrics::counter!("eventgate_events_received_total", "source" => event.source.label())
-            .increment(1);
-        self.inner.router.route(&event);
+        if let (Some(spool), Some(ticket)) = (&self.inner.spool, ticket) {
+            spool
+                .durable(ticket)
+                .await
+                .map_err(|e| self.rejected(AcceptError::Spool(e)))?;
+        }
+        Ok(event)
+    }
 
+    fn fan_out(&self, state: &mut State, event: &Arc<Event>) {
         let before = state.subscribers.len();
         state.subscribers.retain(|slot| {
-            if !slot.filter.matches(&*event) {
+            if !slot.filter.matches(&**event) {
                 return true;
             }
-            match slot.tx.try_send(Arc::clone(&event)) {
+            match slot.tx.try_send(Arc::clone(event)) {
                 Ok(()) => true,
                 Err(TrySendError::Full(_)) => {
                     slot.cut_off.store(true, Ordering::Release);
@@ -265,7 +319,29 @@ impl Exchange {
         if state.subscribers.len() != before {
             metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
         }
-        Ok(event)
+    }
+
+    /// Writes a `/eventgate/spool/dropped` marker per forwarder that lost records to
+    /// a full spool, so the audit trail says where that forwarder's record has a hole.
+    fn record_dropped(&self, dropped: Vec<Dropped>) {
+        for lost in dropped {
+            tracing::error!(
+                forwarder = %lost.forwarder,
+                first_seq = lost.first_seq,
+                last_seq = lost.last_seq,
+                count = lost.count,
+                "the spool was full: undelivered records discarded"
+            );
+            let marker = spool_dropped_marker(&lost);
+            let exchange = self.clone();
+            // A task, not a recursive call: the marker goes through accept (and the
+            // spool) like any event, after the event that made room.
+            tokio::spawn(async move {
+                if let Err(error) = exchange.accept(Source::Internal, marker).await {
+                    tracing::error!(%error, "could not record a spool drop marker");
+                }
+            });
+        }
     }
 
     /// Registers a subscriber. Events accepted after this returns are delivered to it
@@ -338,6 +414,26 @@ impl Inner {
         let mut state = self.lock();
         state.subscribers.retain(|slot| slot.id != id);
         metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
+    }
+}
+
+fn spool_dropped_marker(lost: &Dropped) -> Envelope {
+    let now = std::time::SystemTime::now();
+    let payload = crate::proto::eventgate::events::v1::SpoolDropped {
+        forwarder: lost.forwarder.clone(),
+        first_seq: lost.first_seq,
+        last_seq: lost.last_seq,
+        count: lost.count,
+        dropped_at: Some(Timestamp::from(now)),
+    };
+    Envelope {
+        timestamp: Some(Timestamp::from(now)),
+        namespace: crate::upstream::markers::NAMESPACE.into(),
+        topic: "/eventgate/spool/dropped".into(),
+        event: Some(Any {
+            type_url: "eventgate.events.v1.SpoolDropped".into(),
+            value: payload.encode_to_vec(),
+        }),
     }
 }
 

@@ -121,7 +121,7 @@ impl Policy<Batch, (), BoxError> for BackoffPolicy {
             first_seq = first,
             last_seq = last,
             retry_in = ?delay,
-            error = %error,
+            error = %error_chain(&**error),
             "delivery failed; will retry"
         );
         Some(Box::pin(tokio::time::sleep(delay)))
@@ -322,4 +322,20 @@ mod tests {
         assert!(error.is::<tower::timeout::error::Elapsed>());
         assert_eq!(sink.calls.load(Ordering::SeqCst), 2);
     }
+}
+
+/// An error with its causes on one line: the forwarder's summary alone ("kafka did
+/// not accept 5 of 5 messages") does not say why.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -141,7 +141,7 @@ impl Worker {
                         first_seq = first,
                         last_seq = last,
                         reason,
-                        error = %error,
+                        error = %super::retry::error_chain(&*error),
                         "gave up delivering a batch"
                     );
                 }

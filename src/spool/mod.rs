@@ -12,6 +12,7 @@
 //! writes what accumulated with one `write_all` and syncs it once for the whole group
 //! (`fsync = "batch"`), so concurrent publishers share an fdatasync.
 
+mod backlog;
 mod cursors;
 mod files;
 mod reader;

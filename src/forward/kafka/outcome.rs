@@ -22,7 +22,18 @@ pub enum Class {
 pub fn classify(error: &KafkaError) -> Class {
     use RDKafkaErrorCode::*;
     match error.rdkafka_error_code() {
-        Some(Fatal) => Class::Fatal,
+        // Besides librdkafka's own fatal errors: a broker that fences or forgets the
+        // idempotent producer's id/epoch (seen after request timeouts, when the
+        // producer bumps its epoch) rejects every later batch of this producer; a
+        // new producer gets a new id and proceeds.
+        Some(
+            Fatal
+            | ProducerFenced
+            | InvalidProducerEpoch
+            | UnknownProducerId
+            | InvalidProducerIdMapping
+            | OutOfOrderSequenceNumber,
+        ) => Class::Fatal,
         Some(UnknownTopic | UnknownTopicOrPartition) => Class::UnknownTopic,
         Some(
             MessageSizeTooLarge
@@ -139,6 +150,11 @@ mod tests {
             Class::Retryable
         );
         assert_eq!(classify(&produce(RDKafkaErrorCode::Fatal)), Class::Fatal);
+        // A fenced or forgotten idempotent producer never recovers by itself.
+        assert_eq!(
+            classify(&produce(RDKafkaErrorCode::ProducerFenced)),
+            Class::Fatal
+        );
         assert_eq!(
             classify(&produce(RDKafkaErrorCode::UnknownTopicOrPartition)),
             Class::UnknownTopic
