@@ -10,6 +10,8 @@
 //! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
 //! - [`pipeline`]: per-forwarder route filters, bounded queues, batching, retries.
 //! - [`forward`]: the [`forward::Forwarder`] trait and the file, SQLite and Kafka kinds.
+//! - [`deadletter`]: events forwarders gave up on, kept for `eventgate dlq` to
+//!   list, redeliver or purge.
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
@@ -23,6 +25,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod deadletter;
 pub mod event;
 pub mod exchange;
 pub mod filter;
