@@ -16,10 +16,12 @@
 //! and retries a failed batch before taking the next, so each forwarder receives
 //! events in gateway order.
 //!
-//! Acknowledgement: after a batch is delivered the worker publishes the highest
-//! delivered sequence number ([`ForwarderHandle::acked`]); the durable spool keeps
-//! its per-forwarder cursors from this.
+//! Acknowledgement: after a batch is delivered, or given up on and recorded in the
+//! dead-letter store ([`deadletter`]), the worker publishes the highest sequence
+//! number it is done with ([`ForwarderHandle::acked`]); the durable spool keeps its
+//! per-forwarder cursors from this.
 
+pub mod deadletter;
 pub mod queue;
 pub mod retry;
 pub mod settings;
@@ -38,6 +40,7 @@ use crate::config::ForwarderSpec;
 use crate::event::Event;
 use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
+pub use deadletter::DeadLetters;
 use queue::{Pushed, Queue};
 use settings::Overflow;
 pub use worker::Report;
@@ -181,11 +184,13 @@ impl Pipeline {
     }
 
     /// Builds every configured forwarder (in order; the first failure stops the
-    /// start) and starts its worker.
+    /// start) and starts its worker. Batches given up on go to `dead_letters`, whose
+    /// requested entries the workers redeliver; without it they are only logged.
     pub async fn start(
         specs: &[ForwarderSpec],
         kinds: &Kinds,
         data_dir: &std::path::Path,
+        dead_letters: Option<DeadLetters>,
     ) -> Result<Self, PipelineError> {
         let mut built = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -221,6 +226,7 @@ impl Pipeline {
                 queue: spec.queue.clone(),
                 batch,
                 retry: spec.retry.clone(),
+                dead_letters: dead_letters.clone(),
             },
         )))
     }
@@ -235,6 +241,8 @@ impl Pipeline {
             let name: Arc<str> = part.name.into();
             let queue = Arc::new(Queue::new(part.queue));
             let (acked_tx, acked_rx) = watch::channel(0);
+            let dead_letters =
+                deadletter::Hook::new(Arc::clone(&name), part.dead_letters, part.batch.events);
             workers.spawn(
                 worker::Worker {
                     name: Arc::clone(&name),
@@ -244,6 +252,7 @@ impl Pipeline {
                     batch: part.batch,
                     acked: acked_tx,
                     stop: stop.clone(),
+                    dead_letters,
                 }
                 .run(),
             );
@@ -314,7 +323,11 @@ pub struct Parts {
     pub queue: settings::QueueSettings,
     pub batch: settings::BatchSettings,
     pub retry: settings::RetrySettings,
+    /// Where batches given up on are recorded; `None`: only logged.
+    pub dead_letters: Option<DeadLetters>,
 }
 
+#[cfg(test)]
+mod deadletter_tests;
 #[cfg(test)]
 mod tests;

@@ -16,17 +16,19 @@ use crate::proto::containerd::types::Envelope;
 /// Records delivered batches; can be told to fail, or to hold every send until
 /// released.
 #[derive(Default)]
-struct Recorder {
-    batches: Mutex<Vec<Vec<u64>>>,
-    fail_next: AtomicUsize,
-    fail_permanently: AtomicBool,
+pub(super) struct Recorder {
+    pub batches: Mutex<Vec<Vec<u64>>>,
+    pub fail_next: AtomicUsize,
+    pub fail_permanently: AtomicBool,
+    /// A batch holding an event with this topic is rejected permanently.
+    pub poison: Mutex<Option<&'static str>>,
     held: AtomicBool,
     release: Notify,
-    calls: AtomicUsize,
+    pub calls: AtomicUsize,
 }
 
 impl Recorder {
-    fn seqs(&self) -> Vec<u64> {
+    pub fn seqs(&self) -> Vec<u64> {
         self.batches
             .lock()
             .unwrap()
@@ -60,6 +62,12 @@ impl Forwarder for Recorder {
             if self.fail_permanently.load(Ordering::SeqCst) {
                 return Err(ForwardError::permanent("rejected"));
             }
+            let poison = *self.poison.lock().unwrap();
+            if let Some(topic) = poison
+                && batch.events().iter().any(|e| e.topic() == topic)
+            {
+                return Err(ForwardError::permanent(format!("{topic} refused")));
+            }
             let failing = self.fail_next.load(Ordering::SeqCst);
             if failing > 0 {
                 self.fail_next.store(failing - 1, Ordering::SeqCst);
@@ -72,7 +80,7 @@ impl Forwarder for Recorder {
     }
 }
 
-fn event(seq: u64, topic: &str) -> Arc<Event> {
+pub(super) fn event(seq: u64, topic: &str) -> Arc<Event> {
     let envelope = Envelope {
         namespace: "default".into(),
         topic: topic.into(),
@@ -86,15 +94,15 @@ fn event(seq: u64, topic: &str) -> Arc<Event> {
     ))
 }
 
-struct Spec {
-    name: &'static str,
-    filter: &'static str,
-    queue: QueueSettings,
-    batch: BatchSettings,
-    retry: RetrySettings,
+pub(super) struct Spec {
+    pub name: &'static str,
+    pub filter: &'static str,
+    pub queue: QueueSettings,
+    pub batch: BatchSettings,
+    pub retry: RetrySettings,
 }
 
-fn spec(name: &'static str) -> Spec {
+pub(super) fn spec(name: &'static str) -> Spec {
     Spec {
         name,
         filter: "",
@@ -115,6 +123,13 @@ fn spec(name: &'static str) -> Spec {
 }
 
 fn pipeline(specs: Vec<(Spec, Arc<Recorder>)>) -> Pipeline {
+    pipeline_with(specs, None)
+}
+
+pub(super) fn pipeline_with(
+    specs: Vec<(Spec, Arc<Recorder>)>,
+    dead_letters: Option<DeadLetters>,
+) -> Pipeline {
     Pipeline::from_forwarders(specs.into_iter().map(|(spec, recorder)| Parts {
         name: spec.name.into(),
         filter: Filter::parse_all(&[spec.filter]).unwrap(),
@@ -122,10 +137,11 @@ fn pipeline(specs: Vec<(Spec, Arc<Recorder>)>) -> Pipeline {
         queue: spec.queue,
         batch: spec.batch,
         retry: spec.retry,
+        dead_letters: dead_letters.clone(),
     }))
 }
 
-async fn until(what: &str, check: impl Fn() -> bool) {
+pub(super) async fn until(what: &str, check: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

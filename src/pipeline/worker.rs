@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tower::{Service, ServiceExt};
 
+use super::deadletter::Hook;
 use super::queue::Queue;
-use super::retry::{DeliveryStack, is_retryable};
+use super::retry::{self, DeliveryStack, is_retryable};
 use super::settings::BatchSettings;
 use crate::event::Event;
 use crate::forward::{Batch, Forwarder};
@@ -37,6 +37,7 @@ pub(super) struct Worker {
     pub acked: watch::Sender<u64>,
     /// Cancelled when the shutdown deadline passes: abandon what is left.
     pub stop: CancellationToken,
+    pub dead_letters: Hook,
 }
 
 impl Worker {
@@ -55,7 +56,7 @@ impl Worker {
             let oldest = batch.events().first().map(|e| e.received_at);
             let outcome = tokio::select! {
                 biased;
-                outcome = deliver(&mut self.stack, batch.clone()) => Some(outcome),
+                outcome = retry::deliver(&mut self.stack, batch.clone()) => Some(outcome),
                 () = self.stop.cancelled() => None,
             };
             let (depth, bytes) = self.queue.depth();
@@ -64,7 +65,7 @@ impl Worker {
             metrics::gauge!("eventgate_forwarder_queue_bytes", "forwarder" => label.clone())
                 .set(bytes as f64);
             match outcome {
-                Some(Ok(())) => {
+                Some((Ok(()), _)) => {
                     report.delivered += batch.len() as u64;
                     metrics::counter!("eventgate_forwarder_events_total", "forwarder" => label.clone())
                         .increment(batch.len() as u64);
@@ -74,9 +75,7 @@ impl Worker {
                             .record(age.as_secs_f64());
                     }
                 }
-                Some(Err(error)) => {
-                    // Until dead letters exist, giving up is logged with everything
-                    // needed to find the events again (sequence range, ids in the store).
+                Some((Err(error), attempts)) => {
                     let reason = if is_retryable(&error) {
                         "retries_exhausted"
                     } else {
@@ -94,6 +93,8 @@ impl Worker {
                         error = %error,
                         "gave up delivering a batch"
                     );
+                    // Before the acknowledgement below: once acked, the spool forgets.
+                    self.dead_letters.bury(&batch, &error, attempts).await;
                 }
                 None => {
                     report.undelivered += batch.len() as u64;
@@ -134,10 +135,13 @@ impl Worker {
         let mut events: Vec<Arc<Event>> = Vec::new();
         let mut bytes = 0;
         while events.is_empty() {
+            self.dead_letters
+                .redeliver_if_due(&mut self.stack, &self.stop)
+                .await;
             tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return None,
-                ready = self.queue.wait_ready(None) => if !ready { return None },
+                ready = self.queue.wait_ready(self.dead_letters.until_due()) => if !ready { return None },
             }
             bytes = self.queue.take(max_events, max_bytes, &mut events);
         }
@@ -158,10 +162,6 @@ impl Worker {
         }
         Some(Batch::new(events, bytes))
     }
-}
-
-async fn deliver(stack: &mut DeliveryStack, batch: Batch) -> Result<(), tower::BoxError> {
-    stack.ready().await?.call(batch).await
 }
 
 /// Drop logging for one forwarder: at most one line a second, with the count since
