@@ -21,6 +21,7 @@
 //! number it is done with ([`ForwarderHandle::acked`]); the durable spool keeps its
 //! per-forwarder cursors from this.
 
+mod attempts;
 pub mod deadletter;
 pub mod queue;
 pub mod retry;

@@ -16,9 +16,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rand::Rng;
@@ -27,66 +27,9 @@ use tower::retry::{Policy, Retry};
 use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
+pub use super::attempts::{Attempts, Delivery};
 use super::settings::RetrySettings;
 use crate::forward::{Batch, ForwardError, Forwarder};
-
-/// How many attempts a delivery took and when the first and the last began.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Attempts {
-    pub count: u32,
-    /// Wall-clock start of the first attempt (`None`: never attempted).
-    pub first: Option<SystemTime>,
-    /// Wall-clock start of the last attempt.
-    pub last: Option<SystemTime>,
-    first_tick: Option<Instant>,
-}
-
-impl Attempts {
-    fn begin(&mut self) {
-        let tick = Instant::now();
-        self.count += 1;
-        match (self.first, self.first_tick) {
-            // Later attempts are placed on the monotonic clock from the first: the
-            // span between them stays true across wall-clock steps (and follows
-            // tokio's clock, so paused-time tests see the backoff they ran).
-            (Some(first), Some(first_tick)) => self.last = Some(first + (tick - first_tick)),
-            _ => {
-                let now = SystemTime::now();
-                self.first = Some(now);
-                self.last = Some(now);
-                self.first_tick = Some(tick);
-            }
-        }
-    }
-}
-
-/// One batch on its way through the stack, with its attempt tally. Clones share the
-/// tally, which is how the retried copies report back.
-#[derive(Clone, Debug)]
-pub struct Delivery {
-    pub batch: Batch,
-    attempts: Arc<Mutex<Attempts>>,
-}
-
-impl Delivery {
-    pub fn new(batch: Batch) -> Self {
-        Self {
-            batch,
-            attempts: Arc::default(),
-        }
-    }
-
-    pub fn attempts(&self) -> Attempts {
-        *self.attempts.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn begin_attempt(&self) {
-        self.attempts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .begin();
-    }
-}
 
 /// Sends one batch through the stack: the outcome, and the attempts it took.
 pub async fn deliver(stack: &mut DeliveryStack, batch: Batch) -> (Result<(), BoxError>, Attempts) {
