@@ -56,6 +56,27 @@ pub struct Config {
     /// `[[upstream]]` tables: Events endpoints to subscribe to (containerd sockets).
     #[serde(rename = "upstream")]
     pub upstreams: Vec<UpstreamSpec>,
+    pub dead_letter: DeadLetterSection,
+}
+
+/// `[dead_letter]`: where events forwarders gave up on are kept.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeadLetterSection {
+    /// The store's SQLite file; a relative path is under `data_dir`.
+    pub path: PathBuf,
+    /// How often a forwarder's worker looks for entries `eventgate dlq retry` requested.
+    #[serde(with = "duration_text")]
+    pub poll_interval: Duration,
+}
+
+impl Default for DeadLetterSection {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from("deadletters.db"),
+            poll_interval: Duration::from_secs(1),
+        }
+    }
 }
 
 /// `[pipeline]`: settings shared by all forwarders.
@@ -84,6 +105,7 @@ impl Default for Config {
             pipeline: PipelineSection::default(),
             spool: SpoolSettings::default(),
             upstreams: Vec::new(),
+            dead_letter: DeadLetterSection::default(),
         }
     }
 }
@@ -305,6 +327,15 @@ impl Config {
                 });
             }
         }
+        if self.dead_letter.path.as_os_str().is_empty() {
+            return Err(invalid("dead_letter.path", "must not be empty"));
+        }
+        if self.dead_letter.poll_interval.is_zero() {
+            return Err(invalid(
+                "dead_letter.poll_interval",
+                "must be more than 0s (it is how often workers look for requested redeliveries)",
+            ));
+        }
         if let Some(addr) = self.exchange.listen
             && !addr.ip().is_loopback()
         {
@@ -335,6 +366,11 @@ impl Config {
     /// Where the spool keeps its segments and cursors.
     pub fn spool_dir(&self) -> PathBuf {
         self.data_dir.join("spool")
+    }
+
+    /// The dead-letter store's file: `dead_letter.path`, relative to `data_dir`.
+    pub fn dead_letter_path(&self) -> PathBuf {
+        self.data_dir.join(&self.dead_letter.path)
     }
 
     /// The unix socket path, defaulting to `<data_dir>/eventgate.sock`.
@@ -441,6 +477,27 @@ mod tests {
     }
 
     #[test]
+    fn the_dead_letter_store_lives_in_data_dir_unless_absolute() {
+        let config = Config::parse("data_dir = \"/var/lib/eg\"", "test").unwrap();
+        assert_eq!(
+            config.dead_letter_path(),
+            PathBuf::from("/var/lib/eg/deadletters.db")
+        );
+        assert_eq!(config.dead_letter.poll_interval, Duration::from_secs(1));
+        let config = Config::parse(
+            "data_dir = \"/var/lib/eg\"\n[dead_letter]\npath = \"/srv/dl.db\"\npoll_interval = \"250ms\"",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(config.dead_letter_path(), PathBuf::from("/srv/dl.db"));
+        assert_eq!(config.dead_letter.poll_interval, Duration::from_millis(250));
+        assert_eq!(
+            Config::parse(&config.to_toml(), "round trip").unwrap(),
+            config
+        );
+    }
+
+    #[test]
     fn bad_keys_are_named() {
         let cases = [
             ("[exchange]\nsubscriber_queu = 3", "subscriber_queu"),
@@ -458,6 +515,13 @@ mod tests {
             ),
             ("data_dir = \"\"", "data_dir"),
             ("[exchnage]", "exchnage"),
+            ("[dead_letter]\npath = \"\"", "dead_letter.path"),
+            (
+                "[dead_letter]\npoll_interval = \"0s\"",
+                "dead_letter.poll_interval",
+            ),
+            ("[dead_letter]\npoll_interval = \"often\"", "poll_interval"),
+            ("[dead_letter]\npat = \"x.db\"", "pat"),
         ];
         for (text, key) in cases {
             let message = Config::parse(text, "test").unwrap_err().to_string();

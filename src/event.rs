@@ -36,6 +36,16 @@ impl EventId {
     }
 }
 
+/// The hyphenated form [`fmt::Display`] writes, as stored by the audit and
+/// dead-letter stores.
+impl std::str::FromStr for EventId {
+    type Err = uuid::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::parse_str(text).map(Self)
+    }
+}
+
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.hyphenated().fmt(f)

@@ -13,10 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
 use crate::config::{Config, ConfigError};
+use crate::deadletter::{DeadLetterError, Store};
 use crate::exchange::{EventsService, Exchange};
 use crate::forward::Kinds;
 use crate::listen::{self, ListenError, UnixSocket};
-use crate::pipeline::{BacklogStart, Pipeline, PipelineError, Report};
+use crate::pipeline::{BacklogStart, DeadLetters, Pipeline, PipelineError, Report};
 use crate::spool::{Spool, SpoolError};
 use crate::upstream::Upstreams;
 
@@ -36,6 +37,8 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot open the dead-letter store")]
+    DeadLetters(#[source] DeadLetterError),
     #[error("the gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
     #[error("a gRPC server task died")]
@@ -78,8 +81,15 @@ impl Gateway {
             backlog: std::sync::Arc::new(spool.clone()),
             start_seq: spool.next_seq(),
         };
-        let pipeline =
-            Pipeline::start(&config.forwarders, kinds, &config.data_dir, Some(backlog)).await?;
+        let dead_letters = open_dead_letters(config).await?;
+        let pipeline = Pipeline::start(
+            &config.forwarders,
+            kinds,
+            &config.data_dir,
+            Some(dead_letters),
+            Some(backlog),
+        )
+        .await?;
         let exchange = Exchange::with_spool(
             config.exchange_config(),
             pipeline.router(),
@@ -215,4 +225,26 @@ impl Gateway {
         tracing::info!(next_seq = self.exchange.next_seq(), "stopped");
         reports
     }
+}
+
+/// Opens (creating) the dead-letter store; redeliveries a previous run left in flight
+/// are requested again, so they are not lost.
+async fn open_dead_letters(config: &Config) -> Result<DeadLetters, GatewayError> {
+    let store = Store::open(config.dead_letter_path(), true)
+        .await
+        .map_err(GatewayError::DeadLetters)?;
+    let requeued = store
+        .requeue_interrupted()
+        .await
+        .map_err(GatewayError::DeadLetters)?;
+    tracing::info!(
+        path = %store.path().display(),
+        requeued,
+        poll_interval = ?config.dead_letter.poll_interval,
+        "dead-letter store open"
+    );
+    Ok(DeadLetters {
+        store,
+        poll_interval: config.dead_letter.poll_interval,
+    })
 }

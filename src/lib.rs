@@ -12,6 +12,8 @@
 //! - [`spool`]: the durable on-disk log every accepted event is appended to before it
 //!   is acknowledged, with per-forwarder cursors.
 //! - [`forward`]: the [`forward::Forwarder`] trait and the file, SQLite and Kafka kinds.
+//! - [`deadletter`]: events forwarders gave up on, kept for `eventgate dlq` to
+//!   list, redeliver or purge.
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
@@ -25,6 +27,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod deadletter;
 pub mod event;
 pub mod exchange;
 pub mod filter;

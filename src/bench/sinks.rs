@@ -88,6 +88,7 @@ pub async fn pipeline(
             ..BatchSettings::default()
         },
         retry: RetrySettings::default(),
+        dead_letters: None,
     }]);
     let router = pipeline.router();
     let start = Instant::now();

@@ -2,6 +2,7 @@
 
 mod bench;
 mod check_config;
+mod dlq;
 mod events;
 mod publish;
 mod serve;
@@ -50,6 +51,8 @@ pub enum Command {
     CheckConfig(check_config::CheckConfigArgs),
     /// Rerunnable benchmarks against the real peers.
     Bench(bench::BenchArgs),
+    /// Dead letters: events forwarders gave up on (list, retry, purge).
+    Dlq(dlq::DlqArgs),
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +123,8 @@ pub enum CliError {
     },
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
+    #[error(transparent)]
+    DeadLetter(#[from] crate::deadletter::DeadLetterError),
 }
 
 impl CliError {
@@ -155,5 +160,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Events(args) => events::run(args).await,
         Command::CheckConfig(args) => check_config::run(args),
         Command::Bench(args) => bench::run(args).await,
+        Command::Dlq(args) => dlq::run(args).await,
     }
 }

@@ -16,11 +16,14 @@
 //! and retries a failed batch before taking the next, so each forwarder receives
 //! events in gateway order.
 //!
-//! Acknowledgement: after a batch is delivered the worker publishes the highest
-//! delivered sequence number ([`ForwarderHandle::acked`]); the durable spool keeps
-//! its per-forwarder cursors from this.
+//! Acknowledgement: after a batch is delivered, or given up on and recorded in the
+//! dead-letter store ([`deadletter`]), the worker publishes the highest sequence
+//! number it is done with ([`ForwarderHandle::acked`]); the durable spool keeps its
+//! per-forwarder cursors from this.
 
+mod attempts;
 pub mod backlog;
+pub mod deadletter;
 pub mod queue;
 pub mod retry;
 mod route;
@@ -41,6 +44,7 @@ use crate::event::Event;
 use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
 pub use backlog::{Backlog, MemoryBacklog};
+pub use deadletter::DeadLetters;
 use queue::{Pushed, Queue};
 use route::RouteState;
 pub use worker::Report;
@@ -197,11 +201,13 @@ impl Pipeline {
     }
 
     /// Builds every configured forwarder (in order; the first failure stops the
-    /// start) and starts its worker.
+    /// start) and starts its worker. Batches given up on go to `dead_letters`, whose
+    /// requested entries the workers redeliver; without it they are only logged.
     pub async fn start(
         specs: &[ForwarderSpec],
         kinds: &Kinds,
         data_dir: &std::path::Path,
+        dead_letters: Option<DeadLetters>,
         backlog: Option<BacklogStart>,
     ) -> Result<Self, PipelineError> {
         let mut built = Vec::with_capacity(specs.len());
@@ -239,6 +245,7 @@ impl Pipeline {
                 queue: spec.queue.clone(),
                 batch,
                 retry: spec.retry.clone(),
+                dead_letters: dead_letters.clone(),
             });
         Ok(Self::from_forwarders_with(parts, backlog))
     }
@@ -268,6 +275,8 @@ impl Pipeline {
                 None => RouteState::new(1, None),
             });
             let (acked_tx, acked_rx) = watch::channel(0);
+            let dead_letters =
+                deadletter::Hook::new(Arc::clone(&name), part.dead_letters, part.batch.events);
             workers.spawn(
                 worker::Worker {
                     name: Arc::clone(&name),
@@ -281,6 +290,7 @@ impl Pipeline {
                     acked: acked_tx,
                     closing: closing.clone(),
                     stop: stop.clone(),
+                    dead_letters,
                 }
                 .run(),
             );
@@ -354,9 +364,13 @@ pub struct Parts {
     pub queue: settings::QueueSettings,
     pub batch: settings::BatchSettings,
     pub retry: settings::RetrySettings,
+    /// Where batches given up on are recorded; `None`: only logged.
+    pub dead_letters: Option<DeadLetters>,
 }
 
 #[cfg(test)]
 mod backlog_tests;
+#[cfg(test)]
+mod deadletter_tests;
 #[cfg(test)]
 mod tests;

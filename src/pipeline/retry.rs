@@ -9,6 +9,10 @@
 //! Timeout sits *inside* Retry so that each attempt gets the full timeout; Retry
 //! needs a `Clone` inner service, which both of these are. Sleeps use tokio's clock,
 //! so tests run the backoff with paused time.
+//!
+//! The request is a [`Delivery`]: the batch plus a tally that `Deliver` updates at the
+//! start of every attempt, so whoever sent it learns how many attempts it took and
+//! when they happened (the dead-letter store keeps both).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,10 +25,21 @@ use rand::Rng;
 use tokio::time::Instant;
 use tower::retry::{Policy, Retry};
 use tower::timeout::Timeout;
-use tower::{BoxError, Service};
+use tower::{BoxError, Service, ServiceExt};
 
+pub use super::attempts::{Attempts, Delivery};
 use super::settings::RetrySettings;
 use crate::forward::{Batch, ForwardError, Forwarder};
+
+/// Sends one batch through the stack: the outcome, and the attempts it took.
+pub async fn deliver(stack: &mut DeliveryStack, batch: Batch) -> (Result<(), BoxError>, Attempts) {
+    let delivery = Delivery::new(batch);
+    let result = match stack.ready().await {
+        Ok(ready) => ready.call(delivery.clone()).await,
+        Err(error) => Err(error),
+    };
+    (result, delivery.attempts())
+}
 
 /// Calls the forwarder; the innermost service.
 #[derive(Clone)]
@@ -32,7 +47,7 @@ pub struct Deliver {
     forwarder: Arc<dyn Forwarder>,
 }
 
-impl Service<Batch> for Deliver {
+impl Service<Delivery> for Deliver {
     type Response = ();
     type Error = ForwardError;
     type Future = BoxFuture<'static, Result<(), ForwardError>>;
@@ -41,9 +56,10 @@ impl Service<Batch> for Deliver {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, batch: Batch) -> Self::Future {
+    fn call(&mut self, delivery: Delivery) -> Self::Future {
+        delivery.begin_attempt();
         let forwarder = Arc::clone(&self.forwarder);
-        Box::pin(async move { forwarder.send(&batch).await })
+        Box::pin(async move { forwarder.send(&delivery.batch).await })
     }
 }
 
@@ -86,14 +102,15 @@ pub fn is_retryable(error: &BoxError) -> bool {
     }
 }
 
-impl Policy<Batch, (), BoxError> for BackoffPolicy {
+impl Policy<Delivery, (), BoxError> for BackoffPolicy {
     type Future = Pin<Box<dyn Future<Output = ()> + Send>>;
 
     fn retry(
         &mut self,
-        batch: &mut Batch,
+        delivery: &mut Delivery,
         result: &mut Result<(), BoxError>,
     ) -> Option<Self::Future> {
+        let batch = &delivery.batch;
         let error = result.as_ref().err()?;
         let now = Instant::now();
         let started = *self.started.get_or_insert(now);
@@ -127,8 +144,8 @@ impl Policy<Batch, (), BoxError> for BackoffPolicy {
         Some(Box::pin(tokio::time::sleep(delay)))
     }
 
-    fn clone_request(&mut self, batch: &Batch) -> Option<Batch> {
-        Some(batch.clone())
+    fn clone_request(&mut self, delivery: &Delivery) -> Option<Delivery> {
+        Some(delivery.clone())
     }
 }
 
@@ -138,7 +155,7 @@ pub type DeliveryStack = Retry<BackoffPolicy, Timeout<MapErr>>;
 #[derive(Clone)]
 pub struct MapErr(Deliver);
 
-impl Service<Batch> for MapErr {
+impl Service<Delivery> for MapErr {
     type Response = ();
     type Error = BoxError;
     type Future = BoxFuture<'static, Result<(), BoxError>>;
@@ -147,8 +164,8 @@ impl Service<Batch> for MapErr {
         self.0.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, batch: Batch) -> Self::Future {
-        let future = self.0.call(batch);
+    fn call(&mut self, delivery: Delivery) -> Self::Future {
+        let future = self.0.call(delivery);
         Box::pin(async move { future.await.map_err(Into::into) })
     }
 }
@@ -162,12 +179,26 @@ pub fn stack(forwarder: Arc<dyn Forwarder>, name: &str, settings: &RetrySettings
     )
 }
 
+/// An error with its causes on one line: the forwarder's summary alone ("kafka did
+/// not accept 5 of 5 messages") does not say why.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU32, Ordering};
-
-    use tower::ServiceExt;
 
     use super::*;
     use crate::event::{Event, EventId, Source};
@@ -214,14 +245,14 @@ mod tests {
         }
     }
 
-    fn batch() -> Batch {
+    fn batch() -> Delivery {
         let event = Event::new(
             7,
             EventId::generate(),
             Source::Internal,
             Envelope::default(),
         );
-        Batch::new(vec![Arc::new(event)], 10)
+        Delivery::new(Batch::new(vec![Arc::new(event)], 10))
     }
 
     fn settings(attempts: u32, elapsed: Duration) -> RetrySettings {
@@ -280,12 +311,28 @@ mod tests {
             .map(|_| Some(ForwardError::retryable("down")))
             .collect();
         let sink = Scripted::new(failures);
-        let error = stack(sink.clone(), "t", &settings(3, Duration::ZERO))
-            .oneshot(batch())
-            .await
-            .unwrap_err();
-        assert!(is_retryable(&error));
+        let mut stack = stack(sink.clone(), "t", &settings(3, Duration::ZERO));
+        let (result, attempts) = deliver(&mut stack, batch().batch).await;
+        assert!(is_retryable(&result.unwrap_err()));
         assert_eq!(sink.calls.load(Ordering::SeqCst), 3);
+        // The tally says what the sink saw: three attempts, spread over the backoff.
+        assert_eq!(attempts.count, 3);
+        let times = sink.times.lock().unwrap();
+        let (first, last) = (attempts.first.unwrap(), attempts.last.unwrap());
+        assert_eq!(last.duration_since(first).unwrap(), times[2] - times[0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_time_success_counts_one_attempt_and_a_new_batch_starts_afresh() {
+        let sink = Scripted::new(vec![Some(ForwardError::retryable("down"))]);
+        let mut stack = stack(sink.clone(), "t", &settings(0, Duration::ZERO));
+        let (result, attempts) = deliver(&mut stack, batch().batch).await;
+        result.unwrap();
+        assert_eq!(attempts.count, 2);
+        let (result, attempts) = deliver(&mut stack, batch().batch).await;
+        result.unwrap();
+        assert_eq!(attempts.count, 1);
+        assert_eq!(attempts.first, attempts.last);
     }
 
     #[tokio::test(start_paused = true)]
@@ -324,18 +371,3 @@ mod tests {
     }
 }
 
-/// An error with its causes on one line: the forwarder's summary alone ("kafka did
-/// not accept 5 of 5 messages") does not say why.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}

@@ -17,16 +17,18 @@ use crate::proto::containerd::types::Envelope;
 /// released.
 #[derive(Default)]
 pub(super) struct Recorder {
-    pub(super) batches: Mutex<Vec<Vec<u64>>>,
-    pub(super) fail_next: AtomicUsize,
-    pub(super) fail_permanently: AtomicBool,
-    pub(super) held: AtomicBool,
-    pub(super) release: Notify,
-    pub(super) calls: AtomicUsize,
+    pub batches: Mutex<Vec<Vec<u64>>>,
+    pub fail_next: AtomicUsize,
+    pub fail_permanently: AtomicBool,
+    /// A batch holding an event with this topic is rejected permanently.
+    pub poison: Mutex<Option<&'static str>>,
+    pub held: AtomicBool,
+    pub release: Notify,
+    pub calls: AtomicUsize,
 }
 
 impl Recorder {
-    pub(super) fn seqs(&self) -> Vec<u64> {
+    pub fn seqs(&self) -> Vec<u64> {
         self.batches
             .lock()
             .unwrap()
@@ -60,6 +62,12 @@ impl Forwarder for Recorder {
             if self.fail_permanently.load(Ordering::SeqCst) {
                 return Err(ForwardError::permanent("rejected"));
             }
+            let poison = *self.poison.lock().unwrap();
+            if let Some(topic) = poison
+                && batch.events().iter().any(|e| e.topic() == topic)
+            {
+                return Err(ForwardError::permanent(format!("{topic} refused")));
+            }
             let failing = self.fail_next.load(Ordering::SeqCst);
             if failing > 0 {
                 self.fail_next.store(failing - 1, Ordering::SeqCst);
@@ -87,11 +95,11 @@ pub(super) fn event(seq: u64, topic: &str) -> Arc<Event> {
 }
 
 pub(super) struct Spec {
-    pub(super) name: &'static str,
-    pub(super) filter: &'static str,
-    pub(super) queue: QueueSettings,
-    pub(super) batch: BatchSettings,
-    pub(super) retry: RetrySettings,
+    pub name: &'static str,
+    pub filter: &'static str,
+    pub queue: QueueSettings,
+    pub batch: BatchSettings,
+    pub retry: RetrySettings,
 }
 
 pub(super) fn spec(name: &'static str) -> Spec {
@@ -115,6 +123,13 @@ pub(super) fn spec(name: &'static str) -> Spec {
 }
 
 fn pipeline(specs: Vec<(Spec, Arc<Recorder>)>) -> Pipeline {
+    pipeline_with(specs, None)
+}
+
+pub(super) fn pipeline_with(
+    specs: Vec<(Spec, Arc<Recorder>)>,
+    dead_letters: Option<DeadLetters>,
+) -> Pipeline {
     Pipeline::from_forwarders(specs.into_iter().map(|(spec, recorder)| Parts {
         name: spec.name.into(),
         filter: Filter::parse_all(&[spec.filter]).unwrap(),
@@ -122,6 +137,7 @@ fn pipeline(specs: Vec<(Spec, Arc<Recorder>)>) -> Pipeline {
         queue: spec.queue,
         batch: spec.batch,
         retry: spec.retry,
+        dead_letters: dead_letters.clone(),
     }))
 }
 

@@ -8,13 +8,13 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tower::{Service, ServiceExt};
 
 use prost::Message;
 
 use super::backlog::{Backlog, BacklogReader};
+use super::deadletter::Hook;
 use super::queue::Queue;
-use super::retry::{DeliveryStack, is_retryable};
+use super::retry::{self, DeliveryStack, is_retryable};
 use super::route::RouteState;
 use super::settings::BatchSettings;
 use crate::event::Event;
@@ -50,6 +50,7 @@ pub(super) struct Worker {
     pub closing: CancellationToken,
     /// Cancelled when the shutdown deadline passes: abandon what is left.
     pub stop: CancellationToken,
+    pub dead_letters: Hook,
 }
 
 /// Where the next events come from.
@@ -105,7 +106,7 @@ impl Worker {
             let oldest = batch.events().first().map(|e| e.received_at);
             let outcome = tokio::select! {
                 biased;
-                outcome = deliver(&mut self.stack, batch.clone()) => Some(outcome),
+                outcome = retry::deliver(&mut self.stack, batch.clone()) => Some(outcome),
                 () = self.stop.cancelled() => None,
             };
             let (depth, bytes) = self.queue.depth();
@@ -114,7 +115,7 @@ impl Worker {
             metrics::gauge!("eventgate_forwarder_queue_bytes", "forwarder" => label.clone())
                 .set(bytes as f64);
             match outcome {
-                Some(Ok(())) => {
+                Some((Ok(()), _)) => {
                     report.delivered += batch.len() as u64;
                     metrics::counter!("eventgate_forwarder_events_total", "forwarder" => label.clone())
                         .increment(batch.len() as u64);
@@ -124,9 +125,7 @@ impl Worker {
                             .record(age.as_secs_f64());
                     }
                 }
-                Some(Err(error)) => {
-                    // Until dead letters exist, giving up is logged with everything
-                    // needed to find the events again (sequence range, ids in the store).
+                Some((Err(error), attempts)) => {
                     let reason = if is_retryable(&error) {
                         "retries_exhausted"
                     } else {
@@ -144,6 +143,8 @@ impl Worker {
                         error = %super::retry::error_chain(&*error),
                         "gave up delivering a batch"
                     );
+                    // Before the acknowledgement below: once acked, the spool forgets.
+                    self.dead_letters.bury(&batch, &error, attempts).await;
                 }
                 None => {
                     report.undelivered += batch.len() as u64;
@@ -184,6 +185,14 @@ impl Worker {
             );
         }
         report
+    }
+
+    /// How long to wait for events before looking at the cursor and at dead letters
+    /// due for redelivery again.
+    fn idle_wait(&self) -> Duration {
+        self.dead_letters
+            .until_due()
+            .map_or(IDLE_CURSOR_INTERVAL, |due| due.min(IDLE_CURSOR_INTERVAL))
     }
 
     /// Moves the cursor forward (never back) and tells the backlog.
@@ -264,10 +273,13 @@ impl Worker {
         let mut events: Vec<Arc<Event>> = Vec::new();
         let mut bytes = 0;
         while events.is_empty() {
+            self.dead_letters
+                .redeliver_if_due(&mut self.stack, &self.stop)
+                .await;
             tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return None,
-                ready = self.queue.wait_ready(Some(IDLE_CURSOR_INTERVAL)) => {
+                ready = self.queue.wait_ready(Some(self.idle_wait())) => {
                     if !ready {
                         return None;
                     }
@@ -296,10 +308,6 @@ impl Worker {
         }
         Some(Next::Queued(Batch::new(events, bytes)))
     }
-}
-
-async fn deliver(stack: &mut DeliveryStack, batch: Batch) -> Result<(), tower::BoxError> {
-    stack.ready().await?.call(batch).await
 }
 
 /// Drop logging for one forwarder: at most one line a second, with the count since

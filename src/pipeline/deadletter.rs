@@ -1,0 +1,202 @@
+//! The worker's side of dead letters, kept here so the worker itself only calls two
+//! methods: [`Hook::bury`] when it gives up on a batch (before acknowledging it) and
+//! [`Hook::redeliver_if_due`] between batches.
+//!
+//! Redelivery: entries `eventgate dlq retry` marked as requested are taken (marked
+//! queued), sent as one batch through the forwarder's own retry stack, deleted when
+//! delivered, and recorded dead again (attempts added) when they fail again. The
+//! worker looks at most every `poll_interval`, and goes on looking at once while it
+//! finds full batches, interleaved with the live queue so neither starves.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use prost::Message;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower::BoxError;
+
+use super::retry::{self, Attempts, DeliveryStack, is_retryable};
+use crate::deadletter::{Failure, Reason, Store};
+use crate::forward::Batch;
+
+/// The dead-letter store as the pipeline uses it.
+#[derive(Clone)]
+pub struct DeadLetters {
+    pub store: Store,
+    /// How often a worker looks for entries requested for redelivery.
+    pub poll_interval: Duration,
+}
+
+/// One forwarder's dead-letter hook. Without a store both methods do nothing: the
+/// worker's own error log is then the only trace of a batch given up on.
+pub(super) struct Hook {
+    forwarder: Arc<str>,
+    dead_letters: Option<DeadLetters>,
+    batch_events: usize,
+    /// When to look for requested entries next; at once after a start, so requests
+    /// made while no gateway ran are served.
+    due: Instant,
+}
+
+impl Hook {
+    pub fn new(
+        forwarder: Arc<str>,
+        dead_letters: Option<DeadLetters>,
+        batch_events: usize,
+    ) -> Self {
+        Self {
+            forwarder,
+            dead_letters,
+            batch_events: batch_events.max(1),
+            due: Instant::now(),
+        }
+    }
+
+    /// How long the worker may wait for its queue before it should call
+    /// [`Hook::redeliver_if_due`]; `None`: as long as it likes.
+    pub fn until_due(&self) -> Option<Duration> {
+        self.dead_letters
+            .as_ref()
+            .map(|_| self.due.saturating_duration_since(Instant::now()))
+    }
+
+    /// Records the batch's events as dead. If that fails the error is logged with
+    /// every event id and counted, and the worker still moves on: holding the
+    /// forwarder back would not make the store writable, and the ids in the log
+    /// (with the audit store's copy) are what is left to find the events again.
+    pub async fn bury(&self, batch: &Batch, error: &BoxError, attempts: Attempts) {
+        let Some(dead_letters) = &self.dead_letters else {
+            return;
+        };
+        let reason = if is_retryable(error) {
+            Reason::RetriesExhausted
+        } else {
+            Reason::Permanent
+        };
+        let now = SystemTime::now();
+        let failure = Failure {
+            reason,
+            error: chain(&**error),
+            attempts: attempts.count,
+            first_attempt_at: attempts.first.unwrap_or(now),
+            last_attempt_at: attempts.last.unwrap_or(now),
+        };
+        let events = batch.events().to_vec();
+        match dead_letters
+            .store
+            .record(&self.forwarder, events, failure)
+            .await
+        {
+            Ok(recorded) => {
+                metrics::counter!("eventgate_dead_letters_total", "forwarder" => self.forwarder.to_string(), "reason" => reason.as_str())
+                    .increment(recorded as u64);
+                tracing::info!(
+                    forwarder = %self.forwarder,
+                    events = recorded,
+                    reason = reason.as_str(),
+                    attempts = attempts.count,
+                    store = %dead_letters.store.path().display(),
+                    "events recorded as dead letters"
+                );
+            }
+            Err(write_error) => {
+                metrics::counter!("eventgate_dead_letter_write_failures_total").increment(1);
+                let ids: Vec<String> = batch.events().iter().map(|e| e.id.to_string()).collect();
+                let (first_seq, last_seq) = batch.seq_range();
+                tracing::error!(
+                    forwarder = %self.forwarder,
+                    first_seq,
+                    last_seq,
+                    event_ids = %ids.join(","),
+                    reason = reason.as_str(),
+                    error = %error,
+                    write_error = %chain(&write_error),
+                    "cannot record dead letters; the events are only in this log line (and wherever other forwarders put them)"
+                );
+            }
+        }
+    }
+
+    /// Between batches: when due, redelivers one batch of this forwarder's requested
+    /// entries through `stack`. Entries still in flight when `stop` fires stay
+    /// queued; the next start requests them again.
+    pub async fn redeliver_if_due(&mut self, stack: &mut DeliveryStack, stop: &CancellationToken) {
+        let Some(dead_letters) = self.dead_letters.clone() else {
+            return;
+        };
+        if Instant::now() < self.due || stop.is_cancelled() {
+            return;
+        }
+        self.due = Instant::now() + dead_letters.poll_interval;
+        let store = &dead_letters.store;
+        let entries = match store.take(&self.forwarder, self.batch_events as u64).await {
+            Ok(entries) => entries,
+            Err(error) => {
+                tracing::warn!(forwarder = %self.forwarder, error = %chain(&error), "cannot look for dead letters to redeliver");
+                return;
+            }
+        };
+        let full = entries.len() >= self.batch_events;
+        let mut ids = Vec::with_capacity(entries.len());
+        let mut events = Vec::with_capacity(entries.len());
+        let mut bytes = 0;
+        for entry in entries {
+            match entry.to_event() {
+                Ok(event) => {
+                    bytes += event.envelope.encoded_len();
+                    ids.push(entry.id);
+                    events.push(Arc::new(event));
+                }
+                Err(error) => {
+                    let message = format!("cannot be redelivered: {}", chain(&error));
+                    tracing::error!(forwarder = %self.forwarder, entry = entry.id, event_id = %entry.event_id, %message, "damaged dead letter");
+                    if let Err(error) = store.release(entry.id, message).await {
+                        tracing::warn!(forwarder = %self.forwarder, entry = entry.id, error = %chain(&error), "cannot mark a damaged dead letter");
+                    }
+                }
+            }
+        }
+        if events.is_empty() {
+            return;
+        }
+        let batch = Batch::new(events, bytes);
+        let outcome = tokio::select! {
+            biased;
+            outcome = retry::deliver(stack, batch.clone()) => outcome,
+            () = stop.cancelled() => return,
+        };
+        match outcome {
+            (Ok(()), attempts) => {
+                metrics::counter!("eventgate_dead_letter_redelivered_total", "forwarder" => self.forwarder.to_string())
+                    .increment(batch.len() as u64);
+                tracing::info!(forwarder = %self.forwarder, events = batch.len(), attempts = attempts.count, "dead letters redelivered");
+                if let Err(error) = store.delete(ids).await {
+                    // They stay queued and go out again after the next start: a
+                    // duplicate, never a loss.
+                    tracing::error!(forwarder = %self.forwarder, error = %chain(&error), "cannot remove redelivered dead letters");
+                }
+            }
+            (Err(error), attempts) => {
+                tracing::warn!(forwarder = %self.forwarder, events = batch.len(), attempts = attempts.count, error = %error, "redelivering dead letters failed; recorded dead again");
+                self.bury(&batch, &error, attempts).await;
+            }
+        }
+        if full {
+            // More may be waiting: look again at the next gap between batches.
+            self.due = Instant::now();
+        }
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
