@@ -13,7 +13,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli::run(cli)) {
+    let outcome = runtime.block_on(cli::run(cli));
+    // Everything that matters (spool, cursors, forwarders) is closed by now; blocking
+    // calls still running (a librdkafka metadata request to an unreachable broker)
+    // must not hold the exit up for their whole timeout.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {:#}", anyhow::Error::from(error));

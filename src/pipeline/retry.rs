@@ -370,4 +370,3 @@ mod tests {
         assert_eq!(sink.calls.load(Ordering::SeqCst), 2);
     }
 }
-

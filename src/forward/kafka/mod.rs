@@ -25,13 +25,14 @@ mod record;
 mod topics;
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, Producer, PurgeConfig};
 use tokio::time::Instant;
 
 pub use config::KafkaOptions;
@@ -350,8 +351,28 @@ impl Forwarder for KafkaForwarder {
                 return Ok(());
             };
             let timeout = self.options.message_timeout;
+            // The pipeline may stop waiting (its drain deadline) before the flush is
+            // done; the flag tells the blocking flush to give up then, purging what
+            // is left so dropping the producer does not block the process's exit
+            // for the whole message timeout. Purged events are not acknowledged: the
+            // spool delivers them at the next start.
+            let abandoned = Arc::new(AtomicBool::new(false));
+            let _abandon_on_drop = AbandonOnDrop(Arc::clone(&abandoned));
             tokio::task::spawn_blocking(move || {
-                let flushed = producer.flush(timeout);
+                let deadline = std::time::Instant::now() + timeout;
+                let flushed = loop {
+                    match producer.flush(Duration::from_millis(100)) {
+                        Ok(()) => break Ok(()),
+                        Err(error)
+                            if abandoned.load(Ordering::Acquire)
+                                || std::time::Instant::now() >= deadline =>
+                        {
+                            producer.purge(PurgeConfig::default().queue().inflight());
+                            break Err(error);
+                        }
+                        Err(_) => {}
+                    }
+                };
                 drop(producer);
                 flushed
             })
@@ -361,6 +382,15 @@ impl Forwarder for KafkaForwarder {
                 ForwardError::retryable("flushing the kafka producer failed").with_source(e)
             })
         })
+    }
+}
+
+/// Sets the flag when the close future is dropped unfinished.
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
