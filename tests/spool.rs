@@ -5,7 +5,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::PublishRequest;
