@@ -12,6 +12,7 @@ use crate::exchange::ExchangeConfig;
 use crate::filter::Filter;
 use crate::forward::{Kinds, Options};
 use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
+use crate::spool::SpoolSettings;
 use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
@@ -30,6 +31,9 @@ pub enum ConfigError {
     },
     #[error("invalid config: `{key}` {problem}")]
     Invalid { key: &'static str, problem: String },
+    /// A `[spool]` problem; the text names the key.
+    #[error("invalid config: {0}")]
+    Spool(String),
     #[error("invalid config: forwarder {name:?}: {problem}")]
     Forwarder { name: String, problem: String },
     #[error("invalid config: upstream {name:?}: {problem}")]
@@ -48,6 +52,8 @@ pub struct Config {
     #[serde(rename = "forwarder")]
     pub forwarders: Vec<ForwarderSpec>,
     pub pipeline: PipelineSection,
+    /// `[spool]`: the durable on-disk spool under `<data_dir>/spool`.
+    pub spool: SpoolSettings,
     /// `[[upstream]]` tables: Events endpoints to subscribe to (containerd sockets).
     #[serde(rename = "upstream")]
     pub upstreams: Vec<UpstreamSpec>,
@@ -77,6 +83,7 @@ impl Default for Config {
             exchange: ExchangeSection::default(),
             forwarders: ForwarderSpec::embedded_default(),
             pipeline: PipelineSection::default(),
+            spool: SpoolSettings::default(),
             upstreams: Vec::new(),
         }
     }
@@ -271,6 +278,7 @@ impl Config {
                 "must be at least 1 (it bounds how far a subscriber may fall behind)",
             ));
         }
+        self.spool.validate().map_err(ConfigError::Spool)?;
         let mut names = std::collections::HashSet::new();
         for spec in &self.forwarders {
             spec.validate().map_err(|problem| ConfigError::Forwarder {
@@ -418,6 +426,12 @@ mod tests {
             listen = "127.0.0.1:7338"
             subscriber_queue = 16
             shutdown_timeout = "250ms"
+            [spool]
+            fsync = "always"
+            segment_bytes = "8MiB"
+            max_bytes = "64MiB"
+            full = "drop_oldest"
+            block_timeout = "1s"
             "#,
             "test",
         )
@@ -426,6 +440,17 @@ mod tests {
         assert_eq!(config.socket_mode().unwrap(), 0o600);
         assert_eq!(config.exchange.subscriber_queue, 16);
         assert_eq!(config.exchange.shutdown_timeout, Duration::from_millis(250));
+        use crate::spool::{Fsync, FullPolicy};
+        let spool = &config.spool;
+        assert_eq!(
+            (spool.fsync, spool.full),
+            (Fsync::Always, FullPolicy::DropOldest)
+        );
+        assert_eq!(
+            (spool.segment_bytes.0, spool.max_bytes.0),
+            (8 << 20, 64 << 20)
+        );
+        assert_eq!(spool.block_timeout, Duration::from_secs(1));
     }
 
     #[test]
@@ -445,6 +470,12 @@ mod tests {
                 "shutdown_timeout",
             ),
             ("data_dir = \"\"", "data_dir"),
+            ("[spool]\nfsync = \"sometimes\"", "sometimes"),
+            ("[spool]\nfull = \"spill\"", "spill"),
+            ("[spool]\nmax_bytes = \"1MiB\"", "spool.max_bytes"),
+            ("[spool]\nsegment_bytes = 10", "spool.segment_bytes"),
+            ("[spool]\nblock_timeout = \"0s\"", "spool.block_timeout"),
+            ("[spool]\nsegment_size = 10", "segment_size"),
             ("[exchnage]", "exchnage"),
         ];
         for (text, key) in cases {

@@ -16,7 +16,7 @@ mod cursors;
 mod files;
 mod open;
 mod reader;
-mod record;
+pub(crate) mod record;
 mod recovery;
 pub mod settings;
 mod shared;
@@ -27,6 +27,7 @@ mod tests;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -104,6 +105,10 @@ pub struct SpoolStats {
     pub next_seq: u64,
     /// Every record up to this seq is durable (0: none yet).
     pub durable_seq: u64,
+    /// Writes of a group of records since open, and fdatasyncs: with `batch`,
+    /// appended records / groups is how many publishers shared each sync.
+    pub groups: u64,
+    pub fsyncs: u64,
 }
 
 /// The spool; cheap to clone.
@@ -309,6 +314,8 @@ impl Spool {
             first_seq: state.first_seq(),
             next_seq: state.next_seq,
             durable_seq,
+            groups: self.shared().groups.load(Ordering::Relaxed),
+            fsyncs: self.shared().fsyncs.load(Ordering::Relaxed),
         }
     }
 

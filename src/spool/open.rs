@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::fs::OpenOptions;
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -86,6 +87,8 @@ pub fn open(
         wake: Condvar::new(),
         progress,
         room: Notify::new(),
+        groups: AtomicU64::new(0),
+        fsyncs: AtomicU64::new(0),
     });
     let writer = writer::Writer {
         shared: Arc::clone(&shared),

@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Notify, watch};
@@ -21,6 +22,9 @@ pub struct Shared {
     pub progress: watch::Sender<Progress>,
     /// Signalled whenever segments are freed, for `reserve` under `block`.
     pub room: Notify,
+    /// Groups written and fdatasyncs done, for stats (group commit's effect).
+    pub groups: AtomicU64,
+    pub fsyncs: AtomicU64,
 }
 
 /// What the writer has made durable; readers and `durable` wait on it.

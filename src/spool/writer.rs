@@ -6,6 +6,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::cursors;
@@ -116,6 +117,7 @@ impl Writer {
         let mode = self.shared.settings.fsync;
         let limit = self.shared.settings.segment_bytes.0;
         metrics::histogram!("eventgate_spool_group_records").record(ends.len() as f64);
+        self.shared.groups.fetch_add(1, Ordering::Relaxed);
         let mut i = 0;
         let mut start = 0;
         while i < ends.len() {
@@ -173,6 +175,7 @@ impl Writer {
         let start = Instant::now();
         self.file.sync_data()?;
         metrics::counter!("eventgate_spool_fsyncs_total").increment(1);
+        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
         metrics::histogram!("eventgate_spool_fsync_seconds").record(start.elapsed());
         Ok(())
     }
