@@ -89,10 +89,13 @@ pub struct Dropped {
 }
 
 /// Proof of an append, redeemed with [`Spool::durable`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 #[must_use]
 pub struct Ticket {
     pub seq: u64,
+    /// Answered by the writer alone for this record, so a sync wakes exactly the
+    /// publishers it made durable.
+    done: tokio::sync::oneshot::Receiver<Result<(), SpoolError>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,24 +243,18 @@ impl Spool {
         let end = state.buf.len();
         state.ends.push((event.seq, end));
         state.next_seq += 1;
+        let (tell, done) = tokio::sync::oneshot::channel();
+        state.waiters.push_back((event.seq, tell));
         shared.wake_writer(&mut state);
-        Ok(Ticket { seq: event.seq })
+        Ok(Ticket {
+            seq: event.seq,
+            done,
+        })
     }
 
     /// Resolves once the ticket's record is durable per the fsync mode.
     pub async fn durable(&self, ticket: Ticket) -> Result<(), SpoolError> {
-        let mut progress = self.shared().progress.subscribe();
-        let seen = progress
-            .wait_for(|p| p.durable_seq >= ticket.seq || p.failed.is_some() || p.stopped)
-            .await
-            .map_err(|_| SpoolError::Closed)?;
-        if seen.durable_seq >= ticket.seq {
-            return Ok(());
-        }
-        Err(match &seen.failed {
-            Some(error) => SpoolError::Write(Arc::clone(error)),
-            None => SpoolError::Closed,
-        })
+        ticket.done.await.map_err(|_| SpoolError::Closed)?
     }
 
     /// Reads durable records with seq >= `from_seq`, in order.

@@ -61,6 +61,7 @@ pub fn open(
         closing: false,
         writer_idle: false,
         failed: None,
+        waiters: VecDeque::new(),
     };
     state.trim();
     for path in std::mem::take(&mut state.doomed) {

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
-use super::Dropped;
 use super::cursors::Cursors;
 use super::files::Dirs;
 use super::settings::SpoolSettings;
+use super::{Dropped, SpoolError};
 
 pub struct Shared {
     pub dirs: Dirs,
@@ -66,6 +66,8 @@ pub struct State {
     pub closing: bool,
     pub writer_idle: bool,
     pub failed: Option<Arc<io::Error>>,
+    /// Publishers waiting for their record, in seq order.
+    pub waiters: VecDeque<(u64, oneshot::Sender<Result<(), SpoolError>>)>,
 }
 
 impl Shared {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::SpoolError;
 use super::cursors;
 use super::files;
 use super::settings::Fsync;
@@ -181,7 +182,26 @@ impl Writer {
     }
 
     fn publish(&self, seq: u64) {
+        let mut done = Vec::new();
+        {
+            let mut state = self.shared.lock();
+            while state.waiters.front().is_some_and(|(s, _)| *s <= seq) {
+                done.extend(state.waiters.pop_front());
+            }
+        }
         self.shared.progress.send_modify(|p| p.durable_seq = seq);
+        for (_, tell) in done {
+            // A publisher that stopped waiting has nothing left to hear.
+            let _ = tell.send(Ok(()));
+        }
+    }
+
+    /// Answers every publisher still waiting (after a failure or at the end).
+    fn answer_all(&self, error: impl Fn() -> SpoolError) {
+        let waiters = std::mem::take(&mut self.shared.lock().waiters);
+        for (_, tell) in waiters {
+            let _ = tell.send(Err(error()));
+        }
     }
 
     /// Closes the active segment (synced) and starts `<first_seq>.log`.
@@ -210,8 +230,9 @@ impl Writer {
         let error = Arc::new(error);
         self.shared.lock().failed = Some(Arc::clone(&error));
         self.shared.progress.send_modify(|p| {
-            p.failed.get_or_insert(error);
+            p.failed.get_or_insert(Arc::clone(&error));
         });
+        self.answer_all(|| SpoolError::Write(Arc::clone(&error)));
     }
 
     /// `close`: everything written is synced whatever the mode, then readers and
@@ -227,5 +248,6 @@ impl Writer {
             }
         }
         self.shared.progress.send_modify(|p| p.stopped = true);
+        self.answer_all(|| SpoolError::Closed);
     }
 }

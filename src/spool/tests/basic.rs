@@ -54,14 +54,14 @@ async fn concurrent_appends_are_durable_in_order_in_every_mode() {
                         let _turn = order.lock().unwrap();
                         spool.append(&event(spool.next_seq())).unwrap()
                     };
+                    let seq = ticket.seq;
                     spool.durable(ticket).await.unwrap();
-                    assert!(spool.stats().durable_seq >= ticket.seq);
+                    assert!(spool.stats().durable_seq >= seq);
                     assert!(
-                        on_disk(&dir, ticket.seq),
-                        "{fsync:?}: seq {} acknowledged before written",
-                        ticket.seq
+                        on_disk(&dir, seq),
+                        "{fsync:?}: seq {seq} acknowledged before written"
                     );
-                    mine.push(ticket.seq);
+                    mine.push(seq);
                 }
                 mine
             }));
