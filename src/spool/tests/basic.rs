@@ -72,6 +72,12 @@ async fn concurrent_appends_are_durable_in_order_in_every_mode() {
         }
         let stats = spool.stats();
         assert_eq!((stats.next_seq, stats.durable_seq), (201, 200));
+        match fsync {
+            // Group commit: one sync per written group, shared by its publishers.
+            Fsync::Batch => assert_eq!(stats.fsyncs, stats.groups),
+            Fsync::Always => assert_eq!(stats.fsyncs, 200),
+            Fsync::None => assert_eq!(stats.fsyncs, 0),
+        }
         assert_eq!(read_all(&spool, 1).await, (range(1, 200), vec![]));
         spool.close().await.unwrap();
     }
