@@ -137,6 +137,18 @@ async fn reopening_resumes_the_sequence_and_the_cursors() {
 }
 
 #[tokio::test]
+async fn cursors_reach_the_disk_within_a_second_without_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    append(&spool, 10).await;
+    spool.set_cursor("a", 8);
+    let file = dir.path().join("cursors");
+    // A crash from here on re-delivers at most what was set in the last second.
+    wait_for(|| std::fs::read_to_string(&file).unwrap().contains("\na 8\n")).await;
+    spool.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn segments_go_once_every_cursor_has_passed_them() {
     let dir = tempfile::tempdir().unwrap();
     let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a", "b"]).unwrap();
