@@ -31,10 +31,11 @@ pub enum ConfigError {
     },
     #[error("invalid config: `{key}` {problem}")]
     Invalid { key: &'static str, problem: String },
-    #[error("invalid config: forwarder {name:?}: {problem}")]
-    Forwarder { name: String, problem: String },
+    /// A `[spool]` problem; the text names the key.
     #[error("invalid config: {0}")]
     Spool(String),
+    #[error("invalid config: forwarder {name:?}: {problem}")]
+    Forwarder { name: String, problem: String },
     #[error("invalid config: upstream {name:?}: {problem}")]
     Upstream { name: String, problem: String },
 }
@@ -299,6 +300,7 @@ impl Config {
                 "must be at least 1 (it bounds how far a subscriber may fall behind)",
             ));
         }
+        self.spool.validate().map_err(ConfigError::Spool)?;
         let mut names = std::collections::HashSet::new();
         for spec in &self.forwarders {
             spec.validate().map_err(|problem| ConfigError::Forwarder {
@@ -312,7 +314,6 @@ impl Config {
                 });
             }
         }
-        self.spool.validate().map_err(ConfigError::Spool)?;
         let mut names = std::collections::HashSet::new();
         for spec in &self.upstreams {
             let name = spec.effective_name();
@@ -466,6 +467,12 @@ mod tests {
             listen = "127.0.0.1:7338"
             subscriber_queue = 16
             shutdown_timeout = "250ms"
+            [spool]
+            fsync = "always"
+            segment_bytes = "8MiB"
+            max_bytes = "64MiB"
+            full = "drop_oldest"
+            block_timeout = "1s"
             "#,
             "test",
         )
@@ -474,6 +481,17 @@ mod tests {
         assert_eq!(config.socket_mode().unwrap(), 0o600);
         assert_eq!(config.exchange.subscriber_queue, 16);
         assert_eq!(config.exchange.shutdown_timeout, Duration::from_millis(250));
+        use crate::spool::{Fsync, FullPolicy};
+        let spool = &config.spool;
+        assert_eq!(
+            (spool.fsync, spool.full),
+            (Fsync::Always, FullPolicy::DropOldest)
+        );
+        assert_eq!(
+            (spool.segment_bytes.0, spool.max_bytes.0),
+            (8 << 20, 64 << 20)
+        );
+        assert_eq!(spool.block_timeout, Duration::from_secs(1));
     }
 
     #[test]
@@ -514,6 +532,12 @@ mod tests {
                 "shutdown_timeout",
             ),
             ("data_dir = \"\"", "data_dir"),
+            ("[spool]\nfsync = \"sometimes\"", "sometimes"),
+            ("[spool]\nfull = \"spill\"", "spill"),
+            ("[spool]\nmax_bytes = \"1MiB\"", "spool.max_bytes"),
+            ("[spool]\nsegment_bytes = 10", "spool.segment_bytes"),
+            ("[spool]\nblock_timeout = \"0s\"", "spool.block_timeout"),
+            ("[spool]\nsegment_size = 10", "segment_size"),
             ("[exchnage]", "exchnage"),
             ("[dead_letter]\npath = \"\"", "dead_letter.path"),
             (

@@ -45,6 +45,20 @@ pub enum GatewayError {
     Task(#[source] tokio::task::JoinError),
 }
 
+/// Opens the spool off the runtime: recovery reads every segment.
+async fn open_spool(config: &Config) -> Result<(Spool, crate::spool::Recovery), GatewayError> {
+    let dir = config.spool_dir();
+    let settings = config.spool.clone();
+    let names: Vec<String> = config.forwarders.iter().map(|f| f.name.clone()).collect();
+    let opened = tokio::task::spawn_blocking(move || {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        Spool::open(&dir, &settings, &names)
+    })
+    .await
+    .map_err(GatewayError::Task)?;
+    Ok(opened?)
+}
+
 /// A started gateway. Dropping it without `stop` aborts the server tasks.
 pub struct Gateway {
     exchange: Exchange,
@@ -75,8 +89,7 @@ impl Gateway {
             path: config.data_dir.clone(),
             source,
         })?;
-        let names: Vec<&str> = config.forwarders.iter().map(|f| f.name.as_str()).collect();
-        let (spool, _recovery) = Spool::open(&config.spool_dir(), &config.spool, &names)?;
+        let (spool, _recovery) = open_spool(config).await?;
         let backlog = BacklogStart {
             backlog: std::sync::Arc::new(spool.clone()),
             start_seq: spool.next_seq(),

@@ -143,7 +143,7 @@ fn joined<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, BenchError>
     })
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     // 1 µs to 60 s at 3 significant figures; construction cannot fail for these bounds.
     Histogram::new_with_bounds(1, 60_000_000, 3)
         .unwrap_or_else(|_| Histogram::new(3).expect("valid"))

@@ -15,8 +15,9 @@
 mod backlog;
 mod cursors;
 mod files;
+mod open;
 mod reader;
-mod record;
+pub(crate) mod record;
 mod recovery;
 pub mod settings;
 mod shared;
@@ -25,21 +26,19 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-use std::collections::VecDeque;
-use std::fs::OpenOptions;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use thiserror::Error;
-use tokio::sync::{Notify, watch};
 
 use crate::event::Event;
 pub use reader::{Gap, ReadBatch, Reader};
 pub use recovery::Recovery;
 pub use settings::{Fsync, FullPolicy, SpoolSettings};
-use shared::{Progress, Segment, Shared, State};
+use shared::Shared;
 
 #[derive(Debug, Error)]
 pub enum SpoolError {
@@ -91,10 +90,13 @@ pub struct Dropped {
 }
 
 /// Proof of an append, redeemed with [`Spool::durable`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 #[must_use]
 pub struct Ticket {
     pub seq: u64,
+    /// Answered by the writer alone for this record, so a sync wakes exactly the
+    /// publishers it made durable.
+    done: tokio::sync::oneshot::Receiver<Result<(), SpoolError>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +109,10 @@ pub struct SpoolStats {
     pub next_seq: u64,
     /// Every record up to this seq is durable (0: none yet).
     pub durable_seq: u64,
+    /// Writes of a group of records since open, and fdatasyncs: with `batch`,
+    /// appended records / groups is how many publishers shared each sync.
+    pub groups: u64,
+    pub fsyncs: u64,
 }
 
 /// The spool; cheap to clone.
@@ -140,87 +146,7 @@ impl Spool {
         settings: &SpoolSettings,
         forwarders: &[&str],
     ) -> Result<(Spool, Recovery), SpoolError> {
-        settings.validate().map_err(SpoolError::Settings)?;
-        let dirs = files::Dirs::new(dir);
-        for path in [&dirs.root, &dirs.segments, &dirs.corrupt] {
-            std::fs::create_dir_all(path).map_err(|source| SpoolError::Dir {
-                action: "create the spool directory",
-                path: path.clone(),
-                source,
-            })?;
-        }
-        let mut report = Recovery::default();
-        let recovered =
-            recovery::recover(&dirs, &mut report).map_err(|source| SpoolError::Dir {
-                action: "list spool segments in",
-                path: dirs.segments.clone(),
-                source,
-            })?;
-        let mut segments = VecDeque::from(recovered.segments);
-        let saved = open_cursors(&dirs, &mut report)?;
-        let mut next_seq = (recovered.last_seq + 1)
-            .max(segments.back().map_or(1, |s| s.first_seq))
-            .max(
-                saved
-                    .as_ref()
-                    .and_then(|c| c.values().max().copied())
-                    .unwrap_or(1),
-            );
-        let (file, len) = open_active(&dirs, settings, &mut segments, next_seq)?;
-        next_seq = next_seq.max(segments.back().map_or(1, |s| s.end_seq));
-        let first_seq = segments.front().map_or(next_seq, |s| s.first_seq);
-        let cursors = reconcile(saved, forwarders, first_seq, next_seq, &mut report);
-        report.next_seq = next_seq;
-        let total_bytes = segments.iter().map(|s| s.bytes).sum();
-        let mut state = State {
-            next_seq,
-            buf: Vec::new(),
-            ends: Vec::new(),
-            segments,
-            total_bytes,
-            cursors,
-            cursors_dirty: true,
-            doomed: Vec::new(),
-            closing: false,
-            writer_idle: false,
-            failed: None,
-        };
-        state.trim();
-        for path in std::mem::take(&mut state.doomed) {
-            if let Err(error) = std::fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), %error, "cannot delete a spool segment");
-            }
-        }
-        cursors::save(&dirs.cursors(), &state.cursors).map_err(|source| SpoolError::Dir {
-            action: "write",
-            path: dirs.cursors(),
-            source,
-        })?;
-        state.cursors_dirty = false;
-        state.publish_gauges();
-        log_recovery(dir, &report);
-        let (progress, _) = watch::channel(Progress {
-            durable_seq: next_seq - 1,
-            ..Progress::default()
-        });
-        let shared = Arc::new(Shared {
-            dirs,
-            settings: settings.clone(),
-            state: Mutex::new(state),
-            wake: Condvar::new(),
-            progress,
-            room: Notify::new(),
-        });
-        let writer = writer::Writer {
-            shared: Arc::clone(&shared),
-            file,
-            len,
-            has_records: len > 0,
-        };
-        let thread = std::thread::Builder::new()
-            .name("spool-writer".into())
-            .spawn(move || writer.run())
-            .map_err(SpoolError::Thread)?;
+        let (shared, thread, report) = open::open(dir, settings, forwarders)?;
         let handle = Handle {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -318,24 +244,18 @@ impl Spool {
         let end = state.buf.len();
         state.ends.push((event.seq, end));
         state.next_seq += 1;
+        let (tell, done) = tokio::sync::oneshot::channel();
+        state.waiters.push_back((event.seq, tell));
         shared.wake_writer(&mut state);
-        Ok(Ticket { seq: event.seq })
+        Ok(Ticket {
+            seq: event.seq,
+            done,
+        })
     }
 
     /// Resolves once the ticket's record is durable per the fsync mode.
     pub async fn durable(&self, ticket: Ticket) -> Result<(), SpoolError> {
-        let mut progress = self.shared().progress.subscribe();
-        let seen = progress
-            .wait_for(|p| p.durable_seq >= ticket.seq || p.failed.is_some() || p.stopped)
-            .await
-            .map_err(|_| SpoolError::Closed)?;
-        if seen.durable_seq >= ticket.seq {
-            return Ok(());
-        }
-        Err(match &seen.failed {
-            Some(error) => SpoolError::Write(Arc::clone(error)),
-            None => SpoolError::Closed,
-        })
+        ticket.done.await.map_err(|_| SpoolError::Closed)?
     }
 
     /// Reads durable records with seq >= `from_seq`, in order.
@@ -392,6 +312,8 @@ impl Spool {
             first_seq: state.first_seq(),
             next_seq: state.next_seq,
             durable_seq,
+            groups: self.shared().groups.load(Ordering::Relaxed),
+            fsyncs: self.shared().fsyncs.load(Ordering::Relaxed),
         }
     }
 
@@ -420,125 +342,6 @@ impl Spool {
             Some(error) => Err(SpoolError::Write(Arc::clone(error))),
             None => Ok(()),
         }
-    }
-}
-
-fn open_cursors(
-    dirs: &files::Dirs,
-    report: &mut Recovery,
-) -> Result<Option<cursors::Cursors>, SpoolError> {
-    let path = dirs.cursors();
-    let loaded = cursors::load(&path).map_err(|source| SpoolError::Dir {
-        action: "read",
-        path: path.clone(),
-        source,
-    })?;
-    match loaded {
-        Ok(saved) => Ok(saved),
-        Err(problem) => {
-            tracing::warn!(path = %path.display(), problem, "spool cursors cannot be trusted; every forwarder restarts at the oldest record kept");
-            report.cursors_reset = true;
-            match files::move_aside(&dirs.corrupt, &path, "cursors") {
-                Ok(kept) => report.quarantined.push(kept),
-                Err(error) => tracing::error!(%error, "cannot move the spool cursors file aside"),
-            }
-            Ok(None)
-        }
-    }
-}
-
-/// Opens the last segment for appending when it has room, else starts a new one.
-fn open_active(
-    dirs: &files::Dirs,
-    settings: &SpoolSettings,
-    segments: &mut VecDeque<Segment>,
-    next_seq: u64,
-) -> Result<(std::fs::File, u64), SpoolError> {
-    let reuse = segments
-        .back()
-        .filter(|s| s.bytes < settings.segment_bytes.0)
-        .map(|s| (s.path.clone(), s.bytes));
-    let (path, len) = match reuse {
-        Some(found) => found,
-        None => {
-            let path = dirs.segment(next_seq);
-            segments.push_back(Segment {
-                first_seq: next_seq,
-                end_seq: next_seq,
-                bytes: 0,
-                path: path.clone(),
-            });
-            (path, 0)
-        }
-    };
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|source| SpoolError::Dir {
-            action: "open for writing the spool segment",
-            path: path.clone(),
-            source,
-        })?;
-    files::sync_dir(&dirs.segments).map_err(|source| SpoolError::Dir {
-        action: "sync",
-        path: dirs.segments.clone(),
-        source,
-    })?;
-    Ok((file, len))
-}
-
-/// Cursors for exactly the configured forwarders, within what the spool holds.
-fn reconcile(
-    saved: Option<cursors::Cursors>,
-    forwarders: &[&str],
-    first_seq: u64,
-    next_seq: u64,
-    report: &mut Recovery,
-) -> cursors::Cursors {
-    let reset = saved.is_none() && report.cursors_reset;
-    let mut saved = saved.unwrap_or_default();
-    let mut cursors = cursors::Cursors::new();
-    for &name in forwarders {
-        let cursor = match saved.remove(name) {
-            Some(seq) => seq.min(next_seq),
-            None if reset => first_seq,
-            None => {
-                report.cursors_added.push(name.to_string());
-                next_seq
-            }
-        };
-        cursors.insert(name.to_string(), cursor);
-    }
-    for name in saved.into_keys() {
-        tracing::info!(
-            forwarder = name,
-            "dropping the spool cursor of a forwarder no longer configured"
-        );
-        report.cursors_dropped.push(name);
-    }
-    cursors
-}
-
-fn log_recovery(dir: &Path, report: &Recovery) {
-    if report.corrupt_ranges > 0 {
-        metrics::counter!("eventgate_spool_corrupt_records_total")
-            .increment(report.missing_records.max(report.corrupt_ranges));
-    }
-    if report.damaged() || report.truncated_bytes > 0 {
-        tracing::warn!(
-            dir = %dir.display(),
-            records = report.records,
-            next_seq = report.next_seq,
-            truncated_bytes = report.truncated_bytes,
-            corrupt_ranges = report.corrupt_ranges,
-            corrupt_bytes = report.corrupt_bytes,
-            missing_records = report.missing_records,
-            cursors_reset = report.cursors_reset,
-            "spool recovered with damage; the bad bytes are in corrupt/"
-        );
-    } else {
-        tracing::info!(dir = %dir.display(), records = report.records, segments = report.segments, next_seq = report.next_seq, "spool opened");
     }
 }
 

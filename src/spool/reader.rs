@@ -130,14 +130,26 @@ impl Reader {
             };
             let open = self.open.take();
             let pos = self.pos;
-            let (open, batch) = tokio::task::spawn_blocking(move || {
+            let looked_up = place.first_seq;
+            let read = tokio::task::spawn_blocking(move || {
                 read(open, &place, pos, durable, max_events.max(1), max_bytes)
             })
             .await
             .map_err(|e| SpoolError::Read {
                 path: PathBuf::new(),
                 source: std::io::Error::other(e),
-            })??;
+            })?;
+            let (open, batch) = match read {
+                // Deleted (every cursor passed it, or drop_oldest) since it was
+                // looked up: the next turn reports the gap.
+                Err(SpoolError::Read { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound
+                        && !self.retained(looked_up) =>
+                {
+                    continue;
+                }
+                other => other?,
+            };
             self.open = open;
             self.pos = batch.next_seq;
             if batch.gap.is_some() || !batch.events.is_empty() {
@@ -153,6 +165,11 @@ impl Reader {
             }
             // The segment ended: the next turn finds the following one.
         }
+    }
+
+    fn retained(&self, first_seq: u64) -> bool {
+        let state = self.shared.lock();
+        state.segments.iter().any(|s| s.first_seq == first_seq)
     }
 
     fn gap(&self, gap: Gap) -> ReadBatch {

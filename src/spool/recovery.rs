@@ -27,7 +27,8 @@ pub struct Recovery {
     /// Bad byte ranges and unreadable segment files moved into `corrupt/`.
     pub corrupt_ranges: u64,
     pub corrupt_bytes: u64,
-    /// Sequence numbers missing between intact records: the records lost to corruption.
+    /// Sequence numbers missing between intact records: records lost to corruption,
+    /// now or at an earlier open (the gaps stay until their segments are deleted).
     pub missing_records: u64,
     /// Files written into `corrupt/`.
     pub quarantined: Vec<PathBuf>,
@@ -41,9 +42,9 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    /// Whether anything was lost or moved aside (worth a warning).
+    /// Whether this open found damage and moved it aside (worth a warning).
     pub fn damaged(&self) -> bool {
-        self.corrupt_ranges > 0 || self.missing_records > 0 || self.cursors_reset
+        self.corrupt_ranges > 0 || self.cursors_reset
     }
 }
 

@@ -3,14 +3,15 @@
 use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
-use super::Dropped;
 use super::cursors::Cursors;
 use super::files::Dirs;
 use super::settings::SpoolSettings;
+use super::{Dropped, SpoolError};
 
 pub struct Shared {
     pub dirs: Dirs,
@@ -21,6 +22,9 @@ pub struct Shared {
     pub progress: watch::Sender<Progress>,
     /// Signalled whenever segments are freed, for `reserve` under `block`.
     pub room: Notify,
+    /// Groups written and fdatasyncs done, for stats (group commit's effect).
+    pub groups: AtomicU64,
+    pub fsyncs: AtomicU64,
 }
 
 /// What the writer has made durable; readers and `durable` wait on it.
@@ -62,6 +66,8 @@ pub struct State {
     pub closing: bool,
     pub writer_idle: bool,
     pub failed: Option<Arc<io::Error>>,
+    /// Publishers waiting for their record, in seq order.
+    pub waiters: VecDeque<(u64, oneshot::Sender<Result<(), SpoolError>>)>,
 }
 
 impl Shared {

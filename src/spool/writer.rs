@@ -6,8 +6,10 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::SpoolError;
 use super::cursors;
 use super::files;
 use super::settings::Fsync;
@@ -116,6 +118,7 @@ impl Writer {
         let mode = self.shared.settings.fsync;
         let limit = self.shared.settings.segment_bytes.0;
         metrics::histogram!("eventgate_spool_group_records").record(ends.len() as f64);
+        self.shared.groups.fetch_add(1, Ordering::Relaxed);
         let mut i = 0;
         let mut start = 0;
         while i < ends.len() {
@@ -173,12 +176,32 @@ impl Writer {
         let start = Instant::now();
         self.file.sync_data()?;
         metrics::counter!("eventgate_spool_fsyncs_total").increment(1);
+        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
         metrics::histogram!("eventgate_spool_fsync_seconds").record(start.elapsed());
         Ok(())
     }
 
     fn publish(&self, seq: u64) {
+        let mut done = Vec::new();
+        {
+            let mut state = self.shared.lock();
+            while state.waiters.front().is_some_and(|(s, _)| *s <= seq) {
+                done.extend(state.waiters.pop_front());
+            }
+        }
         self.shared.progress.send_modify(|p| p.durable_seq = seq);
+        for (_, tell) in done {
+            // A publisher that stopped waiting has nothing left to hear.
+            let _ = tell.send(Ok(()));
+        }
+    }
+
+    /// Answers every publisher still waiting (after a failure or at the end).
+    fn answer_all(&self, error: impl Fn() -> SpoolError) {
+        let waiters = std::mem::take(&mut self.shared.lock().waiters);
+        for (_, tell) in waiters {
+            let _ = tell.send(Err(error()));
+        }
     }
 
     /// Closes the active segment (synced) and starts `<first_seq>.log`.
@@ -207,8 +230,9 @@ impl Writer {
         let error = Arc::new(error);
         self.shared.lock().failed = Some(Arc::clone(&error));
         self.shared.progress.send_modify(|p| {
-            p.failed.get_or_insert(error);
+            p.failed.get_or_insert(Arc::clone(&error));
         });
+        self.answer_all(|| SpoolError::Write(Arc::clone(&error)));
     }
 
     /// `close`: everything written is synced whatever the mode, then readers and
@@ -224,5 +248,6 @@ impl Writer {
             }
         }
         self.shared.progress.send_modify(|p| p.stopped = true);
+        self.answer_all(|| SpoolError::Closed);
     }
 }

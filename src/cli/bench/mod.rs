@@ -2,6 +2,7 @@
 
 mod exchange;
 mod forwarder;
+mod spool;
 
 use std::process::ExitCode;
 
@@ -23,11 +24,15 @@ pub enum Which {
     /// Forwarder throughput: events published over the socket until the forwarder
     /// holds them all, next to the sink's raw limit measured in the same run.
     Forwarder(forwarder::ForwarderArgs),
+    /// Durable spool appends per fsync mode under concurrent publishers, next to the
+    /// disk's raw limit and SQLite, measured in the same run.
+    Spool(spool::SpoolArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
     match args.which {
         Which::Exchange(args) => exchange::run(args).await,
         Which::Forwarder(args) => forwarder::run(args).await,
+        Which::Spool(args) => spool::run(args).await,
     }
 }

@@ -1,0 +1,99 @@
+use super::*;
+
+fn small(full: FullPolicy) -> SpoolSettings {
+    SpoolSettings {
+        max_bytes: ByteSize(3 * 4096),
+        full,
+        block_timeout: Duration::from_millis(300),
+        ..settings(Fsync::Batch)
+    }
+}
+
+/// Appends with `reserve` first, as the exchange does, until `reserve` refuses.
+async fn fill(spool: &Spool) -> Result<Vec<Dropped>, SpoolFull> {
+    let mut dropped = Vec::new();
+    for _ in 0..200 {
+        dropped.extend(spool.reserve(330).await?);
+        append(spool, 1).await;
+    }
+    Ok(dropped)
+}
+
+#[tokio::test]
+async fn block_waits_for_room_then_refuses_and_proceeds_once_a_cursor_frees_a_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spool, _) = Spool::open(dir.path(), &small(FullPolicy::Block), &["a"]).unwrap();
+    let started = tokio::time::Instant::now();
+    let full = fill(&spool).await.unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(full.max, 3 * 4096);
+    assert!(full.bytes + 330 > full.max, "{full}");
+    let appended = spool.next_seq() - 1;
+    assert!((30..=40).contains(&appended), "{appended}");
+    assert_eq!(spool.cursor("a"), 1, "nothing was dropped");
+
+    let waiting = tokio::spawn({
+        let spool = spool.clone();
+        async move { spool.reserve(330).await }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !waiting.is_finished(),
+        "reserve waits while the spool is full"
+    );
+    spool.set_cursor("a", 13);
+    let dropped = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(dropped.is_empty());
+    append(&spool, 1).await;
+    assert_eq!(
+        read_all(&spool, 13).await,
+        (range(13, appended + 1), vec![])
+    );
+    spool.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn drop_oldest_discards_the_slowest_forwarders_records_and_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spool, _) = Spool::open(dir.path(), &small(FullPolicy::DropOldest), &["a", "b"]).unwrap();
+    append(&spool, 4).await;
+    spool.set_cursor("b", 5);
+    let dropped = fill(&spool).await.unwrap();
+    assert_eq!(spool.next_seq(), 205, "drop_oldest never refuses");
+    let stats = spool.stats();
+    assert!(stats.bytes <= 3 * 4096 + 400, "{stats:?}");
+
+    // Each forwarder lost one contiguous run: from its cursor to just before the
+    // oldest record kept, reported in pieces (one per dropped segment).
+    for (name, from) in [("a", 1), ("b", 5)] {
+        let lost: Vec<&Dropped> = dropped.iter().filter(|d| d.forwarder == name).collect();
+        assert_eq!(lost[0].first_seq, from);
+        for pair in lost.windows(2) {
+            assert_eq!(pair[1].first_seq, pair[0].last_seq + 1);
+        }
+        let last = lost.last().unwrap();
+        assert_eq!(last.last_seq + 1, stats.first_seq);
+        let count: u64 = lost.iter().map(|d| d.count).sum();
+        assert_eq!(count, stats.first_seq - from);
+        assert_eq!(spool.cursor(name), stats.first_seq);
+    }
+    wait_for(|| segment_files(dir.path()).len() == stats.segments).await;
+    let (seqs, gaps) = read_all(&spool, 1).await;
+    assert_eq!(
+        gaps,
+        [Gap {
+            first: 1,
+            last: stats.first_seq - 1
+        }]
+    );
+    assert_eq!(seqs, range(stats.first_seq, 204));
+    spool.close().await.unwrap();
+}
+
+use super::basic::wait_for;
