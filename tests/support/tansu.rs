@@ -138,17 +138,22 @@ pub fn consume(brokers: &str, topic: &str, count: usize) -> Vec<OwnedMessage> {
     consumer.assign(&assignment).expect("assign");
     let mut messages = Vec::new();
     let mut at_end = HashSet::new();
-    wait_for(&format!("{count} messages in {topic}"), DEADLINE, || {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) => {
-                at_end.remove(&message.partition());
-                messages.push(message.detach());
+    let what = format!("{count} messages in {topic}");
+    wait_for(&what, DEADLINE, || {
+        // Everything that is ready, not one message per check.
+        let mut wait = Duration::from_millis(100);
+        while let Some(polled) = consumer.poll(wait) {
+            wait = Duration::ZERO;
+            match polled {
+                Ok(message) => {
+                    at_end.remove(&message.partition());
+                    messages.push(message.detach());
+                }
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    at_end.insert(partition);
+                }
+                Err(error) => panic!("consuming {topic}: {error}"),
             }
-            Some(Err(KafkaError::PartitionEOF(partition))) => {
-                at_end.insert(partition);
-            }
-            Some(Err(error)) => panic!("consuming {topic}: {error}"),
-            None => {}
         }
         (messages.len() >= count && at_end.len() == partitions.len()).then_some(())
     });
