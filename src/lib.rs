@@ -28,6 +28,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod deadletter;
+pub mod errors;
 pub mod event;
 pub mod exchange;
 pub mod filter;

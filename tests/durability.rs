@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use eventgate::proto::Registry;
-use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::proto::containerd::types::Envelope;
 use prost::Message as _;
 use rand::Rng;
@@ -21,23 +20,6 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use support::tansu::{Tansu, consume};
 use support::*;
-use tonic::Request;
-
-fn request(container: &str) -> Request<PublishRequest> {
-    let any = Registry::global()
-        .encode_json(
-            "containerd.events.TaskExit",
-            &format!(r#"{{"container_id":"{container}","exit_status":1}}"#),
-        )
-        .expect("encode");
-    let mut req = Request::new(PublishRequest {
-        topic: "/tasks/exit".into(),
-        event: Some(any),
-    });
-    req.metadata_mut()
-        .insert("containerd-namespace", "default".parse().expect("header"));
-    req
-}
 
 fn config(dir: &Path, brokers: &str, kafka_extra: &str) -> String {
     let path = dir.join("eventgate.toml");
@@ -140,7 +122,7 @@ async fn publisher(address: String, publisher: usize, stop: Arc<AtomicBool>) -> 
         let id = format!("p{publisher}-{n}");
         n += 1;
         let Some(c) = client.as_mut() else { continue };
-        match c.publish(request(&id)).await {
+        match c.publish(exit_request(&id)).await {
             Ok(_) => acked.push(id),
             // Unknown outcome: may or may not be stored; never published again.
             Err(_) => client = None,
@@ -237,14 +219,14 @@ async fn a_frozen_broker_holds_back_only_kafka_and_its_backlog_arrives_in_order(
     let mut client = gateway.client().await;
     let ids: Vec<String> = (0..600).map(|n| format!("c{n}")).collect();
     for id in &ids[..10] {
-        client.publish(request(id)).await.expect("publish");
+        client.publish(exit_request(id)).await.expect("publish");
     }
     assert_eq!(in_kafka(&tansu.brokers(), 10), ids[..10]);
 
     tansu.freeze();
     for id in &ids[10..] {
         client
-            .publish(request(id))
+            .publish(exit_request(id))
             .await
             .expect("publish while Kafka is down");
     }

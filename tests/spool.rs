@@ -7,30 +7,12 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use eventgate::proto::Registry;
-use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::proto::containerd::types::Envelope;
 use prost::Message as _;
 use rdkafka::message::Message;
 use rusqlite::{Connection, OpenFlags};
 use support::tansu::{Tansu, consume};
 use support::*;
-use tonic::Request;
-
-fn request(container: &str) -> Request<PublishRequest> {
-    let any = Registry::global()
-        .encode_json(
-            "containerd.events.TaskExit",
-            &format!(r#"{{"container_id":"{container}","exit_status":1}}"#),
-        )
-        .expect("encode");
-    let mut req = Request::new(PublishRequest {
-        topic: "/tasks/exit".into(),
-        event: Some(any),
-    });
-    req.metadata_mut()
-        .insert("containerd-namespace", "default".parse().expect("header"));
-    req
-}
 
 fn write_config(path: &Path, brokers: &str, spool: &str) {
     std::fs::write(
@@ -115,7 +97,7 @@ async fn damaged_spool_files_are_reported_and_every_intact_event_delivered() {
     let mut client = gateway.client().await;
     let ids: Vec<String> = (0..30).map(|n| format!("c{n}")).collect();
     for id in &ids {
-        client.publish(request(id)).await.expect("publish");
+        client.publish(exit_request(id)).await.expect("publish");
     }
     let db = data.join("audit.db");
     wait_for("the audit store to hold every event", DEADLINE, || {
@@ -193,7 +175,7 @@ async fn a_full_spool_under_block_refuses_with_resource_exhausted_and_keeps_serv
     let mut accepted = Vec::new();
     let refusal = loop {
         let id = format!("c{}", accepted.len());
-        match client.publish(request(&id)).await {
+        match client.publish(exit_request(&id)).await {
             Ok(_) => accepted.push(id),
             Err(status) => break status,
         }
@@ -217,7 +199,7 @@ async fn a_full_spool_under_block_refuses_with_resource_exhausted_and_keeps_serv
         DEADLINE,
         || (stored(&db).len() == accepted.len()).then_some(()),
     );
-    let again = client.publish(request("late")).await.unwrap_err();
+    let again = client.publish(exit_request("late")).await.unwrap_err();
     assert_eq!(again.code(), tonic::Code::ResourceExhausted);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
@@ -235,7 +217,7 @@ async fn a_full_spool_under_drop_oldest_keeps_accepting_and_records_the_loss() {
     let mut client = gateway.client().await;
     for n in 0..400 {
         client
-            .publish(request(&format!("c{n}")))
+            .publish(exit_request(&format!("c{n}")))
             .await
             .expect("drop_oldest never refuses");
     }

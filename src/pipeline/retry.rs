@@ -138,7 +138,7 @@ impl Policy<Delivery, (), BoxError> for BackoffPolicy {
             first_seq = first,
             last_seq = last,
             retry_in = ?delay,
-            error = %error_chain(&**error),
+            error = %crate::errors::chain(&**error),
             "delivery failed; will retry"
         );
         Some(Box::pin(tokio::time::sleep(delay)))
@@ -177,22 +177,6 @@ pub fn stack(forwarder: Arc<dyn Forwarder>, name: &str, settings: &RetrySettings
         BackoffPolicy::new(settings.clone(), name),
         Timeout::new(deliver, settings.timeout),
     )
-}
-
-/// An error with its causes on one line: the forwarder's summary alone ("kafka did
-/// not accept 5 of 5 messages") does not say why.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ impl Worker {
                         first_seq = first,
                         last_seq = last,
                         reason,
-                        error = %super::retry::error_chain(&*error),
+                        error = %crate::errors::chain(&*error),
                         "gave up delivering a batch"
                     );
                     // Before the acknowledgement below: once acked, the spool forgets.

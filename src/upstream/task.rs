@@ -16,6 +16,7 @@ use super::settings::UpstreamSpec;
 use super::status::{UpstreamState, UpstreamStatus};
 use super::transport::NotifySent;
 use crate::client;
+use crate::errors;
 use crate::event::Source;
 use crate::exchange::{AcceptError, Exchange};
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
@@ -178,7 +179,7 @@ impl Task {
         let timeout = self.spec.connect_timeout;
         let channel = client::connect_channel(&self.spec.address, timeout)
             .await
-            .map_err(|e| error_chain(&e))?;
+            .map_err(|e| errors::chain(&e))?;
         let (service, sent) = NotifySent::new(channel);
         let mut client = EventsClient::new(service);
         let request = SubscribeRequest {
@@ -316,23 +317,5 @@ fn whole_ms(d: Duration) -> Duration {
 /// "Unavailable: connection reset" rather than tonic's Debug dump.
 fn describe(status: &Status) -> String {
     let head = format!("{:?}: {}", status.code(), status.message());
-    append_sources(head, std::error::Error::source(status))
-}
-
-/// An error and its causes on one line, for logs and gap markers.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    append_sources(error.to_string(), error.source())
-}
-
-fn append_sources(mut text: String, mut source: Option<&dyn std::error::Error>) -> String {
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // tonic and hyper often repeat their cause in their own message.
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    errors::with_sources(head, std::error::Error::source(status))
 }

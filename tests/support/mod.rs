@@ -372,3 +372,24 @@ pub fn task_exit_event(
         },
     ))
 }
+
+/// A Publish request for a `/tasks/exit` of `container` in namespace `default`.
+pub fn exit_request(
+    container: &str,
+) -> tonic::Request<eventgate::proto::containerd::services::events::v1::PublishRequest> {
+    let any = eventgate::proto::Registry::global()
+        .encode_json(
+            "containerd.events.TaskExit",
+            &format!(r#"{{"container_id":"{container}","exit_status":1}}"#),
+        )
+        .expect("encode");
+    let mut req = tonic::Request::new(
+        eventgate::proto::containerd::services::events::v1::PublishRequest {
+            topic: "/tasks/exit".into(),
+            event: Some(any),
+        },
+    );
+    req.metadata_mut()
+        .insert("containerd-namespace", "default".parse().expect("header"));
+    req
+}
