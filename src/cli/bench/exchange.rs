@@ -36,6 +36,28 @@ pub struct ExchangeArgs {
     /// compares like with like.
     #[arg(long)]
     pub with_forwarders: bool,
+    /// eventgate's `spool.fsync` for the run. Publish answers once the event is
+    /// durable per this mode; containerd persists nothing, so "none" (events still
+    /// written to the OS, surviving a crash of eventgate) is the closest comparison.
+    #[arg(long, value_enum, default_value = "batch")]
+    pub spool_fsync: SpoolFsync,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum SpoolFsync {
+    Always,
+    Batch,
+    None,
+}
+
+impl SpoolFsync {
+    fn toml(self) -> &'static str {
+        match self {
+            SpoolFsync::Always => "always",
+            SpoolFsync::Batch => "batch",
+            SpoolFsync::None => "none",
+        }
+    }
 }
 
 struct Row {
@@ -87,11 +109,15 @@ pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
                 "containerd" => Daemon::containerd(&args.containerd, &run_dir).await?,
                 _ => {
                     let config = run_dir.join("eventgate.toml");
-                    let text = if args.with_forwarders {
+                    let forwarders = if args.with_forwarders {
                         ""
                     } else {
                         "forwarder = []\n"
                     };
+                    let text = format!(
+                        "{forwarders}[spool]\nfsync = \"{}\"\n",
+                        args.spool_fsync.toml()
+                    );
                     std::fs::write(&config, text).map_err(|source| CliError::Io {
                         context: format!("cannot write {}", config.display()),
                         source,
