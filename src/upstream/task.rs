@@ -259,9 +259,9 @@ impl Task {
         loop {
             match self.exchange.accept(source.clone(), envelope.clone()).await {
                 Ok(_) => return Ok(()),
-                Err(AcceptError::QueueFull(full)) => {
+                Err(full @ (AcceptError::QueueFull(_) | AcceptError::SpoolFull(_))) => {
                     if !warned {
-                        tracing::warn!(upstream = %self.name, %full, "forwarder queues are full; holding the upstream until they drain");
+                        tracing::warn!(upstream = %self.name, error = %full, "no room for upstream events; holding the upstream until there is");
                         warned = true;
                     }
                     tokio::select! {
@@ -270,6 +270,12 @@ impl Task {
                     }
                 }
                 Err(AcceptError::Closed) => return Err(Ended::ExchangeClosed),
+                Err(AcceptError::Spool(error)) => {
+                    // The disk failed: the event cannot be kept. Say so, and say
+                    // where the record breaks, rather than pretend.
+                    tracing::error!(upstream = %self.name, %error, "cannot spool an upstream event; ending the subscription");
+                    return Err(Ended::Broke(format!("eventgate cannot write its spool: {error}")));
+                }
                 Err(error) => {
                     // check_envelope ran first, so this is not expected; say so loudly.
                     tracing::error!(upstream = %self.name, %error, "upstream event refused");
