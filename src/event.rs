@@ -6,6 +6,8 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
+use bytes::Bytes;
+use prost::Message as _;
 use prost_reflect::DynamicMessage;
 
 use crate::filter::Fields;
@@ -73,6 +75,8 @@ pub struct Event {
     /// The decoded payload's canonical JSON, rendered once for every forwarder that
     /// stores it (file, SQLite and Kafka would otherwise each render their own).
     payload_json: OnceLock<Option<Box<str>>>,
+    /// The envelope's protobuf encoding, shared by every subscriber's stream.
+    encoded: OnceLock<Bytes>,
 }
 
 impl Event {
@@ -85,6 +89,7 @@ impl Event {
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
+            encoded: OnceLock::new(),
         }
     }
 
@@ -113,6 +118,12 @@ impl Event {
                 Registry::global().decode(any).ok()
             })
             .as_ref()
+    }
+
+    /// The envelope as subscribers receive it, encoded on first use.
+    pub fn encoded_envelope(&self) -> &Bytes {
+        self.encoded
+            .get_or_init(|| Bytes::from(self.envelope.encode_to_vec()))
     }
 
     /// The decoded payload as canonical JSON ([`crate::proto::write_json`]); `None`
