@@ -6,6 +6,7 @@ pub mod exchange;
 pub mod forwarder;
 pub mod load;
 mod sinks;
+pub mod wire;
 
 use std::time::Duration;
 
