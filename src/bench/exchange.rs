@@ -13,7 +13,6 @@ use tonic::metadata::MetadataValue;
 
 use super::BenchError;
 use super::wire::{WireClient, publish_request};
-use crate::client;
 use crate::proto::containerd::events::TaskExit;
 
 const WARMUP_PREFIX: &str = "warmup";
@@ -66,11 +65,11 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
     let live = Arc::new(AtomicUsize::new(0));
     let mut subscribers = JoinSet::new();
     for _ in 0..bench.subscribers {
-        let client = WireClient::new(client::connect_channel(address, timeout).await?);
+        let client = WireClient::connect(address, timeout).await?;
         subscribers.spawn(subscribe(client, expected_each, Arc::clone(&live)));
     }
 
-    let mut warmup = WireClient::new(client::connect_channel(address, timeout).await?);
+    let mut warmup = WireClient::connect(address, timeout).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while live.load(Ordering::Acquire) < bench.subscribers {
         if Instant::now() > deadline {
@@ -84,9 +83,7 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
 
     let mut publishers = Vec::new();
     for _ in 0..bench.publishers {
-        publishers.push(WireClient::new(
-            client::connect_channel(address, timeout).await?,
-        ));
+        publishers.push(WireClient::connect(address, timeout).await?);
     }
     let start = Instant::now();
     let mut publishing = JoinSet::new();

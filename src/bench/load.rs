@@ -11,7 +11,6 @@ use tonic::metadata::{Ascii, MetadataValue};
 
 use super::BenchError;
 use super::wire::{WireClient, publish_request};
-use crate::client;
 use crate::event::{Event, EventId, Source};
 use crate::proto::containerd::events::{
     ContainerCreate, ContainerDelete, TaskCreate, TaskDelete, TaskExit, TaskStart,
@@ -159,9 +158,7 @@ pub async fn publish_all(
 ) -> Result<Duration, BenchError> {
     let mut clients = Vec::new();
     for _ in 0..publishers.max(1) {
-        clients.push(WireClient::new(
-            client::connect_channel(address, Duration::from_secs(5)).await?,
-        ));
+        clients.push(WireClient::connect(address, Duration::from_secs(5)).await?);
     }
     let mut requests = Vec::with_capacity(items.len());
     for item in items.iter() {

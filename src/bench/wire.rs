@@ -4,20 +4,28 @@
 //! decode only the two fields they read, without allocating. Both systems are driven
 //! by this same code.
 
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
+use http::Uri;
 use http::uri::PathAndQuery;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint, skip_field};
 use prost_types::Timestamp;
 use tonic::Status;
+use tonic::body::Body;
 use tonic::client::Grpc;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder, Streaming};
 use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
 
 use super::BenchError;
+use crate::client;
 use crate::exchange::NAMESPACE_HEADER;
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 
@@ -64,16 +72,47 @@ pub struct DeliveredExit {
 }
 
 /// A connection that publishes encoded requests and subscribes with [`DeliveredExit`]s.
+///
+/// It speaks HTTP/2 over its own hyper connection rather than a tonic `Channel`: a
+/// `Channel` queues every call through a buffer task (one more task hop and wake-up
+/// per call), which matters when the client shares two cores with the server.
 #[derive(Clone)]
 pub struct WireClient {
-    grpc: Grpc<Channel>,
+    grpc: Grpc<H2Connection>,
 }
 
 impl WireClient {
-    pub fn new(channel: Channel) -> Self {
-        Self {
-            grpc: Grpc::new(channel),
-        }
+    /// Connects to a socket path or `HOST:PORT`, as [`client::connect_channel`] does.
+    pub async fn connect(address: &str, timeout: Duration) -> Result<Self, BenchError> {
+        let failed = |source: std::io::Error| BenchError::Io {
+            context: format!("cannot connect to {address}"),
+            source,
+        };
+        let attempt = async {
+            let send = match client::Address::parse(address)? {
+                client::Address::Unix(path) => {
+                    let stream = tokio::net::UnixStream::connect(&path)
+                        .await
+                        .map_err(failed)?;
+                    handshake(stream).await
+                }
+                client::Address::Tcp(uri) => {
+                    let host = uri.trim_start_matches("http://");
+                    let stream = tokio::net::TcpStream::connect(host).await.map_err(failed)?;
+                    stream.set_nodelay(true).map_err(failed)?;
+                    handshake(stream).await
+                }
+            }
+            .map_err(|e| failed(std::io::Error::other(e)))?;
+            Ok::<_, BenchError>(Self {
+                grpc: Grpc::with_origin(H2Connection(send), Uri::from_static("http://localhost")),
+            })
+        };
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .map_err(|_| BenchError::Timeout {
+                what: format!("connecting to {address} within {timeout:?}"),
+            })?
     }
 
     /// One Publish call with an already encoded request.
@@ -121,6 +160,38 @@ impl WireClient {
             .await
             .map_err(rpc)?;
         Ok(response.into_inner())
+    }
+}
+
+async fn handshake<T>(io: T) -> Result<SendRequest<Body>, hyper::Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await?;
+    tokio::spawn(async move {
+        // The connection ends when every handle is dropped or the peer goes away;
+        // calls in flight then fail with their own error.
+        let _ = connection.await;
+    });
+    Ok(send)
+}
+
+/// One HTTP/2 connection as the service tonic's client calls.
+#[derive(Clone)]
+struct H2Connection(SendRequest<Body>);
+
+impl tower::Service<http::Request<Body>> for H2Connection {
+    type Response = http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, hyper::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        Box::pin(self.0.send_request(request))
     }
 }
 
