@@ -6,11 +6,13 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
+use bytes::Bytes;
+use prost::Message as _;
 use prost_reflect::DynamicMessage;
 
 use crate::filter::Fields;
 use crate::proto::containerd::types::Envelope;
-use crate::proto::{Registry, event_field};
+use crate::proto::{Registry, event_field, to_json_string};
 
 /// A unique, time-ordered event id (UUIDv7). Time order keeps a UNIQUE index on it
 /// append-mostly; random ids would scatter inserts across the whole index.
@@ -99,6 +101,11 @@ pub struct Event {
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
     decoded: OnceLock<Option<DynamicMessage>>,
+    /// The decoded payload's canonical JSON, rendered once for every forwarder that
+    /// stores it (file, SQLite and Kafka would otherwise each render their own).
+    payload_json: OnceLock<Option<Box<str>>>,
+    /// The envelope's protobuf encoding, shared by every subscriber's stream.
+    encoded: OnceLock<Bytes>,
 }
 
 impl Event {
@@ -121,6 +128,8 @@ impl Event {
             source,
             envelope,
             decoded: OnceLock::new(),
+            payload_json: OnceLock::new(),
+            encoded: OnceLock::new(),
         }
     }
 
@@ -149,6 +158,20 @@ impl Event {
                 Registry::global().decode(any).ok()
             })
             .as_ref()
+    }
+
+    /// The envelope as subscribers receive it, encoded on first use.
+    pub fn encoded_envelope(&self) -> &Bytes {
+        self.encoded
+            .get_or_init(|| Bytes::from(self.envelope.encode_to_vec()))
+    }
+
+    /// The decoded payload as canonical JSON ([`crate::proto::write_json`]); `None`
+    /// exactly when [`Event::decoded`] is.
+    pub fn payload_json(&self) -> Option<&str> {
+        self.payload_json
+            .get_or_init(|| self.decoded().map(|m| to_json_string(m).into_boxed_str()))
+            .as_deref()
     }
 }
 

@@ -1,12 +1,14 @@
 //! The text shapes events are printed and archived in: `ctr events` lines and JSON
 //! lines. One place, so the CLI and the file forwarder cannot drift apart.
 
-use prost_reflect::DynamicMessage;
-use serde_json::{Map, Value, json};
+use std::io::Write as _;
 
-use crate::event::Event;
+use prost_reflect::DynamicMessage;
+use serde_json::json;
+
+use crate::event::{Event, EventId};
 use crate::proto::containerd::types::Envelope;
-use crate::proto::{Registry, go_time_string, rfc3339_nanos, to_go_json, to_json};
+use crate::proto::{Registry, go_time_string, rfc3339_nanos, to_go_json, to_json_string};
 
 /// The line `ctr events` prints: `<time> <namespace> <topic> <json>`. `None` when the
 /// payload cannot be decoded: ctr skips such events, and so does this shape.
@@ -22,7 +24,7 @@ pub fn event_ctr_line(event: &Event) -> Option<String> {
 
 /// The `ctr events` shape for a payload that cannot be decoded, for archives that must
 /// not drop it: the JSON part is `{"type_url":...,"raw":<base64 payload>}`, the same
-/// names [`json_object`] uses for such payloads.
+/// names [`envelope_json`] uses for such payloads.
 pub fn ctr_raw_line(envelope: &Envelope) -> String {
     let (type_url, raw) = match &envelope.event {
         Some(any) => (any.type_url.as_str(), base64_of(&any.value)),
@@ -51,18 +53,36 @@ fn ctr_line_with(envelope: &Envelope, decoded: Option<&DynamicMessage>) -> Optio
 
 /// One JSON object describing an envelope. The decoded event is under `event`
 /// (null when the type is unknown; the raw bytes are then kept as base64 in `raw`),
-/// so nothing is lost for types eventgate does not know.
-pub fn json_object(envelope: &Envelope) -> Map<String, Value> {
-    let decoded = decode(envelope);
-    json_object_with(envelope, decoded.as_ref())
+/// so nothing is lost for types eventgate does not know. Keys are in byte order.
+pub fn envelope_json(envelope: &Envelope) -> String {
+    let payload = decode(envelope).map(|message| to_json_string(&message));
+    let mut out = Vec::with_capacity(256);
+    write_object(&mut out, envelope, payload.as_deref(), None);
+    into_string(out)
 }
 
-/// [`json_object`] for an accepted event, plus the gateway's `id` and `seq`.
-pub fn event_object(event: &Event) -> Map<String, Value> {
-    let mut object = json_object_with(&event.envelope, event.decoded());
-    object.insert("id".into(), json!(event.id.to_string()));
-    object.insert("seq".into(), json!(event.seq));
-    object
+/// [`envelope_json`] for an accepted event, plus the gateway's `id` and `seq`, written
+/// into `out`. The payload's JSON is the one cached on the event, so every forwarder
+/// shares one rendering.
+pub fn write_event_json(out: &mut Vec<u8>, event: &Event) {
+    write_object(
+        out,
+        &event.envelope,
+        event.payload_json(),
+        Some((event.id, event.seq)),
+    );
+}
+
+/// [`write_event_json`] as a string.
+pub fn event_json(event: &Event) -> String {
+    let mut out = Vec::with_capacity(256);
+    write_event_json(&mut out, event);
+    into_string(out)
+}
+
+fn into_string(out: Vec<u8>) -> String {
+    // Only serde_json's output and ASCII are ever written.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 fn decode(envelope: &Envelope) -> Option<DynamicMessage> {
@@ -74,124 +94,50 @@ fn base64_of(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn json_object_with(envelope: &Envelope, decoded: Option<&DynamicMessage>) -> Map<String, Value> {
-    let mut object = Map::new();
-    object.insert(
-        "timestamp".into(),
-        envelope
-            .timestamp
-            .as_ref()
-            .map_or(Value::Null, |ts| Value::String(rfc3339_nanos(ts))),
-    );
-    object.insert("namespace".into(), json!(envelope.namespace));
-    object.insert("topic".into(), json!(envelope.topic));
-    match &envelope.event {
-        None => {
-            object.insert("type_url".into(), Value::Null);
-            object.insert("event".into(), Value::Null);
-        }
-        Some(any) => {
-            object.insert("type_url".into(), json!(any.type_url));
-            match decoded {
-                Some(message) => {
-                    object.insert("event".into(), to_json(message));
-                }
-                None => {
-                    object.insert("event".into(), Value::Null);
-                    object.insert("raw".into(), json!(base64_of(&any.value)));
-                }
-            }
-        }
+/// The keys, in the byte order a sorted map would give them: `event`, `id`,
+/// `namespace`, `raw`, `seq`, `timestamp`, `topic`, `type_url`.
+fn write_object(
+    out: &mut Vec<u8>,
+    envelope: &Envelope,
+    payload: Option<&str>,
+    identity: Option<(EventId, u64)>,
+) {
+    // Writing into a Vec cannot fail.
+    out.extend_from_slice(b"{\"event\":");
+    match (&envelope.event, payload) {
+        (Some(_), Some(json)) => out.extend_from_slice(json.as_bytes()),
+        _ => out.extend_from_slice(b"null"),
     }
-    object
+    if let Some((id, _)) = identity {
+        let _ = write!(out, ",\"id\":\"{id}\"");
+    }
+    out.extend_from_slice(b",\"namespace\":");
+    let _ = serde_json::to_writer(&mut *out, &envelope.namespace);
+    if let (Some(any), None) = (&envelope.event, payload) {
+        let _ = write!(out, ",\"raw\":\"{}\"", base64_of(&any.value));
+    }
+    if let Some((_, seq)) = identity {
+        let _ = write!(out, ",\"seq\":{seq}");
+    }
+    out.extend_from_slice(b",\"timestamp\":");
+    match &envelope.timestamp {
+        Some(ts) => {
+            let _ = write!(out, "\"{}\"", rfc3339_nanos(ts));
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"topic\":");
+    let _ = serde_json::to_writer(&mut *out, &envelope.topic);
+    out.extend_from_slice(b",\"type_url\":");
+    match &envelope.event {
+        Some(any) => {
+            let _ = serde_json::to_writer(&mut *out, &any.type_url);
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.push(b'}');
 }
 
 #[cfg(test)]
-mod tests {
-    use prost_types::{Any, Timestamp};
-
-    use super::*;
-
-    fn envelope(event: Option<Any>) -> Envelope {
-        Envelope {
-            timestamp: Some(Timestamp {
-                seconds: 1_714_557_600,
-                nanos: 123_456_789,
-            }),
-            namespace: "default".into(),
-            topic: "/tasks/exit".into(),
-            event,
-        }
-    }
-
-    #[test]
-    fn ctr_lines() {
-        let any = Registry::global()
-            .encode_json(
-                "containerd.events.TaskExit",
-                r#"{"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#,
-            )
-            .unwrap();
-        assert_eq!(
-            ctr_line(&envelope(Some(any))).unwrap(),
-            r#"2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit {"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#
-        );
-        // No payload: the line ends after the topic and a space, as in ctr.
-        assert_eq!(
-            ctr_line(&envelope(None)).unwrap(),
-            "2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit "
-        );
-        let unknown = Any {
-            type_url: "example.Custom".into(),
-            value: vec![1, 2, 3],
-        };
-        assert_eq!(ctr_line(&envelope(Some(unknown))), None);
-    }
-
-    #[test]
-    fn json_objects_keep_unknown_payloads() {
-        let any = Registry::global()
-            .encode_json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
-            .unwrap();
-        let object = json_object(&envelope(Some(any)));
-        assert_eq!(object["timestamp"], "2024-05-01T10:00:00.123456789Z");
-        assert_eq!(object["type_url"], "containerd.events.TaskExit");
-        assert_eq!(object["event"]["container_id"], "c1");
-        assert_eq!(object["event"]["exit_status"], 0, "defaults are present");
-
-        let unknown = Any {
-            type_url: "example.Custom".into(),
-            value: vec![1, 2, 3],
-        };
-        let object = json_object(&envelope(Some(unknown)));
-        assert_eq!(object["event"], Value::Null);
-        assert_eq!(object["raw"], "AQID");
-    }
-
-    #[test]
-    fn archive_shapes_keep_identity_and_undecodable_payloads() {
-        use crate::event::{EventId, Source};
-
-        let any = Registry::global()
-            .encode_json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
-            .unwrap();
-        let event = Event::new(7, EventId::generate(), Source::Publish, envelope(Some(any)));
-        let object = event_object(&event);
-        assert_eq!(object["seq"], 7);
-        assert_eq!(object["id"], event.id.to_string());
-        let mut without_identity = object.clone();
-        without_identity.remove("seq");
-        without_identity.remove("id");
-        assert_eq!(without_identity, json_object(&event.envelope));
-        assert_eq!(event_ctr_line(&event), ctr_line(&event.envelope));
-
-        let unknown = envelope(Some(Any {
-            type_url: "example.Custom".into(),
-            value: vec![1, 2, 3],
-        }));
-        assert_eq!(
-            ctr_raw_line(&unknown),
-            r#"2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit {"raw":"AQID","type_url":"example.Custom"}"#
-        );
-    }
-}
+#[path = "render_tests.rs"]
+mod tests;

@@ -7,16 +7,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
 use prost::Message;
-use prost_types::{Any, Timestamp};
+use prost_types::Timestamp;
 use tokio::task::JoinSet;
-use tonic::transport::Channel;
+use tonic::metadata::MetadataValue;
 
 use super::BenchError;
-use crate::client;
-use crate::exchange::NAMESPACE_HEADER;
+use super::wire::{WireClient, publish_request};
 use crate::proto::containerd::events::TaskExit;
-use crate::proto::containerd::services::events::v1::events_client::EventsClient;
-use crate::proto::containerd::services::events::v1::{PublishRequest, SubscribeRequest};
 
 const WARMUP_PREFIX: &str = "warmup";
 
@@ -68,11 +65,11 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
     let live = Arc::new(AtomicUsize::new(0));
     let mut subscribers = JoinSet::new();
     for _ in 0..bench.subscribers {
-        let client = client::connect(address, timeout).await?;
+        let client = WireClient::connect(address, timeout).await?;
         subscribers.spawn(subscribe(client, expected_each, Arc::clone(&live)));
     }
 
-    let mut warmup = client::connect(address, timeout).await?;
+    let mut warmup = WireClient::connect(address, timeout).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while live.load(Ordering::Acquire) < bench.subscribers {
         if Instant::now() > deadline {
@@ -86,7 +83,7 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
 
     let mut publishers = Vec::new();
     for _ in 0..bench.publishers {
-        publishers.push(client::connect(address, timeout).await?);
+        publishers.push(WireClient::connect(address, timeout).await?);
     }
     let start = Instant::now();
     let mut publishing = JoinSet::new();
@@ -151,7 +148,7 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
 
 /// A realistic payload that also carries its send time (in `exited_at`).
 async fn publish(
-    client: &mut EventsClient<Channel>,
+    client: &mut WireClient,
     container_id: String,
     pid: u32,
 ) -> Result<(), BenchError> {
@@ -162,56 +159,38 @@ async fn publish(
         exit_status: 0,
         exited_at: Some(Timestamp::from(SystemTime::now())),
     };
-    let mut request = tonic::Request::new(PublishRequest {
-        topic: "/tasks/exit".into(),
-        event: Some(Any {
-            type_url: "containerd.events.TaskExit".into(),
-            value: event.encode_to_vec(),
-        }),
-    });
-    request.metadata_mut().insert(
-        NAMESPACE_HEADER,
-        tonic::metadata::MetadataValue::from_static("bench"),
+    let request = publish_request(
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        &event.encode_to_vec(),
     );
     client
-        .publish(request)
+        .publish(&MetadataValue::from_static("bench"), request)
         .await
-        .map_err(|source| BenchError::Rpc {
-            what: "publish",
-            source,
-        })?;
-    Ok(())
 }
 
 async fn subscribe(
-    mut client: EventsClient<Channel>,
+    mut client: WireClient,
     expected: u64,
     live: Arc<AtomicUsize>,
 ) -> Result<(Histogram<u64>, u64, Instant), BenchError> {
-    let rpc = |source| BenchError::Rpc {
-        what: "subscribe",
-        source,
-    };
-    let mut stream = client
-        .subscribe(SubscribeRequest { filters: vec![] })
-        .await
-        .map_err(rpc)?
-        .into_inner();
+    let mut stream = client.subscribe().await?;
     let mut hist = new_histogram();
     let mut count = 0;
     let mut counted_live = false;
     let mut last = Instant::now();
     while count < expected {
-        let Some(envelope) = stream.message().await.map_err(rpc)? else {
+        let delivered = stream.message().await.map_err(|source| BenchError::Rpc {
+            what: "subscribe",
+            source,
+        })?;
+        let Some(exit) = delivered else {
             break;
         };
-        let Some(exit) = envelope
-            .event
-            .and_then(|any| TaskExit::decode(any.value.as_slice()).ok())
-        else {
+        let Some(exit) = exit else {
             continue;
         };
-        if exit.container_id.starts_with(WARMUP_PREFIX) {
+        if exit.container_id.starts_with(WARMUP_PREFIX.as_bytes()) {
             if !counted_live {
                 counted_live = true;
                 live.fetch_add(1, Ordering::AcqRel);

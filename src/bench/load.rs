@@ -7,16 +7,15 @@ use std::time::{Duration, Instant, SystemTime};
 use prost::Message;
 use prost_types::{Any, Timestamp};
 use tokio::task::JoinSet;
+use tonic::metadata::{Ascii, MetadataValue};
 
 use super::BenchError;
-use crate::client;
+use super::wire::{WireClient, publish_request};
 use crate::event::{Event, EventId, Source};
-use crate::exchange::NAMESPACE_HEADER;
 use crate::proto::containerd::events::{
     ContainerCreate, ContainerDelete, TaskCreate, TaskDelete, TaskExit, TaskStart,
     container_create::Runtime,
 };
-use crate::proto::containerd::services::events::v1::PublishRequest;
 use crate::proto::containerd::types::Envelope;
 
 /// One event to publish: (namespace, topic, payload).
@@ -149,7 +148,8 @@ pub fn as_events(items: &[Item]) -> Vec<Arc<Event>> {
 }
 
 /// Publishes every item over `address`: `publishers` connections, each with
-/// `in_flight` calls outstanding. Returns when every call has been answered.
+/// `in_flight` calls outstanding. Requests are encoded before the clock starts.
+/// Returns when every call has been answered.
 pub async fn publish_all(
     address: &str,
     items: Arc<Vec<Item>>,
@@ -158,32 +158,28 @@ pub async fn publish_all(
 ) -> Result<Duration, BenchError> {
     let mut clients = Vec::new();
     for _ in 0..publishers.max(1) {
-        clients.push(client::connect(address, Duration::from_secs(5)).await?);
+        clients.push(WireClient::connect(address, Duration::from_secs(5)).await?);
     }
+    let mut requests = Vec::with_capacity(items.len());
+    for item in items.iter() {
+        let namespace: MetadataValue<Ascii> =
+            item.namespace.parse().map_err(|_| BenchError::Timeout {
+                what: format!("namespace {:?} is not a header value", item.namespace),
+            })?;
+        let request = publish_request(item.topic, &item.event.type_url, &item.event.value);
+        requests.push((namespace, request));
+    }
+    let requests = Arc::new(requests);
     let lanes = clients.len() * in_flight.max(1);
     let start = Instant::now();
     let mut tasks = JoinSet::new();
     for lane in 0..lanes {
         let mut client = clients[lane % clients.len()].clone();
-        let items = Arc::clone(&items);
+        let requests = Arc::clone(&requests);
         tasks.spawn(async move {
             // Lane k sends items k, k+lanes, ...: every item once, interleaved.
-            for item in items.iter().skip(lane).step_by(lanes) {
-                let mut request = tonic::Request::new(PublishRequest {
-                    topic: item.topic.into(),
-                    event: Some(item.event.clone()),
-                });
-                let namespace = item.namespace.parse().map_err(|_| BenchError::Timeout {
-                    what: format!("namespace {:?} is not a header value", item.namespace),
-                })?;
-                request.metadata_mut().insert(NAMESPACE_HEADER, namespace);
-                client
-                    .publish(request)
-                    .await
-                    .map_err(|source| BenchError::Rpc {
-                        what: "publish",
-                        source,
-                    })?;
+            for (namespace, request) in requests.iter().skip(lane).step_by(lanes) {
+                client.publish(namespace, request.clone()).await?;
             }
             Ok::<_, BenchError>(())
         });

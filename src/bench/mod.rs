@@ -7,6 +7,7 @@ pub mod forwarder;
 pub mod load;
 mod sinks;
 pub mod spool;
+pub mod wire;
 
 use std::time::Duration;
 

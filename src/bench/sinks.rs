@@ -379,6 +379,10 @@ impl Counter {
                         .set("bootstrap.servers", brokers)
                         .set("group.id", "eventgate-bench")
                         .set("enable.auto.commit", "false")
+                        // The other sinks are looked at every 5 ms; a fetch that may
+                        // wait 500 ms (the default) for data would add up to that
+                        // much to the clock once the consumer has caught up.
+                        .set("fetch.wait.max.ms", "5")
                         .create()
                         .map_err(kafka_error)?;
                     self.kafka = Some(consumer);

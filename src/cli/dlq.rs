@@ -227,7 +227,11 @@ async fn purge(args: PurgeArgs) -> Result<ExitCode, CliError> {
 /// The event as the file forwarder's JSON lines show it, plus what the store knows.
 fn json_line(entry: &Entry) -> Value {
     let mut object = match entry.decode_envelope() {
-        Ok(envelope) => render::json_object(&envelope),
+        Ok(envelope) => match serde_json::from_str::<Value>(&render::envelope_json(&envelope)) {
+            Ok(Value::Object(object)) => object,
+            // envelope_json always writes one object; keep the line well-formed anyway.
+            _ => serde_json::Map::new(),
+        },
         Err(error) => {
             let mut object = serde_json::Map::new();
             object.insert("envelope_error".into(), json!(error.to_string()));

@@ -68,7 +68,7 @@ pub async fn run(args: EventsArgs) -> Result<ExitCode, CliError> {
                     continue;
                 }
             },
-            Format::Json => serde_json::Value::Object(render::json_object(&envelope)).to_string(),
+            Format::Json => render::envelope_json(&envelope),
         };
         let mut out = stdout.lock();
         // A closed pipe (`| head`) is the reader saying it has enough.

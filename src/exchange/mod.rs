@@ -10,6 +10,7 @@
 //! - Forward rejects a missing timestamp (as containerd 1.6 does; 2.x silently turns it
 //!   into 1970-01-01).
 
+mod routes;
 mod service;
 mod subscription;
 
@@ -21,6 +22,7 @@ use prost_types::{Any, Timestamp};
 use thiserror::Error;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
+pub use routes::EventsRoutes;
 pub use service::{EventsService, NAMESPACE_HEADER};
 pub use subscription::{Subscription, SubscriptionEnd};
 

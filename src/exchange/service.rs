@@ -5,9 +5,10 @@ use std::pin::Pin;
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use super::{AcceptError, Exchange};
+use super::routes::EventsRoutes;
+use super::{AcceptError, Exchange, Subscription};
 use crate::filter::Filter;
-use crate::proto::containerd::services::events::v1::events_server::{Events, EventsServer};
+use crate::proto::containerd::services::events::v1::events_server::Events;
 use crate::proto::containerd::services::events::v1::{
     ForwardRequest, PublishRequest, SubscribeRequest,
 };
@@ -26,9 +27,30 @@ impl EventsService {
         Self { exchange }
     }
 
-    pub fn into_server(self) -> EventsServer<Self> {
-        EventsServer::new(self)
+    pub fn into_server(self) -> EventsRoutes {
+        EventsRoutes::new(self)
     }
+
+    pub(super) fn exchange(&self) -> &Exchange {
+        &self.exchange
+    }
+}
+
+/// Subscribe's checks and registration, shared by the generated method and the route
+/// that actually serves it ([`EventsRoutes`]).
+pub(super) fn subscribe(exchange: &Exchange, filters: Vec<String>) -> Result<Subscription, Status> {
+    // containerd answers UNKNOWN here (its Subscribe skips error mapping);
+    // INVALID_ARGUMENT is what the error actually is. Same message text.
+    let filter = Filter::parse_all(&filters).map_err(|e| {
+        metrics::counter!("eventgate_subscribe_rejected_total", "reason" => "invalid_filter")
+            .increment(1);
+        Status::invalid_argument(format!(
+            "subscription error: failed parsing subscription filters: {e}: invalid argument"
+        ))
+    })?;
+    exchange
+        .subscribe(filter)
+        .map_err(|e| Status::unavailable(e.to_string()))
 }
 
 fn status(error: AcceptError) -> Status {
@@ -74,24 +96,13 @@ impl Events for EventsService {
 
     /// Returning the stream makes tonic send response headers at once, so a client
     /// knows its subscription is live; containerd sends none until the first event.
+    /// Served by [`EventsRoutes`], which encodes each event once for all subscribers;
+    /// this is what the generated server alone would do.
     async fn subscribe(
         &self,
         request: Request<SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let filters = request.into_inner().filters;
-        // containerd answers UNKNOWN here (its Subscribe skips error mapping);
-        // INVALID_ARGUMENT is what the error actually is. Same message text.
-        let filter = Filter::parse_all(&filters).map_err(|e| {
-            metrics::counter!("eventgate_subscribe_rejected_total", "reason" => "invalid_filter")
-                .increment(1);
-            Status::invalid_argument(format!(
-                "subscription error: failed parsing subscription filters: {e}: invalid argument"
-            ))
-        })?;
-        let subscription = self
-            .exchange
-            .subscribe(filter)
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let subscription = subscribe(&self.exchange, request.into_inner().filters)?;
         let stream = subscription.map(|item| match item {
             Ok(event) => Ok(event.envelope.clone()),
             Err(end) => Err(Status::new(end.code(), end.to_string())),

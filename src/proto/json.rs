@@ -1,84 +1,194 @@
-//! The canonical JSON of a decoded event (JSON lines, SQLite): every field present,
-//! defaults included, so consumers never need the schema to tell "0" from "missing".
+//! The canonical JSON of a decoded event (JSON lines, SQLite, Kafka): every field
+//! present, defaults included, so consumers never need the schema to tell "0" from
+//! "missing".
+//!
+//! Written straight into a byte buffer. Every forwarder renders every event, so an
+//! intermediate `serde_json::Value` tree (a map and a string per field) was the
+//! largest per-event cost of the forwarders. The output is byte for byte what
+//! serializing that tree gave: object keys in byte order (serde_json's default map),
+//! serde_json's string escaping and number formatting.
 
-use prost_reflect::{DynamicMessage, Kind, MapKey, ReflectMessage, Value};
-use serde_json::{Map, Number, Value as Json};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::LazyLock;
 
-use super::declared_fields;
+use prost_reflect::{
+    DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
+};
+
 use super::registry::Registry;
 use super::time::rfc3339_nanos;
 
 /// Proto field names, all fields (absent messages as `null`), 64-bit integers as
 /// numbers, bytes as base64, Timestamps as RFC 3339 with nine fraction digits, and
 /// nested Anys expanded with `"@type"` when the registry knows the type.
-pub fn to_json(msg: &DynamicMessage) -> Json {
+pub fn write_json(out: &mut Vec<u8>, msg: &DynamicMessage) {
     match msg.descriptor().full_name() {
-        "google.protobuf.Timestamp" => Json::String(rfc3339_nanos(&timestamp(msg))),
-        "google.protobuf.Any" => any_json(msg),
-        _ => {
-            let mut obj = Map::new();
-            for field in declared_fields(&msg.descriptor()) {
-                let is_message = matches!(field.kind(), Kind::Message(_));
-                let value = if is_message
-                    && !field.is_list()
-                    && !field.is_map()
-                    && !msg.has_field(&field)
-                {
-                    Json::Null
-                } else {
-                    value_json(&msg.get_field(&field), &field.kind())
-                };
-                obj.insert(field.name().to_owned(), value);
-            }
-            Json::Object(obj)
-        }
+        "google.protobuf.Timestamp" => write_plain_string(out, &rfc3339_nanos(&timestamp(msg))),
+        "google.protobuf.Any" => write_any(out, msg),
+        _ => write_fields(out, msg, None),
     }
 }
 
-fn value_json(value: &Value, kind: &Kind) -> Json {
-    match value {
-        Value::Bool(b) => Json::Bool(*b),
-        Value::I32(n) => Json::from(*n),
-        Value::I64(n) => Json::from(*n),
-        Value::U32(n) => Json::from(*n),
-        Value::U64(n) => Json::from(*n),
-        Value::F32(f) => float_json(f64::from(*f)),
-        Value::F64(f) => float_json(*f),
-        Value::String(s) => Json::String(s.clone()),
-        Value::Bytes(b) => Json::String(base64(b)),
+/// [`write_json`] as a string.
+pub fn to_json_string(msg: &DynamicMessage) -> String {
+    let mut out = Vec::with_capacity(256);
+    write_json(&mut out, msg);
+    // Everything written is either ASCII punctuation or serde_json's (UTF-8) output.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Every message type of the registry with its fields sorted by name, the order the
+/// keys are written in; computed once instead of per rendered message.
+static SORTED_FIELDS: LazyLock<HashMap<String, Vec<FieldDescriptor>>> = LazyLock::new(|| {
+    Registry::global()
+        .pool()
+        .all_messages()
+        .map(|desc| (desc.full_name().to_owned(), sort_fields(&desc)))
+        .collect()
+});
+
+fn sort_fields(desc: &MessageDescriptor) -> Vec<FieldDescriptor> {
+    let mut fields: Vec<_> = desc.fields().collect();
+    fields.sort_by(|a, b| a.name().cmp(b.name()));
+    fields
+}
+
+fn sorted_fields(desc: &MessageDescriptor) -> Cow<'static, [FieldDescriptor]> {
+    match SORTED_FIELDS.get(desc.full_name()) {
+        // A descriptor from another pool may share a name but not the fields.
+        Some(fields) if fields.first().is_none_or(|f| f.parent_message() == desc) => {
+            Cow::Borrowed(fields.as_slice())
+        }
+        _ => Cow::Owned(sort_fields(desc)),
+    }
+}
+
+/// The message's fields as an object; `type_name` first as `"@type"` for an expanded
+/// Any (`@` sorts before every field name).
+fn write_fields(out: &mut Vec<u8>, msg: &DynamicMessage, type_name: Option<&str>) {
+    out.push(b'{');
+    let mut first = true;
+    if let Some(name) = type_name {
+        out.extend_from_slice(b"\"@type\":");
+        write_string(out, name);
+        first = false;
+    }
+    for field in sorted_fields(&msg.descriptor()).iter() {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        write_string(out, field.name());
+        out.push(b':');
+        let is_message = matches!(field.kind(), Kind::Message(_));
+        if is_message && !field.is_list() && !field.is_map() && !msg.has_field(field) {
+            out.extend_from_slice(b"null");
+        } else {
+            write_value(out, &msg.get_field(field), &field.kind());
+        }
+    }
+    out.push(b'}');
+}
+
+fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind) {
+    // Writing into a Vec cannot fail.
+    let _ = match value {
+        Value::Bool(b) => {
+            out.extend_from_slice(if *b { b"true" } else { b"false" });
+            Ok(())
+        }
+        Value::I32(n) => write!(out, "{n}"),
+        Value::I64(n) => write!(out, "{n}"),
+        Value::U32(n) => write!(out, "{n}"),
+        Value::U64(n) => write!(out, "{n}"),
+        Value::F32(f) => {
+            write_float(out, f64::from(*f));
+            Ok(())
+        }
+        Value::F64(f) => {
+            write_float(out, *f);
+            Ok(())
+        }
+        Value::String(s) => {
+            write_string(out, s);
+            Ok(())
+        }
+        Value::Bytes(b) => {
+            write_plain_string(out, &base64(b));
+            Ok(())
+        }
         Value::EnumNumber(n) => match kind.as_enum().and_then(|e| e.get_value(*n)) {
-            Some(v) => Json::String(v.name().to_owned()),
-            None => Json::from(*n),
+            Some(v) => {
+                write_string(out, v.name());
+                Ok(())
+            }
+            None => write!(out, "{n}"),
         },
-        Value::Message(m) => to_json(m),
-        Value::List(items) => Json::Array(items.iter().map(|v| value_json(v, kind)).collect()),
+        Value::Message(m) => {
+            write_json(out, m);
+            Ok(())
+        }
+        Value::List(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item, kind);
+            }
+            out.push(b']');
+            Ok(())
+        }
         Value::Map(entries) => {
             let value_kind = kind
                 .as_message()
                 .map(|entry| entry.map_entry_value_field().kind());
-            let obj = entries
+            let mut sorted: Vec<_> = entries
                 .iter()
-                .map(|(k, v)| {
-                    let v = match &value_kind {
-                        Some(vk) => value_json(v, vk),
-                        None => value_json(v, kind),
-                    };
-                    (map_key_string(k), v)
-                })
+                .map(|(k, v)| (map_key_string(k), v))
                 .collect();
-            Json::Object(obj)
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            out.push(b'{');
+            for (i, (key, v)) in sorted.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(out, key);
+                out.push(b':');
+                write_value(out, v, value_kind.as_ref().unwrap_or(kind));
+            }
+            out.push(b'}');
+            Ok(())
         }
+    };
+}
+
+/// Finite floats as serde_json prints them (shortest round trip); protojson's
+/// spelling for the ones JSON numbers cannot carry.
+pub(super) fn write_float(out: &mut Vec<u8>, f: f64) {
+    if f.is_finite() {
+        let _ = serde_json::to_writer(&mut *out, &f);
+    } else if f.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if f > 0.0 {
+        out.extend_from_slice(b"\"Infinity\"");
+    } else {
+        out.extend_from_slice(b"\"-Infinity\"");
     }
 }
 
-/// protojson's spelling for the floats JSON numbers cannot carry.
-fn float_json(f: f64) -> Json {
-    match Number::from_f64(f) {
-        Some(n) => Json::Number(n),
-        None if f.is_nan() => Json::String("NaN".into()),
-        None if f > 0.0 => Json::String("Infinity".into()),
-        None => Json::String("-Infinity".into()),
-    }
+/// A JSON string with serde_json's escaping.
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// A string known to need no escaping (base64, RFC 3339 times).
+fn write_plain_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
 }
 
 pub(super) fn map_key_string(key: &MapKey) -> String {
@@ -102,7 +212,7 @@ fn timestamp(msg: &DynamicMessage) -> prost_types::Timestamp {
 
 /// Expands a nested Any the way protojson does, but never fails: a type the registry
 /// cannot decode keeps its raw bytes so nothing is lost.
-fn any_json(msg: &DynamicMessage) -> Json {
+fn write_any(out: &mut Vec<u8>, msg: &DynamicMessage) {
     let any = prost_types::Any {
         type_url: msg
             .get_field_by_name("type_url")
@@ -113,24 +223,26 @@ fn any_json(msg: &DynamicMessage) -> Json {
             .and_then(|v| v.as_bytes().map(|b| b.to_vec()))
             .unwrap_or_default(),
     };
-    let mut obj = Map::new();
     match Registry::global().decode(&any) {
-        Ok(inner) => {
-            obj.insert("@type".into(), inner.descriptor().full_name().into());
-            match to_json(&inner) {
-                Json::Object(fields) => obj.extend(fields),
-                // Well-known types with a scalar JSON form nest under "value".
-                other => {
-                    obj.insert("value".into(), other);
-                }
+        Ok(inner) => match inner.descriptor().full_name() {
+            // Well-known types with a scalar JSON form nest under "value".
+            "google.protobuf.Timestamp" => {
+                out.extend_from_slice(b"{\"@type\":\"google.protobuf.Timestamp\",\"value\":");
+                write_json(out, &inner);
+                out.push(b'}');
             }
-        }
+            // The inner Any's own "@type" replaces the outer one.
+            "google.protobuf.Any" => write_any(out, &inner),
+            name => write_fields(out, &inner, Some(name)),
+        },
         Err(_) => {
-            obj.insert("@type".into(), any.type_url.into());
-            obj.insert("value".into(), base64(&any.value).into());
+            out.extend_from_slice(b"{\"@type\":");
+            write_string(out, &any.type_url);
+            out.extend_from_slice(b",\"value\":");
+            write_plain_string(out, &base64(&any.value));
+            out.push(b'}');
         }
     }
-    Json::Object(obj)
 }
 
 /// Standard, padded base64, as both protojson and Go's `encoding/json` use for bytes.
@@ -156,152 +268,5 @@ pub(super) fn base64(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::proto::containerd::events::{ContainerCreate, TaskExit, container_create::Runtime};
-    use crate::proto::containerd::runc::v1::Options;
-    use prost::Message as _;
-    use serde_json::json;
-
-    fn decode(type_url: &str, msg: &impl prost::Message) -> DynamicMessage {
-        let any = prost_types::Any {
-            type_url: type_url.into(),
-            value: msg.encode_to_vec(),
-        };
-        Registry::global().decode(&any).expect(type_url)
-    }
-
-    #[test]
-    fn base64_matches_rfc4648_vectors() {
-        let cases = [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ];
-        for (input, want) in cases {
-            assert_eq!(base64(input.as_bytes()), want);
-        }
-        assert_eq!(base64(&[0xff, 0xfe]), "//4=");
-    }
-
-    #[test]
-    fn defaults_are_present_and_timestamps_are_rfc3339() {
-        let exit = TaskExit {
-            container_id: "c1".into(),
-            exited_at: Some(prost_types::Timestamp {
-                seconds: 1_714_557_600,
-                nanos: 123_456_789,
-            }),
-            ..Default::default()
-        };
-        let got = to_json(&decode("containerd.events.TaskExit", &exit));
-        let want = json!({
-            "container_id": "c1", "id": "", "pid": 0, "exit_status": 0,
-            "exited_at": "2024-05-01T10:00:00.123456789Z",
-        });
-        assert_eq!(got, want);
-
-        let unset = to_json(&decode("containerd.events.TaskExit", &TaskExit::default()));
-        assert_eq!(unset["exited_at"], Json::Null);
-        assert_eq!(unset["exit_status"], json!(0));
-    }
-
-    #[test]
-    fn nested_any_known_type_is_expanded() {
-        let options = Options {
-            binary_name: "runc".into(),
-            systemd_cgroup: true,
-            ..Default::default()
-        };
-        let create = ContainerCreate {
-            id: "c1".into(),
-            image: String::new(),
-            runtime: Some(Runtime {
-                name: "io.containerd.runc.v2".into(),
-                options: Some(prost_types::Any {
-                    type_url: "type.googleapis.com/containerd.runc.v1.Options".into(),
-                    value: options.encode_to_vec(),
-                }),
-            }),
-        };
-        let got = to_json(&decode("containerd.events.ContainerCreate", &create));
-        let opts = &got["runtime"]["options"];
-        assert_eq!(opts["@type"], "containerd.runc.v1.Options");
-        assert_eq!(opts["binary_name"], "runc");
-        assert_eq!(opts["systemd_cgroup"], true);
-        assert_eq!(opts["io_uid"], 0);
-        assert_eq!(got["image"], "");
-    }
-
-    #[test]
-    fn nested_any_unknown_type_keeps_bytes() {
-        let create = ContainerCreate {
-            id: "c1".into(),
-            runtime: Some(Runtime {
-                name: "io.example.v1".into(),
-                options: Some(prost_types::Any {
-                    type_url: "example.com/Opaque".into(),
-                    value: b"foo".to_vec(),
-                }),
-            }),
-            ..Default::default()
-        };
-        let got = to_json(&decode("containerd.events.ContainerCreate", &create));
-        assert_eq!(
-            got["runtime"]["options"],
-            json!({"@type": "example.com/Opaque", "value": "Zm9v"})
-        );
-        let no_runtime = ContainerCreate::default();
-        let got = to_json(&decode("containerd.events.ContainerCreate", &no_runtime));
-        assert_eq!(got["runtime"], Json::Null);
-    }
-
-    #[test]
-    fn maps_repeated_and_64_bit_numbers() {
-        let reg = Registry::global();
-        let any = reg
-            .encode_json(
-                "containerd.events.ContainerUpdate",
-                r#"{"id":"c1","labels":{"b":"2","a":""}}"#,
-            )
-            .unwrap();
-        let got = to_json(&reg.decode(&any).unwrap());
-        assert_eq!(got["labels"], json!({"a": "", "b": "2"}));
-        assert_eq!(got["snapshot_key"], "");
-
-        let any = reg
-            .encode_json(
-                "containerd.events.ContentCreate",
-                r#"{"size":"9007199254740993"}"#,
-            )
-            .unwrap();
-        let got = to_json(&reg.decode(&any).unwrap());
-        assert_eq!(got["size"], json!(9_007_199_254_740_993_i64));
-        assert_eq!(got["mediaType"], "");
-
-        let any = reg
-            .encode_json(
-                "containerd.events.TaskCreate",
-                r#"{"rootfs":[{"type":"overlay","options":["ro"]}]}"#,
-            )
-            .unwrap();
-        let got = to_json(&reg.decode(&any).unwrap());
-        assert_eq!(
-            got["rootfs"],
-            json!([{"type": "overlay", "source": "", "target": "", "options": ["ro"]}])
-        );
-        assert_eq!(got["io"], Json::Null);
-    }
-
-    #[test]
-    fn non_finite_floats_use_protojson_strings() {
-        assert_eq!(float_json(f64::NAN), json!("NaN"));
-        assert_eq!(float_json(f64::INFINITY), json!("Infinity"));
-        assert_eq!(float_json(f64::NEG_INFINITY), json!("-Infinity"));
-        assert_eq!(float_json(1.5), json!(1.5));
-    }
-}
+#[path = "json_tests.rs"]
+mod tests;

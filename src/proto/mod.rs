@@ -5,6 +5,10 @@
 mod fieldpath;
 mod go;
 mod json;
+#[cfg(test)]
+mod json_equivalence;
+#[cfg(test)]
+pub(crate) mod json_reference;
 mod registry;
 mod time;
 
@@ -12,7 +16,7 @@ use prost_reflect::{FieldDescriptor, MessageDescriptor};
 
 pub use fieldpath::event_field;
 pub use go::to_go_json;
-pub use json::to_json;
+pub use json::{to_json_string, write_json};
 pub use registry::{DecodeError, EncodeError, Registry, STANDARD_EVENTS};
 pub use time::{go_time_string, rfc3339_nanos};
 

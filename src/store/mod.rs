@@ -17,7 +17,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::event::Event;
-use crate::proto::{rfc3339_nanos, to_json};
+use crate::proto::rfc3339_nanos;
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -217,7 +217,7 @@ pub struct EventRow<'a> {
     pub payload: Option<&'a [u8]>,
     /// The decoded event as JSON (same shape as the file forwarder); `None` for types
     /// the registry does not know.
-    pub event: Option<String>,
+    pub event: Option<&'a str>,
     /// `publish`, `forward`, `upstream:<name>` or `eventgate`.
     pub source: Cow<'static, str>,
 }
@@ -234,7 +234,7 @@ impl<'a> EventRow<'a> {
             topic: &event.envelope.topic,
             type_url: any.map(|a| a.type_url.as_str()),
             payload: any.map(|a| a.value.as_slice()),
-            event: event.decoded().map(|m| to_json(m).to_string()),
+            event: event.payload_json(),
             source: event.source.describe(),
         }
     }

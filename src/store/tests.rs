@@ -206,7 +206,7 @@ fn rows_carry_the_envelope_and_the_decoded_event() {
     );
     assert_eq!(row.received_at.len(), row.timestamp.as_ref().unwrap().len());
     assert_eq!(row.type_url, Some("containerd.events.TaskExit"));
-    let json: serde_json::Value = serde_json::from_str(row.event.as_deref().unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(row.event.unwrap()).unwrap();
     assert_eq!(json["exit_status"], 3);
     assert_eq!(
         json["pid"], 0,

@@ -274,7 +274,9 @@ impl Task {
                     // The disk failed: the event cannot be kept. Say so, and say
                     // where the record breaks, rather than pretend.
                     tracing::error!(upstream = %self.name, %error, "cannot spool an upstream event; ending the subscription");
-                    return Err(Ended::Broke(format!("eventgate cannot write its spool: {error}")));
+                    return Err(Ended::Broke(format!(
+                        "eventgate cannot write its spool: {error}"
+                    )));
                 }
                 Err(error) => {
                     // check_envelope ran first, so this is not expected; say so loudly.

@@ -36,17 +36,13 @@ struct Server_ {
 }
 
 impl Server_ {
-    fn start<S>(service: EventsServer<S>, path: &Path) -> Self
-    where
-        S: Events,
-    {
+    fn start(router: tonic::transport::server::Router, path: &Path) -> Self {
         let _ = std::fs::remove_file(path);
         let listener = tokio::net::UnixListener::bind(path).unwrap();
         let cancel = CancellationToken::new();
         let stop = cancel.clone().cancelled_owned();
         let task = tokio::spawn(async move {
-            let _ = Server::builder()
-                .add_service(service)
+            let _ = router
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
                 .await;
         });
@@ -125,7 +121,10 @@ async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "up.sock");
     let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(EventsService::new(upstream.clone()).into_server(), &path);
+    let server = Server_::start(
+        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
+        &path,
+    );
     let (exchange, mut sub) = downstream();
     let before = SystemTime::now();
     let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
@@ -173,7 +172,10 @@ async fn a_broken_subscription_is_recorded_and_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "up.sock");
     let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(EventsService::new(upstream.clone()).into_server(), &path);
+    let server = Server_::start(
+        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
+        &path,
+    );
     let (exchange, mut sub) = downstream();
     let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
     assert_eq!(
@@ -203,7 +205,10 @@ async fn a_broken_subscription_is_recorded_and_resumed() {
 
     // Back: a new daemon on the same socket.
     let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(EventsService::new(upstream.clone()).into_server(), &path);
+    let server = Server_::start(
+        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
+        &path,
+    );
     let up = next(&mut sub).await;
     assert_eq!(up.envelope.topic, "/eventgate/upstream/connected");
     let up_payload: UpstreamConnected = decode(&up);
@@ -247,7 +252,10 @@ async fn waits_for_an_upstream_that_is_not_there_yet() {
     assert!(upstreams.readiness().is_err());
 
     let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(EventsService::new(upstream.clone()).into_server(), &path);
+    let server = Server_::start(
+        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
+        &path,
+    );
     let marker = next(&mut sub).await;
     assert_eq!(marker.envelope.topic, "/eventgate/upstream/connected");
     assert!(decode::<UpstreamConnected>(&marker).attempts > 3);
@@ -309,7 +317,10 @@ async fn an_upstream_that_sends_no_headers_counts_as_connected_at_once() {
         exchange: upstream.clone(),
         filters: filters_tx,
     };
-    let server = Server_::start(EventsServer::new(service), &path);
+    let server = Server_::start(
+        Server::builder().add_service(EventsServer::new(service)),
+        &path,
+    );
     let (exchange, mut sub) = downstream();
     let mut with_filters = spec(&path);
     with_filters.filters = vec!["topic==\"/tasks/exit\"".into()];
@@ -348,7 +359,10 @@ async fn an_upstream_envelope_eventgate_cannot_accept_is_skipped_not_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "up.sock");
     let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(EventsService::new(upstream.clone()).into_server(), &path);
+    let server = Server_::start(
+        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
+        &path,
+    );
     let (exchange, mut sub) = downstream();
     let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
     assert_eq!(
@@ -394,7 +408,7 @@ async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one
         let path = socket(&dir, &format!("{name}.sock"));
         let daemon = Exchange::new(ExchangeConfig::default());
         servers.push(Server_::start(
-            EventsService::new(daemon.clone()).into_server(),
+            Server::builder().add_service(EventsService::new(daemon.clone()).into_server()),
             &path,
         ));
         let mut spec = spec(&path);

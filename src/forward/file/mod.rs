@@ -79,10 +79,7 @@ impl Kind for FileKind {
 pub fn render_into(out: &mut Vec<u8>, event: &Event, format: Format) -> bool {
     let decoded = event.envelope.event.is_none() || event.decoded().is_some();
     match format {
-        Format::Jsonl => {
-            // Writing a `Map` of `Value`s into a `Vec` cannot fail.
-            let _ = serde_json::to_writer(&mut *out, &render::event_object(event));
-        }
+        Format::Jsonl => render::write_event_json(out, event),
         Format::Ctr => match render::event_ctr_line(event) {
             Some(line) => out.extend_from_slice(line.as_bytes()),
             None => out.extend_from_slice(render::ctr_raw_line(&event.envelope).as_bytes()),

@@ -241,6 +241,17 @@ impl KafkaOptions {
         if !self.idempotence {
             config.set("max.in.flight.requests.per.connection", "1");
         }
+        // The pipeline already hands over whole batches and waits for every report of
+        // one before the next, so librdkafka's own wait for more messages (5 ms by
+        // default) only added that much to every batch. `properties` may set it back
+        // (under either name: with both set, librdkafka's pick would be arbitrary).
+        let linger_set = self
+            .properties
+            .iter()
+            .any(|(key, _)| key == "linger.ms" || key == "queue.buffering.max.ms");
+        if !linger_set {
+            config.set("linger.ms", "0");
+        }
         for (key, value) in self.properties.iter() {
             let owner = OWNED
                 .iter()
@@ -300,6 +311,22 @@ mod tests {
         assert_eq!(config.get("delivery.timeout.ms"), None);
         assert_eq!(config.get("linger.ms"), Some("5"));
         assert_eq!(config.get("client.id"), Some("eventgate-k"));
+
+        let alias = options(
+            r#"
+            brokers = ["a:9092"]
+            topic = "events"
+            properties = { "queue.buffering.max.ms" = 20 }
+            "#,
+        )
+        .unwrap()
+        .client_config("k");
+        assert_eq!(alias.get("linger.ms"), None);
+        assert_eq!(alias.get("queue.buffering.max.ms"), Some("20"));
+        let plain = options("brokers = [\"a:9092\"]\ntopic = \"events\"")
+            .unwrap()
+            .client_config("k");
+        assert_eq!(plain.get("linger.ms"), Some("0"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub enum ValueFormat {
     /// The containerd `Envelope`, protobuf-encoded exactly as accepted.
     #[default]
     Protobuf,
-    /// `render::json_object` of the envelope plus the event's `id` and `seq`.
+    /// `render::write_event_json`: the envelope plus the event's `id` and `seq`.
     Json,
 }
 
@@ -222,10 +222,9 @@ impl RecordEncoder {
         let value = match self.format {
             ValueFormat::Protobuf => event.envelope.encode_to_vec(),
             ValueFormat::Json => {
-                let mut object = crate::render::json_object(&event.envelope);
-                object.insert("id".into(), event.id.to_string().into());
-                object.insert("seq".into(), event.seq.into());
-                serde_json::Value::Object(object).to_string().into_bytes()
+                let mut value = Vec::with_capacity(256);
+                crate::render::write_event_json(&mut value, event);
+                value
             }
         };
         Record {

@@ -1,0 +1,130 @@
+//! The Events service as served: the generated server for Publish and Forward, and
+//! Subscribe served here so that each event is protobuf-encoded once, not once per
+//! subscriber. Every subscriber's stream carries the same shared bytes; the generated
+//! server would clone the envelope and encode it again for each of them.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{BufMut, Bytes};
+use futures::{Stream, StreamExt};
+use prost::Message;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::server::{Grpc, NamedService, ServerStreamingService};
+use tonic::{Request, Response, Status};
+
+use super::service::{EventsService, subscribe};
+use crate::proto::containerd::services::events::v1::SubscribeRequest;
+use crate::proto::containerd::services::events::v1::events_server::{EventsServer, SERVICE_NAME};
+
+const SUBSCRIBE_PATH: &str = "/containerd.services.events.v1.Events/Subscribe";
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What `Server::add_service` takes: answers to containerd's Events service name.
+#[derive(Clone)]
+pub struct EventsRoutes {
+    service: EventsService,
+    generated: EventsServer<EventsService>,
+}
+
+impl EventsRoutes {
+    pub(super) fn new(service: EventsService) -> Self {
+        Self {
+            generated: EventsServer::new(service.clone()),
+            service,
+        }
+    }
+}
+
+impl NamedService for EventsRoutes {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+impl<B> tower::Service<http::Request<B>> for EventsRoutes
+where
+    B: tonic::codegen::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != SUBSCRIBE_PATH {
+            return self.generated.call(request);
+        }
+        let method = SubscribeMethod(self.service.clone());
+        Box::pin(async move {
+            Ok(Grpc::new(SharedEnvelopeCodec)
+                .server_streaming(method, request)
+                .await)
+        })
+    }
+}
+
+type EncodedStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+
+struct SubscribeMethod(EventsService);
+
+impl ServerStreamingService<SubscribeRequest> for SubscribeMethod {
+    type Response = Bytes;
+    type ResponseStream = EncodedStream;
+    type Future = BoxFuture<Result<Response<EncodedStream>, Status>>;
+
+    fn call(&mut self, request: Request<SubscribeRequest>) -> Self::Future {
+        let subscribed = subscribe(self.0.exchange(), request.into_inner().filters);
+        Box::pin(async move {
+            let stream = subscribed?.map(|item| match item {
+                Ok(event) => Ok(event.encoded_envelope().clone()),
+                Err(end) => Err(Status::new(end.code(), end.to_string())),
+            });
+            Ok(Response::new(Box::pin(stream) as EncodedStream))
+        })
+    }
+}
+
+/// Writes already encoded envelopes; reads SubscribeRequests as prost would.
+struct SharedEnvelopeCodec;
+
+impl Codec for SharedEnvelopeCodec {
+    type Encode = Bytes;
+    type Decode = SubscribeRequest;
+    type Encoder = SharedEnvelopeCodec;
+    type Decoder = SharedEnvelopeCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        SharedEnvelopeCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        SharedEnvelopeCodec
+    }
+}
+
+impl Encoder for SharedEnvelopeCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for SharedEnvelopeCodec {
+    type Item = SubscribeRequest;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<SubscribeRequest>, Status> {
+        SubscribeRequest::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}

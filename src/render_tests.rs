@@ -1,0 +1,186 @@
+use prost_types::{Any, Timestamp};
+use serde_json::{Map, Value};
+
+use super::*;
+use crate::event::Source;
+use crate::proto::STANDARD_EVENTS;
+
+fn parsed(json: &str) -> Map<String, Value> {
+    match serde_json::from_str(json).unwrap() {
+        Value::Object(object) => object,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn envelope(event: Option<Any>) -> Envelope {
+    Envelope {
+        timestamp: Some(Timestamp {
+            seconds: 1_714_557_600,
+            nanos: 123_456_789,
+        }),
+        namespace: "default".into(),
+        topic: "/tasks/exit".into(),
+        event,
+    }
+}
+
+#[test]
+fn ctr_lines() {
+    let any = Registry::global()
+        .encode_json(
+            "containerd.events.TaskExit",
+            r#"{"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#,
+        )
+        .unwrap();
+    assert_eq!(
+        ctr_line(&envelope(Some(any))).unwrap(),
+        r#"2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit {"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#
+    );
+    // No payload: the line ends after the topic and a space, as in ctr.
+    assert_eq!(
+        ctr_line(&envelope(None)).unwrap(),
+        "2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit "
+    );
+    let unknown = Any {
+        type_url: "example.Custom".into(),
+        value: vec![1, 2, 3],
+    };
+    assert_eq!(ctr_line(&envelope(Some(unknown))), None);
+}
+
+#[test]
+fn json_objects_keep_unknown_payloads() {
+    let any = Registry::global()
+        .encode_json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+        .unwrap();
+    let object = parsed(&envelope_json(&envelope(Some(any))));
+    assert_eq!(object["timestamp"], "2024-05-01T10:00:00.123456789Z");
+    assert_eq!(object["type_url"], "containerd.events.TaskExit");
+    assert_eq!(object["event"]["container_id"], "c1");
+    assert_eq!(object["event"]["exit_status"], 0, "defaults are present");
+
+    let unknown = Any {
+        type_url: "example.Custom".into(),
+        value: vec![1, 2, 3],
+    };
+    let object = parsed(&envelope_json(&envelope(Some(unknown))));
+    assert_eq!(object["event"], Value::Null);
+    assert_eq!(object["raw"], "AQID");
+}
+
+#[test]
+fn archive_shapes_keep_identity_and_undecodable_payloads() {
+    let any = Registry::global()
+        .encode_json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+        .unwrap();
+    let event = Event::new(7, EventId::generate(), Source::Publish, envelope(Some(any)));
+    let object = parsed(&event_json(&event));
+    assert_eq!(object["seq"], 7);
+    assert_eq!(object["id"], event.id.to_string());
+    let mut without_identity = object.clone();
+    without_identity.remove("seq");
+    without_identity.remove("id");
+    assert_eq!(without_identity, parsed(&envelope_json(&event.envelope)));
+    assert_eq!(event_ctr_line(&event), ctr_line(&event.envelope));
+
+    let unknown = envelope(Some(Any {
+        type_url: "example.Custom".into(),
+        value: vec![1, 2, 3],
+    }));
+    assert_eq!(
+        ctr_raw_line(&unknown),
+        r#"2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit {"raw":"AQID","type_url":"example.Custom"}"#
+    );
+}
+
+/// The envelope object as it was built before, through a `serde_json::Value` tree.
+fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64)>) -> String {
+    use crate::proto::json_reference::to_json;
+    let decoded = decode(envelope);
+    let mut object = Map::new();
+    object.insert(
+        "timestamp".into(),
+        envelope
+            .timestamp
+            .as_ref()
+            .map_or(Value::Null, |ts| Value::String(rfc3339_nanos(ts))),
+    );
+    object.insert("namespace".into(), json!(envelope.namespace));
+    object.insert("topic".into(), json!(envelope.topic));
+    match &envelope.event {
+        None => {
+            object.insert("type_url".into(), Value::Null);
+            object.insert("event".into(), Value::Null);
+        }
+        Some(any) => {
+            object.insert("type_url".into(), json!(any.type_url));
+            match &decoded {
+                Some(message) => {
+                    object.insert("event".into(), to_json(message));
+                }
+                None => {
+                    object.insert("event".into(), Value::Null);
+                    object.insert("raw".into(), json!(base64_of(&any.value)));
+                }
+            }
+        }
+    }
+    if let Some((id, seq)) = identity {
+        object.insert("id".into(), json!(id.to_string()));
+        object.insert("seq".into(), json!(seq));
+    }
+    Value::Object(object).to_string()
+}
+
+#[test]
+fn objects_are_byte_for_byte_what_the_value_tree_gave() {
+    let reg = Registry::global();
+    let mut payloads: Vec<Option<Any>> = vec![None];
+    for (_, type_url) in STANDARD_EVENTS {
+        let desc = reg.message(type_url).unwrap();
+        // Every string field set, so each field's name and escaping is compared.
+        let mut json = Map::new();
+        for field in desc.fields() {
+            if field.kind() == prost_reflect::Kind::String && !field.is_list() {
+                json.insert(
+                    field.name().into(),
+                    format!("v\"<{}>\u{1}", field.name()).into(),
+                );
+            }
+        }
+        payloads.push(Some(reg.encode_json(type_url, "{}").unwrap()));
+        let text = Value::Object(json).to_string();
+        payloads.push(Some(reg.encode_json(type_url, &text).unwrap()));
+        let prefixed = format!("type.googleapis.com/{type_url}");
+        payloads.push(Some(Any {
+            type_url: prefixed,
+            value: reg.encode_json(type_url, &text).unwrap().value,
+        }));
+    }
+    payloads.push(Some(Any {
+        type_url: "example.com/Custom\"x".into(),
+        value: vec![1, 2, 3, 0xff],
+    }));
+    payloads.push(Some(Any {
+        type_url: String::new(),
+        value: Vec::new(),
+    }));
+    payloads.push(Some(Any {
+        type_url: "containerd.events.TaskExit".into(),
+        value: vec![0x0a, 100, b'x'],
+    }));
+    for (i, payload) in payloads.into_iter().enumerate() {
+        let mut env = envelope(payload);
+        env.namespace = format!("ns-{i}");
+        if i % 3 == 0 {
+            env.timestamp = None;
+        }
+        assert_eq!(envelope_json(&env), reference_object(&env, None), "{env:?}");
+        let event = Event::new(i as u64, EventId::generate(), Source::Publish, env);
+        assert_eq!(
+            event_json(&event),
+            reference_object(&event.envelope, Some((event.id, event.seq))),
+            "{event:?}"
+        );
+    }
+}
