@@ -65,11 +65,12 @@ pub fn envelope_json(envelope: &Envelope) -> String {
 /// into `out`. The payload's JSON is the one cached on the event, so every forwarder
 /// shares one rendering.
 pub fn write_event_json(out: &mut Vec<u8>, event: &Event) {
+    let source = event.source.describe();
     write_object(
         out,
         &event.envelope,
         event.payload_json(),
-        Some((event.id, event.seq)),
+        Some((event.id, event.seq, &source)),
     );
 }
 
@@ -95,12 +96,12 @@ fn base64_of(bytes: &[u8]) -> String {
 }
 
 /// The keys, in the byte order a sorted map would give them: `event`, `id`,
-/// `namespace`, `raw`, `seq`, `timestamp`, `topic`, `type_url`.
+/// `namespace`, `raw`, `seq`, `source`, `timestamp`, `topic`, `type_url`.
 fn write_object(
     out: &mut Vec<u8>,
     envelope: &Envelope,
     payload: Option<&str>,
-    identity: Option<(EventId, u64)>,
+    identity: Option<(EventId, u64, &str)>,
 ) {
     // Writing into a Vec cannot fail.
     out.extend_from_slice(b"{\"event\":");
@@ -108,7 +109,7 @@ fn write_object(
         (Some(_), Some(json)) => out.extend_from_slice(json.as_bytes()),
         _ => out.extend_from_slice(b"null"),
     }
-    if let Some((id, _)) = identity {
+    if let Some((id, _, _)) = identity {
         let _ = write!(out, ",\"id\":\"{id}\"");
     }
     out.extend_from_slice(b",\"namespace\":");
@@ -116,8 +117,9 @@ fn write_object(
     if let (Some(any), None) = (&envelope.event, payload) {
         let _ = write!(out, ",\"raw\":\"{}\"", base64_of(&any.value));
     }
-    if let Some((_, seq)) = identity {
-        let _ = write!(out, ",\"seq\":{seq}");
+    if let Some((_, seq, source)) = identity {
+        let _ = write!(out, ",\"seq\":{seq},\"source\":");
+        let _ = serde_json::to_writer(&mut *out, source);
     }
     out.extend_from_slice(b",\"timestamp\":");
     match &envelope.timestamp {

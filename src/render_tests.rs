@@ -77,9 +77,11 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     let object = parsed(&event_json(&event));
     assert_eq!(object["seq"], 7);
     assert_eq!(object["id"], event.id.to_string());
+    assert_eq!(object["source"], "publish");
     let mut without_identity = object.clone();
     without_identity.remove("seq");
     without_identity.remove("id");
+    without_identity.remove("source");
     assert_eq!(without_identity, parsed(&envelope_json(&event.envelope)));
     assert_eq!(event_ctr_line(&event), ctr_line(&event.envelope));
 
@@ -94,7 +96,7 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
 }
 
 /// The envelope object as it was built before, through a `serde_json::Value` tree.
-fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64)>) -> String {
+fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64, &str)>) -> String {
     use crate::proto::json_reference::to_json;
     let decoded = decode(envelope);
     let mut object = Map::new();
@@ -125,9 +127,10 @@ fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64)>) -> St
             }
         }
     }
-    if let Some((id, seq)) = identity {
+    if let Some((id, seq, source)) = identity {
         object.insert("id".into(), json!(id.to_string()));
         object.insert("seq".into(), json!(seq));
+        object.insert("source".into(), json!(source));
     }
     Value::Object(object).to_string()
 }
@@ -179,7 +182,7 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
         let event = Event::new(i as u64, EventId::generate(), Source::Publish, env);
         assert_eq!(
             event_json(&event),
-            reference_object(&event.envelope, Some((event.id, event.seq))),
+            reference_object(&event.envelope, Some((event.id, event.seq, "publish"))),
             "{event:?}"
         );
     }

@@ -88,11 +88,13 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
             "id",
             "namespace",
             "seq",
+            "source",
             "timestamp",
             "topic",
             "type_url"
         ]
     );
+    assert_eq!(object["source"], "publish");
     assert_eq!(object["namespace"], "default");
     assert_eq!(object["topic"], "/tasks/exit");
     assert_eq!(object["type_url"], "containerd.events.TaskExit");
