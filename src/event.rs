@@ -102,7 +102,10 @@ pub struct Event {
     /// many filters and sinks look at it (containerd decodes once per subscriber).
     decoded: OnceLock<Option<DynamicMessage>>,
     /// The decoded payload's canonical JSON, rendered once for every forwarder that
-    /// stores it (file, SQLite and Kafka would otherwise each render their own).
+    /// stores it (file, SQLite and Kafka would otherwise each render their own). It
+    /// lives as long as the event: an event a fast forwarder already rendered keeps
+    /// its JSON while it waits in a slower forwarder's queue, whose byte limit counts
+    /// the envelope only.
     payload_json: OnceLock<Option<Box<str>>>,
     /// The envelope's protobuf encoding, shared by every subscriber's stream.
     encoded: OnceLock<Bytes>,

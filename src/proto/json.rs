@@ -93,43 +93,21 @@ fn write_fields(out: &mut Vec<u8>, msg: &DynamicMessage, type_name: Option<&str>
 }
 
 fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind) {
-    // Writing into a Vec cannot fail.
-    let _ = match value {
-        Value::Bool(b) => {
-            out.extend_from_slice(if *b { b"true" } else { b"false" });
-            Ok(())
-        }
-        Value::I32(n) => write!(out, "{n}"),
-        Value::I64(n) => write!(out, "{n}"),
-        Value::U32(n) => write!(out, "{n}"),
-        Value::U64(n) => write!(out, "{n}"),
-        Value::F32(f) => {
-            write_float(out, f64::from(*f));
-            Ok(())
-        }
-        Value::F64(f) => {
-            write_float(out, *f);
-            Ok(())
-        }
-        Value::String(s) => {
-            write_string(out, s);
-            Ok(())
-        }
-        Value::Bytes(b) => {
-            write_plain_string(out, &base64(b));
-            Ok(())
-        }
+    match value {
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::I32(n) => write_number(out, n),
+        Value::I64(n) => write_number(out, n),
+        Value::U32(n) => write_number(out, n),
+        Value::U64(n) => write_number(out, n),
+        Value::F32(f) => write_float(out, f64::from(*f)),
+        Value::F64(f) => write_float(out, *f),
+        Value::String(s) => write_string(out, s),
+        Value::Bytes(b) => write_plain_string(out, &base64(b)),
         Value::EnumNumber(n) => match kind.as_enum().and_then(|e| e.get_value(*n)) {
-            Some(v) => {
-                write_string(out, v.name());
-                Ok(())
-            }
-            None => write!(out, "{n}"),
+            Some(v) => write_string(out, v.name()),
+            None => write_number(out, n),
         },
-        Value::Message(m) => {
-            write_json(out, m);
-            Ok(())
-        }
+        Value::Message(m) => write_json(out, m),
         Value::List(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
@@ -139,7 +117,6 @@ fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind) {
                 write_value(out, item, kind);
             }
             out.push(b']');
-            Ok(())
         }
         Value::Map(entries) => {
             let value_kind = kind
@@ -160,9 +137,13 @@ fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind) {
                 write_value(out, v, value_kind.as_ref().unwrap_or(kind));
             }
             out.push(b'}');
-            Ok(())
         }
-    };
+    }
+}
+
+fn write_number(out: &mut Vec<u8>, n: impl std::fmt::Display) {
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "{n}");
 }
 
 /// Finite floats as serde_json prints them (shortest round trip); protojson's
