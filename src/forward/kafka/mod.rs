@@ -19,6 +19,7 @@
 //! the batch is still delivered.
 
 mod config;
+mod context;
 mod outcome;
 mod properties;
 mod record;
@@ -32,7 +33,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, Producer, PurgeConfig};
+use rdkafka::producer::{DeliveryFuture, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
 pub use config::KafkaOptions;
@@ -40,6 +41,7 @@ pub use properties::is_secret;
 pub use record::{Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
+use context::{LogContext, Producer};
 use outcome::Outcome;
 use topics::{TopicError, Topics};
 
@@ -83,7 +85,7 @@ pub struct KafkaForwarder {
     config: ClientConfig,
     encoder: RecordEncoder,
     /// `None` once closed.
-    producer: Mutex<Option<Arc<FutureProducer>>>,
+    producer: Mutex<Option<Arc<Producer>>>,
     topics: Topics,
 }
 
@@ -95,7 +97,7 @@ impl KafkaForwarder {
         let template = TopicTemplate::parse(&options.topic)?;
         let name: Arc<str> = context.name.as_str().into();
         let config = options.client_config(&name);
-        let producer = create_producer(&config, &options)
+        let producer = create_producer(&config, &options, &name)
             .await
             .map_err(|message| BuildError::Start {
                 message,
@@ -175,7 +177,7 @@ impl KafkaForwarder {
         })
     }
 
-    fn producer(&self) -> Option<Arc<FutureProducer>> {
+    fn producer(&self) -> Option<Arc<Producer>> {
         self.producer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -272,8 +274,8 @@ impl KafkaForwarder {
 
     /// Replaces a producer that hit a fatal error (idempotent producer state lost);
     /// the failed batch is then retried on the new one.
-    async fn recreate(&self, failed: Arc<FutureProducer>) {
-        match create_producer(&self.config, &self.options).await {
+    async fn recreate(&self, failed: Arc<Producer>) {
+        match create_producer(&self.config, &self.options, &self.name).await {
             Ok(fresh) => {
                 let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
                 // The replaced producer, or the fresh one if the forwarder was
@@ -314,11 +316,14 @@ fn settle(
 async fn create_producer(
     config: &ClientConfig,
     options: &KafkaOptions,
-) -> Result<FutureProducer, String> {
+    name: &Arc<str>,
+) -> Result<Producer, String> {
     let config = config.clone();
-    let created = tokio::task::spawn_blocking(move || config.create::<FutureProducer>())
-        .await
-        .map_err(|error| format!("the kafka producer creation task failed: {error}"))?;
+    let context = LogContext::new(Arc::clone(name));
+    let created =
+        tokio::task::spawn_blocking(move || config.create_with_context::<_, Producer>(context))
+            .await
+            .map_err(|error| format!("the kafka producer creation task failed: {error}"))?;
     created.map_err(|error| {
         format!(
             "cannot create the kafka producer: {}",

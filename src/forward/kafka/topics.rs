@@ -9,9 +9,11 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::Producer as _;
 use rdkafka::types::RDKafkaRespErr;
 use thiserror::Error;
+
+use super::context::Producer;
 
 #[derive(Debug, Error)]
 pub enum TopicError {
@@ -69,11 +71,7 @@ impl Topics {
 
     /// Whether `topic` exists (or was just created). `Ok(false)`: it does not, and
     /// this forwarder may not create it.
-    pub async fn ensure(
-        &self,
-        producer: &Arc<FutureProducer>,
-        topic: &str,
-    ) -> Result<bool, TopicError> {
+    pub async fn ensure(&self, producer: &Arc<Producer>, topic: &str) -> Result<bool, TopicError> {
         if self.lock().contains(topic) {
             return Ok(true);
         }
@@ -95,7 +93,7 @@ impl Topics {
     }
 
     /// Checks that the brokers answer at all.
-    pub async fn reachable(&self, producer: &Arc<FutureProducer>) -> Result<(), TopicError> {
+    pub async fn reachable(&self, producer: &Arc<Producer>) -> Result<(), TopicError> {
         let producer = Arc::clone(producer);
         let timeout = self.timeout;
         tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, timeout))
@@ -105,11 +103,7 @@ impl Topics {
         Ok(())
     }
 
-    async fn exists(
-        &self,
-        producer: &Arc<FutureProducer>,
-        topic: &str,
-    ) -> Result<bool, TopicError> {
+    async fn exists(&self, producer: &Arc<Producer>, topic: &str) -> Result<bool, TopicError> {
         let producer = Arc::clone(producer);
         let timeout = self.timeout;
         let name = topic.to_owned();

@@ -1,0 +1,125 @@
+//! librdkafka's own logs and global errors, into `tracing` with the forwarder's name,
+//! at most once per interval for each kind. A broker that is down makes librdkafka
+//! report the same failure every few tens of milliseconds, for as long as it is down;
+//! the events wait in the spool meanwhile, so one line per interval (with the number
+//! of repeats it stands for) says everything.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
+
+/// The forwarder's producer type.
+pub type Producer = FutureProducer<LogContext>;
+
+const INTERVAL: Duration = Duration::from_secs(10);
+/// Kinds remembered at most; librdkafka's facilities and error codes are few.
+const MAX_KINDS: usize = 256;
+
+pub struct LogContext {
+    forwarder: Arc<str>,
+    seen: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+impl LogContext {
+    pub fn new(forwarder: Arc<str>) -> Self {
+        Self {
+            forwarder,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Some(repeats suppressed since the last line)` when `kind` may be logged now.
+    fn admit(&self, kind: &str, now: Instant) -> Option<u64> {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((last, suppressed)) = seen.get_mut(kind) {
+            if now.duration_since(*last) < INTERVAL {
+                *suppressed += 1;
+                return None;
+            }
+            let repeats = *suppressed;
+            *last = now;
+            *suppressed = 0;
+            return Some(repeats);
+        }
+        if seen.len() >= MAX_KINDS {
+            seen.clear();
+        }
+        seen.insert(kind.to_owned(), (now, 0));
+        Some(0)
+    }
+}
+
+impl ClientContext for LogContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        let Some(suppressed) = self.admit(facility, Instant::now()) else {
+            return;
+        };
+        let forwarder = &*self.forwarder;
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(forwarder, facility, suppressed, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(forwarder, facility, suppressed, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(forwarder, facility, suppressed, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(forwarder, facility, suppressed, "librdkafka: {message}")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let kind = format!("error {:?}", error.rdkafka_error_code());
+        if let Some(suppressed) = self.admit(&kind, Instant::now()) {
+            // Connection trouble is retried by librdkafka and the pipeline; the
+            // events wait in the spool. Failures that lose nothing are warnings.
+            tracing::warn!(
+                forwarder = &*self.forwarder,
+                %error,
+                reason,
+                suppressed,
+                "kafka client error (repeats within 10s are counted, not logged)"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_within_the_interval_are_counted_not_logged() {
+        let context = LogContext::new("kafka".into());
+        let t0 = Instant::now();
+        assert_eq!(context.admit("FAIL", t0), Some(0));
+        for i in 1..=50 {
+            assert_eq!(
+                context.admit("FAIL", t0 + Duration::from_millis(50 * i)),
+                None
+            );
+        }
+        // Another kind is not held back by the first.
+        assert_eq!(
+            context.admit("REQTMOUT", t0 + Duration::from_secs(1)),
+            Some(0)
+        );
+        // After the interval, one line that says how many it stands for.
+        assert_eq!(context.admit("FAIL", t0 + INTERVAL), Some(50));
+        assert_eq!(
+            context.admit("FAIL", t0 + INTERVAL + Duration::from_millis(1)),
+            None
+        );
+    }
+}
