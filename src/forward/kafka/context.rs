@@ -5,13 +5,15 @@
 //! of repeats it stands for) says everything.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::FutureProducer;
+use tokio::sync::Notify;
 
 /// The forwarder's producer type.
 pub type Producer = FutureProducer<LogContext>;
@@ -23,13 +25,41 @@ const MAX_KINDS: usize = 256;
 pub struct LogContext {
     forwarder: Arc<str>,
     seen: Mutex<HashMap<String, (Instant, u64)>>,
+    down: Arc<BrokersDown>,
+}
+
+/// Raised when librdkafka reports that every broker connection is down (for example
+/// every bootstrap address refused the connection), so the start-up check need not
+/// wait out its whole metadata timeout before serving without Kafka.
+#[derive(Default)]
+pub struct BrokersDown {
+    seen: AtomicBool,
+    notify: Notify,
+}
+
+impl BrokersDown {
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.seen.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn raise(&self) {
+        self.seen.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
 }
 
 impl LogContext {
-    pub fn new(forwarder: Arc<str>) -> Self {
+    pub fn new(forwarder: Arc<str>, down: Arc<BrokersDown>) -> Self {
         Self {
             forwarder,
             seen: Mutex::new(HashMap::new()),
+            down,
         }
     }
 
@@ -80,6 +110,9 @@ impl ClientContext for LogContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.down.raise();
+        }
         let kind = format!("error {:?}", error.rdkafka_error_code());
         if let Some(suppressed) = self.admit(&kind, Instant::now()) {
             // Connection trouble is retried by librdkafka and the pipeline; the
@@ -101,7 +134,7 @@ mod tests {
 
     #[test]
     fn repeats_within_the_interval_are_counted_not_logged() {
-        let context = LogContext::new("kafka".into());
+        let context = LogContext::new("kafka".into(), Arc::default());
         let t0 = Instant::now();
         assert_eq!(context.admit("FAIL", t0), Some(0));
         for i in 1..=50 {

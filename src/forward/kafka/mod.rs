@@ -41,7 +41,7 @@ pub use properties::is_secret;
 pub use record::{Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
-use context::{LogContext, Producer};
+use context::{BrokersDown, LogContext, Producer};
 use outcome::Outcome;
 use topics::{TopicError, Topics};
 
@@ -97,7 +97,8 @@ impl KafkaForwarder {
         let template = TopicTemplate::parse(&options.topic)?;
         let name: Arc<str> = context.name.as_str().into();
         let config = options.client_config(&name);
-        let producer = create_producer(&config, &options, &name)
+        let down = Arc::new(BrokersDown::default());
+        let producer = create_producer(&config, &options, &name, Arc::clone(&down))
             .await
             .map_err(|message| BuildError::Start {
                 message,
@@ -117,7 +118,7 @@ impl KafkaForwarder {
         // must not stop because Kafka is down at boot. Events wait in this
         // forwarder's queue and the topic is checked on first use. A topic that is
         // reported missing (and may not be created) is a configuration error, though.
-        let unreachable = |error: &TopicError| {
+        let unreachable = |error: &dyn std::fmt::Display| {
             tracing::warn!(
                 forwarder = %name,
                 brokers,
@@ -125,35 +126,44 @@ impl KafkaForwarder {
                 "kafka brokers not reachable at start; events wait in the queue and are retried"
             );
         };
-        let checked = match template.fixed() {
-            Some(topic) => match topics.ensure(&producer, topic).await {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(BuildError::Start {
-                    message: format!(
-                        "kafka topic {topic:?} does not exist on {brokers}: create it (for example `kafka-topics.sh --create --topic {topic}`), or set `create_topic = true` to let eventgate create it"
-                    ),
-                    source: None,
-                }),
-                Err(error @ TopicError::Metadata(_)) => {
-                    unreachable(&error);
-                    Ok(())
-                }
-                Err(error) => Err(BuildError::start(
-                    format!("cannot check kafka topic {topic:?} on {brokers}"),
-                    error,
-                )),
-            },
-            None => match topics.reachable(&producer).await {
-                Err(error @ TopicError::Metadata(_)) => {
-                    unreachable(&error);
-                    Ok(())
-                }
-                Err(error) => Err(BuildError::start(
-                    format!("cannot reach the kafka brokers {brokers}"),
-                    error,
-                )),
-                Ok(()) => Ok(()),
-            },
+        let check = async {
+            match template.fixed() {
+                Some(topic) => match topics.ensure(&producer, topic).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(BuildError::Start {
+                        message: format!(
+                            "kafka topic {topic:?} does not exist on {brokers}: create it (for example `kafka-topics.sh --create --topic {topic}`), or set `create_topic = true` to let eventgate create it"
+                        ),
+                        source: None,
+                    }),
+                    Err(error @ TopicError::Metadata(_)) => {
+                        unreachable(&error);
+                        Ok(())
+                    }
+                    Err(error) => Err(BuildError::start(
+                        format!("cannot check kafka topic {topic:?} on {brokers}"),
+                        error,
+                    )),
+                },
+                None => match topics.reachable(&producer).await {
+                    Err(error @ TopicError::Metadata(_)) => {
+                        unreachable(&error);
+                        Ok(())
+                    }
+                    Err(error) => Err(BuildError::start(
+                        format!("cannot reach the kafka brokers {brokers}"),
+                        error,
+                    )),
+                    Ok(()) => Ok(()),
+                },
+            }
+        };
+        let checked = tokio::select! {
+            checked = check => checked,
+            () = down.wait() => {
+                unreachable(&"every broker connection is down (librdkafka: AllBrokersDown)");
+                Ok(())
+            }
         };
         if let Err(error) = checked {
             drop_off_runtime(producer);
@@ -275,7 +285,7 @@ impl KafkaForwarder {
     /// Replaces a producer that hit a fatal error (idempotent producer state lost);
     /// the failed batch is then retried on the new one.
     async fn recreate(&self, failed: Arc<Producer>) {
-        match create_producer(&self.config, &self.options, &self.name).await {
+        match create_producer(&self.config, &self.options, &self.name, Arc::default()).await {
             Ok(fresh) => {
                 let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
                 // The replaced producer, or the fresh one if the forwarder was
@@ -317,9 +327,10 @@ async fn create_producer(
     config: &ClientConfig,
     options: &KafkaOptions,
     name: &Arc<str>,
+    down: Arc<BrokersDown>,
 ) -> Result<Producer, String> {
     let config = config.clone();
-    let context = LogContext::new(Arc::clone(name));
+    let context = LogContext::new(Arc::clone(name), down);
     let created =
         tokio::task::spawn_blocking(move || config.create_with_context::<_, Producer>(context))
             .await
