@@ -107,6 +107,32 @@ fn downstream() -> (Exchange, Subscription) {
     (exchange, sub)
 }
 
+/// An eventgate exchange serving as the upstream on `path`.
+fn serve_exchange(path: &Path) -> (Exchange, Server_) {
+    let upstream = Exchange::new(ExchangeConfig::default());
+    let service = EventsService::new(upstream.clone()).into_server();
+    (
+        upstream,
+        Server_::start(Server::builder().add_service(service), path),
+    )
+}
+
+/// Starts the upstreams and waits until the connected marker arrived and the state
+/// says so.
+async fn subscribed(
+    specs: &[UpstreamSpec],
+    exchange: &Exchange,
+    sub: &mut Subscription,
+) -> Upstreams {
+    let upstreams = Upstreams::start(specs, exchange);
+    assert_eq!(
+        next(sub).await.envelope.topic,
+        "/eventgate/upstream/connected"
+    );
+    connected(&upstreams).await;
+    upstreams
+}
+
 async fn connected(upstreams: &Upstreams) -> UpstreamStatus {
     upstreams
         .wait_for("node", DEADLINE, |s| {
@@ -120,11 +146,7 @@ async fn connected(upstreams: &Upstreams) -> UpstreamStatus {
 async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "up.sock");
-    let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(
-        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
-        &path,
-    );
+    let (upstream, server) = serve_exchange(&path);
     let (exchange, mut sub) = downstream();
     let before = SystemTime::now();
     let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
@@ -171,18 +193,9 @@ async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
 async fn a_broken_subscription_is_recorded_and_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "up.sock");
-    let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(
-        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
-        &path,
-    );
+    let (upstream, server) = serve_exchange(&path);
     let (exchange, mut sub) = downstream();
-    let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
-    assert_eq!(
-        next(&mut sub).await.envelope.topic,
-        "/eventgate/upstream/connected"
-    );
-    connected(&upstreams).await;
+    let mut upstreams = subscribed(&[spec(&path)], &exchange, &mut sub).await;
 
     // The upstream goes away: its subscription ends with UNAVAILABLE, then the
     // socket is gone while it is down.
@@ -204,11 +217,7 @@ async fn a_broken_subscription_is_recorded_and_resumed() {
     );
 
     // Back: a new daemon on the same socket.
-    let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(
-        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
-        &path,
-    );
+    let (upstream, server) = serve_exchange(&path);
     let up = next(&mut sub).await;
     assert_eq!(up.envelope.topic, "/eventgate/upstream/connected");
     let up_payload: UpstreamConnected = decode(&up);
@@ -251,11 +260,7 @@ async fn waits_for_an_upstream_that_is_not_there_yet() {
     );
     assert!(upstreams.readiness().is_err());
 
-    let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(
-        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
-        &path,
-    );
+    let (_upstream, server) = serve_exchange(&path);
     let marker = next(&mut sub).await;
     assert_eq!(marker.envelope.topic, "/eventgate/upstream/connected");
     assert!(decode::<UpstreamConnected>(&marker).attempts > 3);
@@ -358,18 +363,9 @@ async fn an_upstream_that_sends_no_headers_counts_as_connected_at_once() {
 async fn an_upstream_envelope_eventgate_cannot_accept_is_skipped_not_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "up.sock");
-    let upstream = Exchange::new(ExchangeConfig::default());
-    let server = Server_::start(
-        Server::builder().add_service(EventsService::new(upstream.clone()).into_server()),
-        &path,
-    );
+    let (upstream, server) = serve_exchange(&path);
     let (exchange, mut sub) = downstream();
-    let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
-    assert_eq!(
-        next(&mut sub).await.envelope.topic,
-        "/eventgate/upstream/connected"
-    );
-    connected(&upstreams).await;
+    let mut upstreams = subscribed(&[spec(&path)], &exchange, &mut sub).await;
 
     // An envelope without a timestamp (containerd 2.x can forward such) and a good one.
     let bad = Envelope {
