@@ -18,6 +18,7 @@ use tower::BoxError;
 
 use super::retry::{self, Attempts, DeliveryStack, is_retryable};
 use crate::deadletter::{Failure, Reason, Store};
+use crate::errors::chain;
 use crate::forward::Batch;
 
 /// The dead-letter store as the pipeline uses it.
@@ -187,16 +188,4 @@ impl Hook {
             self.due = Instant::now();
         }
     }
-}
-
-/// An error and its causes on one line.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
