@@ -41,6 +41,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::{BuildError, Context, ForwardError, Forwarder, Kind, Options};
+use crate::errors::chain;
 use crate::event::Event;
 use crate::render;
 use archive::{Archive, Housekeeper};
@@ -268,16 +269,4 @@ fn create_dirs(dir: &Path) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
     }
     Ok(())
-}
-
-/// An error and its causes on one line, for logs and the pipeline's messages.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
