@@ -10,6 +10,7 @@
 //! - Forward rejects a missing timestamp (as containerd 1.6 does; 2.x silently turns it
 //!   into 1970-01-01).
 
+mod dropped;
 mod routes;
 mod service;
 mod subscription;
@@ -31,7 +32,7 @@ use crate::filter::Filter;
 use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
-use crate::spool::{Dropped, Spool, SpoolError, SpoolFull};
+use crate::spool::{Spool, SpoolError, SpoolFull};
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
 const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
@@ -323,29 +324,6 @@ impl Exchange {
         }
     }
 
-    /// Writes a `/eventgate/spool/dropped` marker per forwarder that lost records to
-    /// a full spool, so the audit trail says where that forwarder's record has a hole.
-    fn record_dropped(&self, dropped: Vec<Dropped>) {
-        for lost in dropped {
-            tracing::error!(
-                forwarder = %lost.forwarder,
-                first_seq = lost.first_seq,
-                last_seq = lost.last_seq,
-                count = lost.count,
-                "the spool was full: undelivered records discarded"
-            );
-            let marker = spool_dropped_marker(&lost);
-            let exchange = self.clone();
-            // A task, not a recursive call: the marker goes through accept (and the
-            // spool) like any event, after the event that made room.
-            tokio::spawn(async move {
-                if let Err(error) = exchange.accept(Source::Internal, marker).await {
-                    tracing::error!(%error, "could not record a spool drop marker");
-                }
-            });
-        }
-    }
-
     /// Registers a subscriber. Events accepted after this returns are delivered to it
     /// (there is no replay from the live exchange; history lives in the audit store).
     pub fn subscribe(&self, filter: Filter) -> Result<Subscription, Closed> {
@@ -416,26 +394,6 @@ impl Inner {
         let mut state = self.lock();
         state.subscribers.retain(|slot| slot.id != id);
         metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
-    }
-}
-
-fn spool_dropped_marker(lost: &Dropped) -> Envelope {
-    let now = std::time::SystemTime::now();
-    let payload = crate::proto::eventgate::events::v1::SpoolDropped {
-        forwarder: lost.forwarder.clone(),
-        first_seq: lost.first_seq,
-        last_seq: lost.last_seq,
-        count: lost.count,
-        dropped_at: Some(Timestamp::from(now)),
-    };
-    Envelope {
-        timestamp: Some(Timestamp::from(now)),
-        namespace: crate::upstream::markers::NAMESPACE.into(),
-        topic: "/eventgate/spool/dropped".into(),
-        event: Some(Any {
-            type_url: "eventgate.events.v1.SpoolDropped".into(),
-            value: payload.encode_to_vec(),
-        }),
     }
 }
 

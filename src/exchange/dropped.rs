@@ -1,0 +1,56 @@
+//! What the exchange records when a full spool under `drop_oldest` discarded records a
+//! forwarder had not delivered: one `/eventgate/spool/dropped` event per forwarder, in
+//! namespace `eventgate`, so the audit trail says whose record has which hole.
+
+use prost::Message;
+use prost_types::{Any, Timestamp};
+
+use super::Exchange;
+use crate::event::Source;
+use crate::proto::containerd::types::Envelope;
+use crate::spool::Dropped;
+
+impl Exchange {
+    /// Writes a `/eventgate/spool/dropped` marker per forwarder that lost records to
+    /// a full spool, so the audit trail says where that forwarder's record has a hole.
+    pub(super) fn record_dropped(&self, dropped: Vec<Dropped>) {
+        for lost in dropped {
+            tracing::error!(
+                forwarder = %lost.forwarder,
+                first_seq = lost.first_seq,
+                last_seq = lost.last_seq,
+                count = lost.count,
+                "the spool was full: undelivered records discarded"
+            );
+            let marker = spool_dropped_marker(&lost);
+            let exchange = self.clone();
+            // A task, not a recursive call: the marker goes through accept (and the
+            // spool) like any event, after the event that made room.
+            tokio::spawn(async move {
+                if let Err(error) = exchange.accept(Source::Internal, marker).await {
+                    tracing::error!(%error, "could not record a spool drop marker");
+                }
+            });
+        }
+    }
+}
+
+fn spool_dropped_marker(lost: &Dropped) -> Envelope {
+    let now = std::time::SystemTime::now();
+    let payload = crate::proto::eventgate::events::v1::SpoolDropped {
+        forwarder: lost.forwarder.clone(),
+        first_seq: lost.first_seq,
+        last_seq: lost.last_seq,
+        count: lost.count,
+        dropped_at: Some(Timestamp::from(now)),
+    };
+    Envelope {
+        timestamp: Some(Timestamp::from(now)),
+        namespace: crate::upstream::markers::NAMESPACE.into(),
+        topic: "/eventgate/spool/dropped".into(),
+        event: Some(Any {
+            type_url: "eventgate.events.v1.SpoolDropped".into(),
+            value: payload.encode_to_vec(),
+        }),
+    }
+}
