@@ -115,15 +115,15 @@ impl KafkaForwarder {
         );
         let brokers = options.brokers.joined();
         // Brokers that cannot be reached at start are not fatal: a node's audit trail
-        // must not stop because Kafka is down at boot. Events wait in this
-        // forwarder's queue and the topic is checked on first use. A topic that is
+        // must not stop because Kafka is down at boot. Events wait in the
+        // spool and the topic is checked on first use. A topic that is
         // reported missing (and may not be created) is a configuration error, though.
         let unreachable = |error: &dyn std::fmt::Display| {
             tracing::warn!(
                 forwarder = %name,
                 brokers,
                 error = %error,
-                "kafka brokers not reachable at start; events wait in the queue and are retried"
+                "kafka brokers not reachable at start; events wait in the spool and are retried"
             );
         };
         let check = async {
