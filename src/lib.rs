@@ -16,6 +16,7 @@
 //!   list, redeliver or purge.
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
+//! - [`query`]: `eventgate query` and `stats`: filters as SQL over the audit store.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
 //! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
@@ -38,6 +39,7 @@ pub mod identifiers;
 pub mod listen;
 pub mod pipeline;
 pub mod proto;
+pub mod query;
 pub mod render;
 pub mod spool;
 pub mod store;

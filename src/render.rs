@@ -70,8 +70,21 @@ pub fn write_event_json(out: &mut Vec<u8>, event: &Event) {
         out,
         &event.envelope,
         event.payload_json(),
-        Some((event.id, event.seq, &source)),
+        Some((event.id, event.seq, Some(&source))),
     );
+}
+
+/// [`write_event_json`] for an event read back from the audit store, whose `source`
+/// is NULL (written as `null`) in rows stored before the column existed.
+pub fn stored_event_json(event: &Event, source: Option<&str>) -> String {
+    let mut out = Vec::with_capacity(256);
+    write_object(
+        &mut out,
+        &event.envelope,
+        event.payload_json(),
+        Some((event.id, event.seq, source)),
+    );
+    into_string(out)
 }
 
 /// [`write_event_json`] as a string.
@@ -101,7 +114,7 @@ fn write_object(
     out: &mut Vec<u8>,
     envelope: &Envelope,
     payload: Option<&str>,
-    identity: Option<(EventId, u64, &str)>,
+    identity: Option<(EventId, u64, Option<&str>)>,
 ) {
     // Writing into a Vec cannot fail.
     out.extend_from_slice(b"{\"event\":");
@@ -119,7 +132,12 @@ fn write_object(
     }
     if let Some((_, seq, source)) = identity {
         let _ = write!(out, ",\"seq\":{seq},\"source\":");
-        let _ = serde_json::to_writer(&mut *out, source);
+        match source {
+            Some(source) => {
+                let _ = serde_json::to_writer(&mut *out, source);
+            }
+            None => out.extend_from_slice(b"null"),
+        }
     }
     out.extend_from_slice(b",\"timestamp\":");
     match &envelope.timestamp {

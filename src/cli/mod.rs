@@ -5,7 +5,9 @@ mod check_config;
 mod dlq;
 mod events;
 mod publish;
+mod query;
 mod serve;
+mod stats;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -53,6 +55,10 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Dead letters: events forwarders gave up on (list, retry, purge).
     Dlq(dlq::DlqArgs),
+    /// Stored events from the SQLite audit store, filtered like Subscribe.
+    Query(query::QueryArgs),
+    /// Event counts per topic or namespace per time bucket, from the audit store.
+    Stats(stats::StatsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -125,6 +131,8 @@ pub enum CliError {
     Bench(#[from] crate::bench::BenchError),
     #[error(transparent)]
     DeadLetter(#[from] crate::deadletter::DeadLetterError),
+    #[error(transparent)]
+    Query(#[from] crate::query::QueryError),
 }
 
 impl CliError {
@@ -161,5 +169,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::CheckConfig(args) => check_config::run(args),
         Command::Bench(args) => bench::run(args).await,
         Command::Dlq(args) => dlq::run(args).await,
+        Command::Query(args) => query::run(args).await,
+        Command::Stats(args) => stats::run(args).await,
     }
 }

@@ -18,7 +18,7 @@ pub fn event_field(msg: &DynamicMessage, path: &[String]) -> Option<String> {
 
 /// containerd generates adaptors for every message in api/events/*.proto, which are
 /// exactly the packages below (image.proto lives there in the images package).
-fn has_adaptor(desc: &MessageDescriptor) -> bool {
+pub fn has_adaptor(desc: &MessageDescriptor) -> bool {
     let name = desc.full_name();
     name.starts_with("containerd.events.") || name.starts_with("containerd.services.images.v1.")
 }

@@ -14,7 +14,7 @@ mod time;
 
 use prost_reflect::{FieldDescriptor, MessageDescriptor};
 
-pub use fieldpath::event_field;
+pub use fieldpath::{event_field, has_adaptor};
 pub use go::to_go_json;
 pub use json::{to_json_string, write_json};
 pub use registry::{DecodeError, EncodeError, Registry, STANDARD_EVENTS};

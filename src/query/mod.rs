@@ -1,0 +1,246 @@
+//! Reading the audit store back: `eventgate query` and `eventgate stats`.
+//!
+//! A filter in containerd's language is turned into SQL where SQL can answer exactly
+//! ([`sql`]); the rest (regular expressions, topic globs, paths through a nested Any)
+//! is answered by the same matcher Subscribe uses, on events rebuilt from their rows.
+//! Reads use their own read-only connection ([`crate::store::open_reader`]): in WAL
+//! mode they never block the gateway's writer.
+
+pub mod eventpath;
+mod row;
+pub mod sql;
+pub mod stats;
+pub mod time;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use rusqlite::Connection;
+use rusqlite::types::Value;
+use thiserror::Error;
+
+pub use row::StoredEvent;
+
+use crate::filter::Filter;
+use crate::store::{self, StoreError};
+
+#[derive(Debug, Error)]
+pub enum QueryError {
+    #[error(
+        "no audit store at {path}; the `sqlite` forwarder creates it when `eventgate serve` runs (name another file with --db or --data-dir)"
+    )]
+    Missing { path: PathBuf },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("audit store {path}: {what}")]
+    Sqlite {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("audit store {path}: row {row_id} is damaged: {what}")]
+    BadRow {
+        path: PathBuf,
+        row_id: i64,
+        what: String,
+    },
+}
+
+/// How long a read waits for a lock; in WAL mode only a checkpoint's brief exclusive
+/// moments (or a migration) can hold one.
+const READ_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An open audit store, read-only.
+pub struct Reader {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Reader {
+    /// Refuses a missing file (opening would fail with SQLite's bare "unable to open"),
+    /// a file that is not SQLite, another application's database and other schema
+    /// versions, with the store's own messages. Blocking.
+    pub fn open(path: &Path) -> Result<Reader, QueryError> {
+        if !path.exists() {
+            return Err(QueryError::Missing {
+                path: path.to_path_buf(),
+            });
+        }
+        let conn = store::open_reader(path, READ_BUSY_TIMEOUT)?;
+        Ok(Reader {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub(crate) fn sqlite(&self, what: &'static str) -> impl Fn(rusqlite::Error) -> QueryError {
+        let path = self.path.clone();
+        move |source| QueryError::Sqlite {
+            path: path.clone(),
+            what,
+            source,
+        }
+    }
+
+    /// The highest row_id stored so far (0 when empty): where following starts.
+    pub fn last_row_id(&self) -> Result<i64, QueryError> {
+        self.conn
+            .query_row("SELECT coalesce(max(row_id), 0) FROM events", [], |r| {
+                r.get(0)
+            })
+            .map_err(self.sqlite("reading the last row"))
+    }
+
+    /// Calls `emit` for each matching row in store order (row_id) with
+    /// `after < row_id <= up_to`, until it returns false. Returns how many matched.
+    pub fn each(
+        &self,
+        query: &Query,
+        rows: RowRange,
+        mut emit: impl FnMut(StoredEvent) -> bool,
+    ) -> Result<u64, QueryError> {
+        let plan = query.plan(rows);
+        let mut stmt = self
+            .conn
+            .prepare_cached(&plan.sql)
+            .map_err(self.sqlite("preparing the query"))?;
+        let mut cursor = stmt
+            .query(rusqlite::params_from_iter(plan.params.iter()))
+            .map_err(self.sqlite("running the query"))?;
+        let mut matched = 0;
+        while let Some(row) = cursor.next().map_err(self.sqlite("reading a row"))? {
+            let stored = row::read(row, &self.path)?;
+            if plan.recheck && !query.filter.matches(&stored.event) {
+                continue;
+            }
+            matched += 1;
+            if !emit(stored) || query.limit.is_some_and(|limit| matched >= limit) {
+                break;
+            }
+        }
+        Ok(matched)
+    }
+
+    /// `tail -f`: prints (through `emit`) rows stored after `after` as they arrive,
+    /// polling every `interval`, until `emit` returns false or `stop` says so.
+    pub fn follow(
+        &self,
+        query: &Query,
+        mut after: i64,
+        interval: Duration,
+        stop: &dyn Fn() -> bool,
+        mut emit: impl FnMut(StoredEvent) -> bool,
+    ) -> Result<(), QueryError> {
+        let query = Query {
+            limit: None,
+            ..query.clone()
+        };
+        while !stop() {
+            let up_to = self.last_row_id()?;
+            if up_to > after {
+                let mut open = true;
+                self.each(&query, RowRange { after, up_to }, |event| {
+                    open = emit(event);
+                    open
+                })?;
+                if !open {
+                    return Ok(());
+                }
+                after = up_to;
+            }
+            std::thread::sleep(interval);
+        }
+        Ok(())
+    }
+}
+
+/// Rows by row_id: `after < row_id <= up_to`.
+#[derive(Clone, Copy, Debug)]
+pub struct RowRange {
+    pub after: i64,
+    pub up_to: i64,
+}
+
+impl RowRange {
+    pub const ALL: RowRange = RowRange {
+        after: 0,
+        up_to: i64::MAX,
+    };
+}
+
+/// What to read: a filter and bounds on the envelope timestamp.
+#[derive(Clone, Debug, Default)]
+pub struct Query {
+    pub filter: Filter,
+    /// Events with `timestamp >= since`.
+    pub since: Option<SystemTime>,
+    /// Events with `timestamp < until`.
+    pub until: Option<SystemTime>,
+    /// At most this many events.
+    pub limit: Option<u64>,
+}
+
+pub(crate) struct Plan {
+    pub sql: String,
+    pub params: Vec<Value>,
+    pub recheck: bool,
+}
+
+impl Query {
+    /// The WHERE clause shared by queries and stats.
+    pub(crate) fn predicate(&self, rows: RowRange) -> sql::Predicate {
+        let mut out = sql::translate(&self.filter);
+        let mut terms = vec![out.sql];
+        let mut params = Vec::new();
+        if rows.after > 0 {
+            terms.push("row_id > ?".into());
+            params.push(Value::Integer(rows.after));
+        }
+        if rows.up_to < i64::MAX {
+            terms.push("row_id <= ?".into());
+            params.push(Value::Integer(rows.up_to));
+        }
+        for (bound, op) in [(self.since, ">="), (self.until, "<")] {
+            if let Some(time) = bound {
+                terms.push(format!("timestamp {op} ?"));
+                params.push(Value::Text(time::stored_form(time)));
+            }
+        }
+        // The filter's parameters come first, as its text does.
+        out.params.extend(params);
+        out.sql = terms.join(" AND ");
+        out
+    }
+
+    fn plan(&self, rows: RowRange) -> Plan {
+        let predicate = self.predicate(rows);
+        let mut params = predicate.params;
+        let mut sql = format!(
+            "SELECT {} FROM events WHERE {} ORDER BY row_id",
+            row::COLUMNS,
+            predicate.sql
+        );
+        // With a recheck, SQL cannot know which rows will count towards the limit.
+        if let (Some(limit), false) = (self.limit, predicate.recheck) {
+            sql.push_str(" LIMIT ?");
+            params.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+        }
+        Plan {
+            sql,
+            params,
+            recheck: predicate.recheck,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

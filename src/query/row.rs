@@ -1,0 +1,87 @@
+//! One `events` row back as an [`Event`], so the matcher and the renderers see exactly
+//! what the gateway saw.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rusqlite::Row;
+
+use super::QueryError;
+use super::time::from_stored;
+use crate::event::{Event, EventId, Source};
+use crate::proto::containerd::types::Envelope;
+
+pub(super) const COLUMNS: &str =
+    "row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, source";
+
+/// A stored event with what only the store knows about it.
+#[derive(Debug)]
+pub struct StoredEvent {
+    pub row_id: i64,
+    pub event: Event,
+    /// The `source` column as stored; `None` for rows written before it existed.
+    pub source: Option<String>,
+}
+
+pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError> {
+    let sqlite = |source| QueryError::Sqlite {
+        path: path.to_path_buf(),
+        what: "reading a row",
+        source,
+    };
+    let row_id: i64 = row.get(0).map_err(sqlite)?;
+    let bad = |what: String| QueryError::BadRow {
+        path: path.to_path_buf(),
+        row_id,
+        what,
+    };
+    let seq: i64 = row.get(1).map_err(sqlite)?;
+    let id: String = row.get(2).map_err(sqlite)?;
+    let timestamp: Option<String> = row.get(3).map_err(sqlite)?;
+    let received_at: String = row.get(4).map_err(sqlite)?;
+    let type_url: Option<String> = row.get(7).map_err(sqlite)?;
+    let payload: Option<Vec<u8>> = row.get(8).map_err(sqlite)?;
+    let source: Option<String> = row.get(9).map_err(sqlite)?;
+
+    let seq = u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?;
+    let id = EventId::from_str(&id).map_err(|e| bad(format!("id {id:?}: {e}")))?;
+    let timestamp = match timestamp {
+        None => None,
+        Some(text) => Some(
+            prost_types::Timestamp::from_str(&text)
+                .map_err(|e| bad(format!("timestamp {text:?}: {e}")))?,
+        ),
+    };
+    let received_at = from_stored(&received_at)
+        .ok_or_else(|| bad(format!("received_at {received_at:?} is not RFC 3339")))?;
+    let event = type_url.map(|type_url| prost_types::Any {
+        type_url,
+        value: payload.unwrap_or_default(),
+    });
+    let envelope = Envelope {
+        timestamp,
+        namespace: row.get(5).map_err(sqlite)?,
+        topic: row.get(6).map_err(sqlite)?,
+        event,
+    };
+    let origin = source.as_deref().map_or(Source::Internal, parse_source);
+    Ok(StoredEvent {
+        row_id,
+        event: Event::with_received_at(seq, id, received_at.into(), origin, envelope),
+        source,
+    })
+}
+
+/// The inverse of [`Source::describe`].
+fn parse_source(text: &str) -> Source {
+    match text {
+        "publish" => Source::Publish,
+        "forward" => Source::Forward,
+        "eventgate" => Source::Internal,
+        other => match other.strip_prefix("upstream:") {
+            Some(name) => Source::Upstream(Arc::from(name)),
+            None => Source::Internal,
+        },
+    }
+}

@@ -1,0 +1,144 @@
+//! A filter as a parameterised SQL predicate over `events`. Each selector becomes
+//! either an exact predicate (the rows it keeps are exactly those the in-memory matcher
+//! keeps) or `1` with a note that the matcher must run on the rows afterwards. User
+//! text only ever travels as bound parameters.
+
+use std::borrow::Cow;
+
+use rusqlite::types::Value;
+
+use super::eventpath::{Access, resolve_all};
+use crate::filter::{Fields, Filter, Operator, Selector};
+
+/// A WHERE clause fragment and the values for its `?` placeholders, in order.
+#[derive(Clone, Debug, Default)]
+pub struct Predicate {
+    pub sql: String,
+    pub params: Vec<Value>,
+    /// True when SQL keeps a superset and the filter must be applied to each row.
+    pub recheck: bool,
+}
+
+/// The name a type_url resolves to: everything after its last `/` (as
+/// `Registry::message` reads it). `rtrim` with every character but `/` strips the
+/// name, leaving the prefix whose length is skipped.
+const TYPE_NAME: &str = "substr(type_url, length(rtrim(type_url, replace(type_url, '/', ''))) + 1)";
+
+pub fn translate(filter: &Filter) -> Predicate {
+    let mut out = Predicate::default();
+    let mut alternatives = Vec::new();
+    for conjunction in filter.alternatives() {
+        let mut terms = Vec::new();
+        for selector in conjunction.selectors() {
+            match selector_sql(selector, &mut out.params) {
+                Some(sql) => terms.push(sql),
+                None => out.recheck = true,
+            }
+        }
+        alternatives.push(match terms.is_empty() {
+            true => "1".to_owned(),
+            false => format!("({})", terms.join(" AND ")),
+        });
+    }
+    out.sql = match alternatives.is_empty() {
+        true => "1".to_owned(),
+        false => format!("({})", alternatives.join(" OR ")),
+    };
+    out
+}
+
+/// A field adaptor with nothing in it: what the matcher sees for fields no event has.
+struct NoFields;
+
+impl Fields for NoFields {
+    fn field(&self, _: &[String]) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+fn constant(selector: &Selector) -> String {
+    match selector.matches(&NoFields) {
+        true => "1".to_owned(),
+        false => "0".to_owned(),
+    }
+}
+
+/// `None` when SQL cannot answer exactly (regular expressions, topic globs, paths
+/// through a nested `Any`).
+fn selector_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> {
+    if selector.value_is_lossy() {
+        return Some(constant(selector));
+    }
+    match selector.path.first().map(String::as_str) {
+        Some(column @ ("topic" | "namespace")) => column_sql(column, selector, params),
+        Some("event") => event_sql(selector, params),
+        _ => Some(constant(selector)),
+    }
+}
+
+/// `topic` and `namespace` are present when non-empty, so an absent field and `""`
+/// compare alike for `!=`; written so the (column, timestamp) indexes apply.
+fn column_sql(column: &str, selector: &Selector, params: &mut Vec<Value>) -> Option<String> {
+    match selector.op {
+        Operator::Present => Some(format!("{column} <> ''")),
+        Operator::Equal if selector.is_topic_glob() => None,
+        Operator::Equal if selector.value.is_empty() => Some("0".to_owned()),
+        Operator::Equal => {
+            params.push(Value::Text(selector.value.clone()));
+            Some(format!("{column} = ?"))
+        }
+        Operator::NotEqual => {
+            params.push(Value::Text(selector.value.clone()));
+            Some(format!("{column} <> ?"))
+        }
+        Operator::Matches => None,
+    }
+}
+
+fn event_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> {
+    if selector.op == Operator::Matches {
+        return None;
+    }
+    let found = resolve_all(&selector.path[1..]).ok()?;
+    if found.is_empty() {
+        return Some(constant(selector));
+    }
+    // The field's value, or NULL when the adaptor would report it absent; `event` is
+    // NULL exactly when the payload could not be decoded, so json_extract gives NULL.
+    let mut value = format!("(CASE {TYPE_NAME}");
+    for (type_name, access) in found {
+        value.push_str(" WHEN ? THEN ");
+        params.push(Value::Text(type_name));
+        match access {
+            Access::String { json_path } => {
+                value.push_str("NULLIF(json_extract(event, ?), '')");
+                params.push(Value::Text(json_path));
+            }
+            Access::Bool { json_path } => {
+                // json_type spells booleans exactly as the adaptor does.
+                value.push_str("json_type(event, ?)");
+                params.push(Value::Text(json_path));
+            }
+            Access::Label { map_path, key } => {
+                value.push_str(
+                    "(SELECT j.value FROM json_each(event, ?) AS j WHERE j.key = ? AND j.type = 'text')",
+                );
+                params.push(Value::Text(map_path));
+                params.push(Value::Text(key));
+            }
+        }
+    }
+    value.push_str(" END)");
+    Some(match selector.op {
+        Operator::Present => format!("({value} IS NOT NULL)"),
+        Operator::Equal => {
+            params.push(Value::Text(selector.value.clone()));
+            format!("coalesce({value} = ?, 0)")
+        }
+        Operator::NotEqual => {
+            params.push(Value::Text(selector.value.clone()));
+            format!("(coalesce({value}, '') <> ?)")
+        }
+        Operator::Matches => return None,
+    })
+}

@@ -1,0 +1,162 @@
+//! Hand-built audit stores, written with the store's own insert function.
+
+mod equivalence;
+
+use std::path::{Path, PathBuf};
+
+use crate::event::{Event, EventId, Source};
+use crate::proto::Registry;
+use crate::proto::containerd::types::Envelope;
+use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
+
+pub(super) const T0: i64 = 1_714_557_600; // 2024-05-01T10:00:00Z
+
+pub(super) fn envelope(
+    secs: Option<i64>,
+    namespace: &str,
+    topic: &str,
+    payload: Option<prost_types::Any>,
+) -> Envelope {
+    Envelope {
+        timestamp: secs.map(|seconds| prost_types::Timestamp { seconds, nanos: 7 }),
+        namespace: namespace.into(),
+        topic: topic.into(),
+        event: payload,
+    }
+}
+
+pub(super) fn json_any(type_name: &str, json: &str) -> prost_types::Any {
+    Registry::global().encode_json(type_name, json).unwrap()
+}
+
+pub(super) fn event(seq: u64, source: Source, envelope: Envelope) -> Event {
+    Event::new(seq, EventId::generate(), source, envelope)
+}
+
+/// A store holding `events`, in order.
+pub(super) fn store_with(dir: &Path, events: &[Event]) -> PathBuf {
+    let path = dir.join("audit.db");
+    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
+    insert_rows(&mut conn, &rows).unwrap();
+    path
+}
+
+/// Events of every shape the adaptor treats differently: string, bool, nested
+/// message (set and unset), labels (dotted keys, empty values), a nested Any,
+/// prefixed type_urls, unknown types, undecodable payloads, no payload, no timestamp,
+/// empty namespace and topic, and text that looks like SQL.
+pub(super) fn varied_events() -> Vec<Event> {
+    let mut out = Vec::new();
+    let mut push = |secs: Option<i64>, ns: &str, topic: &str, any: Option<prost_types::Any>| {
+        let source = match out.len() % 3 {
+            0 => Source::Publish,
+            1 => Source::Forward,
+            _ => Source::Upstream("node-a".into()),
+        };
+        out.push(event(
+            out.len() as u64 + 1,
+            source,
+            envelope(secs, ns, topic, any),
+        ));
+    };
+    let exit = |c: &str, id: &str| {
+        json_any(
+            "containerd.events.TaskExit",
+            &serde_json::json!({"container_id": c, "id": id, "pid": 7, "exit_status": 137})
+                .to_string(),
+        )
+    };
+    for (i, ns) in ["default", "k8s.io", "moby"].iter().enumerate() {
+        let at = T0 + i as i64 * 1800;
+        push(Some(at), ns, "/tasks/exit", Some(exit("web", "web")));
+        push(Some(at + 60), ns, "/tasks/exit", Some(exit("db", "exec-1")));
+        push(Some(at + 120), ns, "/tasks/exit", Some(exit("", "")));
+        push(
+            Some(at + 5),
+            ns,
+            "/tasks/create",
+            Some(json_any(
+                "containerd.events.TaskCreate",
+                r#"{"container_id":"web","bundle":"/run/b","io":{"stdin":"/dev/null","terminal":true}}"#,
+            )),
+        );
+        push(
+            Some(at + 6),
+            ns,
+            "/tasks/create",
+            Some(json_any(
+                "containerd.events.TaskCreate",
+                r#"{"container_id":"db"}"#,
+            )),
+        );
+        push(
+            Some(at + 7),
+            ns,
+            "/tasks/create",
+            Some(json_any(
+                "containerd.events.TaskCreate",
+                r#"{"io":{"stdout":"x"}}"#,
+            )),
+        );
+    }
+    push(
+        Some(T0 + 10),
+        "default",
+        "/containers/create",
+        Some(json_any(
+            "containerd.events.ContainerCreate",
+            r#"{"id":"web","image":"docker.io/library/nginx:latest","runtime":{"name":"io.containerd.runc.v2","options":{"@type":"types.googleapis.com/containerd.runc.v1.Options","binary_name":"runc","no_pivot_root":true}}}"#,
+        )),
+    );
+    push(
+        Some(T0 + 11),
+        "default",
+        "/containers/update",
+        Some(json_any(
+            "containerd.events.ContainerUpdate",
+            r#"{"id":"web","labels":{"io.k8s.pod":"web-0","empty":"","quote\"d":"x' OR 1=1 --"}}"#,
+        )),
+    );
+    push(
+        Some(T0 + 12),
+        "",
+        "/namespaces/create",
+        Some(json_any(
+            "containerd.events.NamespaceCreate",
+            r#"{"name":"k8s.io","labels":{}}"#,
+        )),
+    );
+    let mut prefixed = exit("api", "api");
+    prefixed.type_url = format!("types.googleapis.com/{}", prefixed.type_url);
+    push(Some(T0 + 13), "default", "/tasks/exit", Some(prefixed));
+    let mut deep = exit("deep", "deep");
+    deep.type_url = format!("a/b/{}", deep.type_url);
+    push(Some(T0 + 14), "default", "/tasks/exit", Some(deep));
+    let unknown = prost_types::Any {
+        type_url: "example.com/custom.Event".into(),
+        value: vec![1, 2, 3],
+    };
+    push(Some(T0 + 15), "default", "/custom/thing", Some(unknown));
+    let garbage = prost_types::Any {
+        type_url: "containerd.events.TaskExit".into(),
+        value: vec![0xff, 0xff, 0xff],
+    };
+    push(Some(T0 + 16), "default", "/tasks/exit", Some(garbage));
+    push(Some(T0 + 17), "default", "/tasks/nothing", None);
+    push(
+        None,
+        "default",
+        "/tasks/exit",
+        Some(exit("untimed", "untimed")),
+    );
+    push(Some(T0 + 18), "default", "", None);
+    push(
+        Some(T0 + 19),
+        "x' OR '1'='1",
+        "/tasks/exit'; DROP TABLE events; --",
+        Some(exit("'; DROP TABLE events; --", "a\"b")),
+    );
+    push(Some(T0 + 7200), "default", "/tasks/a/b", None);
+    out
+}

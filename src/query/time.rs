@@ -1,0 +1,94 @@
+//! `--since`/`--until` values: an RFC 3339 time, or a duration back from now.
+
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+
+/// `15m`, `2h`, `7d` (before `now`), or an RFC 3339 time with any offset.
+pub fn parse_bound(text: &str, now: SystemTime) -> Result<SystemTime, String> {
+    let text = text.trim();
+    if let Ok(time) = DateTime::parse_from_rfc3339(text) {
+        return Ok(SystemTime::from(time.with_timezone(&Utc)));
+    }
+    let looks_like_time = text.len() >= 10 && text.as_bytes()[4] == b'-';
+    if !looks_like_time && let Ok(ago) = humantime::parse_duration(text) {
+        return now
+            .checked_sub(ago)
+            .ok_or_else(|| format!("{text:?} reaches back before the start of the calendar"));
+    }
+    Err(format!(
+        "{text:?} is neither an RFC 3339 time like 2024-05-01T10:00:00Z or \
+         2024-05-01T12:00:00+02:00 nor a duration back from now like 15m, 2h or 7d"
+    ))
+}
+
+/// The stored form (RFC 3339 UTC, nine fraction digits), so bounds compare as text.
+pub fn stored_form(time: SystemTime) -> String {
+    DateTime::<Utc>::from(time)
+        .format("%Y-%m-%dT%H:%M:%S%.9fZ")
+        .to_string()
+}
+
+/// Reads a stored time back; `None` if the text is not RFC 3339.
+pub fn from_stored(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// A bucket width in whole seconds (at least one).
+pub fn bucket_seconds(width: Duration) -> Result<i64, String> {
+    match i64::try_from(width.as_secs()) {
+        Ok(secs) if secs >= 1 && width.subsec_nanos() == 0 => Ok(secs),
+        _ => Err(format!(
+            "the bucket width must be a whole number of seconds, at least 1s (got {})",
+            humantime::format_duration(width)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_converted_to_utc_in_the_stored_form() {
+        let t = parse_bound("2024-05-01T12:00:00.5+02:00", SystemTime::UNIX_EPOCH).unwrap();
+        assert_eq!(stored_form(t), "2024-05-01T10:00:00.500000000Z");
+    }
+
+    #[test]
+    fn durations_count_back_from_now() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10 * 86_400);
+        let t = parse_bound("7d", now).unwrap();
+        assert_eq!(stored_form(t), "1970-01-04T00:00:00.000000000Z");
+        assert_eq!(
+            stored_form(parse_bound("15m", now).unwrap()),
+            "1970-01-10T23:45:00.000000000Z"
+        );
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_both_accepted_forms_named() {
+        for bad in [
+            "yesterday",
+            "2024-05-01",
+            "2024-13-01T00:00:00Z",
+            "15",
+            "'; DROP TABLE events; --",
+        ] {
+            let error = parse_bound(bad, SystemTime::now()).unwrap_err();
+            assert!(
+                error.contains("RFC 3339") && error.contains("15m"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn buckets_are_whole_seconds() {
+        assert_eq!(bucket_seconds(Duration::from_secs(3600)), Ok(3600));
+        assert!(bucket_seconds(Duration::from_millis(1500)).is_err());
+        assert!(bucket_seconds(Duration::ZERO).is_err());
+    }
+}
