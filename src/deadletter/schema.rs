@@ -6,9 +6,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use super::DeadLetterError;
+use crate::store::migrate::{self, Migration, Schema, SchemaError};
 
 /// "EvDl": written into the database header by the first migration.
 pub const APPLICATION_ID: i32 = 0x4576_446c;
@@ -16,20 +17,19 @@ pub const APPLICATION_ID: i32 = 0x4576_446c;
 /// How long a statement waits for the other process (gateway or CLI) to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-struct Migration {
-    version: i64,
-    name: &'static str,
-    sql: &'static str,
-}
-
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
     name: "0001_dead_letters.sql",
     sql: include_str!("../../migrations/deadletter/0001_dead_letters.sql"),
 }];
 
+const SCHEMA: Schema = Schema {
+    application_id: APPLICATION_ID,
+    migrations: MIGRATIONS,
+};
+
 /// The schema version this binary writes and reads.
-pub const LATEST: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+pub const LATEST: i64 = SCHEMA.latest();
 
 fn sqlite(path: &Path, what: &'static str) -> impl Fn(rusqlite::Error) -> DeadLetterError {
     let path = path.to_path_buf();
@@ -72,7 +72,7 @@ pub fn open(path: &Path, create: bool) -> Result<Connection, DeadLetterError> {
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(sqlite(path, "setting busy_timeout"))?;
     // Judge the file before changing anything in it (WAL mode rewrites the header).
-    usable_version(&conn, path)?;
+    migrate::usable_version(&conn, &SCHEMA).map_err(|e| schema_error(path, e))?;
     if conn
         .is_readonly("main")
         .map_err(sqlite(path, "checking write access"))?
@@ -93,65 +93,27 @@ pub fn open(path: &Path, create: bool) -> Result<Connection, DeadLetterError> {
     // Dead letters are rare and each one matters more than the write's latency.
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(sqlite(path, "setting synchronous"))?;
-    migrate(&mut conn, path)?;
+    migrate::migrate(&mut conn, &SCHEMA).map_err(|e| schema_error(path, e))?;
     Ok(conn)
 }
 
-/// Refuses a file that is not a dead-letter store, or is from a newer eventgate;
-/// returns the current version (0: a new, empty file).
-fn usable_version(conn: &Connection, path: &Path) -> Result<i64, DeadLetterError> {
-    let read = sqlite(path, "reading the database header");
-    let application_id: i32 = conn
-        .pragma_query_value(None, "application_id", |row| row.get(0))
-        .map_err(&read)?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(&read)?;
-    let objects: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
-        .map_err(&read)?;
-    match application_id {
-        APPLICATION_ID if version > LATEST => Err(DeadLetterError::TooNew {
-            path: path.to_path_buf(),
-            found: version,
-            known: LATEST,
-        }),
-        APPLICATION_ID => Ok(version),
-        0 if version == 0 && objects == 0 => Ok(0),
-        _ => Err(DeadLetterError::Foreign {
-            path: path.to_path_buf(),
+fn schema_error(path: &Path, error: SchemaError) -> DeadLetterError {
+    let path = path.to_path_buf();
+    match error {
+        SchemaError::Sqlite { what, source } => sqlite(&path, what)(source),
+        SchemaError::TooNew { found, known } => DeadLetterError::TooNew { path, found, known },
+        SchemaError::Foreign {
             application_id,
             objects,
-        }),
+        } => DeadLetterError::Foreign {
+            path,
+            application_id,
+            objects,
+        },
+        SchemaError::Migration { name, source } => {
+            DeadLetterError::Migration { path, name, source }
+        }
     }
-}
-
-/// Brings the schema to [`LATEST`] in one IMMEDIATE transaction, so a gateway and a
-/// CLI opening a new file together do not both create the table.
-fn migrate(conn: &mut Connection, path: &Path) -> Result<(), DeadLetterError> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sqlite(path, "locking the database to migrate"))?;
-    let found = usable_version(&tx, path)?;
-    if found == LATEST {
-        return Ok(());
-    }
-    for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
-        tx.execute_batch(migration.sql)
-            .map_err(|source| DeadLetterError::Migration {
-                path: path.to_path_buf(),
-                name: migration.name,
-                source,
-            })?;
-    }
-    let stamp = sqlite(path, "recording the schema version");
-    tx.pragma_update(None, "application_id", APPLICATION_ID)
-        .map_err(&stamp)?;
-    tx.pragma_update(None, "user_version", LATEST)
-        .map_err(&stamp)?;
-    tx.commit()
-        .map_err(sqlite(path, "committing the migration"))?;
-    Ok(())
 }
 
 #[cfg(test)]

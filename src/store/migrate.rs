@@ -1,7 +1,8 @@
-//! The audit store's schema versions. Each file in `migrations/` is compiled in and
-//! applied once, in order; `PRAGMA user_version` records the last one applied and
-//! `PRAGMA application_id` marks the file as eventgate's, so a database of another
-//! application is never written into.
+//! Versioned schemas of eventgate's SQLite files (the audit store here, the
+//! dead-letter store in `deadletter`). Each migration file is compiled in and applied
+//! once, in order; `PRAGMA user_version` records the last one applied and `PRAGMA
+//! application_id` says whose file it is, so a database of another application (or
+//! eventgate's other store) is never written into.
 
 use std::path::Path;
 
@@ -9,7 +10,7 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use super::StoreError;
 
-/// "EvGt": written into the database header by the first migration.
+/// "EvGt": written into the audit store's header by the first migration.
 pub const APPLICATION_ID: i32 = 0x4576_4774;
 
 pub struct Migration {
@@ -18,7 +19,7 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
-/// Every migration, in order; `version` is the file's number.
+/// Every audit store migration, in order; `version` is the file's number.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -32,35 +33,99 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// The schema version this binary writes and reads.
-pub const LATEST: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+/// The audit store schema version this binary writes and reads.
+pub const LATEST: i64 = AUDIT.latest();
+
+/// The audit store's schema.
+pub const AUDIT: Schema = Schema {
+    application_id: APPLICATION_ID,
+    migrations: MIGRATIONS,
+};
+
+/// One kind of eventgate SQLite file: its header mark and its migrations.
+pub struct Schema {
+    pub application_id: i32,
+    pub migrations: &'static [Migration],
+}
+
+impl Schema {
+    pub const fn latest(&self) -> i64 {
+        self.migrations[self.migrations.len() - 1].version
+    }
+}
 
 /// What a database file holds, judged from its header and schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     /// A new or empty file: nothing in it yet.
     Empty,
-    /// An audit store at this schema version.
+    /// A file of this schema at this version.
     Ours(i64),
-    /// Tables or an application id that are not eventgate's.
+    /// Tables or an application id that are not this schema's.
     Foreign { application_id: i32, objects: i64 },
+}
+
+/// Why a file cannot be used or brought up to date; each store turns it into its
+/// own error, with the path.
+#[derive(Debug)]
+pub enum SchemaError {
+    Sqlite {
+        what: &'static str,
+        source: rusqlite::Error,
+    },
+    TooNew {
+        found: i64,
+        known: i64,
+    },
+    Foreign {
+        application_id: i32,
+        objects: i64,
+    },
+    Migration {
+        name: &'static str,
+        source: rusqlite::Error,
+    },
+}
+
+impl SchemaError {
+    /// The audit store's error for this, naming `path`.
+    pub fn for_store(self, path: &Path) -> StoreError {
+        let path = path.to_path_buf();
+        match self {
+            SchemaError::Sqlite { what, source } => StoreError::from_open(&path, what, source),
+            SchemaError::TooNew { found, known } => StoreError::TooNew { path, found, known },
+            SchemaError::Foreign {
+                application_id,
+                objects,
+            } => StoreError::Foreign {
+                path,
+                application_id,
+                objects,
+            },
+            SchemaError::Migration { name, source } => StoreError::Migration { path, name, source },
+        }
+    }
+}
+
+fn sqlite(what: &'static str) -> impl Fn(rusqlite::Error) -> SchemaError {
+    move |source| SchemaError::Sqlite { what, source }
 }
 
 /// Reads the header and schema without writing. A file that is not SQLite at all
 /// fails here (SQLite reads the header lazily, on the first query).
-pub fn identify(conn: &Connection, path: &Path) -> Result<State, StoreError> {
-    let read = |source| StoreError::from_open(path, "reading the database header", source);
+pub fn identify(conn: &Connection, schema: &Schema) -> Result<State, SchemaError> {
+    let read = sqlite("reading the database header");
     let application_id: i32 = conn
         .pragma_query_value(None, "application_id", |row| row.get(0))
-        .map_err(read)?;
+        .map_err(&read)?;
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(read)?;
+        .map_err(&read)?;
     let objects: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
-        .map_err(read)?;
+        .map_err(&read)?;
     Ok(match application_id {
-        APPLICATION_ID => State::Ours(version),
+        id if id == schema.application_id => State::Ours(version),
         0 if version == 0 && objects == 0 => State::Empty,
         _ => State::Foreign {
             application_id,
@@ -70,52 +135,49 @@ pub fn identify(conn: &Connection, path: &Path) -> Result<State, StoreError> {
 }
 
 /// Refuses what this binary must not touch; returns the current version (0: empty).
-pub fn usable_version(state: State, path: &Path) -> Result<i64, StoreError> {
-    match state {
+pub fn usable_version(conn: &Connection, schema: &Schema) -> Result<i64, SchemaError> {
+    match identify(conn, schema)? {
         State::Empty => Ok(0),
-        State::Ours(found) if found > LATEST => Err(StoreError::TooNew {
-            path: path.to_path_buf(),
+        State::Ours(found) if found > schema.latest() => Err(SchemaError::TooNew {
             found,
-            known: LATEST,
+            known: schema.latest(),
         }),
         State::Ours(found) => Ok(found),
         State::Foreign {
             application_id,
             objects,
-        } => Err(StoreError::Foreign {
-            path: path.to_path_buf(),
+        } => Err(SchemaError::Foreign {
             application_id,
             objects,
         }),
     }
 }
 
-/// Brings the schema to [`LATEST`] in one IMMEDIATE transaction: another process
-/// opening the same file at the same time waits, then finds the work done. A failed
-/// migration leaves the file as it was. Returns the version found before.
-pub fn migrate(conn: &mut Connection, path: &Path) -> Result<i64, StoreError> {
+/// Brings the schema to its latest version in one IMMEDIATE transaction: another
+/// process opening the same file at the same time waits, then finds the work done. A
+/// failed migration leaves the file as it was. Returns the version found before.
+pub fn migrate(conn: &mut Connection, schema: &Schema) -> Result<i64, SchemaError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|source| StoreError::from_open(path, "locking the database to migrate", source))?;
-    let found = usable_version(identify(&tx, path)?, path)?;
-    if found == LATEST {
+        .map_err(sqlite("locking the database to migrate"))?;
+    let found = usable_version(&tx, schema)?;
+    let latest = schema.latest();
+    if found == latest {
         return Ok(found);
     }
-    for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
+    for migration in schema.migrations.iter().filter(|m| m.version > found) {
         tx.execute_batch(migration.sql)
-            .map_err(|source| StoreError::Migration {
-                path: path.to_path_buf(),
+            .map_err(|source| SchemaError::Migration {
                 name: migration.name,
                 source,
             })?;
     }
-    let stamp = |source| StoreError::from_open(path, "recording the schema version", source);
-    tx.pragma_update(None, "application_id", APPLICATION_ID)
-        .map_err(stamp)?;
-    tx.pragma_update(None, "user_version", LATEST)
-        .map_err(stamp)?;
-    tx.commit()
-        .map_err(|source| StoreError::from_open(path, "committing the migration", source))?;
+    let stamp = sqlite("recording the schema version");
+    tx.pragma_update(None, "application_id", schema.application_id)
+        .map_err(&stamp)?;
+    tx.pragma_update(None, "user_version", latest)
+        .map_err(&stamp)?;
+    tx.commit().map_err(sqlite("committing the migration"))?;
     Ok(found)
 }
 

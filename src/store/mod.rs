@@ -157,7 +157,7 @@ pub fn open_writer(path: &Path, options: &WriterOptions) -> Result<Connection, S
     conn.busy_timeout(options.busy_timeout.min(MAX_BUSY_TIMEOUT))
         .map_err(sqlite("setting busy_timeout"))?;
     // Judge the file before changing anything in it (WAL mode rewrites the header).
-    migrate::usable_version(migrate::identify(&conn, path)?, path)?;
+    migrate::usable_version(&conn, &migrate::AUDIT).map_err(|e| e.for_store(path))?;
     // SQLite silently opens a write-protected file read-only.
     if conn
         .is_readonly("main")
@@ -178,7 +178,7 @@ pub fn open_writer(path: &Path, options: &WriterOptions) -> Result<Connection, S
     }
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())
         .map_err(sqlite("setting synchronous"))?;
-    migrate::migrate(&mut conn, path)?;
+    migrate::migrate(&mut conn, &migrate::AUDIT).map_err(|e| e.for_store(path))?;
     Ok(conn)
 }
 
@@ -190,7 +190,7 @@ pub fn open_reader(path: &Path, busy_timeout: Duration) -> Result<Connection, St
     let conn = Connection::open_with_flags(path, flags).map_err(sqlite("opening for reading"))?;
     conn.busy_timeout(busy_timeout.min(MAX_BUSY_TIMEOUT))
         .map_err(sqlite("setting busy_timeout"))?;
-    let found = migrate::usable_version(migrate::identify(&conn, path)?, path)?;
+    let found = migrate::usable_version(&conn, &migrate::AUDIT).map_err(|e| e.for_store(path))?;
     if found < migrate::LATEST {
         return Err(StoreError::TooOld {
             path: path.to_path_buf(),
