@@ -31,6 +31,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_source.sql",
         sql: include_str!("../../migrations/0002_source.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_chain.sql",
+        sql: include_str!("../../migrations/0003_chain.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.
