@@ -9,6 +9,8 @@ mod json;
 mod json_equivalence;
 #[cfg(test)]
 pub(crate) mod json_reference;
+#[cfg(test)]
+mod props;
 mod registry;
 mod time;
 

@@ -1,6 +1,7 @@
 //! Table-driven tests; each submodule covers one part of spec section 4.
 
 mod glob;
+mod props;
 mod regex;
 mod scanner;
 mod semantics;

@@ -3,6 +3,7 @@
 mod basic;
 mod damage;
 mod full;
+mod props;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
