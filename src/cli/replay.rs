@@ -39,7 +39,13 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "NAME", requires = "config")]
     pub to_forwarder: Option<String>,
     /// The configuration file that defines --to-forwarder.
-    #[arg(long, short = 'c', value_name = "FILE", requires = "to_forwarder")]
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        requires = "to_forwarder",
+        conflicts_with = "to_address"
+    )]
     pub config: Option<PathBuf>,
     /// Send with Forward to the Events endpoint at this address (another eventgate
     /// or containerd): a socket path, unix://PATH or HOST:PORT.
