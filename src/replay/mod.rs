@@ -345,3 +345,6 @@ async fn close(forwarder: &std::sync::Arc<dyn crate::forward::Forwarder>) {
         tracing::warn!(error = %crate::errors::chain(&error), "closing the target failed");
     }
 }
+
+#[cfg(test)]
+mod tests;

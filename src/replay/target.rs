@@ -44,7 +44,10 @@ pub struct Resolved {
 }
 
 enum Plan {
-    Forwarder { spec: ForwarderSpec, config: Config },
+    Forwarder {
+        spec: Box<ForwarderSpec>,
+        data_dir: PathBuf,
+    },
     Address { address: String, timeout: Duration },
 }
 
@@ -89,8 +92,8 @@ impl TargetSpec {
                     label: format!("forwarder {name:?} of {}", canonical.display()),
                     slug: format!("forwarder-{name}"),
                     plan: Plan::Forwarder {
-                        spec: spec.clone(),
-                        config: loaded,
+                        spec: Box::new(spec.clone()),
+                        data_dir: loaded.data_dir.clone(),
                     },
                 })
             }
@@ -121,7 +124,7 @@ impl Resolved {
     /// exchange. `batch` overrides the configured batch size.
     pub async fn build(&self, kinds: &Kinds, batch: Option<usize>) -> Result<Target, ReplayError> {
         match &self.plan {
-            Plan::Forwarder { spec, config } => {
+            Plan::Forwarder { spec, data_dir } => {
                 let build_error = |source| ReplayError::Build {
                     name: spec.name.clone(),
                     source,
@@ -130,7 +133,7 @@ impl Resolved {
                 kind.check(&spec.options).map_err(build_error)?;
                 let context = Context {
                     name: spec.name.clone(),
-                    data_dir: config.data_dir.clone(),
+                    data_dir: data_dir.clone(),
                 };
                 let forwarder = kind
                     .build(&context, &spec.options)
