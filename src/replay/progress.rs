@@ -49,9 +49,15 @@ impl Progress {
         };
         let bar = target.map(|target| {
             let style = ProgressStyle::with_template(
-                "{wide_bar} {human_pos}/{human_len} events  {per_sec}  ETA {eta}",
+                "{wide_bar} {human_pos}/{human_len} events  {rate}  ETA {eta}",
             )
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}/s", state.per_sec());
+                },
+            );
             let bar = ProgressBar::with_draw_target(Some(total), target)
                 .with_style(style)
                 .with_position(done);

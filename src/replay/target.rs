@@ -48,7 +48,10 @@ enum Plan {
         spec: Box<ForwarderSpec>,
         data_dir: PathBuf,
     },
-    Address { address: String, timeout: Duration },
+    Address {
+        address: String,
+        timeout: Duration,
+    },
 }
 
 /// A built target, ready to send.
