@@ -214,6 +214,7 @@ pub async fn run(
         until_at: selection.until.as_ref().map(|b| b.time),
     };
     let state_path = state_dir(&store).join(identity.file_name());
+    let restarting = options.restart && state_path.exists();
     let saved = match options.restart {
         true => None,
         false => StateFile::load(&state_path)?,
@@ -266,6 +267,10 @@ pub async fn run(
         path: state_path,
         state,
     };
+    let options = Options {
+        restart: restarting,
+        ..options
+    };
     start(kinds, reader, query, resolved, file, options, stop).await
 }
 
@@ -298,6 +303,7 @@ async fn start(
             file.path.display()
         ));
     } else if options.restart {
+        // Only when there was a replay to start over from.
         progress.note(&format!(
             "starting over: {} events selected up to row {}",
             state.total, state.up_to
