@@ -17,6 +17,8 @@
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
 //! - [`query`]: `eventgate query` and `stats`: filters as SQL over the audit store.
+//! - [`replay`]: `eventgate replay`: stored events sent again to a forwarder or to
+//!   another exchange, resumable.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
 //! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
@@ -41,6 +43,7 @@ pub mod pipeline;
 pub mod proto;
 pub mod query;
 pub mod render;
+pub mod replay;
 pub mod spool;
 pub mod store;
 pub mod upstream;

@@ -6,6 +6,7 @@ mod dlq;
 mod events;
 mod publish;
 mod query;
+mod replay;
 mod serve;
 mod stats;
 
@@ -59,6 +60,8 @@ pub enum Command {
     Query(query::QueryArgs),
     /// Event counts per topic or namespace per time bucket, from the audit store.
     Stats(stats::StatsArgs),
+    /// Send stored events again: to a configured forwarder or to another exchange.
+    Replay(replay::ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +136,8 @@ pub enum CliError {
     DeadLetter(#[from] crate::deadletter::DeadLetterError),
     #[error(transparent)]
     Query(#[from] crate::query::QueryError),
+    #[error(transparent)]
+    Replay(#[from] crate::replay::ReplayError),
 }
 
 impl CliError {
@@ -171,5 +176,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dlq(args) => dlq::run(args).await,
         Command::Query(args) => query::run(args).await,
         Command::Stats(args) => stats::run(args).await,
+        Command::Replay(args) => replay::run(args).await,
     }
 }

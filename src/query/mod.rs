@@ -130,6 +130,29 @@ impl Reader {
         Ok(matched)
     }
 
+    /// How many rows `each` would emit for `rows` (ignoring `limit`): one `count(*)`
+    /// when SQL answers the filter exactly, otherwise the rows are read and matched.
+    pub fn count(&self, query: &Query, rows: RowRange) -> Result<u64, QueryError> {
+        let predicate = query.predicate(rows);
+        if predicate.recheck {
+            let query = Query {
+                limit: None,
+                ..query.clone()
+            };
+            return self.each(&query, rows, |_| true);
+        }
+        let sql = format!("SELECT count(*) FROM events WHERE {}", predicate.sql);
+        let count: i64 = self
+            .conn
+            .query_row(
+                &sql,
+                rusqlite::params_from_iter(predicate.params.iter()),
+                |r| r.get(0),
+            )
+            .map_err(self.sqlite("counting the rows"))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     /// `tail -f`: prints (through `emit`) rows stored after `after` as they arrive,
     /// polling every `interval`, until `emit` returns false or `stop` says so.
     pub fn follow(

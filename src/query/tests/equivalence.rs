@@ -158,3 +158,31 @@ fn regex_topic_globs_and_nested_any_paths_are_rechecked_the_rest_is_not() {
         assert_eq!(sql::translate(&filter).recheck, recheck, "{text}");
     }
 }
+
+#[test]
+fn count_agrees_with_the_rows_emitted_within_a_row_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = varied_events();
+    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let rows = RowRange {
+        after: 3,
+        up_to: 20,
+    };
+    for text in SELECTORS {
+        let query = Query {
+            filter: Filter::parse(text).unwrap(),
+            limit: Some(1),
+            ..Query::default()
+        };
+        let unlimited = Query {
+            limit: None,
+            ..query.clone()
+        };
+        let emitted = reader.each(&unlimited, rows, |_| true).unwrap();
+        assert_eq!(
+            reader.count(&query, rows).unwrap(),
+            emitted,
+            "filter {text}"
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! The sending loop: chunks from the store become batches, each goes through the
+//! pipeline's retry stack ([`crate::pipeline::retry`]) exactly as the gateway would
+//! send it, and the state file moves after each acknowledged batch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use tokio_util::sync::CancellationToken;
+
+use super::progress::Progress;
+use super::rate::TokenBucket;
+use super::source::Chunks;
+use super::state::StateFile;
+use super::target::Target;
+use super::{ReplayError, Summary};
+use crate::event::Event;
+use crate::forward::Batch;
+use crate::pipeline::retry::{self, DeliveryStack};
+
+/// How long an interrupted replay waits for the batch in flight before abandoning it.
+pub const IN_FLIGHT_GRACE: Duration = Duration::from_secs(10);
+
+/// Asks a replay to stop: `interrupt` at the next batch boundary (the batch in flight
+/// may finish, for at most [`IN_FLIGHT_GRACE`]), `abandon` at once.
+#[derive(Clone, Debug, Default)]
+pub struct Stop {
+    pub interrupt: CancellationToken,
+    pub abandon: CancellationToken,
+}
+
+/// Events gathered for the next batch.
+#[derive(Default)]
+struct Pending {
+    events: Vec<Arc<Event>>,
+    /// The row_id of each event.
+    rows: Vec<i64>,
+    bytes: usize,
+    /// Events the forwarder's filters leave out, since the last batch.
+    skipped: u64,
+    /// The last row_id the batch covers (sent or skipped).
+    last_row: i64,
+}
+
+pub struct Engine {
+    pub target: Target,
+    pub stack: DeliveryStack,
+    pub state: StateFile,
+    pub bucket: Option<TokenBucket>,
+    pub progress: Progress,
+    pub stop: Stop,
+}
+
+enum Flushed {
+    Done,
+    Interrupted,
+}
+
+impl Engine {
+    /// Sends every chunk. Returns how many events this run sent and skipped.
+    pub async fn run(&mut self, mut chunks: Chunks) -> Result<Summary, ReplayError> {
+        let mut pending = Pending::default();
+        let (sent_before, skipped_before) = (self.state.state.sent, self.state.state.skipped);
+        let limit = match &self.bucket {
+            Some(bucket) => self.target.batch_events.min(bucket.capacity()),
+            None => self.target.batch_events,
+        }
+        .max(1);
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = self.stop.interrupt.cancelled() => return Err(self.interrupted()),
+                next = chunks.next() => next,
+            };
+            let Some(chunk) = next else { break };
+            for stored in chunk? {
+                let wanted = match &self.target.filter {
+                    Some(filter) => filter.matches(&stored.event),
+                    None => true,
+                };
+                if wanted {
+                    let size = stored.event.envelope.encoded_len();
+                    let full = pending.events.len() >= limit
+                        || (!pending.events.is_empty()
+                            && pending.bytes.saturating_add(size) > self.target.batch_bytes);
+                    // The event that does not fit opens the next batch.
+                    if full && let Flushed::Interrupted = self.flush(&mut pending).await? {
+                        return Err(self.interrupted());
+                    }
+                    pending.bytes += size;
+                    pending.events.push(Arc::new(stored.event));
+                    pending.rows.push(stored.row_id);
+                } else {
+                    pending.skipped += 1;
+                }
+                pending.last_row = stored.row_id;
+            }
+        }
+        if let Flushed::Interrupted = self.flush(&mut pending).await? {
+            return Err(self.interrupted());
+        }
+        Ok(self.summary(sent_before, skipped_before))
+    }
+
+    /// What this run did, given what earlier runs had done.
+    pub fn summary(&self, sent_before: u64, skipped_before: u64) -> Summary {
+        let state = &self.state.state;
+        Summary {
+            target: self.target.label.clone(),
+            sent: state.sent - sent_before,
+            skipped: state.skipped - skipped_before,
+            earlier: sent_before + skipped_before,
+            total: state.total,
+            elapsed: self.progress.elapsed(),
+            rate: self.progress.rate(),
+            state: self.state.path.clone(),
+        }
+    }
+
+    fn interrupted(&self) -> ReplayError {
+        ReplayError::Interrupted {
+            done: self.state.state.done(),
+            total: self.state.state.total,
+        }
+    }
+
+    /// Sends the pending batch (if any) and records it, skipped events included.
+    async fn flush(&mut self, pending: &mut Pending) -> Result<Flushed, ReplayError> {
+        if self.stop.interrupt.is_cancelled() {
+            return Ok(Flushed::Interrupted);
+        }
+        let events = std::mem::take(&mut pending.events);
+        let rows = std::mem::take(&mut pending.rows);
+        let count = events.len() as u64;
+        let mut interrupted = false;
+        if !events.is_empty() {
+            if let Some(bucket) = &mut self.bucket {
+                tokio::select! {
+                    biased;
+                    () = self.stop.interrupt.cancelled() => return Ok(Flushed::Interrupted),
+                    () = bucket.take(events.len()) => {}
+                }
+            }
+            let batch = Batch::new(events, std::mem::take(&mut pending.bytes));
+            let (first_seq, last_seq) = batch.seq_range();
+            // `None`: abandoned after an interrupt.
+            let finished = {
+                let delivery = retry::deliver(&mut self.stack, batch.clone());
+                tokio::pin!(delivery);
+                tokio::select! {
+                    biased;
+                    outcome = &mut delivery => Some(outcome),
+                    () = self.stop.interrupt.cancelled() => {
+                        interrupted = true;
+                        self.progress.note(&format!(
+                            "interrupted: waiting up to {}s for the batch in flight (interrupt again to abandon it)",
+                            IN_FLIGHT_GRACE.as_secs()
+                        ));
+                        tokio::select! {
+                            outcome = &mut delivery => Some(outcome),
+                            () = tokio::time::sleep(IN_FLIGHT_GRACE) => None,
+                            () = self.stop.abandon.cancelled() => None,
+                        }
+                    }
+                }
+            };
+            let Some((result, attempts)) = finished else {
+                abandoned(first_seq, last_seq);
+                self.keep_partial(&batch, &rows).await?;
+                return Ok(Flushed::Interrupted);
+            };
+            if let Err(error) = result {
+                self.keep_partial(&batch, &rows).await?;
+                return Err(ReplayError::Delivery {
+                    target: self.target.label.clone(),
+                    first_seq,
+                    last_seq,
+                    attempts: attempts.count,
+                    gave_up: match retry::is_retryable(&error) {
+                        true => "retries exhausted",
+                        false => "permanent error",
+                    },
+                    reason: crate::errors::chain(&*error),
+                    done: self.state.state.done(),
+                    total: self.state.state.total,
+                });
+            }
+        }
+        pending.bytes = 0;
+        let skipped = std::mem::take(&mut pending.skipped);
+        if count + skipped > 0 {
+            let state = &mut self.state.state;
+            state.after = pending.last_row;
+            state.sent += count;
+            state.skipped += skipped;
+            self.save().await?;
+            self.progress.advance(count + skipped);
+        }
+        Ok(match interrupted {
+            true => Flushed::Interrupted,
+            false => Flushed::Done,
+        })
+    }
+}
+
+fn abandoned(first_seq: u64, last_seq: u64) {
+    tracing::warn!(
+        first_seq,
+        last_seq,
+        "abandoned the batch in flight; the target may have part of it, and a resumed replay sends it again"
+    );
+}
+
+impl Engine {
+    /// Records the part of a failed batch that an event-by-event target took, so a
+    /// resumed replay does not send it again.
+    async fn keep_partial(&mut self, batch: &Batch, rows: &[i64]) -> Result<(), ReplayError> {
+        let Some(target) = &self.target.partial else {
+            return Ok(());
+        };
+        let taken = target.taken(batch).min(rows.len());
+        if taken == 0 {
+            return Ok(());
+        }
+        let state = &mut self.state.state;
+        state.after = rows[taken - 1];
+        state.sent += taken as u64;
+        self.save().await?;
+        self.progress.advance(taken as u64);
+        Ok(())
+    }
+
+    /// Writes the state file off the async thread (it syncs).
+    pub async fn save(&mut self) -> Result<(), ReplayError> {
+        let mut file = StateFile {
+            path: self.state.path.clone(),
+            state: self.state.state.clone(),
+        };
+        let saved = tokio::task::spawn_blocking(move || file.save().map(|()| file.state))
+            .await
+            .map_err(ReplayError::Task)??;
+        self.state.state = saved;
+        Ok(())
+    }
+}
