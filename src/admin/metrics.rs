@@ -104,6 +104,11 @@ pub fn refresh(observed: &Observed) {
         metrics::gauge!("eventgate_spool_max_bytes").set(spool.settings().max_bytes.0 as f64);
     }
     metrics::gauge!("eventgate_subscribers").set(observed.exchange.subscriber_count() as f64);
+    // Also before the first connection, which the upstream task's own updates miss.
+    for status in observed.upstreams.statuses() {
+        let connected = f64::from(u8::from(status.is_connected()));
+        metrics::gauge!("eventgate_upstream_connected", "upstream" => status.name).set(connected);
+    }
     let ready = super::readiness::check(observed).ready();
     metrics::gauge!("eventgate_ready").set(f64::from(u8::from(ready)));
 }

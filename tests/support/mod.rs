@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 
 pub mod containerd;
 pub mod image;
+pub mod prometheus;
 pub mod tansu;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
