@@ -7,7 +7,6 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
 
 use rdkafka::mocking::MockCluster;
 use support::prometheus::{self, Scrape};
@@ -319,4 +318,49 @@ fn admin_off_serves_without_it() {
     let log = gw.stderr_text();
     assert!(log.contains("eventgate is serving"), "{log}");
     assert!(!log.contains("admin endpoint"), "{log}");
+}
+
+#[test]
+fn status_summarises_a_running_gateway() {
+    let port = free_port();
+    let mut gw = Gateway::start(&["--upstream", &format!("node=127.0.0.1:{port}")]);
+    let admin = gw.admin_addr().to_string();
+    publish_exits(&gw, 2);
+    let status = |args: &[&str]| {
+        let out = eventgate()
+            .args(["status", "--admin", &admin])
+            .args(args)
+            .output()
+            .expect("eventgate status");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = wait_for("both forwarders to have delivered", DEADLINE, || {
+        let (code, out, err) = status(&["--sample", "0s"]);
+        let delivered = |name: &str| {
+            out.lines().any(|l| {
+                let cells: Vec<&str> = l.split_whitespace().collect();
+                cells.first() == Some(&name) && cells.get(6) == Some(&"2")
+            })
+        };
+        (delivered("log") && delivered("audit")).then_some((code, out, err))
+    });
+    // Not ready because of the upstream: exit code 2, and the reason is printed.
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(out.contains("| NOT READY |"), "{out}");
+    assert!(out.contains(&format!("node (127.0.0.1:{port})  not connected for")), "{out}");
+    assert!(out.contains("not ready:\n  upstream node"), "{out}");
+    assert!(out.contains("FORWARDER  STATE       EVENTS/S"), "{out}");
+
+    // With a sample, rates are numbers.
+    let (_, out, _) = status(&["--sample", "200ms"]);
+    assert!(out.lines().any(|l| l.starts_with("log ") && l.contains(" 0.0 ")), "{out}");
+
+    gw.terminate();
+    let (code, _, err) = status(&["--sample", "0s"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains(&format!("cannot connect to the admin endpoint at {admin}")), "{err}");
 }

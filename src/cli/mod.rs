@@ -8,6 +8,8 @@ mod publish;
 mod query;
 mod serve;
 mod stats;
+mod status;
+mod top;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -59,6 +61,11 @@ pub enum Command {
     Query(query::QueryArgs),
     /// Event counts per topic or namespace per time bucket, from the audit store.
     Stats(stats::StatsArgs),
+    /// A running gateway's forwarders, upstreams, subscribers and spool, from its
+    /// admin endpoint.
+    Status(status::StatusArgs),
+    /// `status`, refreshed every second (q or Ctrl-C quits).
+    Top(top::TopArgs),
 }
 
 #[derive(Debug, Args)]
@@ -171,5 +178,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dlq(args) => dlq::run(args).await,
         Command::Query(args) => query::run(args).await,
         Command::Stats(args) => stats::run(args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::Top(args) => top::run(args).await,
     }
 }

@@ -113,7 +113,7 @@ pub fn parse(text: &str) -> Scrape {
         }
         assert!(!line.starts_with('#'), "comment without a space at {}", at());
         let (series, value) = match line.find('{') {
-            Some(open) => {
+            Some(_) => {
                 let close = line.rfind('}').unwrap_or_else(|| panic!("unclosed labels at {}", at()));
                 (&line[..=close], line[close + 1..].trim())
             }
