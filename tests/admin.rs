@@ -29,7 +29,10 @@ fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("status line in {head:?}"));
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()
@@ -88,13 +91,20 @@ fn metrics_count_what_was_received_forwarded_and_queued() {
     let admin = gw.admin_addr();
     publish_exits(&gw, 3);
 
-    let forwarded = |s: &Scrape, f: &str| s.get("eventgate_events_forwarded_total", &[("forwarder", f)]);
+    let forwarded =
+        |s: &Scrape, f: &str| s.get("eventgate_events_forwarded_total", &[("forwarder", f)]);
     let scrape = wait_for("both forwarders to count 3 events", DEADLINE, || {
         let s = scrape(admin);
         let done = forwarded(&s, "log") == Some(3.0)
             && forwarded(&s, "audit") == Some(3.0)
-            && s.get("eventgate_forwarder_backlog_events", &[("forwarder", "log")]) == Some(0.0)
-            && s.get("eventgate_forwarder_backlog_events", &[("forwarder", "audit")]) == Some(0.0);
+            && s.get(
+                "eventgate_forwarder_backlog_events",
+                &[("forwarder", "log")],
+            ) == Some(0.0)
+            && s.get(
+                "eventgate_forwarder_backlog_events",
+                &[("forwarder", "audit")],
+            ) == Some(0.0);
         done.then_some(s)
     });
     let get = |name: &str, labels: &[(&str, &str)]| {
@@ -102,13 +112,22 @@ fn metrics_count_what_was_received_forwarded_and_queued() {
             .get(name, labels)
             .unwrap_or_else(|| panic!("no {}", prometheus::key(name, labels)))
     };
-    assert_eq!(get("eventgate_events_received_total", &[("source", "publish")]), 3.0);
-    assert_eq!(get("eventgate_events_accepted_total", &[("source", "publish")]), 3.0);
+    assert_eq!(
+        get("eventgate_events_received_total", &[("source", "publish")]),
+        3.0
+    );
+    assert_eq!(
+        get("eventgate_events_accepted_total", &[("source", "publish")]),
+        3.0
+    );
     for forwarder in ["log", "audit"] {
         let f = [("forwarder", forwarder)];
         assert_eq!(get("eventgate_forwarder_queue_events", &f), 0.0);
         assert_eq!(get("eventgate_forwarder_queue_bytes", &f), 0.0);
-        assert_eq!(get("eventgate_forwarder_oldest_unacked_age_seconds", &f), 0.0);
+        assert_eq!(
+            get("eventgate_forwarder_oldest_unacked_age_seconds", &f),
+            0.0
+        );
         assert_eq!(get("eventgate_forwarder_ready", &f), 1.0);
         assert_eq!(get("eventgate_forwarder_retries_total", &f), 0.0);
         // At least one batch, and the histogram's batches hold the 3 events.
@@ -116,7 +135,10 @@ fn metrics_count_what_was_received_forwarded_and_queued() {
         assert_eq!(get("eventgate_forwarder_batch_events_sum", &f), 3.0);
         assert!(get("eventgate_forwarder_delivery_seconds_count", &f) >= 1.0);
     }
-    assert_eq!(scrape.types["eventgate_forwarder_delivery_seconds"], "histogram");
+    assert_eq!(
+        scrape.types["eventgate_forwarder_delivery_seconds"],
+        "histogram"
+    );
     assert_eq!(scrape.types["eventgate_events_forwarded_total"], "counter");
     assert_eq!(scrape.types["eventgate_forwarder_queue_events"], "gauge");
     assert!(get("eventgate_spool_bytes", &[]) > 0.0);
@@ -128,8 +150,15 @@ fn metrics_count_what_was_received_forwarded_and_queued() {
     // no label carries a per-event value.
     for (name, kind) in &scrape.types {
         assert!(name.starts_with("eventgate_"), "{name}");
-        assert_eq!(kind == "counter", name.ends_with("_total"), "{name} is a {kind}");
-        assert!(scrape.help.get(name).is_some_and(|h| !h.is_empty()), "no HELP for {name}");
+        assert_eq!(
+            kind == "counter",
+            name.ends_with("_total"),
+            "{name} is a {kind}"
+        );
+        assert!(
+            scrape.help.get(name).is_some_and(|h| !h.is_empty()),
+            "no HELP for {name}"
+        );
     }
     for key in scrape.samples.keys() {
         for banned in ["namespace=", "topic=", "id=", "container"] {
@@ -146,8 +175,14 @@ fn health_readiness_and_bad_requests() {
     assert_eq!(http(admin, "GET", "/readyz"), (200, "ready\n".into()));
     let (code, verbose) = http(admin, "GET", "/readyz?verbose");
     assert_eq!(code, 200);
-    assert!(verbose.contains("ok: forwarder log: delivering\n"), "{verbose}");
-    assert!(verbose.contains("ok: forwarder audit: delivering\n"), "{verbose}");
+    assert!(
+        verbose.contains("ok: forwarder log: delivering\n"),
+        "{verbose}"
+    );
+    assert!(
+        verbose.contains("ok: forwarder audit: delivering\n"),
+        "{verbose}"
+    );
     assert!(verbose.contains("ok: spool: "), "{verbose}");
 
     let (code, body) = http(admin, "GET", "/nope");
@@ -173,13 +208,18 @@ fn an_upstream_with_nothing_listening_is_named_by_readyz() {
     });
     assert!(body.starts_with("not ready\n"), "{body}");
     assert!(
-        body.contains(&format!("upstream node (127.0.0.1:{port}): not connected for")),
+        body.contains(&format!(
+            "upstream node (127.0.0.1:{port}): not connected for"
+        )),
         "{body}"
     );
     // Only the upstream is wrong.
     assert_eq!(body.lines().count(), 2, "{body}");
     let s = scrape(admin);
-    assert_eq!(s.get("eventgate_upstream_connected", &[("upstream", "node")]), Some(0.0));
+    assert_eq!(
+        s.get("eventgate_upstream_connected", &[("upstream", "node")]),
+        Some(0.0)
+    );
     assert_eq!(s.get("eventgate_ready", &[]), Some(0.0));
 }
 
@@ -188,9 +228,14 @@ fn relay(listener: TcpListener, target: String) {
     std::thread::spawn(move || {
         for inbound in listener.incoming() {
             let Ok(inbound) = inbound else { break };
-            let Ok(outbound) = TcpStream::connect(&target) else { continue };
+            let Ok(outbound) = TcpStream::connect(&target) else {
+                continue;
+            };
             for (mut from, mut to) in [
-                (inbound.try_clone().expect("clone"), outbound.try_clone().expect("clone")),
+                (
+                    inbound.try_clone().expect("clone"),
+                    outbound.try_clone().expect("clone"),
+                ),
                 (outbound, inbound),
             ] {
                 std::thread::spawn(move || {
@@ -232,7 +277,10 @@ properties = {{ "reconnect.backoff.max.ms" = 200, "sasl.password" = "hunter2-sec
         let (code, body) = http(admin, "GET", "/readyz");
         (code == 503).then_some(body)
     });
-    assert!(body.contains("forwarder kafka: retrying (attempt "), "{body}");
+    assert!(
+        body.contains("forwarder kafka: retrying (attempt "),
+        "{body}"
+    );
     assert!(body.contains("last error: "), "{body}");
     let (_, status) = http(admin, "GET", "/status");
     let (_, metrics) = http(admin, "GET", "/metrics");
@@ -240,17 +288,41 @@ properties = {{ "reconnect.backoff.max.ms" = 200, "sasl.password" = "hunter2-sec
         assert!(!text.contains("hunter2"), "a secret leaked: {text}");
     }
     let s = prometheus::parse(&metrics);
-    assert_eq!(s.get("eventgate_forwarder_ready", &[("forwarder", "kafka")]), Some(0.0));
-    assert_eq!(s.get("eventgate_forwarder_backlog_events", &[("forwarder", "kafka")]), Some(1.0));
+    assert_eq!(
+        s.get("eventgate_forwarder_ready", &[("forwarder", "kafka")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        s.get(
+            "eventgate_forwarder_backlog_events",
+            &[("forwarder", "kafka")]
+        ),
+        Some(1.0)
+    );
 
     let listener = TcpListener::bind(("127.0.0.1", port)).expect("take the broker port");
     relay(listener, cluster.bootstrap_servers());
-    wait_for("/readyz to recover once the event is delivered", DEADLINE, || {
-        (http(admin, "GET", "/readyz") == (200, "ready\n".into())).then_some(())
-    });
+    wait_for(
+        "/readyz to recover once the event is delivered",
+        DEADLINE,
+        || (http(admin, "GET", "/readyz") == (200, "ready\n".into())).then_some(()),
+    );
     let s = scrape(admin);
-    assert_eq!(s.get("eventgate_events_forwarded_total", &[("forwarder", "kafka")]), Some(1.0));
-    assert!(s.get("eventgate_forwarder_retries_total", &[("forwarder", "kafka")]).unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        s.get(
+            "eventgate_events_forwarded_total",
+            &[("forwarder", "kafka")]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        s.get(
+            "eventgate_forwarder_retries_total",
+            &[("forwarder", "kafka")]
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    );
 }
 
 fn serve_fails(args: &[&str]) -> String {
@@ -266,7 +338,12 @@ fn serve_fails(args: &[&str]) -> String {
         .expect("spawn");
     let status = wait_exit(&mut child, DEADLINE);
     let mut stderr = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("stderr");
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
     assert!(!status.success(), "serve started: {stderr}");
     stderr
 }
@@ -280,21 +357,33 @@ fn a_busy_admin_port_stops_the_start_naming_address_and_key() {
         stderr.contains(&format!("cannot listen for the admin endpoint on {addr}")),
         "{stderr}"
     );
-    assert!(stderr.contains("admin.listen") && stderr.contains("--admin"), "{stderr}");
+    assert!(
+        stderr.contains("admin.listen") && stderr.contains("--admin"),
+        "{stderr}"
+    );
     assert!(stderr.to_lowercase().contains("in use"), "{stderr}");
 }
 
 #[test]
 fn non_loopback_admin_addresses_are_refused_unless_allowed() {
     let stderr = serve_fails(&["--admin", "0.0.0.0:0"]);
-    assert!(stderr.contains("`admin.listen` 0.0.0.0:0 is not a loopback address"), "{stderr}");
+    assert!(
+        stderr.contains("`admin.listen` 0.0.0.0:0 is not a loopback address"),
+        "{stderr}"
+    );
     assert!(stderr.contains("admin.allow_remote = true"), "{stderr}");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let check = |text: &str| {
         let path = write_config(dir.path(), text);
-        let out = eventgate().args(["check-config", &path]).output().expect("check-config");
-        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+        let out = eventgate()
+            .args(["check-config", &path])
+            .output()
+            .expect("check-config");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (ok, err) = check("[admin]\nlisten = \"0.0.0.0:9464\"\n");
     assert!(!ok && err.contains("admin.listen"), "{err}");
@@ -307,7 +396,10 @@ fn non_loopback_admin_addresses_are_refused_unless_allowed() {
     let (ok, err) = check("[spool]\nhigh_water = 1.5\n");
     assert!(!ok && err.contains("spool.high_water"), "{err}");
     let (ok, err) = check("[admin]\nlisten = \"localhost\"\n");
-    assert!(!ok && err.contains("\"localhost\" is not an address"), "{err}");
+    assert!(
+        !ok && err.contains("\"localhost\" is not an address"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -351,16 +443,26 @@ fn status_summarises_a_running_gateway() {
     // Not ready because of the upstream: exit code 2, and the reason is printed.
     assert_eq!(code, Some(2), "{out}{err}");
     assert!(out.contains("| NOT READY |"), "{out}");
-    assert!(out.contains(&format!("node (127.0.0.1:{port})  not connected for")), "{out}");
+    assert!(
+        out.contains(&format!("node (127.0.0.1:{port})  not connected for")),
+        "{out}"
+    );
     assert!(out.contains("not ready:\n  upstream node"), "{out}");
     assert!(out.contains("FORWARDER  STATE       EVENTS/S"), "{out}");
 
     // With a sample, rates are numbers.
     let (_, out, _) = status(&["--sample", "200ms"]);
-    assert!(out.lines().any(|l| l.starts_with("log ") && l.contains(" 0.0 ")), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("log ") && l.contains(" 0.0 ")),
+        "{out}"
+    );
 
     gw.terminate();
     let (code, _, err) = status(&["--sample", "0s"]);
     assert_eq!(code, Some(1));
-    assert!(err.contains(&format!("cannot connect to the admin endpoint at {admin}")), "{err}");
+    assert!(
+        err.contains(&format!("cannot connect to the admin endpoint at {admin}")),
+        "{err}"
+    );
 }

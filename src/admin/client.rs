@@ -11,7 +11,9 @@ use super::status::Status;
 
 #[derive(Debug, Error)]
 pub enum FetchError {
-    #[error("cannot connect to the admin endpoint at {addr} (is `eventgate serve` running with `[admin] listen` there?)")]
+    #[error(
+        "cannot connect to the admin endpoint at {addr} (is `eventgate serve` running with `[admin] listen` there?)"
+    )]
     Connect {
         addr: String,
         #[source]

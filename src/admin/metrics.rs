@@ -97,7 +97,8 @@ pub fn refresh(observed: &Observed) {
         let ready = super::readiness::forwarder(&forwarder.name, &health, observed.max_spill, now)
             .problem
             .is_none();
-        metrics::gauge!("eventgate_forwarder_ready", "forwarder" => name).set(f64::from(u8::from(ready)));
+        metrics::gauge!("eventgate_forwarder_ready", "forwarder" => name)
+            .set(f64::from(u8::from(ready)));
     }
     if let Some(spool) = spool {
         metrics::gauge!("eventgate_spool_bytes").set(spool.stats().bytes as f64);
@@ -117,71 +118,245 @@ pub fn refresh(observed: &Observed) {
 fn describe() {
     use Unit::{Bytes, Count, Seconds};
     let counters: &[(&'static str, &'static str)] = &[
-        ("eventgate_events_received_total", "Events taken into the gateway's order (sequenced, spooled, routed), by source."),
-        ("eventgate_events_accepted_total", "Events acknowledged to their publisher (durable in the spool), by source."),
-        ("eventgate_events_rejected_total", "Publish/Forward calls and upstream events refused, by reason."),
-        ("eventgate_subscribers_cut_off_total", "Subscribers cut off with RESOURCE_EXHAUSTED for falling too far behind."),
-        ("eventgate_subscribe_rejected_total", "Subscribe calls refused, by reason."),
-        ("eventgate_events_forwarded_total", "Events a forwarder delivered (acknowledged by its sink)."),
-        ("eventgate_forwarder_retries_total", "Failed delivery attempts that were retried, per forwarder."),
-        ("eventgate_forwarder_dropped_total", "Events a forwarder never delivered, by reason (its overflow policy, closed, spool_full, shutdown)."),
-        ("eventgate_forwarder_failed_total", "Events a forwarder gave up on, by reason (permanent, retries_exhausted)."),
-        ("eventgate_forwarder_spilled_total", "Events routed to a forwarder whose queue was full, delivered from the spool instead."),
-        ("eventgate_forwarder_blocked_timeouts_total", "Publishers refused after waiting block_timeout for room in a forwarder's queue."),
-        ("eventgate_dead_letters_total", "Events recorded in the dead-letter store, by forwarder and reason."),
-        ("eventgate_dead_letter_redelivered_total", "Dead letters redelivered successfully, per forwarder."),
-        ("eventgate_dead_letter_write_failures_total", "Failed writes to the dead-letter store."),
-        ("eventgate_spool_fsyncs_total", "fdatasync calls on spool segments."),
-        ("eventgate_spool_corrupt_records_total", "Damaged spool records found and moved aside at start."),
-        ("eventgate_spool_dropped_records_total", "Records deleted from a full spool (full = drop_oldest) before this forwarder delivered them."),
-        ("eventgate_spool_full_timeouts_total", "Publishers refused after waiting block_timeout for room in the spool."),
-        ("eventgate_spool_read_gaps_total", "Gaps found while reading the spool back."),
-        ("eventgate_upstream_connects_total", "Subscriptions to an upstream established (first connect and reconnects)."),
-        ("eventgate_upstream_disconnects_total", "Subscriptions to an upstream that ended."),
-        ("eventgate_upstream_connect_failures_total", "Failed attempts to subscribe to an upstream."),
-        ("eventgate_upstream_events_total", "Events received from an upstream."),
-        ("eventgate_upstream_events_rejected_total", "Upstream events skipped because the exchange refused them, by reason."),
-        ("eventgate_file_errors_total", "File forwarder I/O errors, by operation."),
-        ("eventgate_file_housekeeping_errors_total", "Failures compressing or pruning rotated files."),
-        ("eventgate_file_raw_payloads_total", "Events written with an undecodable payload kept as base64."),
+        (
+            "eventgate_events_received_total",
+            "Events taken into the gateway's order (sequenced, spooled, routed), by source.",
+        ),
+        (
+            "eventgate_events_accepted_total",
+            "Events acknowledged to their publisher (durable in the spool), by source.",
+        ),
+        (
+            "eventgate_events_rejected_total",
+            "Publish/Forward calls and upstream events refused, by reason.",
+        ),
+        (
+            "eventgate_subscribers_cut_off_total",
+            "Subscribers cut off with RESOURCE_EXHAUSTED for falling too far behind.",
+        ),
+        (
+            "eventgate_subscribe_rejected_total",
+            "Subscribe calls refused, by reason.",
+        ),
+        (
+            "eventgate_events_forwarded_total",
+            "Events a forwarder delivered (acknowledged by its sink).",
+        ),
+        (
+            "eventgate_forwarder_retries_total",
+            "Failed delivery attempts that were retried, per forwarder.",
+        ),
+        (
+            "eventgate_forwarder_dropped_total",
+            "Events a forwarder never delivered, by reason (its overflow policy, closed, spool_full, shutdown).",
+        ),
+        (
+            "eventgate_forwarder_failed_total",
+            "Events a forwarder gave up on, by reason (permanent, retries_exhausted).",
+        ),
+        (
+            "eventgate_forwarder_spilled_total",
+            "Events routed to a forwarder whose queue was full, delivered from the spool instead.",
+        ),
+        (
+            "eventgate_forwarder_blocked_timeouts_total",
+            "Publishers refused after waiting block_timeout for room in a forwarder's queue.",
+        ),
+        (
+            "eventgate_dead_letters_total",
+            "Events recorded in the dead-letter store, by forwarder and reason.",
+        ),
+        (
+            "eventgate_dead_letter_redelivered_total",
+            "Dead letters redelivered successfully, per forwarder.",
+        ),
+        (
+            "eventgate_dead_letter_write_failures_total",
+            "Failed writes to the dead-letter store.",
+        ),
+        (
+            "eventgate_spool_fsyncs_total",
+            "fdatasync calls on spool segments.",
+        ),
+        (
+            "eventgate_spool_corrupt_records_total",
+            "Damaged spool records found and moved aside at start.",
+        ),
+        (
+            "eventgate_spool_dropped_records_total",
+            "Records deleted from a full spool (full = drop_oldest) before this forwarder delivered them.",
+        ),
+        (
+            "eventgate_spool_full_timeouts_total",
+            "Publishers refused after waiting block_timeout for room in the spool.",
+        ),
+        (
+            "eventgate_spool_read_gaps_total",
+            "Gaps found while reading the spool back.",
+        ),
+        (
+            "eventgate_upstream_connects_total",
+            "Subscriptions to an upstream established (first connect and reconnects).",
+        ),
+        (
+            "eventgate_upstream_disconnects_total",
+            "Subscriptions to an upstream that ended.",
+        ),
+        (
+            "eventgate_upstream_connect_failures_total",
+            "Failed attempts to subscribe to an upstream.",
+        ),
+        (
+            "eventgate_upstream_events_total",
+            "Events received from an upstream.",
+        ),
+        (
+            "eventgate_upstream_events_rejected_total",
+            "Upstream events skipped because the exchange refused them, by reason.",
+        ),
+        (
+            "eventgate_file_errors_total",
+            "File forwarder I/O errors, by operation.",
+        ),
+        (
+            "eventgate_file_housekeeping_errors_total",
+            "Failures compressing or pruning rotated files.",
+        ),
+        (
+            "eventgate_file_raw_payloads_total",
+            "Events written with an undecodable payload kept as base64.",
+        ),
         ("eventgate_file_rotations_total", "File rotations."),
-        ("eventgate_kafka_messages_total", "Kafka messages acknowledged by the broker."),
-        ("eventgate_kafka_message_errors_total", "Kafka messages whose delivery failed."),
-        ("eventgate_kafka_producer_restarts_total", "Kafka producers recreated after a fatal error."),
-        ("eventgate_kafka_queue_full_total", "Times librdkafka's producer queue was full and the forwarder waited."),
-        ("eventgate_kafka_topics_created_total", "Kafka topics created by the forwarder."),
-        ("eventgate_sqlite_rows_total", "Rows the SQLite forwarder handled, by outcome (inserted, duplicate)."),
-        ("eventgate_sqlite_errors_total", "SQLite forwarder errors, by class."),
+        (
+            "eventgate_kafka_messages_total",
+            "Kafka messages acknowledged by the broker.",
+        ),
+        (
+            "eventgate_kafka_message_errors_total",
+            "Kafka messages whose delivery failed.",
+        ),
+        (
+            "eventgate_kafka_producer_restarts_total",
+            "Kafka producers recreated after a fatal error.",
+        ),
+        (
+            "eventgate_kafka_queue_full_total",
+            "Times librdkafka's producer queue was full and the forwarder waited.",
+        ),
+        (
+            "eventgate_kafka_topics_created_total",
+            "Kafka topics created by the forwarder.",
+        ),
+        (
+            "eventgate_sqlite_rows_total",
+            "Rows the SQLite forwarder handled, by outcome (inserted, duplicate).",
+        ),
+        (
+            "eventgate_sqlite_errors_total",
+            "SQLite forwarder errors, by class.",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(*name, Count, *help);
     }
-    describe_counter!("eventgate_file_written_bytes_total", Bytes, "Bytes the file forwarder wrote.");
+    describe_counter!(
+        "eventgate_file_written_bytes_total",
+        Bytes,
+        "Bytes the file forwarder wrote."
+    );
     let gauges: &[(&'static str, Unit, &'static str)] = &[
-        ("eventgate_ready", Count, "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark), else 0."),
+        (
+            "eventgate_ready",
+            Count,
+            "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark), else 0.",
+        ),
         ("eventgate_subscribers", Count, "Subscribers connected."),
-        ("eventgate_forwarder_queue_events", Count, "Events in a forwarder's in-memory queue."),
-        ("eventgate_forwarder_queue_bytes", Bytes, "Encoded bytes in a forwarder's in-memory queue."),
-        ("eventgate_forwarder_backlog_events", Count, "Events in the spool at or after a forwarder's cursor (not yet finished by it)."),
-        ("eventgate_forwarder_oldest_unacked_age_seconds", Seconds, "Age of the oldest event a forwarder has not finished with (0 when caught up)."),
-        ("eventgate_forwarder_ready", Count, "1 when the forwarder counts as able to deliver (see /readyz), else 0."),
-        ("eventgate_spool_bytes", Bytes, "Bytes of spool segments on disk."),
-        ("eventgate_spool_max_bytes", Bytes, "The spool's limit (spool.max_bytes)."),
+        (
+            "eventgate_forwarder_queue_events",
+            Count,
+            "Events in a forwarder's in-memory queue.",
+        ),
+        (
+            "eventgate_forwarder_queue_bytes",
+            Bytes,
+            "Encoded bytes in a forwarder's in-memory queue.",
+        ),
+        (
+            "eventgate_forwarder_backlog_events",
+            Count,
+            "Events in the spool at or after a forwarder's cursor (not yet finished by it).",
+        ),
+        (
+            "eventgate_forwarder_oldest_unacked_age_seconds",
+            Seconds,
+            "Age of the oldest event a forwarder has not finished with (0 when caught up).",
+        ),
+        (
+            "eventgate_forwarder_ready",
+            Count,
+            "1 when the forwarder counts as able to deliver (see /readyz), else 0.",
+        ),
+        (
+            "eventgate_spool_bytes",
+            Bytes,
+            "Bytes of spool segments on disk.",
+        ),
+        (
+            "eventgate_spool_max_bytes",
+            Bytes,
+            "The spool's limit (spool.max_bytes).",
+        ),
         ("eventgate_spool_segments", Count, "Spool segment files."),
-        ("eventgate_upstream_connected", Count, "1 while subscribed to the upstream, else 0."),
+        (
+            "eventgate_upstream_connected",
+            Count,
+            "1 while subscribed to the upstream, else 0.",
+        ),
     ];
     for (name, unit, help) in gauges {
         describe_gauge!(*name, *unit, *help);
     }
     let histograms: &[(&'static str, Unit, &'static str)] = &[
-        ("eventgate_forwarder_batch_events", Count, "Events per batch handed to a forwarder."),
-        ("eventgate_forwarder_batch_bytes", Bytes, "Encoded bytes per batch handed to a forwarder."),
-        ("eventgate_forwarder_delivery_seconds", Seconds, "From receipt of a batch's oldest event until the sink acknowledged the batch."),
-        ("eventgate_spool_fsync_seconds", Seconds, "Duration of one spool fdatasync."),
-        ("eventgate_spool_group_records", Count, "Records written to the spool per write (group commit)."),
-        ("eventgate_file_fsync_seconds", Seconds, "Duration of one file forwarder fsync."),
-        ("eventgate_file_compress_seconds", Seconds, "Time to gzip one rotated file."),
-        ("eventgate_sqlite_transaction_seconds", Seconds, "Duration of one SQLite forwarder transaction (one batch)."),
+        (
+            "eventgate_forwarder_batch_events",
+            Count,
+            "Events per batch handed to a forwarder.",
+        ),
+        (
+            "eventgate_forwarder_batch_bytes",
+            Bytes,
+            "Encoded bytes per batch handed to a forwarder.",
+        ),
+        (
+            "eventgate_forwarder_delivery_seconds",
+            Seconds,
+            "From receipt of a batch's oldest event until the sink acknowledged the batch.",
+        ),
+        (
+            "eventgate_spool_fsync_seconds",
+            Seconds,
+            "Duration of one spool fdatasync.",
+        ),
+        (
+            "eventgate_spool_group_records",
+            Count,
+            "Records written to the spool per write (group commit).",
+        ),
+        (
+            "eventgate_file_fsync_seconds",
+            Seconds,
+            "Duration of one file forwarder fsync.",
+        ),
+        (
+            "eventgate_file_compress_seconds",
+            Seconds,
+            "Time to gzip one rotated file.",
+        ),
+        (
+            "eventgate_sqlite_transaction_seconds",
+            Seconds,
+            "Duration of one SQLite forwarder transaction (one batch).",
+        ),
     ];
     for (name, unit, help) in histograms {
         describe_histogram!(*name, *unit, *help);

@@ -38,13 +38,20 @@ impl Readiness {
     }
 
     pub fn problems(&self) -> Vec<String> {
-        self.parts.iter().filter_map(|p| p.problem.clone()).collect()
+        self.parts
+            .iter()
+            .filter_map(|p| p.problem.clone())
+            .collect()
     }
 
     /// The /readyz body: "ready", or "not ready" and one line per failing part;
     /// `verbose` lists every part.
     pub fn render(&self, verbose: bool) -> String {
-        let mut out = String::from(if self.ready() { "ready\n" } else { "not ready\n" });
+        let mut out = String::from(if self.ready() {
+            "ready\n"
+        } else {
+            "not ready\n"
+        });
         for part in &self.parts {
             match (&part.problem, verbose) {
                 (Some(problem), _) => {
@@ -119,7 +126,12 @@ pub fn check(observed: &Observed) -> Readiness {
 }
 
 /// One forwarder's verdict.
-pub fn forwarder(name: &str, health: &HealthSnapshot, max_spill: Duration, now: SystemTime) -> Part {
+pub fn forwarder(
+    name: &str,
+    health: &HealthSnapshot,
+    max_spill: Duration,
+    now: SystemTime,
+) -> Part {
     let ago = |t: SystemTime| human_duration(now.duration_since(t).unwrap_or(Duration::ZERO));
     let spilling = health
         .spilling_since
@@ -143,7 +155,10 @@ pub fn forwarder(name: &str, health: &HealthSnapshot, max_spill: Duration, now: 
         None
     };
     let detail = match spilling {
-        Some((since, _)) => format!("forwarder {name}: delivering from the spool for {}", ago(since)),
+        Some((since, _)) => format!(
+            "forwarder {name}: delivering from the spool for {}",
+            ago(since)
+        ),
         None => format!("forwarder {name}: delivering"),
     };
     Part {

@@ -64,9 +64,18 @@ fn all_well_is_ready_and_verbose_lists_every_part() {
     assert!(readiness.ready());
     assert_eq!(readiness.render(false), "ready\n");
     let verbose = readiness.render(true);
-    assert!(verbose.starts_with("ready\nok: upstream node ("), "{verbose}");
-    assert!(verbose.contains("ok: forwarder audit: delivering\n"), "{verbose}");
-    assert!(verbose.contains("ok: spool: 10B of 1000B used (1%)\n"), "{verbose}");
+    assert!(
+        verbose.starts_with("ready\nok: upstream node ("),
+        "{verbose}"
+    );
+    assert!(
+        verbose.contains("ok: forwarder audit: delivering\n"),
+        "{verbose}"
+    );
+    assert!(
+        verbose.contains("ok: spool: 10B of 1000B used (1%)\n"),
+        "{verbose}"
+    );
 }
 
 #[test]
@@ -82,8 +91,16 @@ fn a_disconnected_upstream_is_named_with_its_last_error() {
     let readiness = evaluate_with(&upstreams, &[], None);
     assert!(!readiness.ready());
     let body = readiness.render(false);
-    assert!(body.starts_with("not ready\nupstream node (/run/containerd/containerd.sock): not connected for"), "{body}");
-    assert!(body.contains("after 3 attempt(s); last error: connection refused"), "{body}");
+    assert!(
+        body.starts_with(
+            "not ready\nupstream node (/run/containerd/containerd.sock): not connected for"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("after 3 attempt(s); last error: connection refused"),
+        "{body}"
+    );
 }
 
 #[test]
@@ -100,7 +117,9 @@ fn a_failing_forwarder_is_named_with_its_attempt_and_error() {
     let readiness = evaluate_with(&[], &forwarders, spool(0));
     assert_eq!(
         readiness.problems(),
-        ["forwarder kafka: retrying (attempt 4 failed; failing for 12s; last error: Message timed out)"]
+        [
+            "forwarder kafka: retrying (attempt 4 failed; failing for 12s; last error: Message timed out)"
+        ]
     );
 }
 
@@ -115,7 +134,9 @@ fn spilling_is_fine_until_max_spill() {
     let long = [("log".to_string(), spilling(61))];
     assert_eq!(
         evaluate_with(&[], &long, None).problems(),
-        ["forwarder log: not keeping up: delivering from the spool for 1m 1s (admin.max_spill is 1m)"]
+        [
+            "forwarder log: not keeping up: delivering from the spool for 1m 1s (admin.max_spill is 1m)"
+        ]
     );
 }
 
@@ -140,7 +161,9 @@ fn the_spool_high_water_mark_counts_from_its_value() {
     let full = evaluate_with(&[], &[], spool(900));
     assert_eq!(
         full.problems(),
-        ["spool: 900B of 1000B used (90%), at or above spool.high_water (90%): forwarders are not keeping up"]
+        [
+            "spool: 900B of 1000B used (90%), at or above spool.high_water (90%): forwarders are not keeping up"
+        ]
     );
 }
 

@@ -85,8 +85,16 @@ pub fn render(status: &Status, previous: Option<&Status>) -> String {
     let elapsed = previous.map(|p| status.uptime_seconds - p.uptime_seconds);
     let mut rows = vec![
         [
-            "FORWARDER", "STATE", "EVENTS/S", "QUEUE", "BACKLOG", "OLDEST", "DELIVERED",
-            "RETRIES", "DROPPED", "DEAD",
+            "FORWARDER",
+            "STATE",
+            "EVENTS/S",
+            "QUEUE",
+            "BACKLOG",
+            "OLDEST",
+            "DELIVERED",
+            "RETRIES",
+            "DROPPED",
+            "DEAD",
         ]
         .map(String::from)
         .to_vec(),
@@ -98,7 +106,10 @@ pub fn render(status: &Status, previous: Option<&Status>) -> String {
                 .iter()
                 .find(|pf| pf.name == f.name)
                 .map_or("-".into(), |pf| {
-                    format!("{:.1}", f.delivered.saturating_sub(pf.delivered) as f64 / secs)
+                    format!(
+                        "{:.1}",
+                        f.delivered.saturating_sub(pf.delivered) as f64 / secs
+                    )
                 }),
             _ => "-".into(),
         };
@@ -113,8 +124,9 @@ pub fn render(status: &Status, previous: Option<&Status>) -> String {
             rate,
             format!("{}/{}", f.queue_events, f.queue_limit_events),
             f.backlog_events.map_or("-".into(), |b| b.to_string()),
-            f.oldest_pending_seconds
-                .map_or("-".into(), |s| human_duration(Duration::from_secs_f64(s.max(0.0)))),
+            f.oldest_pending_seconds.map_or("-".into(), |s| {
+                human_duration(Duration::from_secs_f64(s.max(0.0)))
+            }),
             f.delivered.to_string(),
             f.retries.to_string(),
             f.dropped.to_string(),
@@ -141,7 +153,10 @@ pub fn render(status: &Status, previous: Option<&Status>) -> String {
                 .detail
                 .strip_prefix(&format!("upstream {} ({}): ", u.name, u.address))
                 .unwrap_or(&u.detail);
-            rows.push(vec![format!("{} ({})", u.name, u.address), state.to_owned()]);
+            rows.push(vec![
+                format!("{} ({})", u.name, u.address),
+                state.to_owned(),
+            ]);
         }
         table(&mut out, &rows);
     }

@@ -69,14 +69,21 @@ fn problems_errors_and_upstreams_are_shown() {
         connected: true,
         detail: "upstream node (/run/containerd/containerd.sock): connected for 4s".into(),
     });
-    s.problems.push("forwarder audit: retrying (attempt 3 failed; ...)".into());
+    s.problems
+        .push("forwarder audit: retrying (attempt 3 failed; ...)".into());
     let text = render(&s, None);
     assert!(text.contains("| NOT READY |"), "{text}");
     assert!(text.contains("audit      retrying (!)"), "{text}");
-    assert!(text.contains("  audit: attempt 3 failed: Message timed out\n"), "{text}");
+    assert!(
+        text.contains("  audit: attempt 3 failed: Message timed out\n"),
+        "{text}"
+    );
     assert!(
         text.contains("node (/run/containerd/containerd.sock)  connected for 4s\n"),
         "{text}"
     );
-    assert!(text.ends_with("not ready:\n  forwarder audit: retrying (attempt 3 failed; ...)\n"), "{text}");
+    assert!(
+        text.ends_with("not ready:\n  forwarder audit: retrying (attempt 3 failed; ...)\n"),
+        "{text}"
+    );
 }

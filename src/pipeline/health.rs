@@ -65,7 +65,10 @@ impl Health {
     pub fn attempt_failed(&self, attempt: u32, error: String) {
         self.retries.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
-        let since = inner.failing.as_ref().map_or_else(SystemTime::now, |f| f.since);
+        let since = inner
+            .failing
+            .as_ref()
+            .map_or_else(SystemTime::now, |f| f.since);
         inner.failing = Some(Failing {
             since,
             attempts: attempt,
@@ -154,7 +157,10 @@ mod tests {
         health.attempt_failed(2, "timed out".into());
         let second = health.snapshot(None).failing.unwrap();
         assert_eq!(second.since, first.since);
-        assert_eq!((second.attempts, second.last_error.as_str()), (2, "timed out"));
+        assert_eq!(
+            (second.attempts, second.last_error.as_str()),
+            (2, "timed out")
+        );
         health.delivered(5);
         let snap = health.snapshot(None);
         assert_eq!(snap.failing, None);

@@ -206,7 +206,10 @@ impl Queue {
 
     /// When the oldest queued event was received.
     pub fn front_received_at(&self) -> Option<std::time::SystemTime> {
-        self.lock().items.front().map(|(event, _)| event.received_at)
+        self.lock()
+            .items
+            .front()
+            .map(|(event, _)| event.received_at)
     }
 
     /// Refuses further pushes; the consumer drains what is queued.

@@ -63,7 +63,9 @@ fn valid_name(name: &str, colon: bool) -> bool {
 fn family<'a>(name: &'a str, types: &HashMap<String, String>) -> &'a str {
     for suffix in ["_bucket", "_sum", "_count"] {
         if let Some(base) = name.strip_suffix(suffix)
-            && types.get(base).is_some_and(|t| t == "histogram" || t == "summary")
+            && types
+                .get(base)
+                .is_some_and(|t| t == "histogram" || t == "summary")
         {
             return base;
         }
@@ -111,14 +113,22 @@ pub fn parse(text: &str) -> Scrape {
             }
             continue;
         }
-        assert!(!line.starts_with('#'), "comment without a space at {}", at());
+        assert!(
+            !line.starts_with('#'),
+            "comment without a space at {}",
+            at()
+        );
         let (series, value) = match line.find('{') {
             Some(_) => {
-                let close = line.rfind('}').unwrap_or_else(|| panic!("unclosed labels at {}", at()));
+                let close = line
+                    .rfind('}')
+                    .unwrap_or_else(|| panic!("unclosed labels at {}", at()));
                 (&line[..=close], line[close + 1..].trim())
             }
             None => {
-                let (name, value) = line.split_once(' ').unwrap_or_else(|| panic!("no value at {}", at()));
+                let (name, value) = line
+                    .split_once(' ')
+                    .unwrap_or_else(|| panic!("no value at {}", at()));
                 (name, value.trim())
             }
         };
@@ -128,12 +138,23 @@ pub fn parse(text: &str) -> Scrape {
             "+Inf" => f64::INFINITY,
             "-Inf" => f64::NEG_INFINITY,
             "NaN" => f64::NAN,
-            v => v.parse().unwrap_or_else(|_| panic!("bad value at {}", at())),
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value at {}", at())),
         };
-        *seen_samples.entry(family(&name, &scrape.types).to_owned()).or_default() += 1;
-        let pairs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        *seen_samples
+            .entry(family(&name, &scrape.types).to_owned())
+            .or_default() += 1;
+        let pairs: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let k = key(&name, &pairs);
-        assert!(scrape.samples.insert(k.clone(), value).is_none(), "duplicate sample {k} at {}", at());
+        assert!(
+            scrape.samples.insert(k.clone(), value).is_none(),
+            "duplicate sample {k} at {}",
+            at()
+        );
     }
     check_histograms(&scrape);
     scrape
@@ -151,7 +172,8 @@ fn parse_series(series: &str) -> Result<(String, Vec<(String, String)>), String>
     let mut labels = Vec::new();
     let mut chars = rest.chars().peekable();
     loop {
-        let label: String = std::iter::from_fn(|| chars.next_if(|c| *c != '=' && *c != '}')).collect();
+        let label: String =
+            std::iter::from_fn(|| chars.next_if(|c| *c != '=' && *c != '}')).collect();
         if label.is_empty() && chars.peek() == Some(&'}') {
             break;
         }
@@ -191,17 +213,34 @@ fn check_histograms(scrape: &Scrape) {
         let mut by_series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for (mut labels, value) in scrape.series(&format!("{name}_bucket")) {
             let le = labels.remove("le").expect("bucket without le");
-            let le: f64 = if le == "+Inf" { f64::INFINITY } else { le.parse().expect("le") };
-            let pairs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            by_series.entry(key(&format!("{name}_count"), &pairs)).or_default().push((le, value));
+            let le: f64 = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().expect("le")
+            };
+            let pairs: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            by_series
+                .entry(key(&format!("{name}_count"), &pairs))
+                .or_default()
+                .push((le, value));
         }
         assert!(!by_series.is_empty(), "histogram {name} has no buckets");
         for (count_key, mut buckets) in by_series {
             buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-            assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{name} buckets fall");
+            assert!(
+                buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+                "{name} buckets fall"
+            );
             let last = buckets.last().expect("buckets");
             assert_eq!(last.0, f64::INFINITY, "{name} has no +Inf bucket");
-            assert_eq!(Some(&last.1), scrape.samples.get(&count_key), "{count_key} differs from +Inf");
+            assert_eq!(
+                Some(&last.1),
+                scrape.samples.get(&count_key),
+                "{count_key} differs from +Inf"
+            );
         }
     }
 }
