@@ -25,7 +25,7 @@ impl Scrape {
             .iter()
             .filter_map(|(k, v)| {
                 let (n, labels) = split_key(k);
-                (n == name).then(|| (labels, *v))
+                (n == name).then_some((labels, *v))
             })
             .collect()
     }
