@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
+use crate::admin::AdminSettings;
 use crate::exchange::ExchangeConfig;
 use crate::filter::Filter;
 use crate::forward::{Kinds, Options};
@@ -58,6 +59,8 @@ pub struct Config {
     #[serde(rename = "upstream")]
     pub upstreams: Vec<UpstreamSpec>,
     pub dead_letter: DeadLetterSection,
+    /// `[admin]`: the HTTP endpoint for metrics, health and readiness.
+    pub admin: AdminSettings,
 }
 
 /// `[dead_letter]`: where events forwarders gave up on are kept.
@@ -107,6 +110,7 @@ impl Default for Config {
             spool: SpoolSettings::default(),
             upstreams: Vec::new(),
             dead_letter: DeadLetterSection::default(),
+            admin: AdminSettings::default(),
         }
     }
 }
@@ -347,6 +351,9 @@ impl Config {
                 ),
             ));
         }
+        self.admin
+            .validate()
+            .map_err(|(key, problem)| invalid(key, problem))?;
         Ok(())
     }
 

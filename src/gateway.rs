@@ -12,6 +12,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
+use crate::admin::{Admin, AdminError, Observed};
 use crate::config::{Config, ConfigError};
 use crate::deadletter::{DeadLetterError, Store};
 use crate::exchange::{EventsService, Exchange};
@@ -27,6 +28,8 @@ pub enum GatewayError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Listen(#[from] ListenError),
+    #[error(transparent)]
+    Admin(#[from] AdminError),
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error("cannot open the spool")]
@@ -71,6 +74,7 @@ pub struct Gateway {
     servers: JoinSet<Result<(), tonic::transport::Error>>,
     shutdown_timeout: Duration,
     drain_timeout: Duration,
+    admin: Option<Admin>,
 }
 
 impl Gateway {
@@ -89,6 +93,14 @@ impl Gateway {
             path: config.data_dir.clone(),
             source,
         })?;
+        // First: a busy port fails the start before anything is opened, and the
+        // metrics recorder is in place before the first metric is recorded.
+        let admin = match config.admin.addr() {
+            Ok(Some(addr)) => Some(crate::admin::Bound::bind(addr).await?),
+            Ok(None) => None,
+            Err((key, problem)) => return Err(ConfigError::Invalid { key, problem }.into()),
+        };
+        let started = std::time::SystemTime::now();
         let (spool, _recovery) = open_spool(config).await?;
         let backlog = BacklogStart {
             backlog: std::sync::Arc::new(spool.clone()),
@@ -139,6 +151,16 @@ impl Gateway {
             "eventgate is serving containerd's Events API"
         );
         let upstreams = Upstreams::start(&config.upstreams, &exchange);
+        let admin = admin.map(|bound| {
+            bound.serve(Observed {
+                forwarders: pipeline.forwarders().to_vec(),
+                upstreams: upstreams.watch(),
+                spool: Some(spool.clone()),
+                exchange: exchange.clone(),
+                max_spill: config.admin.max_spill,
+                started,
+            })
+        });
         Ok(Self {
             exchange,
             pipeline,
@@ -150,6 +172,7 @@ impl Gateway {
             servers,
             shutdown_timeout: config.exchange.shutdown_timeout,
             drain_timeout: config.pipeline.drain_timeout,
+            admin,
         })
     }
 
@@ -176,6 +199,11 @@ impl Gateway {
     /// The bound TCP address (useful with port 0).
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp_addr
+    }
+
+    /// The admin endpoint's bound address, when it is on.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(Admin::addr)
     }
 
     /// Serves until `shutdown` resolves or a server fails, then stops gracefully.
@@ -234,6 +262,10 @@ impl Gateway {
         // re-delivers nothing that was delivered.
         if let Err(error) = self.spool.close().await {
             tracing::error!(%error, "closing the spool failed; the next start re-delivers from older cursors");
+        }
+        // Last: health, readiness and metrics stay visible while forwarders drain.
+        if let Some(admin) = self.admin.take() {
+            admin.stop().await;
         }
         tracing::info!(next_seq = self.exchange.next_seq(), "stopped");
         reports

@@ -22,10 +22,12 @@
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
 //! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
+//! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
 //! - [`config`]: the TOML file, defaults and validation.
 //! - [`cli`]: the `eventgate` command; [`bench`]: rerunnable benchmarks.
 
+pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod client;

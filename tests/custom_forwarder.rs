@@ -83,6 +83,8 @@ async fn a_custom_kind_is_configured_and_fed_like_the_built_in_ones() {
     let toml = format!(
         r#"
         data_dir = "{}"
+        [admin]
+        listen = "127.0.0.1:0"
         [[forwarder]]
         name = "mine"
         kind = "memory"

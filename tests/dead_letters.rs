@@ -146,6 +146,8 @@ async fn refused_events_are_listed_retried_and_purged_while_the_gateway_runs() {
         &format!(
             r#"
             data_dir = "{}"
+            [admin]
+            listen = "127.0.0.1:0"
             [dead_letter]
             poll_interval = "50ms"
             [[forwarder]]

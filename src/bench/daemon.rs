@@ -46,6 +46,8 @@ impl Daemon {
             .arg(&data)
             .args(extra);
         command.env("EVENTGATE_LOG", "warn");
+        // Side by side with any other gateway on the machine.
+        command.env("EVENTGATE_ADMIN", "127.0.0.1:0");
         Self::spawn("eventgate", command, socket, dir.join("eventgate.log")).await
     }
 

@@ -94,6 +94,7 @@ pub async fn spool(
         max_bytes: ByteSize(1 << 40),
         full: FullPolicy::Block,
         block_timeout: Duration::from_secs(5),
+        ..SpoolSettings::default()
     };
     let (spool, _) = Spool::open(dir, &settings, &["bench"]).map_err(|e| {
         io(format!("cannot open a spool in {}", dir.display()))(std::io::Error::other(e))

@@ -9,6 +9,8 @@ mod query;
 mod replay;
 mod serve;
 mod stats;
+mod status;
+mod top;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -62,6 +64,11 @@ pub enum Command {
     Stats(stats::StatsArgs),
     /// Send stored events again: to a configured forwarder or to another exchange.
     Replay(replay::ReplayArgs),
+    /// A running gateway's forwarders, upstreams, subscribers and spool, from its
+    /// admin endpoint.
+    Status(status::StatusArgs),
+    /// `status`, refreshed every second (q or Ctrl-C quits).
+    Top(top::TopArgs),
 }
 
 #[derive(Debug, Args)]
@@ -177,5 +184,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Query(args) => query::run(args).await,
         Command::Stats(args) => stats::run(args).await,
         Command::Replay(args) => replay::run(args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::Top(args) => top::run(args).await,
     }
 }

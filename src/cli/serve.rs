@@ -35,6 +35,11 @@ pub struct ServeArgs {
     /// file name). Added to the config's `[[upstream]]` tables.
     #[arg(long, value_name = "[NAME=]ADDRESS")]
     pub upstream: Vec<String>,
+    /// Serve /metrics, /healthz, /readyz and /status on this address (loopback unless
+    /// `admin.allow_remote`); "" turns it off. Overrides `admin.listen`
+    /// (default 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR", env = "EVENTGATE_ADMIN")]
+    pub admin: Option<String>,
 }
 
 impl ServeArgs {
@@ -52,6 +57,9 @@ impl ServeArgs {
         }
         if let Some(listen) = self.listen {
             config.exchange.listen = Some(listen);
+        }
+        if let Some(admin) = &self.admin {
+            config.admin.listen = admin.clone();
         }
         if let Some(queue) = self.subscriber_queue {
             config.exchange.subscriber_queue = queue;

@@ -295,6 +295,8 @@ impl Exchange {
                 .await
                 .map_err(|e| self.rejected(AcceptError::Spool(e)))?;
         }
+        metrics::counter!("eventgate_events_accepted_total", "source" => event.source.label())
+            .increment(1);
         Ok(event)
     }
 

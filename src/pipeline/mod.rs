@@ -24,6 +24,7 @@
 mod attempts;
 pub mod backlog;
 pub mod deadletter;
+pub mod health;
 pub mod queue;
 pub mod retry;
 mod route;
@@ -45,6 +46,7 @@ use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
 pub use backlog::{Backlog, MemoryBacklog};
 pub use deadletter::DeadLetters;
+pub use health::{Failing, Health, HealthSnapshot};
 use queue::{Pushed, Queue};
 use route::RouteState;
 pub use worker::Report;
@@ -84,6 +86,7 @@ struct Route {
     queue: Arc<Queue>,
     state: Arc<RouteState>,
     drops: worker::DropLog,
+    health: Arc<Health>,
 }
 
 /// Hands accepted events to the forwarders' queues. Cheap to clone.
@@ -128,6 +131,7 @@ impl Router {
             match route.state.route(event, matches, &route.queue, size) {
                 Pushed::Queued => {}
                 Pushed::Spilled => {
+                    route.health.spilling();
                     metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => route.name.to_string())
                         .increment(1);
                 }
@@ -135,9 +139,11 @@ impl Router {
                     let policy = route.queue.settings().overflow.label();
                     metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => policy)
                         .increment(n as u64);
+                    route.health.dropped(n as u64);
                     route.drops.record(&route.name, policy, n, event.seq);
                 }
                 Pushed::Closed => {
+                    route.health.dropped(1);
                     metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => "closed")
                         .increment(1);
                 }
@@ -146,11 +152,13 @@ impl Router {
     }
 }
 
-/// A running forwarder, as seen from outside.
+/// A running forwarder, as seen from outside. Cheap to clone.
+#[derive(Clone)]
 pub struct ForwarderHandle {
     pub name: Arc<str>,
     queue: Arc<Queue>,
     acked: watch::Receiver<u64>,
+    health: Arc<Health>,
 }
 
 impl ForwarderHandle {
@@ -168,6 +176,17 @@ impl ForwarderHandle {
     /// (events, bytes) waiting in the queue.
     pub fn depth(&self) -> (usize, usize) {
         self.queue.depth()
+    }
+
+    /// The queue's limits (events, bytes).
+    pub fn capacity(&self) -> (usize, u64) {
+        let settings = self.queue.settings();
+        (settings.events, settings.bytes.get() as u64)
+    }
+
+    /// Whether it is failing, spilling or stopped, and its running totals.
+    pub fn health(&self) -> HealthSnapshot {
+        self.health.snapshot(self.queue.front_received_at())
     }
 }
 
@@ -275,6 +294,16 @@ impl Pipeline {
                 None => RouteState::new(1, None),
             });
             let (acked_tx, acked_rx) = watch::channel(0);
+            let health = Arc::new(Health::default());
+            if state.spilled_from().is_some() {
+                // A backlog left by the previous run is read from the spool first.
+                health.spilling();
+            }
+            // Series that exist from the start, so rates over them work at once.
+            metrics::counter!("eventgate_events_forwarded_total", "forwarder" => name.to_string())
+                .increment(0);
+            metrics::counter!("eventgate_forwarder_retries_total", "forwarder" => name.to_string())
+                .increment(0);
             let dead_letters =
                 deadletter::Hook::new(Arc::clone(&name), part.dead_letters, part.batch.events);
             workers.spawn(
@@ -284,13 +313,19 @@ impl Pipeline {
                     state: Arc::clone(&state),
                     filter: part.filter.clone(),
                     backlog: backlog.as_ref().map(|b| Arc::clone(&b.backlog)),
-                    stack: retry::stack(Arc::clone(&part.forwarder), &name, &part.retry),
+                    stack: retry::stack_reporting(
+                        Arc::clone(&part.forwarder),
+                        &name,
+                        &part.retry,
+                        Arc::clone(&health),
+                    ),
                     forwarder: part.forwarder,
                     batch: part.batch,
                     acked: acked_tx,
                     closing: closing.clone(),
                     stop: stop.clone(),
                     dead_letters,
+                    health: Arc::clone(&health),
                 }
                 .run(),
             );
@@ -300,11 +335,13 @@ impl Pipeline {
                 queue: Arc::clone(&queue),
                 state,
                 drops: worker::DropLog::default(),
+                health: Arc::clone(&health),
             });
             handles.push(ForwarderHandle {
                 name,
                 queue,
                 acked: acked_rx,
+                health,
             });
         }
         Self {

@@ -204,6 +204,14 @@ impl Queue {
         (state.items.len(), state.bytes)
     }
 
+    /// When the oldest queued event was received.
+    pub fn front_received_at(&self) -> Option<std::time::SystemTime> {
+        self.lock()
+            .items
+            .front()
+            .map(|(event, _)| event.received_at)
+    }
+
     /// Refuses further pushes; the consumer drains what is queued.
     pub fn close(&self) {
         self.lock().closed = true;

@@ -28,6 +28,7 @@ use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
 pub use super::attempts::{Attempts, Delivery};
+use super::health::Health;
 use super::settings::RetrySettings;
 use crate::forward::{Batch, ForwardError, Forwarder};
 
@@ -71,15 +72,22 @@ pub struct BackoffPolicy {
     forwarder: Arc<str>,
     attempts: u32,
     started: Option<Instant>,
+    /// Told about every retryable failure, for readiness.
+    health: Arc<Health>,
 }
 
 impl BackoffPolicy {
     pub fn new(settings: RetrySettings, forwarder: &str) -> Self {
+        Self::reporting(settings, forwarder, Arc::default())
+    }
+
+    pub fn reporting(settings: RetrySettings, forwarder: &str, health: Arc<Health>) -> Self {
         Self {
             settings: Arc::new(settings),
             forwarder: forwarder.into(),
             attempts: 0,
             started: None,
+            health,
         }
     }
 
@@ -119,6 +127,8 @@ impl Policy<Delivery, (), BoxError> for BackoffPolicy {
         if !is_retryable(error) {
             return None;
         }
+        self.health
+            .attempt_failed(self.attempts, crate::errors::chain(&**error));
         let settings = &self.settings;
         let out_of_attempts = settings.attempts != 0 && self.attempts >= settings.attempts;
         let out_of_time = !settings.elapsed.is_zero() && now - started >= settings.elapsed;
@@ -172,9 +182,19 @@ impl Service<Delivery> for MapErr {
 
 /// Builds the stack described at the top of this file.
 pub fn stack(forwarder: Arc<dyn Forwarder>, name: &str, settings: &RetrySettings) -> DeliveryStack {
+    stack_reporting(forwarder, name, settings, Arc::default())
+}
+
+/// The same stack, telling `health` about every failed attempt.
+pub fn stack_reporting(
+    forwarder: Arc<dyn Forwarder>,
+    name: &str,
+    settings: &RetrySettings,
+    health: Arc<Health>,
+) -> DeliveryStack {
     let deliver = MapErr(Deliver { forwarder });
     Retry::new(
-        BackoffPolicy::new(settings.clone(), name),
+        BackoffPolicy::reporting(settings.clone(), name, health),
         Timeout::new(deliver, settings.timeout),
     )
 }

@@ -13,6 +13,7 @@ use prost::Message;
 
 use super::backlog::{Backlog, BacklogReader};
 use super::deadletter::Hook;
+use super::health::{CloseOnDrop, Health};
 use super::queue::Queue;
 use super::retry::{self, DeliveryStack, is_retryable};
 use super::route::RouteState;
@@ -51,6 +52,7 @@ pub(super) struct Worker {
     /// Cancelled when the shutdown deadline passes: abandon what is left.
     pub stop: CancellationToken,
     pub dead_letters: Hook,
+    pub health: Arc<Health>,
 }
 
 /// Where the next events come from.
@@ -71,6 +73,7 @@ const IDLE_CURSOR_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Worker {
     pub async fn run(mut self) -> Report {
+        let _closed = CloseOnDrop(Arc::clone(&self.health));
         let mut report = Report {
             forwarder: self.name.to_string(),
             delivered: 0,
@@ -103,7 +106,10 @@ impl Worker {
             let (first, last) = batch.seq_range();
             metrics::histogram!("eventgate_forwarder_batch_events", "forwarder" => label.clone())
                 .record(batch.len() as f64);
+            metrics::histogram!("eventgate_forwarder_batch_bytes", "forwarder" => label.clone())
+                .record(batch.bytes() as f64);
             let oldest = batch.events().first().map(|e| e.received_at);
+            self.health.batch_started(oldest);
             let outcome = tokio::select! {
                 biased;
                 outcome = retry::deliver(&mut self.stack, batch.clone()) => Some(outcome),
@@ -117,7 +123,8 @@ impl Worker {
             match outcome {
                 Some((Ok(()), _)) => {
                     report.delivered += batch.len() as u64;
-                    metrics::counter!("eventgate_forwarder_events_total", "forwarder" => label.clone())
+                    self.health.delivered(batch.len() as u64);
+                    metrics::counter!("eventgate_events_forwarded_total", "forwarder" => label.clone())
                         .increment(batch.len() as u64);
                     if let Some(age) = oldest.and_then(|t| SystemTime::now().duration_since(t).ok())
                     {
@@ -132,6 +139,7 @@ impl Worker {
                         "permanent"
                     };
                     report.failed += batch.len() as u64;
+                    self.health.gave_up(batch.len() as u64);
                     metrics::counter!("eventgate_forwarder_failed_total", "forwarder" => label.clone(), "reason" => reason)
                         .increment(batch.len() as u64);
                     tracing::error!(
@@ -221,6 +229,7 @@ impl Worker {
                 let (backlog_reader, position) =
                     reader.get_or_insert_with(|| (backlog.reader(from), from));
                 if self.state.try_rejoin(*position) {
+                    self.health.rejoined();
                     tracing::info!(forwarder = %self.name, at_seq = *position, "caught up with the spool; back on the live queue");
                     *reader = None;
                     continue;
@@ -237,6 +246,7 @@ impl Worker {
                         if let Some((first, count)) = read.lost {
                             metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => self.name.to_string(), "reason" => "spool_full")
                                 .increment(count);
+                            self.health.dropped(count);
                             tracing::error!(forwarder = %self.name, first_seq = first, count, "events were discarded from the full spool before this forwarder read them");
                         }
                         let mut bytes = 0;

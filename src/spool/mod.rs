@@ -303,6 +303,10 @@ impl Spool {
         }
     }
 
+    pub fn settings(&self) -> &SpoolSettings {
+        &self.shared().settings
+    }
+
     pub fn stats(&self) -> SpoolStats {
         let durable_seq = self.shared().progress.borrow().durable_seq;
         let state = self.shared().lock();

@@ -64,6 +64,9 @@ pub struct SpoolSettings {
     /// With `full = "block"`: how long a publisher waits for room.
     #[serde(with = "crate::config::duration_text")]
     pub block_timeout: Duration,
+    /// Fraction of `max_bytes` from which the gateway reports itself not ready
+    /// (`/readyz`): the spool is close to full and forwarders are behind.
+    pub high_water: f64,
 }
 
 impl Default for SpoolSettings {
@@ -74,6 +77,7 @@ impl Default for SpoolSettings {
             max_bytes: ByteSize(1 << 30),
             full: FullPolicy::Block,
             block_timeout: Duration::from_secs(5),
+            high_water: 0.9,
         }
     }
 }
@@ -99,6 +103,17 @@ impl SpoolSettings {
                 "`spool.block_timeout` must be more than 0s with `full = \"block\"`".into(),
             );
         }
+        if !(self.high_water > 0.0 && self.high_water <= 1.0) {
+            return Err(format!(
+                "`spool.high_water` ({}) must be a fraction of `spool.max_bytes` above 0 and at most 1, such as 0.9",
+                self.high_water
+            ));
+        }
         Ok(())
+    }
+
+    /// Bytes from which the spool counts as nearly full.
+    pub fn high_water_bytes(&self) -> u64 {
+        (self.max_bytes.0 as f64 * self.high_water) as u64
     }
 }

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use settings::{ReconnectSettings, UpstreamSpec};
-pub use status::{UpstreamState, UpstreamStatus};
+pub use status::{UpstreamState, UpstreamStatus, UpstreamWatch};
 
 use crate::exchange::Exchange;
 
@@ -72,21 +72,18 @@ impl Upstreams {
     }
 
     pub fn statuses(&self) -> Vec<UpstreamStatus> {
-        self.statuses.iter().map(|rx| rx.borrow().clone()).collect()
+        self.watch().statuses()
     }
 
     /// Ready when every upstream is subscribed; otherwise what is not, one line each.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
-        let problems: Vec<String> = self
-            .statuses()
-            .into_iter()
-            .filter(|status| !status.is_connected())
-            .map(|status| status.to_string())
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
+        self.watch().readiness()
+    }
+
+    /// A cheap, clonable view of every upstream's state, for the admin endpoint.
+    pub fn watch(&self) -> UpstreamWatch {
+        UpstreamWatch {
+            statuses: self.statuses.clone(),
         }
     }
 

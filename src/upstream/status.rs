@@ -4,6 +4,35 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use tokio::sync::watch;
+
+/// Every upstream's current state; cheap to clone.
+#[derive(Clone, Default)]
+pub struct UpstreamWatch {
+    pub(super) statuses: Vec<watch::Receiver<UpstreamStatus>>,
+}
+
+impl UpstreamWatch {
+    pub fn statuses(&self) -> Vec<UpstreamStatus> {
+        self.statuses.iter().map(|rx| rx.borrow().clone()).collect()
+    }
+
+    /// Ready when every upstream is subscribed; otherwise what is not, one line each.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let problems: Vec<String> = self
+            .statuses()
+            .into_iter()
+            .filter(|status| !status.is_connected())
+            .map(|status| status.to_string())
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
 /// Where an upstream's subscription stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpstreamState {

@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 
 pub mod containerd;
 pub mod image;
+pub mod prometheus;
 pub mod tansu;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -25,7 +26,10 @@ pub fn eventgate() -> Command {
     let mut cmd = Command::new(eventgate_bin());
     cmd.env_remove("EVENTGATE_ADDRESS")
         .env_remove("EVENTGATE_CONFIG")
-        .env_remove("CONTAINERD_NAMESPACE");
+        .env_remove("CONTAINERD_NAMESPACE")
+        // Gateways under test run side by side: each takes a free admin port, which
+        // `Gateway::admin_addr` reads from its log.
+        .env("EVENTGATE_ADMIN", "127.0.0.1:0");
     cmd
 }
 
@@ -51,6 +55,9 @@ pub struct Gateway {
     pub socket: PathBuf,
     stderr: Option<Lines>,
     args: Vec<String>,
+    /// Log lines already read (looking for the admin address).
+    log: String,
+    admin: Option<std::net::SocketAddr>,
 }
 
 impl Gateway {
@@ -70,6 +77,8 @@ impl Gateway {
             socket,
             stderr: Some(stderr),
             args,
+            log: String::new(),
+            admin: None,
         };
         gw.wait_ready();
         gw
@@ -82,6 +91,7 @@ impl Gateway {
         let (child, stderr) = Self::spawn(&self.dir.path().join("data"), &self.args);
         self.child = child;
         self.stderr = Some(stderr);
+        self.admin = None;
         self.wait_ready();
         status
     }
@@ -93,6 +103,7 @@ impl Gateway {
         let (child, stderr) = Self::spawn(&self.dir.path().join("data"), &self.args);
         self.child = child;
         self.stderr = Some(stderr);
+        self.admin = None;
         self.wait_ready();
     }
 
@@ -147,7 +158,35 @@ impl Gateway {
 
     /// Everything the gateway has logged so far.
     pub fn stderr_text(&mut self) -> String {
-        self.stderr.as_mut().map(|l| l.drain()).unwrap_or_default()
+        let rest = self.stderr.as_mut().map(|l| l.drain()).unwrap_or_default();
+        std::mem::take(&mut self.log) + &rest
+    }
+
+    /// The admin endpoint's address, from the gateway's log line
+    /// `admin endpoint serving ... addr=HOST:PORT`.
+    pub fn admin_addr(&mut self) -> std::net::SocketAddr {
+        if let Some(addr) = self.admin {
+            return addr;
+        }
+        let end = Instant::now() + DEADLINE;
+        let lines = self.stderr.as_ref().expect("stderr");
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let line = lines
+                .next(left)
+                .unwrap_or_else(|| panic!("no admin endpoint line in the log:\n{}", self.log));
+            self.log.push_str(&line);
+            self.log.push('\n');
+            if line.contains("admin endpoint serving") {
+                let addr = line
+                    .split_whitespace()
+                    .find_map(|word| word.strip_prefix("addr="))
+                    .and_then(|addr| addr.parse().ok())
+                    .unwrap_or_else(|| panic!("no addr= in {line:?}"));
+                self.admin = Some(addr);
+                return addr;
+            }
+        }
     }
 }
 

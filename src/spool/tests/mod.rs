@@ -21,6 +21,7 @@ fn settings(fsync: Fsync) -> SpoolSettings {
         max_bytes: ByteSize(1 << 20),
         full: FullPolicy::Block,
         block_timeout: Duration::from_secs(5),
+        high_water: 0.9,
     }
 }
 

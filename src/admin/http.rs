@@ -1,0 +1,140 @@
+//! The HTTP/1 server: four GET endpoints, 404 for anything else, 405 for other
+//! methods, and a graceful stop (requests in flight finish, keep-alive connections
+//! are closed).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::{Observed, metrics, readiness, status};
+
+/// How long a stop waits for requests in flight.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How often histogram samples are folded in when nobody scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+pub async fn serve(listener: TcpListener, observed: Arc<Observed>, cancel: CancellationToken) {
+    let graceful = GracefulShutdown::new();
+    let mut upkeep = tokio::time::interval(UPKEEP_EVERY);
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = upkeep.tick() => {
+                if let Some(handle) = metrics::install() {
+                    handle.run_upkeep();
+                }
+                continue;
+            }
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors and the like: pause instead of spinning.
+                tracing::warn!(%error, "admin endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let observed = Arc::clone(&observed);
+        let service = service_fn(move |request| {
+            let observed = Arc::clone(&observed);
+            async move { Ok::<_, Infallible>(respond(&observed, &request)) }
+        });
+        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "admin endpoint: connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(STOP_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("admin endpoint: connections still open at stop; dropping them");
+    }
+}
+
+fn respond(observed: &Observed, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    if !matches!(path, "/metrics" | "/healthz" | "/readyz" | "/status") {
+        return text(
+            StatusCode::NOT_FOUND,
+            "not found; try /metrics, /healthz, /readyz or /status\n".into(),
+        );
+    }
+    if request.method() != Method::GET {
+        let mut response = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{} only answers GET\n", path),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("GET"));
+        return response;
+    }
+    match path {
+        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => {
+            let verbose = request
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
+            let readiness = readiness::check(observed);
+            let code = if readiness.ready() {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            text(code, readiness.render(verbose))
+        }
+        "/metrics" => match metrics::install() {
+            Some(handle) => {
+                metrics::refresh(observed);
+                let mut response = text(StatusCode::OK, handle.render());
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                response
+            }
+            None => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "another metrics recorder was installed in this process before eventgate's; it has the metrics\n".into(),
+            ),
+        },
+        _ => {
+            let body = serde_json::to_vec(&status::collect(observed)).unwrap_or_default();
+            let mut response = Response::new(Full::new(Bytes::from(body)));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+    }
+}
+
+fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

@@ -1,0 +1,364 @@
+//! The Prometheus recorder behind every `metrics::` call in the crate: installed once
+//! per process, with real histogram buckets in base units, a `# HELP` line for every
+//! metric, and the gauges that are cheaper to compute when scraped than to keep up to
+//! date on every event.
+
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use super::Observed;
+
+/// Seconds: from sub-millisecond fsyncs to a minute of delivery latency.
+const SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+];
+/// Events per batch, records per spool write.
+const COUNTS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
+];
+/// Bytes per batch.
+const BYTES: &[f64] = &[
+    256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the recorder the first time (later calls, e.g. a second gateway in the
+/// same process, share it). `None` when another recorder was installed first: its
+/// owner gets the metrics, and /metrics says so.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = builder().build_recorder();
+            let handle = recorder.handle();
+            match metrics::set_global_recorder(recorder) {
+                Ok(()) => {
+                    describe();
+                    Some(handle)
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "another metrics recorder is already installed in this process; /metrics will not show eventgate's metrics"
+                    );
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+fn builder() -> PrometheusBuilder {
+    let plain = PrometheusBuilder::new();
+    let with_buckets = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_events".into()), COUNTS))
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_records".into()), COUNTS))
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_bytes".into()), BYTES));
+    match with_buckets {
+        Ok(builder) => builder,
+        // Only empty bucket lists fail, and ours are constants; summaries would still
+        // be valid exposition.
+        Err(error) => {
+            tracing::warn!(%error, "histogram buckets refused; histograms are exported as summaries");
+            plain
+        }
+    }
+}
+
+/// Sets the gauges computed at scrape time: queue depth, backlog, oldest pending
+/// event per forwarder, spool use, subscribers and readiness.
+pub fn refresh(observed: &Observed) {
+    let now = SystemTime::now();
+    let spool = observed.spool.as_ref();
+    let next_seq = spool.map(|s| s.next_seq());
+    for forwarder in &observed.forwarders {
+        let name = forwarder.name.to_string();
+        let (events, bytes) = forwarder.depth();
+        metrics::gauge!("eventgate_forwarder_queue_events", "forwarder" => name.clone())
+            .set(events as f64);
+        metrics::gauge!("eventgate_forwarder_queue_bytes", "forwarder" => name.clone())
+            .set(bytes as f64);
+        if let (Some(spool), Some(next_seq)) = (spool, next_seq) {
+            let backlog = next_seq.saturating_sub(spool.cursor(&forwarder.name));
+            metrics::gauge!("eventgate_forwarder_backlog_events", "forwarder" => name.clone())
+                .set(backlog as f64);
+        }
+        let health = forwarder.health();
+        let age = health
+            .oldest_pending
+            .and_then(|t| now.duration_since(t).ok())
+            .map_or(0.0, |age| age.as_secs_f64());
+        metrics::gauge!("eventgate_forwarder_oldest_unacked_age_seconds", "forwarder" => name.clone())
+            .set(age);
+        let ready = super::readiness::forwarder(&forwarder.name, &health, observed.max_spill, now)
+            .problem
+            .is_none();
+        metrics::gauge!("eventgate_forwarder_ready", "forwarder" => name)
+            .set(f64::from(u8::from(ready)));
+    }
+    if let Some(spool) = spool {
+        metrics::gauge!("eventgate_spool_bytes").set(spool.stats().bytes as f64);
+        metrics::gauge!("eventgate_spool_max_bytes").set(spool.settings().max_bytes.0 as f64);
+    }
+    metrics::gauge!("eventgate_subscribers").set(observed.exchange.subscriber_count() as f64);
+    // Also before the first connection, which the upstream task's own updates miss.
+    for status in observed.upstreams.statuses() {
+        let connected = f64::from(u8::from(status.is_connected()));
+        metrics::gauge!("eventgate_upstream_connected", "upstream" => status.name).set(connected);
+    }
+    let ready = super::readiness::check(observed).ready();
+    metrics::gauge!("eventgate_ready").set(f64::from(u8::from(ready)));
+}
+
+/// `# HELP` text for every metric the crate records (the README's table says the same).
+fn describe() {
+    use Unit::{Bytes, Count, Seconds};
+    let counters: &[(&'static str, &'static str)] = &[
+        (
+            "eventgate_events_received_total",
+            "Events taken into the gateway's order (sequenced, spooled, routed), by source.",
+        ),
+        (
+            "eventgate_events_accepted_total",
+            "Events acknowledged to their publisher (durable in the spool), by source.",
+        ),
+        (
+            "eventgate_events_rejected_total",
+            "Publish/Forward calls and upstream events refused, by reason.",
+        ),
+        (
+            "eventgate_subscribers_cut_off_total",
+            "Subscribers cut off with RESOURCE_EXHAUSTED for falling too far behind.",
+        ),
+        (
+            "eventgate_subscribe_rejected_total",
+            "Subscribe calls refused, by reason.",
+        ),
+        (
+            "eventgate_events_forwarded_total",
+            "Events a forwarder delivered (acknowledged by its sink).",
+        ),
+        (
+            "eventgate_forwarder_retries_total",
+            "Failed delivery attempts that were retried, per forwarder.",
+        ),
+        (
+            "eventgate_forwarder_dropped_total",
+            "Events a forwarder never delivered, by reason (its overflow policy, closed, spool_full, shutdown).",
+        ),
+        (
+            "eventgate_forwarder_failed_total",
+            "Events a forwarder gave up on, by reason (permanent, retries_exhausted).",
+        ),
+        (
+            "eventgate_forwarder_spilled_total",
+            "Events routed to a forwarder whose queue was full, delivered from the spool instead.",
+        ),
+        (
+            "eventgate_forwarder_blocked_timeouts_total",
+            "Publishers refused after waiting block_timeout for room in a forwarder's queue.",
+        ),
+        (
+            "eventgate_dead_letters_total",
+            "Events recorded in the dead-letter store, by forwarder and reason.",
+        ),
+        (
+            "eventgate_dead_letter_redelivered_total",
+            "Dead letters redelivered successfully, per forwarder.",
+        ),
+        (
+            "eventgate_dead_letter_write_failures_total",
+            "Failed writes to the dead-letter store.",
+        ),
+        (
+            "eventgate_spool_fsyncs_total",
+            "fdatasync calls on spool segments.",
+        ),
+        (
+            "eventgate_spool_corrupt_records_total",
+            "Damaged spool records found and moved aside at start.",
+        ),
+        (
+            "eventgate_spool_dropped_records_total",
+            "Records deleted from a full spool (full = drop_oldest) before this forwarder delivered them.",
+        ),
+        (
+            "eventgate_spool_full_timeouts_total",
+            "Publishers refused after waiting block_timeout for room in the spool.",
+        ),
+        (
+            "eventgate_spool_read_gaps_total",
+            "Gaps found while reading the spool back.",
+        ),
+        (
+            "eventgate_upstream_connects_total",
+            "Subscriptions to an upstream established (first connect and reconnects).",
+        ),
+        (
+            "eventgate_upstream_disconnects_total",
+            "Subscriptions to an upstream that ended.",
+        ),
+        (
+            "eventgate_upstream_connect_failures_total",
+            "Failed attempts to subscribe to an upstream.",
+        ),
+        (
+            "eventgate_upstream_events_total",
+            "Events received from an upstream.",
+        ),
+        (
+            "eventgate_upstream_events_rejected_total",
+            "Upstream events skipped because the exchange refused them, by reason.",
+        ),
+        (
+            "eventgate_file_errors_total",
+            "File forwarder I/O errors, by operation.",
+        ),
+        (
+            "eventgate_file_housekeeping_errors_total",
+            "Failures compressing or pruning rotated files.",
+        ),
+        (
+            "eventgate_file_raw_payloads_total",
+            "Events written with an undecodable payload kept as base64.",
+        ),
+        ("eventgate_file_rotations_total", "File rotations."),
+        (
+            "eventgate_kafka_messages_total",
+            "Kafka messages acknowledged by the broker.",
+        ),
+        (
+            "eventgate_kafka_message_errors_total",
+            "Kafka messages whose delivery failed.",
+        ),
+        (
+            "eventgate_kafka_producer_restarts_total",
+            "Kafka producers recreated after a fatal error.",
+        ),
+        (
+            "eventgate_kafka_queue_full_total",
+            "Times librdkafka's producer queue was full and the forwarder waited.",
+        ),
+        (
+            "eventgate_kafka_topics_created_total",
+            "Kafka topics created by the forwarder.",
+        ),
+        (
+            "eventgate_sqlite_rows_total",
+            "Rows the SQLite forwarder handled, by outcome (inserted, duplicate).",
+        ),
+        (
+            "eventgate_sqlite_errors_total",
+            "SQLite forwarder errors, by class.",
+        ),
+    ];
+    for (name, help) in counters {
+        describe_counter!(*name, Count, *help);
+    }
+    describe_counter!(
+        "eventgate_file_written_bytes_total",
+        Bytes,
+        "Bytes the file forwarder wrote."
+    );
+    let gauges: &[(&'static str, Unit, &'static str)] = &[
+        (
+            "eventgate_ready",
+            Count,
+            "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark), else 0.",
+        ),
+        ("eventgate_subscribers", Count, "Subscribers connected."),
+        (
+            "eventgate_forwarder_queue_events",
+            Count,
+            "Events in a forwarder's in-memory queue.",
+        ),
+        (
+            "eventgate_forwarder_queue_bytes",
+            Bytes,
+            "Encoded bytes in a forwarder's in-memory queue.",
+        ),
+        (
+            "eventgate_forwarder_backlog_events",
+            Count,
+            "Events in the spool at or after a forwarder's cursor (not yet finished by it).",
+        ),
+        (
+            "eventgate_forwarder_oldest_unacked_age_seconds",
+            Seconds,
+            "Age of the oldest event a forwarder has not finished with (0 when caught up).",
+        ),
+        (
+            "eventgate_forwarder_ready",
+            Count,
+            "1 when the forwarder counts as able to deliver (see /readyz), else 0.",
+        ),
+        (
+            "eventgate_spool_bytes",
+            Bytes,
+            "Bytes of spool segments on disk.",
+        ),
+        (
+            "eventgate_spool_max_bytes",
+            Bytes,
+            "The spool's limit (spool.max_bytes).",
+        ),
+        ("eventgate_spool_segments", Count, "Spool segment files."),
+        (
+            "eventgate_upstream_connected",
+            Count,
+            "1 while subscribed to the upstream, else 0.",
+        ),
+    ];
+    for (name, unit, help) in gauges {
+        describe_gauge!(*name, *unit, *help);
+    }
+    let histograms: &[(&'static str, Unit, &'static str)] = &[
+        (
+            "eventgate_forwarder_batch_events",
+            Count,
+            "Events per batch handed to a forwarder.",
+        ),
+        (
+            "eventgate_forwarder_batch_bytes",
+            Bytes,
+            "Encoded bytes per batch handed to a forwarder.",
+        ),
+        (
+            "eventgate_forwarder_delivery_seconds",
+            Seconds,
+            "From receipt of a batch's oldest event until the sink acknowledged the batch.",
+        ),
+        (
+            "eventgate_spool_fsync_seconds",
+            Seconds,
+            "Duration of one spool fdatasync.",
+        ),
+        (
+            "eventgate_spool_group_records",
+            Count,
+            "Records written to the spool per write (group commit).",
+        ),
+        (
+            "eventgate_file_fsync_seconds",
+            Seconds,
+            "Duration of one file forwarder fsync.",
+        ),
+        (
+            "eventgate_file_compress_seconds",
+            Seconds,
+            "Time to gzip one rotated file.",
+        ),
+        (
+            "eventgate_sqlite_transaction_seconds",
+            Seconds,
+            "Duration of one SQLite forwarder transaction (one batch).",
+        ),
+    ];
+    for (name, unit, help) in histograms {
+        describe_histogram!(*name, *unit, *help);
+    }
+}

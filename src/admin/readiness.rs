@@ -1,0 +1,215 @@
+//! `/readyz`: is this gateway able to take events in and get them out?
+//!
+//! Ready when all of these hold; each part that does not is named, with why:
+//! - every upstream is subscribed;
+//! - every forwarder can deliver: its current batch is not failing (from the first
+//!   failed attempt until a batch is delivered or given up on), it has not been
+//!   delivering from the spool for longer than `admin.max_spill`, and its worker has
+//!   not stopped;
+//! - the spool holds less than `spool.high_water` of `spool.max_bytes`.
+//!
+//! The decisions are plain functions of snapshots, so they are tested without a
+//! running gateway.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use super::Observed;
+use crate::pipeline::HealthSnapshot;
+use crate::upstream::UpstreamStatus;
+
+/// One part's verdict: `problem` is `Some` when it is not ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub name: String,
+    pub problem: Option<String>,
+    /// What is fine about it, for `?verbose`.
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    pub parts: Vec<Part>,
+}
+
+impl Readiness {
+    pub fn ready(&self) -> bool {
+        self.parts.iter().all(|p| p.problem.is_none())
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        self.parts
+            .iter()
+            .filter_map(|p| p.problem.clone())
+            .collect()
+    }
+
+    /// The /readyz body: "ready", or "not ready" and one line per failing part;
+    /// `verbose` lists every part.
+    pub fn render(&self, verbose: bool) -> String {
+        let mut out = String::from(if self.ready() {
+            "ready\n"
+        } else {
+            "not ready\n"
+        });
+        for part in &self.parts {
+            match (&part.problem, verbose) {
+                (Some(problem), _) => {
+                    let _ = writeln!(out, "{problem}");
+                }
+                (None, true) => {
+                    let _ = writeln!(out, "ok: {}", part.detail);
+                }
+                (None, false) => {}
+            }
+        }
+        out
+    }
+}
+
+/// The spool's fill level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpoolUse {
+    pub bytes: u64,
+    pub max_bytes: u64,
+    pub high_water_bytes: u64,
+}
+
+/// Everything readiness looks at, taken at one moment.
+pub struct Inputs<'a> {
+    pub upstreams: &'a [UpstreamStatus],
+    pub forwarders: &'a [(String, HealthSnapshot)],
+    pub spool: Option<SpoolUse>,
+    pub max_spill: Duration,
+    pub now: SystemTime,
+}
+
+pub fn evaluate(inputs: &Inputs<'_>) -> Readiness {
+    let mut parts = Vec::new();
+    for status in inputs.upstreams {
+        let text = status.to_string();
+        parts.push(Part {
+            name: format!("upstream {}", status.name),
+            problem: (!status.is_connected()).then(|| text.clone()),
+            detail: text,
+        });
+    }
+    for (name, health) in inputs.forwarders {
+        parts.push(forwarder(name, health, inputs.max_spill, inputs.now));
+    }
+    if let Some(spool) = inputs.spool {
+        parts.push(spool_part(spool));
+    }
+    Readiness { parts }
+}
+
+/// Takes the snapshots from a running gateway.
+pub fn check(observed: &Observed) -> Readiness {
+    let upstreams = observed.upstreams.statuses();
+    let forwarders: Vec<(String, HealthSnapshot)> = observed
+        .forwarders
+        .iter()
+        .map(|f| (f.name.to_string(), f.health()))
+        .collect();
+    let spool = observed.spool.as_ref().map(|spool| SpoolUse {
+        bytes: spool.stats().bytes,
+        max_bytes: spool.settings().max_bytes.0,
+        high_water_bytes: spool.settings().high_water_bytes(),
+    });
+    evaluate(&Inputs {
+        upstreams: &upstreams,
+        forwarders: &forwarders,
+        spool,
+        max_spill: observed.max_spill,
+        now: SystemTime::now(),
+    })
+}
+
+/// One forwarder's verdict.
+pub fn forwarder(
+    name: &str,
+    health: &HealthSnapshot,
+    max_spill: Duration,
+    now: SystemTime,
+) -> Part {
+    let ago = |t: SystemTime| human_duration(now.duration_since(t).unwrap_or(Duration::ZERO));
+    let spilling = health
+        .spilling_since
+        .map(|since| (since, now.duration_since(since).unwrap_or(Duration::ZERO)));
+    let problem = if health.closed {
+        Some(format!("forwarder {name}: stopped"))
+    } else if let Some(failing) = &health.failing {
+        Some(format!(
+            "forwarder {name}: retrying (attempt {} failed; failing for {}; last error: {})",
+            failing.attempts,
+            ago(failing.since),
+            failing.last_error
+        ))
+    } else if let Some((_, spilled)) = spilling.filter(|(_, spilled)| *spilled > max_spill) {
+        Some(format!(
+            "forwarder {name}: not keeping up: delivering from the spool for {} (admin.max_spill is {})",
+            human_duration(spilled),
+            human_duration(max_spill)
+        ))
+    } else {
+        None
+    };
+    let detail = match spilling {
+        Some((since, _)) => format!(
+            "forwarder {name}: delivering from the spool for {}",
+            ago(since)
+        ),
+        None => format!("forwarder {name}: delivering"),
+    };
+    Part {
+        name: format!("forwarder {name}"),
+        problem,
+        detail,
+    }
+}
+
+fn spool_part(spool: SpoolUse) -> Part {
+    let percent = |n: u64| n as f64 * 100.0 / spool.max_bytes.max(1) as f64;
+    let detail = format!(
+        "spool: {} of {} used ({:.0}%)",
+        human_bytes(spool.bytes),
+        human_bytes(spool.max_bytes),
+        percent(spool.bytes)
+    );
+    let problem = (spool.bytes >= spool.high_water_bytes).then(|| {
+        format!(
+            "{detail}, at or above spool.high_water ({:.0}%): forwarders are not keeping up",
+            percent(spool.high_water_bytes)
+        )
+    });
+    Part {
+        name: "spool".into(),
+        problem,
+        detail,
+    }
+}
+
+/// Whole seconds (milliseconds below one second), as humantime writes them.
+pub fn human_duration(d: Duration) -> String {
+    let d = if d >= Duration::from_secs(1) {
+        Duration::from_secs(d.as_secs())
+    } else {
+        Duration::from_millis(d.as_millis() as u64)
+    };
+    humantime::format_duration(d).to_string()
+}
+
+/// Bytes with a binary unit, one decimal.
+pub fn human_bytes(n: u64) -> String {
+    let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in units {
+        if n >= size {
+            return format!("{:.1}{unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+#[cfg(test)]
+#[path = "readiness_tests.rs"]
+mod tests;

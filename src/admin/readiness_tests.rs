@@ -1,0 +1,176 @@
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::pipeline::Failing;
+use crate::upstream::UpstreamState;
+
+fn now() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_714_557_600)
+}
+
+fn healthy() -> HealthSnapshot {
+    HealthSnapshot {
+        failing: None,
+        spilling_since: None,
+        closed: false,
+        oldest_pending: None,
+        delivered: 0,
+        retries: 0,
+        dropped: 0,
+        dead_lettered: 0,
+    }
+}
+
+fn upstream(name: &str, state: UpstreamState) -> UpstreamStatus {
+    UpstreamStatus {
+        name: name.into(),
+        address: "/run/containerd/containerd.sock".into(),
+        state,
+    }
+}
+
+fn spool(bytes: u64) -> Option<SpoolUse> {
+    Some(SpoolUse {
+        bytes,
+        max_bytes: 1000,
+        high_water_bytes: 900,
+    })
+}
+
+fn evaluate_with(
+    upstreams: &[UpstreamStatus],
+    forwarders: &[(String, HealthSnapshot)],
+    spool: Option<SpoolUse>,
+) -> Readiness {
+    evaluate(&Inputs {
+        upstreams,
+        forwarders,
+        spool,
+        max_spill: Duration::from_secs(60),
+        now: now(),
+    })
+}
+
+#[test]
+fn all_well_is_ready_and_verbose_lists_every_part() {
+    let upstreams = [upstream(
+        "node",
+        UpstreamState::Connected {
+            since: SystemTime::now(),
+        },
+    )];
+    let forwarders = [("audit".to_string(), healthy())];
+    let readiness = evaluate_with(&upstreams, &forwarders, spool(10));
+    assert!(readiness.ready());
+    assert_eq!(readiness.render(false), "ready\n");
+    let verbose = readiness.render(true);
+    assert!(
+        verbose.starts_with("ready\nok: upstream node ("),
+        "{verbose}"
+    );
+    assert!(
+        verbose.contains("ok: forwarder audit: delivering\n"),
+        "{verbose}"
+    );
+    assert!(
+        verbose.contains("ok: spool: 10B of 1000B used (1%)\n"),
+        "{verbose}"
+    );
+}
+
+#[test]
+fn a_disconnected_upstream_is_named_with_its_last_error() {
+    let upstreams = [upstream(
+        "node",
+        UpstreamState::Connecting {
+            since: SystemTime::now(),
+            attempts: 3,
+            last_error: Some("connection refused".into()),
+        },
+    )];
+    let readiness = evaluate_with(&upstreams, &[], None);
+    assert!(!readiness.ready());
+    let body = readiness.render(false);
+    assert!(
+        body.starts_with(
+            "not ready\nupstream node (/run/containerd/containerd.sock): not connected for"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("after 3 attempt(s); last error: connection refused"),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_failing_forwarder_is_named_with_its_attempt_and_error() {
+    let failing = HealthSnapshot {
+        failing: Some(Failing {
+            since: now() - Duration::from_secs(12),
+            attempts: 4,
+            last_error: "Message timed out".into(),
+        }),
+        ..healthy()
+    };
+    let forwarders = [("audit".into(), healthy()), ("kafka".into(), failing)];
+    let readiness = evaluate_with(&[], &forwarders, spool(0));
+    assert_eq!(
+        readiness.problems(),
+        [
+            "forwarder kafka: retrying (attempt 4 failed; failing for 12s; last error: Message timed out)"
+        ]
+    );
+}
+
+#[test]
+fn spilling_is_fine_until_max_spill() {
+    let spilling = |secs| HealthSnapshot {
+        spilling_since: Some(now() - Duration::from_secs(secs)),
+        ..healthy()
+    };
+    let short = [("log".to_string(), spilling(30))];
+    assert!(evaluate_with(&[], &short, None).ready());
+    let long = [("log".to_string(), spilling(61))];
+    assert_eq!(
+        evaluate_with(&[], &long, None).problems(),
+        [
+            "forwarder log: not keeping up: delivering from the spool for 1m 1s (admin.max_spill is 1m)"
+        ]
+    );
+}
+
+#[test]
+fn a_stopped_forwarder_is_not_ready() {
+    let closed = [(
+        "log".to_string(),
+        HealthSnapshot {
+            closed: true,
+            ..healthy()
+        },
+    )];
+    assert_eq!(
+        evaluate_with(&[], &closed, None).problems(),
+        ["forwarder log: stopped"]
+    );
+}
+
+#[test]
+fn the_spool_high_water_mark_counts_from_its_value() {
+    assert!(evaluate_with(&[], &[], spool(899)).ready());
+    let full = evaluate_with(&[], &[], spool(900));
+    assert_eq!(
+        full.problems(),
+        [
+            "spool: 900B of 1000B used (90%), at or above spool.high_water (90%): forwarders are not keeping up"
+        ]
+    );
+}
+
+#[test]
+fn sizes_and_durations_read_well() {
+    assert_eq!(human_bytes(1536), "1.5KiB");
+    assert_eq!(human_bytes(3 << 30), "3.0GiB");
+    assert_eq!(human_duration(Duration::from_millis(61_500)), "1m 1s");
+    assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
+}
