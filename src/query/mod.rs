@@ -221,7 +221,7 @@ impl Query {
         out
     }
 
-    fn plan(&self, rows: RowRange) -> Plan {
+    pub(crate) fn plan(&self, rows: RowRange) -> Plan {
         let predicate = self.predicate(rows);
         let mut params = predicate.params;
         let mut sql = format!(
