@@ -125,7 +125,9 @@ pub struct Generator {
 }
 
 fn hex64(rng: &mut StdRng) -> String {
-    (0..4).map(|_| format!("{:016x}", rng.random::<u64>())).collect()
+    (0..4)
+        .map(|_| format!("{:016x}", rng.random::<u64>()))
+        .collect()
 }
 
 fn pick<T: Copy>(rng: &mut StdRng, table: &[(T, u32)]) -> T {
@@ -218,8 +220,7 @@ impl Generator {
             topic: topic.into(),
             event: Some(payload),
         };
-        let received_at = SystemTime::UNIX_EPOCH
-            + Duration::new(received_secs, received_sub);
+        let received_at = SystemTime::UNIX_EPOCH + Duration::new(received_secs, received_sub);
         Event::with_received_at(
             seq,
             EventId::from_bytes(id.into_bytes()),
@@ -236,7 +237,8 @@ impl Generator {
         let ns = container.namespace;
         let pid = container.pid;
         let exec_id = |rng: &mut StdRng| format!("{:08x}", rng.random::<u32>());
-        let snapshot_key = |rng: &mut StdRng| format!("{ns}/{}/{}", rng.random_range(1..90_000), id);
+        let snapshot_key =
+            |rng: &mut StdRng| format!("{ns}/{}/{}", rng.random_range(1..90_000), id);
         match topic {
             "/tasks/exit" => {
                 // Half are exec probes ending, half init processes.
@@ -327,7 +329,10 @@ impl Generator {
             ),
             "/tasks/start" => any(
                 "containerd.events.TaskStart",
-                &TaskStart { container_id: id, pid },
+                &TaskStart {
+                    container_id: id,
+                    pid,
+                },
             ),
             "/tasks/delete" => any(
                 "containerd.events.TaskDelete",
@@ -372,10 +377,9 @@ impl Generator {
                     id,
                 },
             ),
-            "/containers/delete" => any(
-                "containerd.events.ContainerDelete",
-                &ContainerDelete { id },
-            ),
+            "/containers/delete" => {
+                any("containerd.events.ContainerDelete", &ContainerDelete { id })
+            }
             "/images/create" | "/images/update" => {
                 let name = container.image.to_owned();
                 let labels = [("io.cri-containerd.image".to_owned(), "managed".to_owned())]

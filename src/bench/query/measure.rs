@@ -76,8 +76,20 @@ pub fn cases(params: &Params) -> Vec<Case> {
     vec![
         case("topic + 1 h", r#"topic=="/tasks/exit""#, true, None, false),
         case("namespace + 1 h", "namespace==k8s.io", true, None, false),
-        case("namespace (80%), first 100", "namespace==k8s.io", false, Some(100), false),
-        case("namespace (1.5%), first 100", "namespace==ci", false, Some(100), false),
+        case(
+            "namespace (80%), first 100",
+            "namespace==k8s.io",
+            false,
+            Some(100),
+            false,
+        ),
+        case(
+            "namespace (1.5%), first 100",
+            "namespace==ci",
+            false,
+            Some(100),
+            false,
+        ),
         case(
             "event field (json_extract)",
             &format!("event.container_id=={}", params.container_id(7)),
@@ -215,7 +227,10 @@ pub fn measure(db: &Path, case: &Case, runs: usize) -> Result<Measured, BenchErr
             });
         }
     }
-    check(&measured, !crate::query::sql::translate(&query.filter).recheck)?;
+    check(
+        &measured,
+        !crate::query::sql::translate(&query.filter).recheck,
+    )?;
     Ok(measured)
 }
 

@@ -99,7 +99,12 @@ pub fn prepare(
             ),
         });
     }
-    for stale in [side.clone(), db.to_path_buf(), wal_file(db, "-wal"), wal_file(db, "-shm")] {
+    for stale in [
+        side.clone(),
+        db.to_path_buf(),
+        wal_file(db, "-wal"),
+        wal_file(db, "-shm"),
+    ] {
         match std::fs::remove_file(&stale) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(io(format!("cannot remove the old {}", stale.display()))(e));

@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{T0, store_with, varied_events};
+use crate::event::Event;
 use crate::filter::Filter;
 use crate::query::{Query, Reader, RowRange};
 
@@ -64,17 +65,43 @@ fn first_rows_of_a_topic_or_namespace_are_read_in_row_order_without_sorting() {
 }
 
 #[test]
-fn a_time_range_uses_the_column_and_timestamp_index() {
+fn a_time_range_reads_row_ids_from_the_column_and_timestamp_index_and_sorts_only_them() {
     let dir = tempfile::tempdir().unwrap();
-    let reader = Reader::open(&store_with(dir.path(), &varied_events())).unwrap();
+    let events = varied_events();
+    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
     for (filter, index) in [
         (r#"topic=="/tasks/exit""#, "events_topic_timestamp"),
         ("namespace==k8s.io", "events_namespace_timestamp"),
     ] {
-        let plan = plan(&reader, &query(filter, true, None));
+        let q = query(filter, true, None);
+        let plan = plan(&reader, &q);
         assert!(
-            plan.contains(&format!("{index} (")) && plan.contains("timestamp>? AND timestamp<?"),
+            plan.contains(&format!("COVERING INDEX {index} ("))
+                && plan.contains("timestamp>? AND timestamp<?"),
             "{filter}: {plan}"
         );
+        // Only row_ids are sorted, never whole rows.
+        assert!(!plan.contains("TEMP B-TREE"), "{filter}: {plan}");
+        let mut seqs = Vec::new();
+        reader
+            .each(&q, RowRange::ALL, |stored| {
+                seqs.push(stored.event.seq);
+                true
+            })
+            .unwrap();
+        let in_range = |e: &&Event| {
+            e.envelope.timestamp.as_ref().is_some_and(|t| {
+                let t = SystemTime::try_from(*t).unwrap();
+                q.since.is_none_or(|s| t >= s) && q.until.is_none_or(|u| t < u)
+            })
+        };
+        let expected: Vec<u64> = events
+            .iter()
+            .filter(|e| q.filter.matches(*e))
+            .filter(in_range)
+            .map(|e| e.seq)
+            .collect();
+        assert!(!expected.is_empty(), "{filter}");
+        assert_eq!(seqs, expected, "{filter}");
     }
 }
