@@ -13,7 +13,9 @@ use serde_yaml_ng::Value;
 use support::{eventgate, eventgate_bin, wait_for};
 
 fn deploy(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy").join(file)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file)
 }
 
 /// `Key=Value` lines of the unit's `[Service]` section, in order.
@@ -72,7 +74,10 @@ fn the_systemd_unit_is_hardened_and_passes_systemd_analyze() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // Unknown keys and bad values are only warnings, exit status 0.
-    assert!(stderr.trim().is_empty(), "systemd-analyze complained:\n{stderr}");
+    assert!(
+        stderr.trim().is_empty(),
+        "systemd-analyze complained:\n{stderr}"
+    );
 }
 
 /// The unit's two command lines, with its paths moved into a temp dir: the check
@@ -112,9 +117,11 @@ fn the_units_command_lines_work() {
         .spawn()
         .unwrap();
     let socket = state.join("eventgate.sock");
-    wait_for("the socket in the state directory", Duration::from_secs(20), || {
-        socket.exists().then_some(())
-    });
+    wait_for(
+        "the socket in the state directory",
+        Duration::from_secs(20),
+        || socket.exists().then_some(()),
+    );
     let pid = nix::unistd::Pid::from_raw(serve.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = wait_for("exit after SIGTERM", Duration::from_secs(20), || {
@@ -194,13 +201,19 @@ fn the_daemonset_probes_the_admin_endpoint_and_mounts_what_its_config_names() {
     let upstream = config["upstream"][0]["address"].as_str().unwrap();
     let (socket_mount, socket_volume) = mount(upstream);
     assert_eq!(socket_mount["readOnly"].as_bool(), Some(true));
-    assert_eq!(str_at(&socket_volume["hostPath"]["path"], "hostPath"), upstream);
+    assert_eq!(
+        str_at(&socket_volume["hostPath"]["path"], "hostPath"),
+        upstream
+    );
     assert_eq!(str_at(&socket_volume["hostPath"]["type"], "type"), "Socket");
 
     let data_dir = config["data_dir"].as_str().unwrap();
     let (data_mount, data_volume) = mount(data_dir);
     assert_ne!(data_mount["readOnly"].as_bool(), Some(true));
-    assert!(data_volume["hostPath"].is_mapping(), "the data survives the pod");
+    assert!(
+        data_volume["hostPath"].is_mapping(),
+        "the data survives the pod"
+    );
     let (config_mount, _) = mount("/etc/eventgate");
     assert_eq!(config_mount["readOnly"].as_bool(), Some(true));
     let args: Vec<&str> = container["args"]
@@ -219,10 +232,16 @@ fn the_container_build_copies_what_exists_and_runs_as_a_non_root_user() {
     let stages: Vec<&str> = text.split("\nFROM ").skip(1).collect();
     assert_eq!(stages.len(), 2, "a build stage and a runtime stage");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for line in text.lines().filter(|l| l.starts_with("COPY ") && !l.contains("--from")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
+    {
         let words: Vec<&str> = line.split_whitespace().collect();
         for source in &words[1..words.len() - 1] {
-            assert!(root.join(source).exists(), "{line}: {source} does not exist");
+            assert!(
+                root.join(source).exists(),
+                "{line}: {source} does not exist"
+            );
             assert!(
                 ignore.lines().any(|l| l == format!("!{source}")),
                 "{source} is left out of the build context"

@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod exchange;
 pub mod forwarder;
 pub mod load;
+pub mod query;
 mod sinks;
 pub mod spool;
 pub mod wire;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::client::ConnectError;
+use crate::query::QueryError;
+use crate::store::StoreError;
 
 #[derive(Debug, Error)]
 pub enum BenchError {
@@ -51,6 +54,18 @@ pub enum BenchError {
     },
     #[error("{what}")]
     Timeout { what: String },
+    #[error("{what}")]
+    Failed { what: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    #[error("SQLite: {what}")]
+    Sqlite {
+        what: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
 }
 
 /// Formats microseconds for a table: "85 µs", "1.24 ms".

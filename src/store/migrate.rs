@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_chain.sql",
         sql: include_str!("../../migrations/0003_chain.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_order_indexes.sql",
+        sql: include_str!("../../migrations/0004_order_indexes.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

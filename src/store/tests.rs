@@ -59,8 +59,10 @@ fn a_new_file_gets_the_schema_in_wal_mode_and_reopening_changes_nothing() {
     assert_eq!(
         indexes,
         [
+            "events_namespace_row",
             "events_namespace_timestamp",
             "events_timestamp",
+            "events_topic_row",
             "events_topic_timestamp",
             "sqlite_autoindex_events_1",
         ]

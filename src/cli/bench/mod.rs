@@ -2,6 +2,7 @@
 
 mod exchange;
 mod forwarder;
+mod query;
 mod spool;
 
 use std::process::ExitCode;
@@ -27,6 +28,9 @@ pub enum Which {
     /// Durable spool appends per fsync mode under concurrent publishers, next to the
     /// disk's raw limit and SQLite, measured in the same run.
     Spool(spool::SpoolArgs),
+    /// `eventgate query` on a generated store of millions of events (reused between
+    /// runs), next to plain rusqlite running the same SQL in the same run.
+    Query(query::QueryBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -34,5 +38,6 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Exchange(args) => exchange::run(args).await,
         Which::Forwarder(args) => forwarder::run(args).await,
         Which::Spool(args) => spool::run(args).await,
+        Which::Query(args) => query::run(args).await,
     }
 }

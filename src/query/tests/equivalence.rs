@@ -186,3 +186,47 @@ fn count_agrees_with_the_rows_emitted_within_a_row_range() {
         );
     }
 }
+
+#[test]
+fn every_selector_with_time_bounds_keeps_what_the_matcher_keeps() {
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let events = varied_events();
+    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let at = |secs: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64);
+    let t0 = super::T0;
+    for (since, until) in [
+        (Some(at(t0)), Some(at(t0 + 1800))),
+        (Some(at(t0 + 60)), None),
+        (None, Some(at(t0 + 3600))),
+    ] {
+        for text in SELECTORS {
+            let filter = Filter::parse(text).unwrap();
+            let query = Query {
+                filter: filter.clone(),
+                since,
+                until,
+                limit: None,
+            };
+            let mut got = Vec::new();
+            reader
+                .each(&query, RowRange::ALL, |stored| {
+                    got.push(stored.event.id.to_string());
+                    true
+                })
+                .unwrap();
+            let expected: Vec<String> = events
+                .iter()
+                .filter(|e| filter.matches(*e))
+                .filter(|e| {
+                    e.envelope.timestamp.as_ref().is_some_and(|t| {
+                        let t = SystemTime::try_from(*t).unwrap();
+                        since.is_none_or(|s| t >= s) && until.is_none_or(|u| t < u)
+                    })
+                })
+                .map(|e| e.id.to_string())
+                .collect();
+            assert_eq!(got, expected, "{text} {since:?} {until:?}");
+        }
+    }
+}

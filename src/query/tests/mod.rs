@@ -1,6 +1,7 @@
 //! Hand-built audit stores, written with the store's own insert function.
 
 mod equivalence;
+mod plan;
 
 use std::path::{Path, PathBuf};
 

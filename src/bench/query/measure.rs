@@ -1,0 +1,250 @@
+//! The measured queries: each through `query::Reader::each` (the SQL translation,
+//! the Rust recheck when there is one, every row decoded to a `StoredEvent`; no
+//! output formatting), and the same SQL text with the same parameters run by plain
+//! rusqlite reading the same columns into owned values, alternating run by run.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::BenchError;
+use super::generate::{Params, START_SECS};
+use crate::filter::Filter;
+use crate::query::{Query, Reader, RowRange};
+
+/// One query of the table.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub name: &'static str,
+    /// The filter as typed on the `eventgate query` command line.
+    pub filter: String,
+    pub since: Option<SystemTime>,
+    pub until: Option<SystemTime>,
+    pub limit: Option<u64>,
+    /// Reads every row of the store (its rows/s is reported).
+    pub full_scan: bool,
+}
+
+impl Case {
+    pub fn query(&self) -> Result<Query, BenchError> {
+        let filter = Filter::parse(&self.filter).map_err(|e| BenchError::Failed {
+            what: format!("filter {}: {e}", self.filter),
+        })?;
+        Ok(Query {
+            filter,
+            since: self.since,
+            until: self.until,
+            limit: self.limit,
+        })
+    }
+
+    /// The arguments of the equivalent `eventgate query` command.
+    pub fn command_line(&self) -> String {
+        let mut out = format!("'{}'", self.filter);
+        let time = |t: SystemTime| crate::query::time::stored_form(t).replace(".000000000", "");
+        if let Some(since) = self.since {
+            out.push_str(&format!(" --since {}", time(since)));
+        }
+        if let Some(until) = self.until {
+            out.push_str(&format!(" --until {}", time(until)));
+        }
+        if let Some(limit) = self.limit {
+            out.push_str(&format!(" --limit {limit}"));
+        }
+        out
+    }
+}
+
+/// The hour the range queries read: the one starting half-way through the store.
+pub fn measured_hour(params: &Params) -> (SystemTime, SystemTime) {
+    let offset = (params.span_secs / 2) / 3600 * 3600;
+    let start = SystemTime::UNIX_EPOCH + Duration::from_secs((START_SECS + offset) as u64);
+    (start, start + Duration::from_secs(3600))
+}
+
+pub fn cases(params: &Params) -> Vec<Case> {
+    let (from, to) = measured_hour(params);
+    let case = |name, filter: &str, range: bool, limit: Option<u64>, full_scan| Case {
+        name,
+        filter: filter.to_owned(),
+        since: range.then_some(from),
+        until: range.then_some(to),
+        limit,
+        full_scan,
+    };
+    vec![
+        case("topic + 1 h", r#"topic=="/tasks/exit""#, true, None, false),
+        case("namespace + 1 h", "namespace==k8s.io", true, None, false),
+        case(
+            "namespace (80%), first 100",
+            "namespace==k8s.io",
+            false,
+            Some(100),
+            false,
+        ),
+        case(
+            "namespace (1.5%), first 100",
+            "namespace==ci",
+            false,
+            Some(100),
+            false,
+        ),
+        case(
+            "event field (json_extract)",
+            &format!("event.container_id=={}", params.container_id(7)),
+            false,
+            None,
+            true,
+        ),
+        case("regex (Rust recheck)", "topic~=exit$", false, None, true),
+    ]
+}
+
+/// What one case measured.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub case: Case,
+    pub eventgate: Vec<Duration>,
+    pub raw: Vec<Duration>,
+    /// Rows `eventgate query` returns.
+    pub rows: u64,
+    /// Rows the SQL returns (more than `rows` when the recheck drops some).
+    pub raw_rows: u64,
+    /// SQLite's EXPLAIN QUERY PLAN of the SQL.
+    pub plan: String,
+}
+
+pub fn median(durations: &[Duration]) -> Duration {
+    let mut sorted = durations.to_vec();
+    sorted.sort();
+    sorted.get(sorted.len() / 2).copied().unwrap_or_default()
+}
+
+pub fn max(durations: &[Duration]) -> Duration {
+    durations.iter().copied().max().unwrap_or_default()
+}
+
+/// A plain rusqlite program's read connection to the same file.
+pub fn raw_connection(db: &Path) -> Result<Connection, BenchError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    Connection::open_with_flags(db, flags).map_err(|source| BenchError::Sqlite {
+        what: "opening the store read-only",
+        source,
+    })
+}
+
+fn sqlite(what: &'static str) -> impl Fn(rusqlite::Error) -> BenchError {
+    move |source| BenchError::Sqlite { what, source }
+}
+
+/// Runs the SQL `query` translates to, reading every column `Reader` reads.
+pub fn raw_run(conn: &Connection, query: &Query) -> Result<u64, BenchError> {
+    let plan = query.plan(RowRange::ALL);
+    let mut stmt = conn
+        .prepare_cached(&plan.sql)
+        .map_err(sqlite("preparing the query"))?;
+    let mut cursor = stmt
+        .query(rusqlite::params_from_iter(plan.params.iter()))
+        .map_err(sqlite("running the query"))?;
+    let mut rows = 0u64;
+    let read = sqlite("reading a row");
+    while let Some(row) = cursor.next().map_err(&read)? {
+        let columns: (i64, i64, String, Option<String>, String, String, String) = (
+            row.get(0).map_err(&read)?,
+            row.get(1).map_err(&read)?,
+            row.get(2).map_err(&read)?,
+            row.get(3).map_err(&read)?,
+            row.get(4).map_err(&read)?,
+            row.get(5).map_err(&read)?,
+            row.get(6).map_err(&read)?,
+        );
+        let rest: (Option<String>, Option<Vec<u8>>, Option<String>) = (
+            row.get(7).map_err(&read)?,
+            row.get(8).map_err(&read)?,
+            row.get(9).map_err(&read)?,
+        );
+        std::hint::black_box((columns, rest));
+        rows += 1;
+    }
+    Ok(rows)
+}
+
+/// Runs the query through the reader `eventgate query` uses; the rows are decoded
+/// and dropped.
+pub fn eventgate_run(reader: &Reader, query: &Query) -> Result<u64, BenchError> {
+    let mut rows = 0u64;
+    reader.each(query, RowRange::ALL, |stored| {
+        std::hint::black_box(&stored);
+        rows += 1;
+        true
+    })?;
+    Ok(rows)
+}
+
+pub fn explain(conn: &Connection, query: &Query) -> Result<String, BenchError> {
+    let plan = query.plan(RowRange::ALL);
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", plan.sql))
+        .map_err(sqlite("explaining the query"))?;
+    let details = stmt
+        .query_map(rusqlite::params_from_iter(plan.params.iter()), |row| {
+            row.get::<_, String>(3)
+        })
+        .map_err(sqlite("explaining the query"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(sqlite("explaining the query"))?;
+    Ok(details.join("; "))
+}
+
+/// One warm-up run of each side (so the file is in the page cache and statements are
+/// prepared), then `runs` timed runs alternating eventgate and raw.
+pub fn measure(db: &Path, case: &Case, runs: usize) -> Result<Measured, BenchError> {
+    let query = case.query()?;
+    let reader = Reader::open(db)?;
+    let raw = raw_connection(db)?;
+    let plan = explain(&raw, &query)?;
+    let rows = eventgate_run(&reader, &query)?;
+    let raw_rows = raw_run(&raw, &query)?;
+    let mut measured = Measured {
+        case: case.clone(),
+        eventgate: Vec::with_capacity(runs),
+        raw: Vec::with_capacity(runs),
+        rows,
+        raw_rows,
+        plan,
+    };
+    for _ in 0..runs {
+        let started = Instant::now();
+        let n = eventgate_run(&reader, &query)?;
+        measured.eventgate.push(started.elapsed());
+        let started = Instant::now();
+        let m = raw_run(&raw, &query)?;
+        measured.raw.push(started.elapsed());
+        if (n, m) != (rows, raw_rows) {
+            return Err(BenchError::Failed {
+                what: format!("{}: the row counts changed between runs", case.name),
+            });
+        }
+    }
+    check(
+        &measured,
+        !crate::query::sql::translate(&query.filter).recheck,
+    )?;
+    Ok(measured)
+}
+
+/// A benchmark of an empty result measures nothing.
+fn check(m: &Measured, exact: bool) -> Result<(), BenchError> {
+    let failed = |what: String| Err(BenchError::Failed { what });
+    if m.rows == 0 {
+        return failed(format!("{}: the query returned no rows", m.case.name));
+    }
+    if exact && m.rows != m.raw_rows {
+        return failed(format!(
+            "{}: eventgate returned {} rows, the same SQL {}",
+            m.case.name, m.rows, m.raw_rows
+        ));
+    }
+    Ok(())
+}
