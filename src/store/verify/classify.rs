@@ -135,15 +135,25 @@ pub fn classify(
             kind: Kind::Inserted,
             row: Some(inserted),
             what: format!(
-                "it is not part of the chain: it and the next row ({}) both link to the same row, and the chain goes on from the next row",
+                "it is not part of the chain: it and the row after it, {}, both link to the same row, and the chain goes on from that one",
                 row.at
             ),
         });
     }
+    // row_ids are consecutive in the chain, so the gap says how many rows went.
+    let gap = match row.at.row_id - last.row_id - 1 {
+        1 => format!(" (row_id {}: 1 row)", last.row_id + 1),
+        n if n > 1 => format!(
+            " (row_id {} to {}: {n} rows)",
+            last.row_id + 1,
+            row.at.row_id - 1
+        ),
+        _ => String::new(),
+    };
     let what = match last.origin {
-        Origin::Start => "the first chained row does not link to the chain's start (32 zero bytes): rows before it were deleted".to_owned(),
+        Origin::Start => format!("the first chained row does not link to the chain's start (32 zero bytes): rows before it were deleted{gap}"),
         Origin::Checkpoint => format!(
-            "the first row after the retention checkpoint (row_id {}, seq {}) does not link to its hash {}: rows before it were deleted (or the checkpoint was changed)",
+            "the first row after the retention checkpoint (row_id {}, seq {}) does not link to its hash {}: rows before it were deleted{gap} (or the checkpoint was changed)",
             state.pruned_row_id,
             state.pruned_seq.map_or("?".into(), |s| s.to_string()),
             state.pruned_hash.map_or("NULL".into(), |h| chain::hex(&h)),
@@ -155,7 +165,7 @@ pub fn classify(
                 time: None,
             });
             format!(
-                "rows are missing between {before} and this row: its prev_hash is not the hash of row_id {}",
+                "rows are missing between {before} and this row{gap}: its prev_hash is not the hash of row_id {}",
                 last.row_id
             )
         }
