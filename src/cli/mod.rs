@@ -1,5 +1,6 @@
 //! The `eventgate` command line: one file per subcommand.
 
+mod audit;
 mod bench;
 mod check_config;
 mod dlq;
@@ -59,6 +60,8 @@ pub enum Command {
     Query(query::QueryArgs),
     /// Event counts per topic or namespace per time bucket, from the audit store.
     Stats(stats::StatsArgs),
+    /// The audit store's hash chain: verify it, print its head.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, Args)]
@@ -133,9 +136,20 @@ pub enum CliError {
     DeadLetter(#[from] crate::deadletter::DeadLetterError),
     #[error(transparent)]
     Query(#[from] crate::query::QueryError),
+    #[error(transparent)]
+    Verify(#[from] crate::store::verify::VerifyError),
 }
 
 impl CliError {
+    /// 1 for failures in general; 2 when `audit` could not verify, so that 1 from
+    /// `audit verify` always means tampering was found.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Verify(_) => ExitCode::from(2),
+            _ => ExitCode::FAILURE,
+        }
+    }
+
     pub(crate) fn rpc(context: &'static str, status: tonic::Status) -> Self {
         CliError::Rpc {
             context,
@@ -171,5 +185,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dlq(args) => dlq::run(args).await,
         Command::Query(args) => query::run(args).await,
         Command::Stats(args) => stats::run(args).await,
+        Command::Audit(args) => audit::run(args).await,
     }
 }
