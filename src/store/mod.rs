@@ -331,6 +331,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
     let (mut row_id, mut prev) = read_head(&tx).map_err(whole)?;
     let mut head_seq = None;
     let mut inserted = 0;
+    let mut hasher = chain::RowHasher::default();
     {
         let mut stmt = tx.prepare_cached(INSERT).map_err(whole)?;
         for (i, row) in rows.iter().enumerate() {
@@ -339,7 +340,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                 source,
             };
             let seq = sql_seq(row.seq).map_err(at)?;
-            let hash = chain::row_hash(&prev, &chain::values(seq, row));
+            let hash = hasher.hash(&prev, &chain::values(seq, row));
             let next = row_id.checked_add(1).ok_or_else(|| at(damaged_chain("audit_chain.head_row_id is at the largest row_id")))?;
             let changed = stmt
                 .execute(params![

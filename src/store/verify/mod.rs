@@ -216,6 +216,7 @@ struct Walk<'a> {
     report: &'a mut Report,
     /// The last row (or the chain's start) that everything so far links up to.
     last: Link,
+    hasher: chain::RowHasher,
 }
 
 impl<'a> Walk<'a> {
@@ -267,6 +268,7 @@ impl<'a> Walk<'a> {
             anchors,
             report,
             last,
+            hasher: chain::RowHasher::default(),
         })
     }
 
@@ -335,7 +337,7 @@ impl<'a> Walk<'a> {
                     format!("its prev_hash column holds {}", state::describe(prev)),
                 );
             };
-            let recomputed = chain::row_hash(&prev, &values);
+            let recomputed = self.hasher.hash(&prev, &values);
             let own_ok = recomputed == hash;
             let link_ok = prev == self.last.hash;
             if own_ok && link_ok {
