@@ -83,7 +83,8 @@ fn a_live_store_verifies_and_an_anchor_is_checked() {
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains(": intact"), "{}", out.stdout);
     assert!(
-        out.stdout.contains(&format!("{EVENTS} rows (row_id 1 to {EVENTS})")),
+        out.stdout
+            .contains(&format!("{EVENTS} rows (row_id 1 to {EVENTS})")),
         "{}",
         out.stdout
     );
@@ -144,7 +145,8 @@ fn a_row_edited_with_the_sqlite3_shell_is_named_by_its_seq() {
     assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("TAMPERED"), "{}", out.stdout);
     assert!(
-        out.stdout.contains(&format!("modified: row_id {row_id} (seq {seq},")),
+        out.stdout
+            .contains(&format!("modified: row_id {row_id} (seq {seq},")),
         "{}",
         out.stdout
     );

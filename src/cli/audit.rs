@@ -22,9 +22,11 @@ pub struct AuditArgs {
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Recompute every row's hash and link and report the first sign of tampering.
-    #[command(after_help = "Exit status: 0 intact, 1 tampering found, 2 could not verify.\n\
+    #[command(
+        after_help = "Exit status: 0 intact, 1 tampering found, 2 could not verify.\n\
         Record `eventgate audit head` somewhere the node cannot write, and pass it back \
-        with --anchor: that catches a chain recomputed after an edit.")]
+        with --anchor: that catches a chain recomputed after an edit."
+    )]
     Verify(VerifyArgs),
     /// Print the chain's head (row_id, seq, time, hash) to record elsewhere.
     Head(HeadArgs),
@@ -129,7 +131,9 @@ fn summary(report: &Report) -> String {
                 state.pruned_row_id,
                 opt(state.pruned_seq),
                 state.pruned_timestamp.as_deref().unwrap_or("-"),
-                state.pruned_hash.map_or("none (legacy rows)".into(), |h| hex(&h))
+                state
+                    .pruned_hash
+                    .map_or("none (legacy rows)".into(), |h| hex(&h))
             ),
         );
     }

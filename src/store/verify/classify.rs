@@ -151,7 +151,9 @@ pub fn classify(
         _ => String::new(),
     };
     let what = match last.origin {
-        Origin::Start => format!("the first chained row does not link to the chain's start (32 zero bytes): rows before it were deleted{gap}"),
+        Origin::Start => format!(
+            "the first chained row does not link to the chain's start (32 zero bytes): rows before it were deleted{gap}"
+        ),
         Origin::Checkpoint => format!(
             "the first row after the retention checkpoint (row_id {}, seq {}) does not link to its hash {}: rows before it were deleted{gap} (or the checkpoint was changed)",
             state.pruned_row_id,
@@ -177,6 +179,10 @@ fn describe_link(prev: &Hash, last: &Link) -> String {
     if last.prev == Some(*prev) {
         format!("the row before row_id {}", last.row_id)
     } else {
-        format!("{}... instead of row_id {}'s hash", short(prev), last.row_id)
+        format!(
+            "{}... instead of row_id {}'s hash",
+            short(prev),
+            last.row_id
+        )
     }
 }

@@ -56,7 +56,9 @@ pub fn read(conn: &Connection) -> rusqlite::Result<Result<ChainState, Problem>> 
         })
         .optional()?;
     let Some(values) = row else {
-        return Ok(Err(tampered("the audit_chain table has lost its row".into())));
+        return Ok(Err(tampered(
+            "the audit_chain table has lost its row".into(),
+        )));
     };
     Ok(parse(&values))
 }
@@ -190,9 +192,9 @@ impl FromStr for Anchor {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let (row_id, hash) = text
-            .split_once(':')
-            .ok_or_else(|| format!("{text:?} is not ROW_ID:HASH (as `eventgate audit head` prints it)"))?;
+        let (row_id, hash) = text.split_once(':').ok_or_else(|| {
+            format!("{text:?} is not ROW_ID:HASH (as `eventgate audit head` prints it)")
+        })?;
         let row_id = row_id
             .trim()
             .parse::<i64>()
