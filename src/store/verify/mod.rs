@@ -105,9 +105,7 @@ pub fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
     };
     match state::read(&tx).map_err(sqlite("reading audit_chain"))? {
         Ok(state) => {
-            let mut anchors = anchors.to_vec();
-            anchors.sort_by_key(|a| a.row_id);
-            report.problem = Walk::new(&tx, &state, &anchors, &mut report)?
+            report.problem = Walk::new(&tx, &state, anchors, &mut report)?
                 .run()
                 .map_err(sqlite("reading the events"))?;
             report.state = Some(state);
