@@ -43,23 +43,18 @@ impl<'a> Walk<'a> {
                 origin: Origin::Start,
             }
         };
-        for anchor in anchors {
-            let why = if anchor.row_id < state.first_row_id {
-                format!(
-                    "row_id {} was stored before the chain began (at row_id {})",
-                    anchor.row_id, state.first_row_id
-                )
-            } else if anchor.row_id < state.pruned_row_id {
-                format!(
-                    "row_id {} was deleted by retention (the checkpoint is row_id {}); record a newer head",
-                    anchor.row_id, state.pruned_row_id
-                )
-            } else {
-                continue;
-            };
+        // Retention deletes rows legitimately: an anchor on a row it took cannot be
+        // checked either way. (One before the chain's start is tampering: see run.)
+        if let Some(anchor) = anchors
+            .iter()
+            .find(|a| a.row_id >= state.first_row_id && a.row_id < state.pruned_row_id)
+        {
             return Err(VerifyError::Anchor {
                 anchor: *anchor,
-                why,
+                why: format!(
+                    "row_id {} was deleted by retention (the checkpoint is row_id {}); record a newer head",
+                    anchor.row_id, state.pruned_row_id
+                ),
             });
         }
         Ok(Walk {
@@ -73,11 +68,23 @@ impl<'a> Walk<'a> {
     }
 
     pub fn run(mut self) -> rusqlite::Result<Option<Problem>> {
+        // first_row_id is set once, by the migration: a row that had a hash when its
+        // anchor was recorded cannot have become a legacy row since.
+        let state = self.state;
+        if let Some(anchor) = self.anchors.iter().find(|a| a.row_id < state.first_row_id) {
+            return Ok(Some(Problem {
+                kind: Kind::Rewritten,
+                row: row_ref(self.conn, anchor.row_id)?,
+                what: format!(
+                    "a hash was recorded for row_id {}, but audit_chain.first_row_id now says the chain begins at row_id {}: the chain's start was moved",
+                    anchor.row_id, state.first_row_id
+                ),
+            }));
+        }
         let (start, start_hash) = (self.last.row_id, self.last.hash);
         if let Some(problem) = self.anchor(start, &start_hash, None) {
             return Ok(Some(problem));
         }
-        let state = self.state;
         let mut stmt = self.conn.prepare(ROWS)?;
         let mut rows = stmt.query([])?;
         while let Some(row) = rows.next()? {

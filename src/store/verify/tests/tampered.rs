@@ -228,3 +228,21 @@ fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
         "{error}"
     );
 }
+
+/// Hashes wiped and the chain's start moved past every row: verify alone sees an
+/// upgraded store of legacy rows; an anchor recorded earlier does not.
+#[test]
+fn unchaining_every_row_is_caught_by_an_anchor() {
+    let (_dir, path) = store();
+    let anchor = head_anchor(&path);
+    sql(
+        &path,
+        "UPDATE events SET prev_hash = NULL, hash = NULL, event = NULL WHERE row_id = 3;
+         UPDATE events SET prev_hash = NULL, hash = NULL;
+         UPDATE audit_chain SET first_row_id = 11, head_seq = NULL, head_hash = NULL",
+    );
+    assert_eq!(intact(&path).legacy, 10);
+    let found = verify(&path, &[anchor]).unwrap().problem.unwrap();
+    assert_at(&found, Kind::Rewritten, 10, 10);
+    assert!(found.what.contains("start was moved"), "{found}");
+}
