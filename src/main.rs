@@ -21,8 +21,9 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => {
+            let code = error.exit_code();
             eprintln!("error: {:#}", anyhow::Error::from(error));
-            ExitCode::FAILURE
+            code
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The `eventgate` command line: one file per subcommand.
 
+mod audit;
 mod bench;
 mod check_config;
 mod dlq;
@@ -69,6 +70,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// `status`, refreshed every second (q or Ctrl-C quits).
     Top(top::TopArgs),
+    /// The audit store's hash chain: verify it, print its head.
+    Audit(audit::AuditArgs),
 }
 
 #[derive(Debug, Args)]
@@ -145,9 +148,20 @@ pub enum CliError {
     Query(#[from] crate::query::QueryError),
     #[error(transparent)]
     Replay(#[from] crate::replay::ReplayError),
+    #[error(transparent)]
+    Verify(#[from] crate::store::verify::VerifyError),
 }
 
 impl CliError {
+    /// 1 for failures in general; 2 when `audit` could not verify, so that 1 from
+    /// `audit verify` always means tampering was found.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Verify(_) => ExitCode::from(2),
+            _ => ExitCode::FAILURE,
+        }
+    }
+
     pub(crate) fn rpc(context: &'static str, status: tonic::Status) -> Self {
         CliError::Rpc {
             context,
@@ -186,5 +200,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Replay(args) => replay::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Top(args) => top::run(args).await,
+        Command::Audit(args) => audit::run(args).await,
     }
 }

@@ -1,4 +1,5 @@
-//! The SQLite audit store: one database file with one `events` table (schema in
+//! The SQLite audit store: one database file with one `events` table, hash-chained
+//! ([`chain`], checked by [`verify`]) with its head in `audit_chain` (schema in
 //! `migrations/`). The `sqlite` forwarder is its only writer; queries open their own
 //! read connections here, so both sides agree on PRAGMAs and schema versions.
 //!
@@ -6,18 +7,22 @@
 //! text, so `where timestamp >= '2024-05-01T10:00'` and `order by timestamp` work
 //! without conversions, and SQLite's date functions read them.
 
+pub mod chain;
+mod insert;
 pub mod migrate;
+pub mod verify;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 use serde::Deserialize;
 use thiserror::Error;
 
 use crate::event::Event;
 use crate::proto::rfc3339_nanos;
+pub use insert::{InsertError, insert_rows, raw_insert_rows};
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -238,94 +243,6 @@ impl<'a> EventRow<'a> {
             source: event.source.describe(),
         }
     }
-}
-
-/// Re-delivery of an already stored event is a no-op, not an error.
-const INSERT: &str = "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(id) DO NOTHING";
-
-/// SQLite integers are signed 64-bit; a sequence number past that cannot be stored.
-fn sql_seq(seq: u64) -> rusqlite::Result<i64> {
-    i64::try_from(seq).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
-}
-
-/// A failed insert, with the index of the row being inserted when it failed (if any).
-/// The transaction has been rolled back: nothing of the batch is stored.
-#[derive(Debug, Error)]
-#[error("{source}")]
-pub struct InsertError {
-    pub row: Option<usize>,
-    #[source]
-    pub source: rusqlite::Error,
-}
-
-/// Inserts `rows` in one transaction with a cached prepared statement; rows whose id
-/// is already stored are skipped. Returns how many rows were new. On error nothing of
-/// the batch is kept, so the same rows can simply be sent again.
-pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize, InsertError> {
-    let whole = |source| InsertError { row: None, source };
-    // IMMEDIATE takes the write lock up front, where busy_timeout applies; a
-    // deferred transaction upgrading later can fail at once with SQLITE_BUSY.
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(whole)?;
-    let mut inserted = 0;
-    {
-        let mut stmt = tx.prepare_cached(INSERT).map_err(whole)?;
-        for (i, row) in rows.iter().enumerate() {
-            inserted += stmt
-                .execute(params![
-                    sql_seq(row.seq).map_err(|source| InsertError {
-                        row: Some(i),
-                        source,
-                    })?,
-                    row.id,
-                    row.timestamp,
-                    row.received_at,
-                    row.namespace,
-                    row.topic,
-                    row.type_url,
-                    row.payload,
-                    row.event,
-                    row.source,
-                ])
-                .map_err(|source| InsertError {
-                    row: Some(i),
-                    source,
-                })?;
-        }
-    }
-    // A failed COMMIT leaves the transaction open; dropping `tx` rolls it back.
-    tx.commit().map_err(whole)?;
-    Ok(inserted)
-}
-
-/// The baseline for benchmarks: the same rows into the same table (same indexes),
-/// the way a plain rusqlite program would write them: one transaction, one prepared
-/// statement, a plain INSERT (the rows must not be stored yet).
-pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
-    {
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?;
-        for row in rows {
-            stmt.execute(params![
-                sql_seq(row.seq)?,
-                row.id,
-                row.timestamp,
-                row.received_at,
-                row.namespace,
-                row.topic,
-                row.type_url,
-                row.payload,
-                row.event,
-                row.source,
-            ])?;
-        }
-    }
-    tx.commit()
 }
 
 #[cfg(test)]

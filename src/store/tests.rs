@@ -334,3 +334,34 @@ fn a_full_disk_is_retryable_and_leaves_nothing_half_written() {
         .unwrap();
     assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 20);
 }
+
+/// A row added by hand where the writer's next row goes: the batch fails with a
+/// message naming the cause, retryably (the events stay queued), and nothing of it
+/// is kept.
+#[test]
+fn a_row_added_at_the_next_row_id_stops_the_writer_with_a_clear_retryable_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = open_writer(&dir.path().join("a.db"), &WriterOptions::default()).unwrap();
+    let first = event(1, "/tasks/oom", "containerd.events.TaskOOM", "{}");
+    insert_rows(&mut conn, &[EventRow::from_event(&first)]).unwrap();
+    conn.execute(
+        "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (9, 'x', 't', 'default', '/x')",
+        [],
+    )
+    .unwrap();
+    let second = event(2, "/tasks/oom", "containerd.events.TaskOOM", "{}");
+    let error = insert_rows(&mut conn, &[EventRow::from_event(&second)]).unwrap_err();
+    assert_eq!(error.row, Some(0));
+    assert_eq!(classify(&error.source), ErrorKind::Retryable);
+    let message = error.to_string();
+    assert!(
+        message.contains("row_id 2") && message.contains("eventgate audit verify"),
+        "{message}"
+    );
+    assert_eq!(count(&conn), 2);
+
+    conn.execute("DELETE FROM audit_chain", []).unwrap();
+    let error = insert_rows(&mut conn, &[EventRow::from_event(&second)]).unwrap_err();
+    assert_eq!(classify(&error.source), ErrorKind::Retryable);
+    assert!(error.to_string().contains("lost its row"), "{error}");
+}

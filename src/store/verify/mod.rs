@@ -1,0 +1,211 @@
+//! `eventgate audit verify`: walks the audit store in row_id order, recomputes every
+//! row's hash and link ([`crate::store::chain`]) and compares the end with the head
+//! `audit_chain` records. Streaming, one row (and one link) in memory at a time.
+//!
+//! Everything is read in one read transaction: the rows and `audit_chain` are one
+//! snapshot, so a gateway writing meanwhile (WAL) neither disturbs the walk nor
+//! looks like tampering.
+
+mod classify;
+mod problem;
+mod state;
+mod walk;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OptionalExtension, Row};
+use thiserror::Error;
+
+pub use problem::{Kind, Problem, RowRef};
+pub use state::{Anchor, ChainState};
+
+use super::chain::{self, Hash, RowValues};
+use super::{StoreError, open_reader};
+use walk::Walk;
+
+#[derive(Debug, Error)]
+pub enum VerifyError {
+    #[error(
+        "no audit store at {path}; the `sqlite` forwarder creates it when `eventgate serve` runs (name another file with --db or --data-dir)"
+    )]
+    Missing { path: PathBuf },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("audit store {path}: {what}")]
+    Sqlite {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("anchor {anchor} cannot be checked: {why}")]
+    Anchor { anchor: Anchor, why: String },
+}
+
+/// What verification found: counts up to the first problem, and that problem.
+#[derive(Debug)]
+pub struct Report {
+    /// `None` when `audit_chain` itself is unreadable (then `problem` says why).
+    pub state: Option<ChainState>,
+    /// Chained rows whose hash and link were recomputed and found right.
+    pub verified: u64,
+    /// Rows stored before the chain existed (schema 1 and 2): counted, not verified.
+    pub legacy: u64,
+    /// The last verified row: the chain's head when there is no problem.
+    pub head: Option<RowRef>,
+    /// Anchors found to match.
+    pub anchors: Vec<Anchor>,
+    pub elapsed: Duration,
+    pub problem: Option<Problem>,
+}
+
+/// How long a read waits for a lock; in WAL mode only a checkpoint's brief moments
+/// (or a migration) can hold one.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const ROWS: &str = "SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, \
+     payload, event, source, prev_hash, hash FROM events ORDER BY row_id";
+
+/// Opens the store read-only, refusing a missing file with a message of its own.
+pub fn open(path: &Path) -> Result<Connection, VerifyError> {
+    if !path.exists() {
+        return Err(VerifyError::Missing {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(open_reader(path, BUSY_TIMEOUT)?)
+}
+
+/// Verifies the whole store at `path`; `anchors` are hashes recorded elsewhere for
+/// given rows. Blocking.
+pub fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
+    let conn = open(path)?;
+    let sqlite = |what| {
+        move |source| VerifyError::Sqlite {
+            path: path.to_path_buf(),
+            what,
+            source,
+        }
+    };
+    let started = Instant::now();
+    // One snapshot for audit_chain and every row.
+    let tx = conn
+        .unchecked_transaction()
+        .map_err(sqlite("starting a read transaction"))?;
+    let mut report = Report {
+        state: None,
+        verified: 0,
+        legacy: 0,
+        head: None,
+        anchors: Vec::new(),
+        elapsed: Duration::ZERO,
+        problem: None,
+    };
+    match state::read(&tx).map_err(sqlite("reading audit_chain"))? {
+        Ok(state) => {
+            report.problem = Walk::new(&tx, &state, anchors, &mut report)?
+                .run()
+                .map_err(sqlite("reading the events"))?;
+            report.state = Some(state);
+        }
+        Err(problem) => report.problem = Some(problem),
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// The head `audit_chain` records, with its row's time: what to record elsewhere
+/// and pass to `verify --anchor` later. `None` row: nothing chained yet.
+#[derive(Debug)]
+pub struct Head {
+    pub state: ChainState,
+    pub row: Option<RowRef>,
+    pub hash: Option<Hash>,
+}
+
+/// Reads the head without verifying anything. `Ok(Err(_))`: `audit_chain` is
+/// damaged. Blocking.
+pub fn head(path: &Path) -> Result<Result<Head, Problem>, VerifyError> {
+    let conn = open(path)?;
+    let sqlite = |what| {
+        move |source| VerifyError::Sqlite {
+            path: path.to_path_buf(),
+            what,
+            source,
+        }
+    };
+    let tx = conn
+        .unchecked_transaction()
+        .map_err(sqlite("starting a read transaction"))?;
+    let state = match state::read(&tx).map_err(sqlite("reading audit_chain"))? {
+        Ok(state) => state,
+        Err(problem) => return Ok(Err(problem)),
+    };
+    let row = match state.head_hash {
+        None => None,
+        Some(_) if state.head_row_id == state.pruned_row_id => Some(checkpoint_ref(&state)),
+        Some(_) => Some(
+            row_ref(&tx, state.head_row_id)
+                .map_err(sqlite("reading the head row"))?
+                .unwrap_or(RowRef {
+                    row_id: state.head_row_id,
+                    seq: state.head_seq,
+                    time: None,
+                }),
+        ),
+    };
+    Ok(Ok(Head {
+        hash: state.head_hash,
+        row,
+        state,
+    }))
+}
+
+fn checkpoint_ref(state: &ChainState) -> RowRef {
+    RowRef {
+        row_id: state.pruned_row_id,
+        seq: state.pruned_seq,
+        time: state.pruned_timestamp.clone(),
+    }
+}
+
+/// A stored row's row_id, seq and time, looked up when a report names it.
+fn row_ref(conn: &Connection, row_id: i64) -> rusqlite::Result<Option<RowRef>> {
+    conn.prepare_cached(
+        "SELECT seq, coalesce(timestamp, received_at) FROM events WHERE row_id = ?1",
+    )?
+    .query_row([row_id], |r| {
+        Ok(RowRef {
+            row_id,
+            seq: r.get_ref(0)?.as_i64().ok(),
+            time: r.get_ref(1)?.as_str().ok().map(str::to_owned),
+        })
+    })
+    .optional()
+}
+
+fn values<'r>(row: &'r Row<'_>) -> rusqlite::Result<RowValues<'r>> {
+    let mut values = [ValueRef::Null; 10];
+    for (i, value) in values.iter_mut().enumerate() {
+        *value = row.get_ref(i + 1)?;
+    }
+    Ok(values)
+}
+
+fn here(row_id: i64, values: &RowValues<'_>) -> RowRef {
+    let text = |v: ValueRef<'_>| v.as_str().ok().map(str::to_owned);
+    RowRef {
+        row_id,
+        seq: values[0].as_i64().ok(),
+        time: text(values[2]).or_else(|| text(values[3])),
+    }
+}
+
+fn short(hash: &Hash) -> String {
+    chain::hex(&hash[..8])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,76 @@
+//! What verification found wrong, and where.
+
+use std::fmt;
+
+/// The kinds of tampering verification tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A row's content (or its own `prev_hash`) no longer matches its hash.
+    Modified,
+    /// Rows are missing: a link skips over them, the chain ends before its recorded
+    /// head, or the first row does not link to the chain's start.
+    Deleted,
+    /// A row that is not part of the chain sits among its rows.
+    Inserted,
+    /// Two neighbouring rows are intact but in each other's places.
+    Reordered,
+    /// The `audit_chain` table holds values the writer never writes.
+    ChainTable,
+    /// The chain is consistent, but a row's hash is not the one recorded for it
+    /// elsewhere (`--anchor`): the chain was recomputed after an edit.
+    Rewritten,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Modified => "modified",
+            Kind::Deleted => "deleted",
+            Kind::Inserted => "inserted",
+            Kind::Reordered => "reordered",
+            Kind::ChainTable => "audit_chain tampered",
+            Kind::Rewritten => "rewritten",
+        }
+    }
+}
+
+/// A row named in a report: its row_id, seq and time (the event's timestamp, or
+/// when it was received if it has none), as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowRef {
+    pub row_id: i64,
+    pub seq: Option<i64>,
+    pub time: Option<String>,
+}
+
+impl fmt::Display for RowRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "row_id {}", self.row_id)?;
+        match &self.seq {
+            Some(seq) => write!(f, " (seq {seq}")?,
+            None => write!(f, " (seq ?")?,
+        }
+        match &self.time {
+            Some(time) => write!(f, ", {time})"),
+            None => write!(f, ")"),
+        }
+    }
+}
+
+/// The first problem found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub kind: Kind,
+    /// The row the problem is reported at, when there is one.
+    pub row: Option<RowRef>,
+    pub what: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.row {
+            Some(row) => write!(f, "{}: {row}: {}", self.kind.label(), self.what),
+            None => write!(f, "{}: {}", self.kind.label(), self.what),
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Stores that must verify: untouched, pruned, upgraded, re-delivered to, rolled
+//! back, read while written.
+
+use rusqlite::Connection;
+use rusqlite::params;
+
+use super::*;
+
+#[test]
+fn an_untouched_store_verifies_and_reports_its_head() {
+    let (_dir, path) = store();
+    let report = intact(&path);
+    assert_eq!((report.verified, report.legacy), (10, 0));
+    let head = report.head.unwrap();
+    assert_eq!((head.row_id, head.seq), (10, Some(10)));
+    assert_eq!(head.time.as_deref(), Some("2024-05-01T10:00:10.000000000Z"));
+    let state = report.state.unwrap();
+    assert_eq!((state.first_row_id, state.head_row_id), (1, 10));
+
+    let empty = tempfile::tempdir().unwrap();
+    let path = empty.path().join("audit.db");
+    drop(open_writer(&path, &WriterOptions::default()).unwrap());
+    let report = intact(&path);
+    assert_eq!((report.verified, report.head), (0, None));
+}
+
+#[test]
+fn a_store_verifies_after_pruning_and_after_pruning_everything() {
+    let (_dir, path) = store();
+    prune(&path, 4);
+    let report = intact(&path);
+    assert_eq!(report.verified, 6);
+    assert_eq!(report.state.as_ref().unwrap().pruned_rows, 4);
+    write(&path, 11..=12);
+    assert_eq!(intact(&path).verified, 8);
+
+    prune(&path, 12);
+    assert_eq!(intact(&path).verified, 0);
+    write(&path, 13..=14);
+    let report = intact(&path);
+    assert_eq!(report.verified, 2);
+    assert_eq!(report.head.unwrap().row_id, 14);
+}
+
+#[test]
+fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(
+            None,
+            "application_id",
+            crate::store::migrate::APPLICATION_ID,
+        )
+        .unwrap();
+        for migration in &crate::store::migrate::MIGRATIONS[..2] {
+            conn.execute_batch(migration.sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        for i in 1..=3 {
+            conn.execute(
+                "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (?1, ?2, 't', 'default', '/x')",
+                params![i, format!("old-{i}")],
+            )
+            .unwrap();
+        }
+    }
+    write(&path, 4..=6);
+    let report = intact(&path);
+    assert_eq!((report.verified, report.legacy), (3, 3));
+    assert_eq!(report.state.unwrap().first_row_id, 4);
+
+    // Pruning legacy rows only: the checkpoint has no hash, the chain still starts
+    // at zeros.
+    prune(&path, 2);
+    let report = intact(&path);
+    assert_eq!((report.verified, report.legacy), (3, 1));
+    prune(&path, 5);
+    assert_eq!(intact(&path).verified, 1);
+
+    // A legacy row edited is not detected (it has no hash), but moving the chain's
+    // start over chained rows is.
+    sql(&path, "UPDATE audit_chain SET first_row_id = 7");
+    let found = problem(&path);
+    assert_eq!(found.kind, Kind::ChainTable, "{found}");
+}
+
+#[test]
+fn redelivery_and_a_rolled_back_batch_leave_the_chain_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let events = write(&path, 1..=3);
+    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let before = head(&path).unwrap().unwrap();
+    let again: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
+    assert_eq!(insert_rows(&mut conn, &again).unwrap(), 0);
+    let after = head(&path).unwrap().unwrap();
+    assert_eq!(
+        (after.state.head_row_id, after.hash),
+        (before.state.head_row_id, before.hash)
+    );
+
+    // A batch refused at its third row (a seq SQLite cannot store) is rolled back,
+    // chain head included.
+    let mut batch: Vec<Event> = (4..=6).map(event).collect();
+    batch[2].seq = u64::MAX;
+    let rows: Vec<EventRow<'_>> = batch.iter().map(EventRow::from_event).collect();
+    let error = insert_rows(&mut conn, &rows).unwrap_err();
+    assert_eq!(error.row, Some(2));
+    assert_eq!(head(&path).unwrap().unwrap().hash, before.hash);
+
+    // Mixed: one known id, two new ones: only the new ones take row_ids.
+    let fresh: Vec<Event> = (7..=8).map(event).collect();
+    let mut mixed: Vec<EventRow<'_>> = vec![EventRow::from_event(&events[0])];
+    mixed.extend(fresh.iter().map(EventRow::from_event));
+    assert_eq!(insert_rows(&mut conn, &mixed).unwrap(), 2);
+    let report = intact(&path);
+    assert_eq!(report.verified, 5);
+    assert_eq!(
+        report.head.unwrap(),
+        RowRef {
+            row_id: 5,
+            seq: Some(8),
+            time: Some("2024-05-01T10:00:08.000000000Z".into())
+        }
+    );
+}
+
+#[test]
+fn verify_reads_while_a_writer_holds_its_transaction_open() {
+    let (_dir, path) = store();
+    let mut writer = open_writer(&path, &WriterOptions::default()).unwrap();
+    let tx = writer
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    tx.execute("UPDATE audit_chain SET head_seq = 999", [])
+        .unwrap();
+    // The uncommitted change is invisible to the reader's snapshot.
+    assert_eq!(intact(&path).verified, 10);
+    drop(tx);
+}
