@@ -10,6 +10,7 @@
 pub mod chain;
 mod insert;
 pub mod migrate;
+pub mod retention;
 pub mod verify;
 
 use std::borrow::Cow;
@@ -171,6 +172,15 @@ pub fn open_writer(path: &Path, options: &WriterOptions) -> Result<Connection, S
         return Err(StoreError::ReadOnly {
             path: path.to_path_buf(),
         });
+    }
+    // Only an empty file can choose its auto_vacuum mode without a full VACUUM; with
+    // INCREMENTAL, retention can hand pruned pages back and the file shrinks.
+    let objects: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
+        .map_err(sqlite("reading the schema"))?;
+    if objects == 0 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .map_err(sqlite("setting auto_vacuum"))?;
     }
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))

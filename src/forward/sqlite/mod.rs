@@ -7,6 +7,7 @@
 //! for it, then finds its rows already stored (ids are unique, re-inserts are no-ops).
 
 mod classify;
+mod retention;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,6 +21,7 @@ use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options, 
 use crate::config::duration_text;
 use crate::store::{self, EventRow, Synchronous, WriterOptions};
 pub use classify::classify;
+use retention::{Pruner, RetentionOptions};
 
 /// `[[forwarder]] kind = "sqlite"` keys.
 #[derive(Debug, Deserialize)]
@@ -32,6 +34,9 @@ struct SqliteOptions {
     synchronous: Synchronous,
     #[serde(default = "default_busy_timeout", with = "duration_text")]
     busy_timeout: Duration,
+    /// No table: keep every row.
+    #[serde(default)]
+    retention: Option<RetentionOptions>,
 }
 
 fn default_path() -> PathBuf {
@@ -53,6 +58,9 @@ impl SqliteOptions {
                 "`busy_timeout` must be at most {}",
                 humantime::format_duration(store::MAX_BUSY_TIMEOUT)
             )));
+        }
+        if let Some(retention) = &parsed.retention {
+            retention.validate()?;
         }
         Ok(parsed)
     }
@@ -77,7 +85,10 @@ impl Kind for SqliteKind {
                 synchronous: options.synchronous,
                 busy_timeout: options.busy_timeout,
             };
-            let forwarder = SqliteForwarder::open(&context.name, path, writer).await?;
+            let mut forwarder = SqliteForwarder::open(&context.name, path, writer).await?;
+            if let Some(retention) = &options.retention {
+                forwarder.keep(retention)?;
+            }
             Ok(Arc::new(forwarder) as Arc<dyn Forwarder>)
         })
     }
@@ -93,6 +104,8 @@ pub struct SqliteForwarder {
     path: Arc<PathBuf>,
     /// `None` once closed.
     conn: Arc<Mutex<Option<Connection>>>,
+    /// Taken when closing.
+    pruner: Mutex<Option<Pruner>>,
 }
 
 impl SqliteForwarder {
@@ -125,7 +138,43 @@ impl SqliteForwarder {
             name: name.into(),
             path: Arc::new(path),
             conn: Arc::new(Mutex::new(Some(conn))),
+            pruner: Mutex::new(None),
         })
+    }
+
+    /// Starts pruning the store in the background as `options` says.
+    fn keep(&mut self, options: &RetentionOptions) -> Result<(), BuildError> {
+        let policy = options.validate()?;
+        let shrinks = {
+            let guard = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            guard.as_ref().map(store::retention::shrinks)
+        };
+        if let Some(Ok(false)) = shrinks {
+            tracing::warn!(
+                forwarder = %self.name,
+                path = %self.path.display(),
+                "this audit store was created without incremental auto-vacuum: pruned space is \
+                 reused, but the file will not shrink; to switch, stop eventgate and run \
+                 sqlite3 <path> 'PRAGMA auto_vacuum = INCREMENTAL; VACUUM;'"
+            );
+        }
+        tracing::info!(
+            forwarder = %self.name,
+            max_age = ?options.max_age,
+            max_rows = options.max_rows,
+            interval = ?options.interval,
+            batch = options.batch,
+            "audit store retention on"
+        );
+        let pruner = Pruner::start(
+            Arc::clone(&self.name),
+            Arc::clone(&self.path),
+            Arc::clone(&self.conn),
+            options,
+            policy,
+        );
+        *self.pruner.lock().unwrap_or_else(PoisonError::into_inner) = Some(pruner);
+        Ok(())
     }
 }
 
@@ -147,10 +196,18 @@ impl Forwarder for SqliteForwarder {
     }
 
     fn close(&self) -> BoxFuture<'_, Result<(), ForwardError>> {
+        let pruner = self
+            .pruner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let conn = Arc::clone(&self.conn);
         let name = Arc::clone(&self.name);
         let path = Arc::clone(&self.path);
         Box::pin(async move {
+            if let Some(pruner) = pruner {
+                pruner.stop().await;
+            }
             let closed = tokio::task::spawn_blocking(move || {
                 let taken = conn.lock().unwrap_or_else(PoisonError::into_inner).take();
                 // Closing the last connection checkpoints the WAL into the database.

@@ -59,11 +59,83 @@ busy_timeout = "250ms""#,
         (r#"busy_timeout = "soon""#, "soon"),
         (r#"busy_timeout = "2h""#, "busy_timeout"),
         (r#"path = """#, "path"),
+        ("retention = {}", "set `max_age`, `max_rows` or both"),
+        (
+            r#"retention = { max_age = "0s" }"#,
+            "`max_age` must be longer",
+        ),
+        (r#"retention = { max_age = "a week" }"#, "a week"),
+        (
+            "retention = { max_rows = 0 }",
+            "`max_rows` must be at least 1",
+        ),
+        ("retention = { max_rows = -5 }", "max_rows"),
+        (
+            r#"retention = { max_rows = 5, interval = "10ms" }"#,
+            "`interval`",
+        ),
+        (
+            "retention = { max_rows = 5, batch = 0 }",
+            "`batch` must be between",
+        ),
+        ("retention = { max_rows = 5, max_size = 1 }", "max_size"),
     ];
     for (toml, named) in cases {
         let error = SqliteKind.check(&options(toml)).unwrap_err().to_string();
         assert!(error.contains(named), "{toml}: {error}");
     }
+}
+
+#[test]
+fn retention_takes_age_rows_interval_and_batch() {
+    let parsed = SqliteOptions::parse(&options(
+        r#"retention = { max_age = "30d", max_rows = 1000000, interval = "5m", batch = 500 }"#,
+    ))
+    .unwrap();
+    let retention = parsed.retention.unwrap();
+    assert_eq!(retention.max_age, Some(Duration::from_secs(30 * 86400)));
+    assert_eq!(retention.max_rows, Some(1_000_000));
+    assert_eq!(retention.interval, Duration::from_secs(300));
+    assert_eq!(retention.batch, 500);
+    let defaults = SqliteOptions::parse(&options("retention = { max_rows = 10 }"))
+        .unwrap()
+        .retention
+        .unwrap();
+    assert_eq!(
+        (defaults.max_age, defaults.interval, defaults.batch),
+        (None, Duration::from_secs(60), 1000)
+    );
+}
+
+/// The background pruner keeps the store within `max_rows` while batches keep
+/// arriving, and stops with the forwarder.
+#[tokio::test]
+async fn the_forwarder_prunes_in_the_background_down_to_max_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let forwarder = SqliteKind
+        .build(
+            &context(dir.path()),
+            &options(r#"retention = { max_rows = 5, interval = "1s", batch = 2 }"#),
+        )
+        .await
+        .unwrap();
+    forwarder.send(&batch(1..=12)).await.unwrap();
+    let conn = store::open_reader(&dir.path().join("audit.db"), Duration::from_secs(1)).unwrap();
+    let seqs = || -> Vec<i64> {
+        conn.prepare("SELECT seq FROM events ORDER BY row_id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seqs().len() > 5 {
+        assert!(std::time::Instant::now() < deadline, "still {:?}", seqs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seqs(), [8, 9, 10, 11, 12]);
+    forwarder.close().await.unwrap();
 }
 
 #[tokio::test]
