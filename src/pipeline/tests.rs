@@ -9,7 +9,8 @@ use tokio::sync::Notify;
 
 use super::settings::{BatchSettings, ByteSize, Overflow, QueueSettings, RetrySettings};
 use super::*;
-use crate::event::{EventId, Source};
+use crate::event::{Event, EventId, Source};
+use tokio::time::Instant;
 use crate::forward::{Batch, ForwardError};
 use crate::proto::containerd::types::Envelope;
 
