@@ -6,6 +6,7 @@ mod dlq;
 mod events;
 mod publish;
 mod query;
+mod reload;
 mod replay;
 mod serve;
 mod stats;
@@ -69,6 +70,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// `status`, refreshed every second (q or Ctrl-C quits).
     Top(top::TopArgs),
+    /// Make a running gateway read its configuration again and say whether it applied it.
+    Reload(reload::ReloadArgs),
 }
 
 #[derive(Debug, Args)]
@@ -186,5 +189,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Replay(args) => replay::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Top(args) => top::run(args).await,
+        Command::Reload(args) => reload::run(args).await,
     }
 }

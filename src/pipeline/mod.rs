@@ -61,6 +61,12 @@ pub enum PipelineError {
         #[source]
         source: BuildError,
     },
+    #[error("forwarder {name:?}")]
+    Swap {
+        name: String,
+        #[source]
+        source: swap::SwapError,
+    },
     #[error("forwarder {name:?}: invalid filters")]
     Filter {
         name: String,

@@ -154,10 +154,13 @@ impl Pipeline {
 
     /// Second half: starts `part` (built from the new configuration, or the old one
     /// when the new one could not be built) where the held forwarder stopped.
-    pub fn resume(&self, held: Held, part: Parts) {
-        if let Some(b) = &self.backlog {
-            held.state.resume_at(b.backlog.cursor(&held.name));
-        }
+    /// Returns the sequence number it resumes at.
+    pub fn resume(&self, held: Held, part: Parts) -> u64 {
+        let cursor = self
+            .backlog
+            .as_ref()
+            .map_or(0, |b| b.backlog.cursor(&held.name));
+        held.state.resume_at(cursor);
         let (route, entry) = self.launch(part, held.state, held.health, held.acked);
         {
             let mut entries = self.entries.lock();
@@ -167,5 +170,7 @@ impl Pipeline {
             }
         }
         self.router.replace(&held.name, |_| (Some(route), ()));
+        tracing::info!(forwarder = %held.name, resumed_at = cursor, "forwarder replaced");
+        cursor
     }
 }
