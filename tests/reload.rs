@@ -84,9 +84,11 @@ fn logged(path: &Path) -> Vec<String> {
 }
 
 fn wait_logged(path: &Path, container: &str) {
-    wait_for(&format!("{container} in {}", path.display()), DEADLINE, || {
-        logged(path).iter().any(|c| c == container).then_some(())
-    });
+    wait_for(
+        &format!("{container} in {}", path.display()),
+        DEADLINE,
+        || logged(path).iter().any(|c| c == container).then_some(()),
+    );
 }
 
 /// Whether the process has `path` open.
@@ -184,12 +186,18 @@ fn invalid_configurations_are_rejected_and_the_running_one_keeps_delivering() {
             "blocker",
         ),
         (file_forwarder("log", "blocker/log.jsonl", ""), "blocker"),
-        (file_forwarder("log", "log.jsonl", "format = \"xml\""), "format"),
+        (
+            file_forwarder("log", "log.jsonl", "format = \"xml\""),
+            "format",
+        ),
     ];
     for (i, (text, names)) in cases.iter().enumerate() {
         write_config(&config, text);
         let err = rejected(&mut gw);
-        assert!(err.contains("rejected, the running configuration is kept"), "{err}");
+        assert!(
+            err.contains("rejected, the running configuration is kept"),
+            "{err}"
+        );
         assert!(err.contains(names), "case {i}: {err}");
         let container = format!("still-{i}");
         publish(&gw, &container);
@@ -223,7 +231,10 @@ fn invalid_configurations_are_rejected_and_the_running_one_keeps_delivering() {
     );
     let out = applied(&mut gw);
     assert!(out.contains("no forwarder changed"), "{out}");
-    assert!(out.contains("needs a restart: spool.segment_bytes"), "{out}");
+    assert!(
+        out.contains("needs a restart: spool.segment_bytes"),
+        "{out}"
+    );
     publish(&gw, "end");
     wait_logged(&log, "end");
     assert!(gw.terminate().success());
@@ -234,9 +245,9 @@ fn stored(db: &Path) -> HashMap<String, i64> {
     let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
         return HashMap::new();
     };
-    let Ok(mut statement) = conn.prepare(
-        "SELECT json_extract(event, '$.container_id'), count(*) FROM events GROUP BY 1",
-    ) else {
+    let Ok(mut statement) = conn
+        .prepare("SELECT json_extract(event, '$.container_id'), count(*) FROM events GROUP BY 1")
+    else {
         return HashMap::new();
     };
     statement
@@ -248,12 +259,18 @@ fn stored(db: &Path) -> HashMap<String, i64> {
 #[test]
 fn forwarders_replaced_while_publishing_lose_and_double_nothing() {
     let sqlite = |extra: &str| {
-        format!("[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n{extra}\n")
+        format!(
+            "[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n{extra}\n"
+        )
     };
     let versions = [
         sqlite("") + &file_forwarder("log", "log.jsonl", ""),
         sqlite("batch = { events = 3 }")
-            + &file_forwarder("log", "log.jsonl", "batch = { events = 2, linger = \"5ms\" }"),
+            + &file_forwarder(
+                "log",
+                "log.jsonl",
+                "batch = { events = 2, linger = \"5ms\" }",
+            ),
         sqlite("filters = ['namespace==default']")
             + &file_forwarder("log", "log.jsonl", "filters = ['topic==\"/tasks/*\"']"),
         sqlite("queue = { events = 4 }") + &file_forwarder("log", "log.jsonl", "fsync = \"never\""),
@@ -303,12 +320,19 @@ fn forwarders_replaced_while_publishing_lose_and_double_nothing() {
     done.store(true, Ordering::Release);
     publisher.join().expect("publisher");
     let acknowledged = acknowledged.lock().expect("lock").clone();
-    assert!(acknowledged.len() > 200, "only {} published", acknowledged.len());
+    assert!(
+        acknowledged.len() > 200,
+        "only {} published",
+        acknowledged.len()
+    );
 
     let db = data(&gw).join("audit.db");
     let rows = wait_for("every acknowledged event in the store", DEADLINE, || {
         let rows = stored(&db);
-        acknowledged.iter().all(|c| rows.contains_key(c)).then_some(rows)
+        acknowledged
+            .iter()
+            .all(|c| rows.contains_key(c))
+            .then_some(rows)
     });
     assert_eq!(rows.len(), acknowledged.len(), "events nobody published");
     assert!(rows.values().all(|&n| n == 1));

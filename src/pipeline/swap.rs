@@ -79,7 +79,11 @@ impl Pipeline {
 
     /// Stops offering events to `name`, lets its worker deliver what is queued for at
     /// most `deadline`, and forgets its cursor.
-    pub async fn remove(&self, name: &str, deadline: Duration) -> Result<Option<Report>, SwapError> {
+    pub async fn remove(
+        &self,
+        name: &str,
+        deadline: Duration,
+    ) -> Result<Option<Report>, SwapError> {
         let worker = {
             let mut entries = self.entries.lock();
             let index = entries

@@ -126,7 +126,10 @@ mod tests {
             .collect();
         assert_eq!(changed, [("e", "e"), ("b", "b"), ("c", "c")]);
         assert_eq!(plan.changed[0].0.options["path"].as_str(), Some("e.jsonl"));
-        assert_eq!(plan.changed[0].1.options["path"].as_str(), Some("elsewhere.jsonl"));
+        assert_eq!(
+            plan.changed[0].1.options["path"].as_str(),
+            Some("elsewhere.jsonl")
+        );
         assert!(!plan.is_empty());
     }
 
@@ -154,11 +157,17 @@ mod tests {
         new.exchange.listen = Some("127.0.0.1:7338".parse().unwrap());
         new.data_dir = "/var/lib/eventgate".into();
         new.spool.segment_bytes = crate::pipeline::settings::ByteSize(1 << 20);
-        new.upstreams
-            .push(crate::upstream::UpstreamSpec::from_flag("/run/containerd/containerd.sock"));
+        new.upstreams.push(crate::upstream::UpstreamSpec::from_flag(
+            "/run/containerd/containerd.sock",
+        ));
         assert_eq!(
             restart_keys(&running, &new),
-            ["data_dir", "exchange.listen", "spool.segment_bytes", "upstream"]
+            [
+                "data_dir",
+                "exchange.listen",
+                "spool.segment_bytes",
+                "upstream"
+            ]
         );
     }
 }

@@ -138,7 +138,9 @@ impl Reloader {
             let name = part.name.clone();
             match self.pipeline.add(part) {
                 Ok(()) => done.push(format!("forwarder {name:?} added")),
-                Err(error) => tracing::error!(forwarder = %name, %error, "cannot add the forwarder"),
+                Err(error) => {
+                    tracing::error!(forwarder = %name, %error, "cannot add the forwarder")
+                }
             }
         }
         for spec in &plan.removed {
@@ -150,7 +152,9 @@ impl Reloader {
                         spec.name
                     ));
                 }
-                Err(error) => tracing::error!(forwarder = %spec.name, %error, "cannot remove the forwarder"),
+                Err(error) => {
+                    tracing::error!(forwarder = %spec.name, %error, "cannot remove the forwarder")
+                }
             }
         }
         running.forwarders = new.forwarders;
@@ -168,7 +172,11 @@ impl Reloader {
         tracing::info!(file = origin, "{message}");
         if !restart.is_empty() {
             let keys = restart.join(", ");
-            tracing::warn!(file = origin, keys, "needs a restart: {keys} (they keep their running values until then)");
+            tracing::warn!(
+                file = origin,
+                keys,
+                "needs a restart: {keys} (they keep their running values until then)"
+            );
             let _ = write!(
                 message,
                 "\nneeds a restart: {keys} (they keep their running values until then)"
@@ -186,7 +194,13 @@ impl Reloader {
     }
 
     async fn build(&self, running: &Config, spec: &ForwarderSpec) -> Result<Parts, PipelineError> {
-        Pipeline::build(spec, &self.kinds, &running.data_dir, self.dead_letters.clone()).await
+        Pipeline::build(
+            spec,
+            &self.kinds,
+            &running.data_dir,
+            self.dead_letters.clone(),
+        )
+        .await
     }
 
     /// Replaces the running forwarder `old` by one built from `new`. When `new`
@@ -226,10 +240,15 @@ impl Reloader {
 
     fn rejected(&self, origin: &str, why: String) -> Outcome {
         metrics::counter!("eventgate_config_reloads_total", "result" => "rejected").increment(1);
-        tracing::error!(file = origin, "reload rejected, the running configuration is kept: {why}");
+        tracing::error!(
+            file = origin,
+            "reload rejected, the running configuration is kept: {why}"
+        );
         Outcome {
             applied: false,
-            message: format!("reload of {origin} rejected, the running configuration is kept: {why}"),
+            message: format!(
+                "reload of {origin} rejected, the running configuration is kept: {why}"
+            ),
         }
     }
 }
