@@ -442,4 +442,6 @@ mod backlog_tests;
 #[cfg(test)]
 mod deadletter_tests;
 #[cfg(test)]
+mod swap_tests;
+#[cfg(test)]
 mod tests;
