@@ -19,6 +19,7 @@ use crate::exchange::{EventsService, Exchange};
 use crate::forward::Kinds;
 use crate::listen::{self, ListenError, UnixSocket};
 use crate::pipeline::{BacklogStart, DeadLetters, Pipeline, PipelineError, Report};
+use crate::reload::Reloader;
 use crate::spool::{Spool, SpoolError};
 use crate::upstream::Upstreams;
 
@@ -65,7 +66,8 @@ async fn open_spool(config: &Config) -> Result<(Spool, crate::spool::Recovery), 
 /// A started gateway. Dropping it without `stop` aborts the server tasks.
 pub struct Gateway {
     exchange: Exchange,
-    pipeline: Pipeline,
+    pipeline: std::sync::Arc<Pipeline>,
+    reloader: std::sync::Arc<Reloader>,
     spool: Spool,
     upstreams: Upstreams,
     socket: UnixSocket,
@@ -107,14 +109,22 @@ impl Gateway {
             start_seq: spool.next_seq(),
         };
         let dead_letters = open_dead_letters(config).await?;
-        let pipeline = Pipeline::start(
-            &config.forwarders,
-            kinds,
-            &config.data_dir,
+        let pipeline = std::sync::Arc::new(
+            Pipeline::start(
+                &config.forwarders,
+                kinds,
+                &config.data_dir,
+                Some(dead_letters.clone()),
+                Some(backlog),
+            )
+            .await?,
+        );
+        let reloader = std::sync::Arc::new(Reloader::new(
+            std::sync::Arc::clone(&pipeline),
+            kinds.clone(),
             Some(dead_letters),
-            Some(backlog),
-        )
-        .await?;
+            config.clone(),
+        ));
         let exchange = Exchange::with_spool(
             config.exchange_config(),
             pipeline.router(),
@@ -153,7 +163,8 @@ impl Gateway {
         let upstreams = Upstreams::start(&config.upstreams, &exchange);
         let admin = admin.map(|bound| {
             bound.serve(Observed {
-                forwarders: pipeline.forwarders().to_vec(),
+                forwarders: pipeline.view(),
+                reload: Some(std::sync::Arc::clone(&reloader)),
                 upstreams: upstreams.watch(),
                 spool: Some(spool.clone()),
                 exchange: exchange.clone(),
@@ -164,6 +175,7 @@ impl Gateway {
         Ok(Self {
             exchange,
             pipeline,
+            reloader,
             spool,
             upstreams,
             socket,
@@ -182,6 +194,12 @@ impl Gateway {
 
     pub fn pipeline(&self) -> &Pipeline {
         &self.pipeline
+    }
+
+    /// Applies a new configuration while running (what SIGHUP does); see
+    /// [`crate::reload`].
+    pub fn reloader(&self) -> &std::sync::Arc<Reloader> {
+        &self.reloader
     }
 
     pub fn spool(&self) -> &Spool {
@@ -234,6 +252,8 @@ impl Gateway {
     /// timeout to deliver what is queued. Returns what each forwarder did.
     pub async fn stop(mut self) -> Vec<Report> {
         tracing::info!("shutting down");
+        // A reload in progress finishes first; none starts after this.
+        self.reloader.close().await;
         self.upstreams.stop(self.shutdown_timeout).await;
         self.cancel.cancel();
         self.exchange.close();

@@ -24,7 +24,8 @@
 //! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
 //! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
-//! - [`config`]: the TOML file, defaults and validation.
+//! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
+//!   one to a running gateway (SIGHUP, `POST /reload`).
 //! - [`cli`]: the `eventgate` command; [`bench`]: rerunnable benchmarks.
 
 pub mod admin;
@@ -44,6 +45,7 @@ pub mod listen;
 pub mod pipeline;
 pub mod proto;
 pub mod query;
+pub mod reload;
 pub mod render;
 pub mod replay;
 pub mod spool;

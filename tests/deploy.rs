@@ -57,6 +57,7 @@ fn the_systemd_unit_is_hardened_and_passes_systemd_analyze() {
         assert_eq!(value(&keys, key), expected, "{key}");
     }
     assert!(value(&keys, "ExecStartPre").contains("eventgate check-config"));
+    assert_eq!(value(&keys, "ExecReload"), "/bin/kill -HUP $MAINPID");
 
     // systemd-analyze wants the binaries to exist: point them at the one built here.
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,5 @@
-//! Fetching from a gateway's admin endpoint (for `eventgate status` and `top`).
+//! Fetching from a gateway's admin endpoint (for `eventgate status`, `top` and
+//! `reload`).
 
 use std::time::Duration;
 
@@ -49,6 +50,20 @@ pub fn host_port(addr: &str) -> &str {
 
 /// GETs `path`; returns the status code and the body.
 pub async fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String), FetchError> {
+    request(http::Method::GET, addr, path, timeout).await
+}
+
+/// POSTs to `path` with an empty body; returns the status code and the body.
+pub async fn post(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String), FetchError> {
+    request(http::Method::POST, addr, path, timeout).await
+}
+
+async fn request(
+    method: http::Method,
+    addr: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), FetchError> {
     let target = host_port(addr).to_owned();
     let exchange = async {
         let stream = tokio::net::TcpStream::connect(&target)
@@ -65,7 +80,9 @@ pub async fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, Stri
             .await
             .map_err(http)?;
         tokio::spawn(connection);
-        let request = http::Request::get(path)
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
             .header(http::header::HOST, target.as_str())
             .body(Empty::<Bytes>::new())
             .map_err(|e| FetchError::Connect {

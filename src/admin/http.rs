@@ -1,5 +1,5 @@
-//! The HTTP/1 server: four GET endpoints, 404 for anything else, 405 for other
-//! methods, and a graceful stop (requests in flight finish, keep-alive connections
+//! The HTTP/1 server: four GET endpoints and `POST /reload`, 404 for anything else,
+//! 405 for other methods, and a graceful stop (requests in flight finish, keep-alive connections
 //! are closed).
 
 use std::convert::Infallible;
@@ -50,7 +50,12 @@ pub async fn serve(listener: TcpListener, observed: Arc<Observed>, cancel: Cance
         let observed = Arc::clone(&observed);
         let service = service_fn(move |request| {
             let observed = Arc::clone(&observed);
-            async move { Ok::<_, Infallible>(respond(&observed, &request)) }
+            async move {
+                if request.uri().path() == "/reload" {
+                    return Ok::<_, Infallible>(reload(&observed, &request).await);
+                }
+                Ok(respond(&observed, &request))
+            }
         });
         let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
@@ -74,7 +79,7 @@ fn respond(observed: &Observed, request: &Request<Incoming>) -> Response<Full<By
     if !matches!(path, "/metrics" | "/healthz" | "/readyz" | "/status") {
         return text(
             StatusCode::NOT_FOUND,
-            "not found; try /metrics, /healthz, /readyz or /status\n".into(),
+            "not found; try /metrics, /healthz, /readyz, /status or POST /reload\n".into(),
         );
     }
     if request.method() != Method::GET {
@@ -127,6 +132,35 @@ fn respond(observed: &Observed, request: &Request<Incoming>) -> Response<Full<By
             response
         }
     }
+}
+
+/// `POST /reload`: reads the configuration again and applies it; 200 with what
+/// changed, or 422 with why it was rejected (the running configuration is kept).
+async fn reload(observed: &Observed, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if request.method() != Method::POST {
+        let mut response = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "/reload only answers POST\n".into(),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        return response;
+    }
+    let Some(reloader) = &observed.reload else {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this gateway cannot reload its configuration\n".into(),
+        );
+    };
+    tracing::info!("reload requested on the admin endpoint");
+    let outcome = reloader.reload().await;
+    let code = if outcome.applied {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    text(code, format!("{}\n", outcome.message))
 }
 
 fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 
 use super::Observed;
 
@@ -51,9 +52,16 @@ pub fn install() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
+/// Gauges not set again for this long are dropped from `/metrics`. Every gauge is
+/// set at each scrape (`refresh`), so only the series of forwarders and upstreams
+/// that are gone (a reload removed them) stop being set, and vanish instead of
+/// showing their last value forever.
+const GAUGE_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn builder() -> PrometheusBuilder {
-    let plain = PrometheusBuilder::new();
-    let with_buckets = PrometheusBuilder::new()
+    let new = || PrometheusBuilder::new().idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE));
+    let plain = new();
+    let with_buckets = new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
         .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_events".into()), COUNTS))
         .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_records".into()), COUNTS))
@@ -75,7 +83,7 @@ pub fn refresh(observed: &Observed) {
     let now = SystemTime::now();
     let spool = observed.spool.as_ref();
     let next_seq = spool.map(|s| s.next_seq());
-    for forwarder in &observed.forwarders {
+    for forwarder in &observed.forwarders.list() {
         let name = forwarder.name.to_string();
         let (events, bytes) = forwarder.depth();
         metrics::gauge!("eventgate_forwarder_queue_events", "forwarder" => name.clone())
@@ -101,7 +109,9 @@ pub fn refresh(observed: &Observed) {
             .set(f64::from(u8::from(ready)));
     }
     if let Some(spool) = spool {
-        metrics::gauge!("eventgate_spool_bytes").set(spool.stats().bytes as f64);
+        let stats = spool.stats();
+        metrics::gauge!("eventgate_spool_bytes").set(stats.bytes as f64);
+        metrics::gauge!("eventgate_spool_segments").set(stats.segments as f64);
         metrics::gauge!("eventgate_spool_max_bytes").set(spool.settings().max_bytes.0 as f64);
     }
     metrics::gauge!("eventgate_subscribers").set(observed.exchange.subscriber_count() as f64);
@@ -137,6 +147,10 @@ fn describe() {
         (
             "eventgate_subscribe_rejected_total",
             "Subscribe calls refused, by reason.",
+        ),
+        (
+            "eventgate_config_reloads_total",
+            "Configuration reloads (SIGHUP, POST /reload), by result: ok or rejected.",
         ),
         (
             "eventgate_events_forwarded_total",

@@ -28,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 pub use settings::AdminSettings;
 
 use crate::exchange::Exchange;
-use crate::pipeline::ForwarderHandle;
+use crate::pipeline::Forwarders;
+use crate::reload::Reloader;
 use crate::spool::Spool;
 use crate::upstream::UpstreamWatch;
 
@@ -47,7 +48,10 @@ pub enum AdminError {
 /// What the endpoint reports on: views of the running gateway's parts.
 #[derive(Clone)]
 pub struct Observed {
-    pub forwarders: Vec<ForwarderHandle>,
+    /// The forwarders running now (follows reloads).
+    pub forwarders: Forwarders,
+    /// Serves `POST /reload`; `None`: the endpoint answers that it cannot reload.
+    pub reload: Option<Arc<Reloader>>,
     pub upstreams: UpstreamWatch,
     pub spool: Option<Spool>,
     pub exchange: Exchange,

@@ -108,6 +108,7 @@ pub fn check(observed: &Observed) -> Readiness {
     let upstreams = observed.upstreams.statuses();
     let forwarders: Vec<(String, HealthSnapshot)> = observed
         .forwarders
+        .list()
         .iter()
         .map(|f| (f.name.to_string(), f.health()))
         .collect();

@@ -70,6 +70,7 @@ pub fn collect(observed: &Observed) -> Status {
     let next_seq = observed.exchange.next_seq();
     let forwarders = observed
         .forwarders
+        .list()
         .iter()
         .map(|f| {
             let health = f.health();

@@ -7,6 +7,7 @@ mod dlq;
 mod events;
 mod publish;
 mod query;
+mod reload;
 mod replay;
 mod serve;
 mod stats;
@@ -72,6 +73,8 @@ pub enum Command {
     Top(top::TopArgs),
     /// The audit store's hash chain: verify it, print its head.
     Audit(audit::AuditArgs),
+    /// Make a running gateway read its configuration again and say whether it applied it.
+    Reload(reload::ReloadArgs),
 }
 
 #[derive(Debug, Args)]
@@ -201,5 +204,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Status(args) => status::run(args).await,
         Command::Top(args) => top::run(args).await,
         Command::Audit(args) => audit::run(args).await,
+        Command::Reload(args) => reload::run(args).await,
     }
 }

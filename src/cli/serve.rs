@@ -1,17 +1,22 @@
-//! `eventgate serve`: run the gateway until SIGINT or SIGTERM.
+//! `eventgate serve`: run the gateway until SIGINT or SIGTERM; SIGHUP reloads the
+//! configuration.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use clap::Args;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::CliError;
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::gateway::Gateway;
+use crate::reload::Reloader;
 use crate::upstream::UpstreamSpec;
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// TOML configuration file (see deploy/eventgate.example.toml); without it the
     /// embedded defaults are used.
@@ -45,6 +50,11 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// Defaults, then the file, then these flags; validated again at the end.
     pub fn config(&self) -> Result<Config, CliError> {
+        Ok(self.load()?)
+    }
+
+    /// The same, as a reload reads it again.
+    fn load(&self) -> Result<Config, ConfigError> {
         let mut config = match &self.config {
             Some(path) => Config::load(path)?,
             None => Config::default(),
@@ -76,15 +86,39 @@ impl ServeArgs {
 
 pub async fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
+    // Before anything else: SIGHUP's default action would end the process.
+    let hangup = signal(SignalKind::hangup()).map_err(|source| CliError::Io {
+        context: "cannot install the SIGHUP handler".into(),
+        source,
+    })?;
     let gateway = Gateway::start(&config).await?;
-    gateway.run_until(shutdown_signal()).await?;
+    let origin = match &args.config {
+        Some(path) => path.display().to_string(),
+        None => "the built-in defaults (no --config)".into(),
+    };
+    let source = args.clone();
+    gateway
+        .reloader()
+        .set_source(origin, Arc::new(move || source.load()));
+    let reloads = tokio::spawn(reload_on_hangup(hangup, Arc::clone(gateway.reloader())));
+    let result = gateway.run_until(shutdown_signal()).await;
+    reloads.abort();
+    result?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each SIGHUP reloads the configuration; the outcome goes to the log (`eventgate
+/// reload` asks the admin endpoint instead, which answers with it).
+async fn reload_on_hangup(mut hangup: Signal, reloader: Arc<Reloader>) {
+    while hangup.recv().await.is_some() {
+        tracing::info!("SIGHUP received: reloading the configuration");
+        reloader.reload().await;
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM. If the handlers cannot be installed the gateway
 /// still runs; it just cannot stop gracefully.
 async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(term) => Some(term),
         Err(error) => {

@@ -51,6 +51,12 @@ pub trait Backlog: Send + Sync + 'static {
     /// Every event before `next` is processed (delivered, dead-lettered or not
     /// matched); records every cursor has passed can be discarded.
     fn set_cursor(&self, forwarder: &str, next: u64);
+    /// A forwarder added while running: its cursor starts at `next` (it is not
+    /// handed anything before).
+    fn register(&self, forwarder: &str, next: u64);
+    /// A forwarder removed while running: its cursor goes, and with it its claim on
+    /// records it had not processed.
+    fn forget(&self, forwarder: &str);
 }
 
 /// An in-memory backlog, for tests and for library users who want spill without a
@@ -106,6 +112,22 @@ impl Backlog for MemoryBacklog {
             .unwrap_or_else(PoisonError::into_inner);
         let cursor = cursors.entry(forwarder.to_owned()).or_insert(1);
         *cursor = (*cursor).max(next);
+    }
+
+    fn register(&self, forwarder: &str, next: u64) {
+        self.inner
+            .cursors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(forwarder.to_owned(), next);
+    }
+
+    fn forget(&self, forwarder: &str) {
+        self.inner
+            .cursors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(forwarder);
     }
 }
 

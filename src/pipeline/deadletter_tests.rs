@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use super::tests::{Recorder, event, pipeline_with, spec};
 use super::*;
 use crate::deadletter::{Entry, Reason, State, Store};
+use tokio::time::Instant;
 
 const POLL: Duration = Duration::from_millis(200);
 

@@ -28,27 +28,29 @@ pub mod health;
 pub mod queue;
 pub mod retry;
 mod route;
+mod router;
 pub mod settings;
+pub mod swap;
 mod worker;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use prost::Message;
 use thiserror::Error;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::ForwarderSpec;
-use crate::event::Event;
 use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
 pub use backlog::{Backlog, MemoryBacklog};
 pub use deadletter::DeadLetters;
 pub use health::{Failing, Health, HealthSnapshot};
-use queue::{Pushed, Queue};
+use queue::Queue;
 use route::RouteState;
+use router::Route;
+pub use router::Router;
 pub use worker::Report;
 
 #[derive(Debug, Error)]
@@ -58,6 +60,12 @@ pub enum PipelineError {
         name: String,
         #[source]
         source: BuildError,
+    },
+    #[error("forwarder {name:?}")]
+    Swap {
+        name: String,
+        #[source]
+        source: swap::SwapError,
     },
     #[error("forwarder {name:?}: invalid filters")]
     Filter {
@@ -79,79 +87,6 @@ pub struct QueueFull {
     pub waited: Duration,
 }
 
-/// One forwarder's place in the router.
-struct Route {
-    name: Arc<str>,
-    filter: Filter,
-    queue: Arc<Queue>,
-    state: Arc<RouteState>,
-    drops: worker::DropLog,
-    health: Arc<Health>,
-}
-
-/// Hands accepted events to the forwarders' queues. Cheap to clone.
-#[derive(Clone, Default)]
-pub struct Router {
-    routes: Arc<[Route]>,
-}
-
-impl Router {
-    /// Waits until every `block` queue this event is routed to has room. Called
-    /// before the event takes its place in the order, outside any lock.
-    pub async fn admit(&self, event: &Event) -> Result<(), QueueFull> {
-        for route in self.routes.iter() {
-            let settings = route.queue.settings();
-            if !route.queue.blocks() || !route.filter.matches(event) {
-                continue;
-            }
-            let deadline = Instant::now() + settings.block_timeout;
-            if !route.queue.wait_for_room(deadline).await {
-                metrics::counter!("eventgate_forwarder_blocked_timeouts_total", "forwarder" => route.name.to_string())
-                    .increment(1);
-                return Err(QueueFull {
-                    forwarder: route.name.to_string(),
-                    events: settings.events,
-                    bytes: settings.bytes,
-                    waited: settings.block_timeout,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Offers an event to every forwarder. Never waits: runs under the exchange lock
-    /// so that every queue receives events in sequence order.
-    pub fn route(&self, event: &Arc<Event>) {
-        if self.routes.is_empty() {
-            return;
-        }
-        let size = event.envelope.encoded_len();
-        for route in self.routes.iter() {
-            let matches = route.filter.matches(&**event);
-            match route.state.route(event, matches, &route.queue, size) {
-                Pushed::Queued => {}
-                Pushed::Spilled => {
-                    route.health.spilling();
-                    metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => route.name.to_string())
-                        .increment(1);
-                }
-                Pushed::Dropped(n) => {
-                    let policy = route.queue.settings().overflow.label();
-                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => policy)
-                        .increment(n as u64);
-                    route.health.dropped(n as u64);
-                    route.drops.record(&route.name, policy, n, event.seq);
-                }
-                Pushed::Closed => {
-                    route.health.dropped(1);
-                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => "closed")
-                        .increment(1);
-                }
-            }
-        }
-    }
-}
-
 /// A running forwarder, as seen from outside. Cheap to clone.
 #[derive(Clone)]
 pub struct ForwarderHandle {
@@ -168,9 +103,11 @@ impl ForwarderHandle {
     }
 
     /// Waits until the forwarder has delivered everything up to `seq`.
-    pub async fn wait_acked(&self, seq: u64) {
+    pub fn wait_acked(&self, seq: u64) -> impl std::future::Future<Output = ()> + 'static {
         let mut acked = self.acked.clone();
-        let _ = acked.wait_for(|acked| *acked >= seq).await;
+        async move {
+            let _ = acked.wait_for(|acked| *acked >= seq).await;
+        }
     }
 
     /// (events, bytes) waiting in the queue.
@@ -190,13 +127,67 @@ impl ForwarderHandle {
     }
 }
 
-/// All forwarders with their workers.
+/// All forwarders with their workers. Forwarders can be added, removed and replaced
+/// while events flow ([`swap`]).
 pub struct Pipeline {
     router: Router,
-    handles: Vec<ForwarderHandle>,
-    workers: JoinSet<Report>,
-    closing: tokio_util::sync::CancellationToken,
-    stop: tokio_util::sync::CancellationToken,
+    entries: Forwarders,
+    /// Parents of every worker's own tokens: shutdown cancels them all.
+    closing: CancellationToken,
+    stop: CancellationToken,
+    backlog: Option<BacklogStart>,
+}
+
+/// The forwarders a pipeline runs right now; cheap to clone, and follows additions
+/// and removals (the admin endpoint lists from it).
+#[derive(Clone, Default)]
+pub struct Forwarders(Arc<Mutex<Vec<Entry>>>);
+
+impl Forwarders {
+    fn lock(&self) -> MutexGuard<'_, Vec<Entry>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every forwarder, in configuration order.
+    pub fn list(&self) -> Vec<ForwarderHandle> {
+        self.lock().iter().map(|e| e.handle.clone()).collect()
+    }
+}
+
+/// One forwarder: its outside view and, unless it is being replaced, its worker.
+struct Entry {
+    handle: ForwarderHandle,
+    worker: Option<WorkerTask>,
+}
+
+struct WorkerTask {
+    queue: Arc<Queue>,
+    closing: CancellationToken,
+    stop: CancellationToken,
+    task: JoinHandle<Report>,
+}
+
+impl WorkerTask {
+    /// Closes the queue and lets the worker deliver what is queued for at most
+    /// `deadline`; the rest stays in the backlog from the forwarder's cursor.
+    async fn finish(self, name: &str, deadline: Duration) -> Option<Report> {
+        self.queue.close();
+        self.closing.cancel();
+        let stop = self.stop.clone();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            stop.cancel();
+        });
+        let report = match self.task.await {
+            Ok(report) => Some(report),
+            Err(error) => {
+                tracing::error!(forwarder = name, %error, "a forwarder worker died");
+                None
+            }
+        };
+        timer.abort();
+        report
+    }
 }
 
 /// The durable record the forwarders fall back on, and the first sequence number
@@ -210,13 +201,48 @@ pub struct BacklogStart {
 impl Pipeline {
     /// A pipeline with no forwarders (the exchange alone).
     pub fn empty() -> Self {
-        Self {
-            router: Router::default(),
-            handles: Vec::new(),
-            workers: JoinSet::new(),
-            closing: tokio_util::sync::CancellationToken::new(),
-            stop: tokio_util::sync::CancellationToken::new(),
+        Self::from_forwarders(std::iter::empty())
+    }
+
+    /// Builds one configured forwarder: its kind's options, its filters, its batch
+    /// size. Nothing runs yet.
+    pub async fn build(
+        spec: &ForwarderSpec,
+        kinds: &Kinds,
+        data_dir: &std::path::Path,
+        dead_letters: Option<DeadLetters>,
+    ) -> Result<Parts, PipelineError> {
+        let build_error = |source| PipelineError::Build {
+            name: spec.name.clone(),
+            source,
+        };
+        let kind = kinds.get(&spec.kind).map_err(build_error)?;
+        kind.check(&spec.options).map_err(build_error)?;
+        let filter = spec.filter().map_err(|source| PipelineError::Filter {
+            name: spec.name.clone(),
+            source,
+        })?;
+        let context = Context {
+            name: spec.name.clone(),
+            data_dir: data_dir.to_path_buf(),
+        };
+        let forwarder = kind
+            .build(&context, &spec.options)
+            .await
+            .map_err(build_error)?;
+        let mut batch = spec.batch.clone();
+        if batch.events == 0 {
+            batch.events = kind.default_batch_events();
         }
+        Ok(Parts {
+            name: spec.name.clone(),
+            filter,
+            forwarder,
+            queue: spec.queue.clone(),
+            batch,
+            retry: spec.retry.clone(),
+            dead_letters,
+        })
     }
 
     /// Builds every configured forwarder (in order; the first failure stops the
@@ -231,42 +257,9 @@ impl Pipeline {
     ) -> Result<Self, PipelineError> {
         let mut built = Vec::with_capacity(specs.len());
         for spec in specs {
-            let build_error = |source| PipelineError::Build {
-                name: spec.name.clone(),
-                source,
-            };
-            let kind = kinds.get(&spec.kind).map_err(build_error)?;
-            kind.check(&spec.options).map_err(build_error)?;
-            let context = Context {
-                name: spec.name.clone(),
-                data_dir: data_dir.to_path_buf(),
-            };
-            let forwarder = kind
-                .build(&context, &spec.options)
-                .await
-                .map_err(build_error)?;
-            let filter = spec.filter().map_err(|source| PipelineError::Filter {
-                name: spec.name.clone(),
-                source,
-            })?;
-            let mut batch = spec.batch.clone();
-            if batch.events == 0 {
-                batch.events = kind.default_batch_events();
-            }
-            built.push((spec, filter, forwarder, batch));
+            built.push(Self::build(spec, kinds, data_dir, dead_letters.clone()).await?);
         }
-        let parts = built
-            .into_iter()
-            .map(|(spec, filter, forwarder, batch)| Parts {
-                name: spec.name.clone(),
-                filter,
-                forwarder,
-                queue: spec.queue.clone(),
-                batch,
-                retry: spec.retry.clone(),
-                dead_letters: dead_letters.clone(),
-            });
-        Ok(Self::from_forwarders_with(parts, backlog))
+        Ok(Self::from_forwarders_with(built, backlog))
     }
 
     /// Starts workers for already-built forwarders, with no backlog.
@@ -281,108 +274,147 @@ impl Pipeline {
         parts: impl IntoIterator<Item = Parts>,
         backlog: Option<BacklogStart>,
     ) -> Self {
-        let closing = tokio_util::sync::CancellationToken::new();
-        let stop = tokio_util::sync::CancellationToken::new();
+        let start_seq = backlog.as_ref().map_or(1, |b| b.start_seq);
+        let pipeline = Self {
+            router: Router::new(Vec::new(), start_seq),
+            entries: Forwarders::default(),
+            closing: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            backlog,
+        };
         let mut routes = Vec::new();
-        let mut handles = Vec::new();
-        let mut workers = JoinSet::new();
         for part in parts {
-            let name: Arc<str> = part.name.into();
-            let queue = Arc::new(Queue::with_backlog(part.queue, backlog.is_some()));
-            let state = Arc::new(match &backlog {
+            let name: Arc<str> = part.name.as_str().into();
+            let state = Arc::new(match &pipeline.backlog {
                 Some(b) => RouteState::new(b.start_seq, Some(b.backlog.cursor(&name))),
                 None => RouteState::new(1, None),
             });
-            let (acked_tx, acked_rx) = watch::channel(0);
-            let health = Arc::new(Health::default());
-            if state.spilled_from().is_some() {
-                // A backlog left by the previous run is read from the spool first.
-                health.spilling();
-            }
-            // Series that exist from the start, so rates over them work at once.
-            metrics::counter!("eventgate_events_forwarded_total", "forwarder" => name.to_string())
-                .increment(0);
-            metrics::counter!("eventgate_forwarder_retries_total", "forwarder" => name.to_string())
-                .increment(0);
-            let dead_letters =
-                deadletter::Hook::new(Arc::clone(&name), part.dead_letters, part.batch.events);
-            workers.spawn(
-                worker::Worker {
-                    name: Arc::clone(&name),
-                    queue: Arc::clone(&queue),
-                    state: Arc::clone(&state),
-                    filter: part.filter.clone(),
-                    backlog: backlog.as_ref().map(|b| Arc::clone(&b.backlog)),
-                    stack: retry::stack_reporting(
-                        Arc::clone(&part.forwarder),
-                        &name,
-                        &part.retry,
-                        Arc::clone(&health),
-                    ),
-                    forwarder: part.forwarder,
-                    batch: part.batch,
-                    acked: acked_tx,
-                    closing: closing.clone(),
-                    stop: stop.clone(),
-                    dead_letters,
-                    health: Arc::clone(&health),
-                }
-                .run(),
-            );
-            routes.push(Route {
+            let (route, entry) = pipeline.launch(part, state, Arc::new(Health::default()), 0);
+            routes.push(route);
+            pipeline.entries.lock().push(entry);
+        }
+        pipeline.router.lock().list = routes.into();
+        pipeline
+    }
+
+    /// Starts one forwarder's worker on `state` (with a fresh queue); returns its
+    /// route, for the caller to install, and its entry.
+    fn launch(
+        &self,
+        part: Parts,
+        state: Arc<RouteState>,
+        health: Arc<Health>,
+        acked: u64,
+    ) -> (Arc<Route>, Entry) {
+        let name: Arc<str> = part.name.into();
+        let queue = Arc::new(Queue::with_backlog(part.queue, self.backlog.is_some()));
+        let (acked_tx, acked_rx) = watch::channel(acked);
+        if state.spilled_from().is_some() {
+            // A backlog (left by the previous run, or by a replaced forwarder) is
+            // read from the spool first.
+            health.spilling();
+        }
+        // Series that exist from the start, so rates over them work at once.
+        metrics::counter!("eventgate_events_forwarded_total", "forwarder" => name.to_string())
+            .increment(0);
+        metrics::counter!("eventgate_forwarder_retries_total", "forwarder" => name.to_string())
+            .increment(0);
+        let dead_letters =
+            deadletter::Hook::new(Arc::clone(&name), part.dead_letters, part.batch.events);
+        let closing = self.closing.child_token();
+        let stop = self.stop.child_token();
+        let task = tokio::spawn(
+            worker::Worker {
                 name: Arc::clone(&name),
-                filter: part.filter,
                 queue: Arc::clone(&queue),
-                state,
-                drops: worker::DropLog::default(),
+                state: Arc::clone(&state),
+                filter: part.filter.clone(),
+                backlog: self.backlog.as_ref().map(|b| Arc::clone(&b.backlog)),
+                stack: retry::stack_reporting(
+                    Arc::clone(&part.forwarder),
+                    &name,
+                    &part.retry,
+                    Arc::clone(&health),
+                ),
+                forwarder: part.forwarder,
+                batch: part.batch,
+                acked: acked_tx,
+                closing: closing.clone(),
+                stop: stop.clone(),
+                dead_letters,
                 health: Arc::clone(&health),
-            });
-            handles.push(ForwarderHandle {
+            }
+            .run(),
+        );
+        let route = Arc::new(Route {
+            name: Arc::clone(&name),
+            filter: part.filter,
+            queue: Arc::clone(&queue),
+            state,
+            drops: worker::DropLog::default(),
+            health: Arc::clone(&health),
+        });
+        let entry = Entry {
+            handle: ForwarderHandle {
                 name,
-                queue,
+                queue: Arc::clone(&queue),
                 acked: acked_rx,
                 health,
-            });
-        }
-        Self {
-            router: Router {
-                routes: routes.into(),
             },
-            handles,
-            workers,
-            closing,
-            stop,
-        }
+            worker: Some(WorkerTask {
+                queue,
+                closing,
+                stop,
+                task,
+            }),
+        };
+        (route, entry)
     }
 
     pub fn router(&self) -> Router {
         self.router.clone()
     }
 
-    pub fn forwarders(&self) -> &[ForwarderHandle] {
-        &self.handles
+    /// The forwarders running now, in configuration order.
+    pub fn forwarders(&self) -> Vec<ForwarderHandle> {
+        self.entries.list()
     }
 
-    pub fn forwarder(&self, name: &str) -> Option<&ForwarderHandle> {
-        self.handles.iter().find(|h| &*h.name == name)
+    /// A live view of the forwarders, which follows reloads.
+    pub fn view(&self) -> Forwarders {
+        self.entries.clone()
+    }
+
+    pub fn forwarder(&self, name: &str) -> Option<ForwarderHandle> {
+        self.entries
+            .lock()
+            .iter()
+            .find(|e| &*e.handle.name == name)
+            .map(|e| e.handle.clone())
     }
 
     /// Closes every queue and lets the workers deliver what is queued, for at most
     /// `deadline`; then abandons the rest. Returns one report per forwarder saying
     /// what was delivered and what was not.
-    pub async fn shutdown(mut self, deadline: Duration) -> Vec<Report> {
+    pub async fn shutdown(&self, deadline: Duration) -> Vec<Report> {
         self.closing.cancel();
-        for route in self.router.routes.iter() {
+        for route in self.router.all().iter() {
             route.queue.close();
         }
+        let workers: Vec<WorkerTask> = self
+            .entries
+            .lock()
+            .iter_mut()
+            .filter_map(|e| e.worker.take())
+            .collect();
         let stop = self.stop.clone();
         let timer = tokio::spawn(async move {
             tokio::time::sleep(deadline).await;
             stop.cancel();
         });
         let mut reports = Vec::new();
-        while let Some(result) = self.workers.join_next().await {
-            match result {
+        for worker in workers {
+            match worker.task.await {
                 Ok(report) => reports.push(report),
                 Err(error) => tracing::error!(%error, "a forwarder worker died"),
             }
@@ -409,5 +441,7 @@ pub struct Parts {
 mod backlog_tests;
 #[cfg(test)]
 mod deadletter_tests;
+#[cfg(test)]
+mod swap_tests;
 #[cfg(test)]
 mod tests;

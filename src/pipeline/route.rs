@@ -42,6 +42,26 @@ impl RouteState {
         }
     }
 
+    /// A forwarder being replaced (a reload): from `start` on it queues nothing, as if
+    /// spilled; its successor reads the backlog from [`RouteState::resume_at`].
+    pub fn held(start: u64) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                last_routed: start.saturating_sub(1),
+                spilled_from: Some(start),
+            }),
+            spilled: Notify::new(),
+        }
+    }
+
+    /// A held forwarder's successor starts reading the backlog at `cursor` (where its
+    /// predecessor stopped; never after what the hold began with).
+    pub fn resume_at(&self, cursor: u64) {
+        let mut inner = self.lock();
+        let from = inner.spilled_from.map_or(cursor, |from| from.min(cursor));
+        inner.spilled_from = Some(from);
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }

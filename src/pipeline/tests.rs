@@ -9,9 +9,10 @@ use tokio::sync::Notify;
 
 use super::settings::{BatchSettings, ByteSize, Overflow, QueueSettings, RetrySettings};
 use super::*;
-use crate::event::{EventId, Source};
+use crate::event::{Event, EventId, Source};
 use crate::forward::{Batch, ForwardError};
 use crate::proto::containerd::types::Envelope;
+use tokio::time::Instant;
 
 /// Records delivered batches; can be told to fail, or to hold every send until
 /// released.

@@ -18,6 +18,14 @@ impl Backlog for Spool {
     fn set_cursor(&self, forwarder: &str, next: u64) {
         Spool::set_cursor(self, forwarder, next);
     }
+
+    fn register(&self, forwarder: &str, next: u64) {
+        Spool::add_cursor(self, forwarder, next);
+    }
+
+    fn forget(&self, forwarder: &str) {
+        Spool::remove_cursor(self, forwarder);
+    }
 }
 
 impl BacklogReader for Reader {

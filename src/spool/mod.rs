@@ -303,6 +303,38 @@ impl Spool {
         }
     }
 
+    /// Adds a cursor for a forwarder started while running, at `next_seq` (at most
+    /// the spool's next seq), replacing any cursor of that name. Persisted with the
+    /// others.
+    pub fn add_cursor(&self, forwarder: &str, next_seq: u64) {
+        let shared = self.shared();
+        let mut state = shared.lock();
+        let next_seq = next_seq.min(state.next_seq);
+        state.cursors.insert(forwarder.to_owned(), next_seq);
+        state.cursors_dirty = true;
+        shared.wake_writer(&mut state);
+    }
+
+    /// Removes a forwarder's cursor (the forwarder was removed while running): the
+    /// records only it still needed no longer hold their segments.
+    pub fn remove_cursor(&self, forwarder: &str) {
+        let shared = self.shared();
+        let mut state = shared.lock();
+        if state.cursors.remove(forwarder).is_none() {
+            return;
+        }
+        state.cursors_dirty = true;
+        let freed = state.trim();
+        if freed {
+            state.publish_gauges();
+        }
+        shared.wake_writer(&mut state);
+        drop(state);
+        if freed {
+            shared.room.notify_waiters();
+        }
+    }
+
     pub fn settings(&self) -> &SpoolSettings {
         &self.shared().settings
     }

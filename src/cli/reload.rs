@@ -1,0 +1,77 @@
+//! `eventgate reload`: asks a running gateway to read its configuration again, on
+//! its admin endpoint (`POST /reload`), and prints what it did or why it refused.
+//! `--pid` sends SIGHUP instead, which does the same but answers only in the log.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::CliError;
+use crate::admin::client::{self, FetchError};
+use crate::admin::settings::DEFAULT_LISTEN;
+use crate::config::parse_duration;
+
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    /// The gateway's admin endpoint (its `admin.listen`).
+    #[arg(long, value_name = "ADDR", env = "EVENTGATE_ADMIN", default_value = DEFAULT_LISTEN,
+          conflicts_with = "pid")]
+    pub admin: String,
+    /// Send SIGHUP to this process instead; the outcome is then only in its log.
+    /// (0 and negative numbers, which kill(2) takes as process groups, are refused.)
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pub pid: Option<i32>,
+    /// How long to wait for the answer: removed and replaced forwarders first
+    /// deliver what they have queued, for up to `pipeline.drain_timeout` each.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Exits 0 when the reload was applied, 2 when it was rejected, 1 when the gateway
+/// could not be asked.
+pub async fn run(args: ReloadArgs) -> Result<ExitCode, CliError> {
+    if let Some(pid) = args.pid {
+        return hangup(pid);
+    }
+    let (code, body) = client::post(&args.admin, "/reload", args.timeout)
+        .await
+        .map_err(|error| CliError::Io {
+            context: "cannot ask the gateway to reload".into(),
+            source: std::io::Error::other(error),
+        })?;
+    match code {
+        200 => {
+            print!("{body}");
+            Ok(ExitCode::SUCCESS)
+        }
+        422 => {
+            eprint!("{body}");
+            Ok(ExitCode::from(2))
+        }
+        _ => Err(CliError::Io {
+            context: "cannot ask the gateway to reload".into(),
+            source: std::io::Error::other(FetchError::Status {
+                addr: client::host_port(&args.admin).into(),
+                path: "/reload".into(),
+                code,
+                body,
+            }),
+        }),
+    }
+}
+
+fn hangup(pid: i32) -> Result<ExitCode, CliError> {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    let sent = unsafe { libc::kill(pid, libc::SIGHUP) };
+    if sent != 0 {
+        return Err(CliError::Io {
+            context: format!("cannot send SIGHUP to process {pid}"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    println!(
+        "sent SIGHUP to process {pid}; whether the configuration was applied is in its log (without --pid, the admin endpoint answers here)"
+    );
+    Ok(ExitCode::SUCCESS)
+}

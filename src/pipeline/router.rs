@@ -1,0 +1,146 @@
+//! The router: offers every accepted event to each forwarder's route, in sequence
+//! order, under the exchange lock. Its set of routes can be replaced while events
+//! flow (a configuration reload): the replacement happens under the same lock that
+//! routing holds, between two events, at a sequence number the caller learns.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use prost::Message;
+use tokio::time::Instant;
+
+use super::QueueFull;
+use super::health::Health;
+use super::queue::{Pushed, Queue};
+use super::route::RouteState;
+use super::worker::DropLog;
+use crate::event::Event;
+use crate::filter::Filter;
+
+/// One forwarder's place in the router.
+pub(super) struct Route {
+    pub name: Arc<str>,
+    pub filter: Filter,
+    pub queue: Arc<Queue>,
+    pub state: Arc<RouteState>,
+    pub drops: DropLog,
+    pub health: Arc<Health>,
+}
+
+/// Hands accepted events to the forwarders' queues. Cheap to clone; clones share
+/// one set of routes.
+#[derive(Clone, Default)]
+pub struct Router {
+    inner: Arc<Mutex<Routes>>,
+}
+
+#[derive(Default)]
+pub(super) struct Routes {
+    pub list: Arc<[Arc<Route>]>,
+    /// The last sequence number routed (0: none yet); a route installed now sees
+    /// every event from `last_routed + 1` on.
+    pub last_routed: u64,
+}
+
+impl Router {
+    /// A router whose first event will carry `start_seq`.
+    pub(super) fn new(routes: Vec<Arc<Route>>, start_seq: u64) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Routes {
+                list: routes.into(),
+                last_routed: start_seq.saturating_sub(1),
+            })),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Routes> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn snapshot(&self) -> Arc<[Arc<Route>]> {
+        Arc::clone(&self.lock().list)
+    }
+
+    /// Waits until every `block` queue this event is routed to has room. Called
+    /// before the event takes its place in the order, outside any lock.
+    pub async fn admit(&self, event: &Event) -> Result<(), QueueFull> {
+        for route in self.snapshot().iter() {
+            let settings = route.queue.settings();
+            if !route.queue.blocks() || !route.filter.matches(event) {
+                continue;
+            }
+            let deadline = Instant::now() + settings.block_timeout;
+            if !route.queue.wait_for_room(deadline).await {
+                metrics::counter!("eventgate_forwarder_blocked_timeouts_total", "forwarder" => route.name.to_string())
+                    .increment(1);
+                return Err(QueueFull {
+                    forwarder: route.name.to_string(),
+                    events: settings.events,
+                    bytes: settings.bytes,
+                    waited: settings.block_timeout,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Offers an event to every forwarder. Never waits: runs under the exchange lock
+    /// so that every queue receives events in sequence order.
+    pub fn route(&self, event: &Arc<Event>) {
+        let mut routes = self.lock();
+        routes.last_routed = event.seq;
+        if routes.list.is_empty() {
+            return;
+        }
+        let size = event.envelope.encoded_len();
+        for route in routes.list.iter() {
+            let matches = route.filter.matches(&**event);
+            match route.state.route(event, matches, &route.queue, size) {
+                Pushed::Queued => {}
+                Pushed::Spilled => {
+                    route.health.spilling();
+                    metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => route.name.to_string())
+                        .increment(1);
+                }
+                Pushed::Dropped(n) => {
+                    let policy = route.queue.settings().overflow.label();
+                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => policy)
+                        .increment(n as u64);
+                    route.health.dropped(n as u64);
+                    route.drops.record(&route.name, policy, n, event.seq);
+                }
+                Pushed::Closed => {
+                    route.health.dropped(1);
+                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => "closed")
+                        .increment(1);
+                }
+            }
+        }
+    }
+
+    /// Replaces the route named `name` (adds it when there is none; removes it when
+    /// `make` gives `None`), between two events. `make` runs under the routing lock
+    /// with the first sequence number the new set will route. Returns the route that
+    /// was there and what `make` returned besides.
+    pub(super) fn replace<T>(
+        &self,
+        name: &str,
+        make: impl FnOnce(u64) -> (Option<Arc<Route>>, T),
+    ) -> (Option<Arc<Route>>, T) {
+        let mut routes = self.lock();
+        let (route, extra) = make(routes.last_routed + 1);
+        let mut list: Vec<Arc<Route>> = routes.list.to_vec();
+        let position = list.iter().position(|r| &*r.name == name);
+        let old = position.map(|i| list.remove(i));
+        if let Some(route) = route {
+            // A replacement keeps its place, so routing order stays the config's.
+            list.insert(position.unwrap_or(list.len()), route);
+        }
+        routes.list = list.into();
+        (old, extra)
+    }
+
+    /// Every route, for a pipeline shutting down.
+    pub(super) fn all(&self) -> Arc<[Arc<Route>]> {
+        self.snapshot()
+    }
+}
