@@ -37,7 +37,7 @@ use rdkafka::producer::{DeliveryFuture, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
 pub use config::KafkaOptions;
-pub use properties::is_secret;
+pub use properties::{is_secret, redact};
 pub use record::{Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
