@@ -362,8 +362,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn groups_resolve_by_name_or_number() {
+    #[tokio::test]
+    async fn groups_resolve_by_name_or_number() {
         assert_eq!(SocketGroup::resolve("4242").unwrap().gid, 4242);
         assert!(matches!(
             SocketGroup::resolve("no-such-group-eventgate"),

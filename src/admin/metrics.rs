@@ -139,6 +139,10 @@ fn describe() {
             "Subscribe calls refused, by reason.",
         ),
         (
+            "eventgate_limit_rejections_total",
+            "Calls refused by an exchange.limits setting, by limit.",
+        ),
+        (
             "eventgate_events_forwarded_total",
             "Events a forwarder delivered (acknowledged by its sink).",
         ),

@@ -330,7 +330,7 @@ async fn create_producer(
     down: Arc<BrokersDown>,
 ) -> Result<Producer, String> {
     let config = config.clone();
-    let context = LogContext::new(Arc::clone(name), down);
+    let context = LogContext::new(Arc::clone(name), down).hiding(options.properties.secrets());
     let created =
         tokio::task::spawn_blocking(move || config.create_with_context::<_, Producer>(context))
             .await

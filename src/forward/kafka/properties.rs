@@ -75,6 +75,15 @@ impl Properties {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
+    /// The values of the secret properties (non-empty ones).
+    pub fn secrets(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(k, v)| is_secret(k) && !v.is_empty())
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
     /// `text` with every configured secret value replaced by `***`.
     pub fn scrub(&self, text: &str) -> String {
         let mut out = text.to_owned();
