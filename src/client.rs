@@ -25,7 +25,9 @@ pub enum ConnectError {
     Timeout { address: String, timeout: Duration },
     #[error(transparent)]
     Tls(#[from] TlsError),
-    #[error("{address:?} is a unix socket; --tls-ca, --tls-cert and --tls-key apply to HOST:PORT addresses")]
+    #[error(
+        "{address:?} is a unix socket; --tls-ca, --tls-cert and --tls-key apply to HOST:PORT addresses"
+    )]
     TlsOnUnix { address: String },
 }
 
@@ -36,10 +38,20 @@ pub struct TlsArgs {
     #[arg(long, value_name = "FILE", env = "EVENTGATE_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
     /// Client certificate (PEM) for a server that requires one (mutual TLS).
-    #[arg(long, value_name = "FILE", env = "EVENTGATE_TLS_CERT", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "EVENTGATE_TLS_CERT",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "FILE", env = "EVENTGATE_TLS_KEY", requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "EVENTGATE_TLS_KEY",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
 }
 

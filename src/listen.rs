@@ -279,7 +279,9 @@ fn remove_if_stale(path: &Path) -> Result<(), ListenError> {
 pub enum TcpSecurity {
     Tls,
     /// Plaintext; allowed beyond loopback only when explicitly asked for.
-    Plaintext { insecure: bool },
+    Plaintext {
+        insecure: bool,
+    },
 }
 
 /// Binds a TCP listener. Plaintext beyond loopback would expose an unauthenticated,

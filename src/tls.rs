@@ -20,7 +20,9 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{key} file {path:?} holds no PEM certificate (expected a \"BEGIN CERTIFICATE\" block)")]
+    #[error(
+        "{key} file {path:?} holds no PEM certificate (expected a \"BEGIN CERTIFICATE\" block)"
+    )]
     NoCertificate { key: &'static str, path: PathBuf },
     #[error("{key} file {path:?} is not valid PEM: {detail}")]
     BadPem {

@@ -69,15 +69,20 @@ async fn event_size_subscribers_and_filters_are_limited_with_clear_statuses() {
         "{}",
         status.message()
     );
-    assert!(status.message().starts_with("event is 10"), "{}", status.message());
+    assert!(
+        status.message().starts_with("event is 10"),
+        "{}",
+        status.message()
+    );
     // Far over: refused by tonic before the body is read, with the same explanation.
-    let status = client.publish(publish(64 << 10)).await.expect_err("too large");
+    let status = client
+        .publish(publish(64 << 10))
+        .await
+        .expect_err("too large");
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(
         status.message().starts_with("request is 655")
-            && status
-                .message()
-                .contains("exchange.limits.max_event_bytes"),
+            && status.message().contains("exchange.limits.max_event_bytes"),
         "{}",
         status.message()
     );
@@ -101,7 +106,11 @@ async fn event_size_subscribers_and_filters_are_limited_with_clear_statuses() {
     assert_eq!(rejections(&mut gw, "max_event_bytes"), 3.0);
 
     // Filters: count, then length. INVALID_ARGUMENT: the request itself is at fault.
-    let three = vec!["topic".to_owned(), "namespace".to_owned(), "event".to_owned()];
+    let three = vec![
+        "topic".to_owned(),
+        "namespace".to_owned(),
+        "event".to_owned(),
+    ];
     let status = subscribe(&mut client, three).await.expect_err("3 filters");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(
@@ -139,7 +148,10 @@ async fn event_size_subscribers_and_filters_are_limited_with_clear_statuses() {
     // must run to send the stream's reset.
     let end = std::time::Instant::now() + DEADLINE;
     while scrape(&mut gw).get("eventgate_subscribers", &[]) != Some(1.0) {
-        assert!(std::time::Instant::now() < end, "the cancelled subscriber stayed");
+        assert!(
+            std::time::Instant::now() < end,
+            "the cancelled subscriber stayed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     subscribe(&mut client, vec![])
@@ -188,7 +200,10 @@ async fn a_publish_that_waits_too_long_is_deadline_exceeded() {
         "{}",
         status.message()
     );
-    assert!(took < Duration::from_secs(10), "answered at the deadline: {took:?}");
+    assert!(
+        took < Duration::from_secs(10),
+        "answered at the deadline: {took:?}"
+    );
     assert_eq!(rejections(&mut gw, "request_timeout"), 1.0);
 }
 
@@ -202,11 +217,12 @@ async fn http2_streams_per_connection_are_limited() {
     let (mut send, connection) = h2::client::handshake(stream).await.expect("handshake");
     tokio::spawn(connection);
     // The server's SETTINGS arrive with its first frames; a request brings them.
-    let request = http::Request::post("http://localhost/containerd.services.events.v1.Events/Subscribe")
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .expect("request");
+    let request =
+        http::Request::post("http://localhost/containerd.services.events.v1.Events/Subscribe")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("request");
     send = send.ready().await.expect("ready");
     let (response, mut body) = send.send_request(request, false).expect("send");
     body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)

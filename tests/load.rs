@@ -23,14 +23,17 @@ const QUITTERS: usize = 4;
 /// Events a subscriber may fall behind; the never-reading one must pass it.
 const QUEUE: usize = 8192;
 /// Peak resident memory allowed for the gateway process (VmHWM).
-const RSS_BOUND_KIB: u64 = 256 * 1024;
+const RSS_BOUND_KIB: u64 = 128 * 1024;
 
 fn event(publisher: usize, i: usize) -> Option<Any> {
     Some(
         eventgate::proto::Registry::global()
             .encode_json(
                 "containerd.events.TaskOOM",
-                &format!(r#"{{"container_id":"p{publisher}-i{i:06}-{}"}}"#, "x".repeat(160)),
+                &format!(
+                    r#"{{"container_id":"p{publisher}-i{i:06}-{}"}}"#,
+                    "x".repeat(160)
+                ),
             )
             .expect("encode"),
     )
@@ -41,7 +44,10 @@ fn origin(any: &Any) -> (usize, usize) {
     let text = String::from_utf8_lossy(&any.value);
     let start = text.find('p').expect("container id");
     let mut parts = text[start + 1..].split('-');
-    let publisher = parts.next().and_then(|p| p.parse().ok()).expect("publisher");
+    let publisher = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("publisher");
     let index = parts
         .next()
         .and_then(|i| i.strip_prefix('i'))
@@ -98,13 +104,12 @@ async fn many_publishers_and_subscribers_a_stuck_one_and_quitters() {
     let (send, connection) = h2::client::handshake(raw).await.expect("handshake");
     tokio::spawn(connection);
     let mut send = send.ready().await.expect("ready");
-    let request = http::Request::post(
-        "http://localhost/containerd.services.events.v1.Events/Subscribe",
-    )
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .expect("request");
+    let request =
+        http::Request::post("http://localhost/containerd.services.events.v1.Events/Subscribe")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("request");
     let (response, mut request_body) = send.send_request(request, false).expect("send");
     request_body
         .send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
@@ -138,7 +143,9 @@ async fn many_publishers_and_subscribers_a_stuck_one_and_quitters() {
         })
         .collect();
     let end = Instant::now() + DEADLINE;
-    while scrape(&mut gw).get("eventgate_subscribers", &[]) != Some((1 + SUBSCRIBERS + QUITTERS) as f64) {
+    while scrape(&mut gw).get("eventgate_subscribers", &[])
+        != Some((1 + SUBSCRIBERS + QUITTERS) as f64)
+    {
         assert!(Instant::now() < end, "subscribers did not all register");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -237,8 +244,12 @@ async fn many_publishers_and_subscribers_a_stuck_one_and_quitters() {
     assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
 }
 
-fn healthy_client_of(
-    healthy: &[(EventsClient<Channel>, tokio::task::JoinHandle<Vec<(usize, usize)>>)],
-) -> EventsClient<Channel> {
+/// A subscriber's connection and the task reading its stream.
+type Reader = (
+    EventsClient<Channel>,
+    tokio::task::JoinHandle<Vec<(usize, usize)>>,
+);
+
+fn healthy_client_of(healthy: &[Reader]) -> EventsClient<Channel> {
     healthy.last().expect("a connection").0.clone()
 }

@@ -49,7 +49,11 @@ fn secrets_appear_in_no_output() {
         .output()
         .expect("check-config");
     let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         printed.contains("\"sasl.password\" = \"***\"") && printed.contains("sasl.username"),
         "{printed}"
@@ -88,7 +92,10 @@ fn secrets_appear_in_no_output() {
     assert_hidden("eventgate status", &String::from_utf8_lossy(&out.stdout));
     gw.terminate();
     let log = gw.stderr_text();
-    assert!(log.contains("librdkafka"), "librdkafka's lines are logged:\n{log}");
+    assert!(
+        log.contains("librdkafka"),
+        "librdkafka's lines are logged:\n{log}"
+    );
     assert_hidden("the log", &log);
 }
 
@@ -109,7 +116,10 @@ fn secrets_stay_hidden_when_the_configuration_is_refused() {
         .arg(&config)
         .output()
         .expect("check-config");
-    assert_hidden("check-config --print", &String::from_utf8_lossy(&out.stdout));
+    assert_hidden(
+        "check-config --print",
+        &String::from_utf8_lossy(&out.stdout),
+    );
     assert_hidden("check-config errors", &String::from_utf8_lossy(&out.stderr));
 
     let out = eventgate()

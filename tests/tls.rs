@@ -280,11 +280,8 @@ fn the_socket_is_given_to_the_configured_group() {
     let (group, gid) = assignable_group();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("group.toml");
-    std::fs::write(
-        &config,
-        format!("[exchange]\nsocket_group = {group:?}\n"),
-    )
-    .expect("write config");
+    std::fs::write(&config, format!("[exchange]\nsocket_group = {group:?}\n"))
+        .expect("write config");
     let gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
     let meta = std::fs::metadata(&gw.socket).expect("socket");
     assert_eq!(meta.gid(), gid, "socket group (configured {group:?})");
@@ -297,10 +294,7 @@ fn the_socket_is_given_to_the_configured_group() {
         "[exchange]\nsocket_group = \"no-such-group-eventgate\"\n",
     )
     .expect("write config");
-    let stderr = serve_fails(
-        &["--config", path_str(&config)],
-        &other.path().join("data"),
-    );
+    let stderr = serve_fails(&["--config", path_str(&config)], &other.path().join("data"));
     assert!(
         stderr.contains("`exchange.socket_group` \"no-such-group-eventgate\": no such group"),
         "{stderr}"

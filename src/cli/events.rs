@@ -43,8 +43,9 @@ pub struct EventsArgs {
 }
 
 pub async fn run(args: EventsArgs) -> Result<ExitCode, CliError> {
-    let mut client = crate::client::connect_tls(&args.address, args.connect_timeout, &args.tls.client_tls())
-        .await?;
+    let mut client =
+        crate::client::connect_tls(&args.address, args.connect_timeout, &args.tls.client_tls())
+            .await?;
     let mut stream = client
         .subscribe(SubscribeRequest {
             filters: args.filters,

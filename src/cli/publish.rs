@@ -56,8 +56,9 @@ pub async fn run(args: PublishArgs) -> Result<ExitCode, CliError> {
             args.namespace
         ))
     })?;
-    let mut client = crate::client::connect_tls(&args.address, args.connect_timeout, &args.tls.client_tls())
-        .await?;
+    let mut client =
+        crate::client::connect_tls(&args.address, args.connect_timeout, &args.tls.client_tls())
+            .await?;
     let mut request = tonic::Request::new(PublishRequest {
         topic: args.topic,
         event: Some(event),

@@ -66,7 +66,10 @@ impl LimitSettings {
                 ),
             ));
         }
-        at_least_one("exchange.limits.max_subscribers", self.max_subscribers as u64)?;
+        at_least_one(
+            "exchange.limits.max_subscribers",
+            self.max_subscribers as u64,
+        )?;
         at_least_one("exchange.limits.max_filters", self.max_filters as u64)?;
         at_least_one(
             "exchange.limits.max_filter_bytes",
@@ -126,8 +129,7 @@ impl Limit {
 
     /// The refusal as a client sees it, counted.
     pub fn reject(self, message: String) -> Status {
-        metrics::counter!("eventgate_limit_rejections_total", "limit" => self.label())
-            .increment(1);
+        metrics::counter!("eventgate_limit_rejections_total", "limit" => self.label()).increment(1);
         tracing::debug!(limit = self.label(), %message, "call refused by a limit");
         Status::new(self.code(), message)
     }
@@ -202,10 +204,18 @@ mod tests {
         let three = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
         let status = check_filters(&limits, &three).unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument);
-        assert!(status.message().contains("3 filters, more than the 2 exchange.limits.max_filters"));
+        assert!(
+            status
+                .message()
+                .contains("3 filters, more than the 2 exchange.limits.max_filters")
+        );
         let long = vec!["a".to_owned(), "x".repeat(11)];
         let status = check_filters(&limits, &long).unwrap_err();
-        assert!(status.message().contains("filter 2 is 11 bytes"), "{}", status.message());
+        assert!(
+            status.message().contains("filter 2 is 11 bytes"),
+            "{}",
+            status.message()
+        );
         check_filters(&limits, &["topic==\"/a\"".to_owned()]).unwrap_err();
         check_filters(&limits, &["namespace".to_owned()]).unwrap();
     }

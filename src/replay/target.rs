@@ -17,7 +17,10 @@ use crate::tls::ClientTls;
 /// `--to-forwarder NAME --config FILE` or `--to-address SOCK`.
 #[derive(Clone, Debug)]
 pub enum TargetSpec {
-    Forwarder { name: String, config: PathBuf },
+    Forwarder {
+        name: String,
+        config: PathBuf,
+    },
     Address {
         address: String,
         timeout: Duration,

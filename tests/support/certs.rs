@@ -30,8 +30,8 @@ pub fn generate(dir: &Path, name: &str) -> Pki {
         .distinguished_name
         .push(DnType::CommonName, format!("{name} test CA"));
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key"))
-        .expect("CA");
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
 
     let mut server = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
         .expect("server params");

@@ -73,9 +73,9 @@ impl LogContext {
     }
 
     fn scrub(&self, text: &str) -> String {
-        self.secrets
-            .iter()
-            .fold(text.to_owned(), |out, secret| out.replace(secret.as_str(), "***"))
+        self.secrets.iter().fold(text.to_owned(), |out, secret| {
+            out.replace(secret.as_str(), "***")
+        })
     }
 
     /// `Some(repeats suppressed since the last line)` when `kind` may be logged now.
