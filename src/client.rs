@@ -9,6 +9,7 @@ use thiserror::Error;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::proto::containerd::services::events::v1::events_client::EventsClient;
+use crate::tls::{ClientTls, TlsError};
 
 #[derive(Debug, Error)]
 pub enum ConnectError {
@@ -22,6 +23,46 @@ pub enum ConnectError {
     },
     #[error("cannot connect to {address}: no answer within {timeout:?}")]
     Timeout { address: String, timeout: Duration },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(
+        "{address:?} is a unix socket; --tls-ca, --tls-cert and --tls-key apply to HOST:PORT addresses"
+    )]
+    TlsOnUnix { address: String },
+}
+
+/// `--tls-ca FILE [--tls-cert FILE --tls-key FILE]` for clients of a TCP listener.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// Connect with TLS, trusting the server certificate this PEM CA signed.
+    #[arg(long, value_name = "FILE", env = "EVENTGATE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a server that requires one (mutual TLS).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "EVENTGATE_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "EVENTGATE_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    pub fn client_tls(&self) -> ClientTls {
+        ClientTls {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+        }
+    }
 }
 
 /// Where an Events endpoint listens.
@@ -60,12 +101,25 @@ impl Address {
 /// Opens a channel, failing after `timeout` rather than waiting forever for a socket
 /// that is not there.
 pub async fn connect_channel(address: &str, timeout: Duration) -> Result<Channel, ConnectError> {
+    connect_channel_tls(address, timeout, &ClientTls::default()).await
+}
+
+/// [`connect_channel`], with TLS to a `HOST:PORT` address when `tls` asks for it.
+pub async fn connect_channel_tls(
+    address: &str,
+    timeout: Duration,
+    tls: &ClientTls,
+) -> Result<Channel, ConnectError> {
+    let tls_config = tls.config()?;
     let connect_error = |source| ConnectError::Connect {
         address: address.to_owned(),
         source,
     };
     let attempt = async {
         match Address::parse(address)? {
+            Address::Unix(_) if tls_config.is_some() => Err(ConnectError::TlsOnUnix {
+                address: address.to_owned(),
+            }),
             Address::Unix(path) => {
                 let path = Arc::new(path);
                 // The URI is required by the API but unused: the connector decides.
@@ -81,12 +135,23 @@ pub async fn connect_channel(address: &str, timeout: Duration) -> Result<Channel
                     .await
                     .map_err(connect_error)
             }
-            Address::Tcp(uri) => Endpoint::from_shared(uri)
-                .map_err(connect_error)?
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .map_err(connect_error),
+            Address::Tcp(uri) => {
+                let endpoint = match tls_config {
+                    Some(config) => {
+                        let uri = uri.replacen("http://", "https://", 1);
+                        Endpoint::from_shared(uri)
+                            .map_err(connect_error)?
+                            .tls_config(config)
+                            .map_err(connect_error)?
+                    }
+                    None => Endpoint::from_shared(uri).map_err(connect_error)?,
+                };
+                endpoint
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await
+                    .map_err(connect_error)
+            }
         }
     };
     tokio::time::timeout(timeout, attempt)
@@ -102,6 +167,17 @@ pub async fn connect(
     timeout: Duration,
 ) -> Result<EventsClient<Channel>, ConnectError> {
     Ok(EventsClient::new(connect_channel(address, timeout).await?))
+}
+
+/// [`connect`], with TLS when `tls` asks for it.
+pub async fn connect_tls(
+    address: &str,
+    timeout: Duration,
+    tls: &ClientTls,
+) -> Result<EventsClient<Channel>, ConnectError> {
+    Ok(EventsClient::new(
+        connect_channel_tls(address, timeout, tls).await?,
+    ))
 }
 
 #[cfg(test)]

@@ -9,11 +9,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
 use crate::admin::AdminSettings;
-use crate::exchange::ExchangeConfig;
+use crate::exchange::{ExchangeConfig, LimitSettings};
 use crate::filter::Filter;
 use crate::forward::{Kinds, Options};
 use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
 use crate::spool::SpoolSettings;
+use crate::tls::TlsSettings;
 use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
@@ -250,8 +251,19 @@ pub struct ExchangeSection {
     pub socket: Option<PathBuf>,
     /// File mode of the socket, as an octal string such as "0660".
     pub socket_mode: String,
-    /// Optional loopback TCP address, e.g. "127.0.0.1:7338".
+    /// Group (name or gid) the socket file is given to; unset keeps the process's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_group: Option<String>,
+    /// Optional TCP address, e.g. "127.0.0.1:7338"; beyond loopback it needs `tls`
+    /// or `insecure`.
     pub listen: Option<SocketAddr>,
+    /// Serve plaintext on a non-loopback `listen` address anyway.
+    pub insecure: bool,
+    /// `[exchange.tls]`: TLS (and optionally client certificates) on `listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
+    /// `[exchange.limits]`: what one client may ask of the exchange.
+    pub limits: LimitSettings,
     /// Events a subscriber may fall behind before it is cut off.
     pub subscriber_queue: usize,
     /// How long shutdown waits for in-flight calls before giving up on them.
@@ -264,7 +276,11 @@ impl Default for ExchangeSection {
         Self {
             socket: None,
             socket_mode: "0660".into(),
+            socket_group: None,
             listen: None,
+            insecure: false,
+            tls: None,
+            limits: LimitSettings::default(),
             subscriber_queue: ExchangeConfig::default().subscriber_queue,
             shutdown_timeout: Duration::from_secs(10),
         }
@@ -341,20 +357,49 @@ impl Config {
                 "must be more than 0s (it is how often workers look for requested redeliveries)",
             ));
         }
-        if let Some(addr) = self.exchange.listen
-            && !addr.ip().is_loopback()
+        self.validate_tcp()?;
+        if self
+            .exchange
+            .socket_group
+            .as_deref()
+            .is_some_and(|g| g.trim().is_empty())
         {
             return Err(invalid(
-                "exchange.listen",
-                format!(
-                    "{addr} is not a loopback address; the exchange has no TLS, so only 127.0.0.1 or [::1] are allowed"
-                ),
+                "exchange.socket_group",
+                "must be a group name or a numeric gid (leave it out to keep the process's group)",
             ));
         }
+        self.exchange
+            .limits
+            .validate()
+            .map_err(|(key, problem)| invalid(key, problem))?;
         self.admin
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
         Ok(())
+    }
+
+    /// The TCP listener's protection: TLS, or plaintext on loopback, or plaintext
+    /// beyond it only with an explicit `insecure`.
+    fn validate_tcp(&self) -> Result<(), ConfigError> {
+        let exchange = &self.exchange;
+        match (exchange.listen, &exchange.tls) {
+            (None, Some(_)) => Err(invalid(
+                "exchange.tls",
+                "is set but `exchange.listen` is not: TLS applies to the TCP listener (the unix socket is protected by its mode and group)",
+            )),
+            (Some(_), Some(_)) if exchange.insecure => Err(invalid(
+                "exchange.insecure",
+                "contradicts [exchange.tls]: with TLS the listener is not insecure; remove one",
+            )),
+            (Some(addr), None) if !addr.ip().is_loopback() && !exchange.insecure => Err(invalid(
+                "exchange.listen",
+                format!(
+                    "{addr} is not a loopback address: configure [exchange.tls] (cert, key, and client_ca for client certificates), use 127.0.0.1 or [::1], or set `exchange.insecure = true` (serve --insecure) to serve plaintext to the network anyway"
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Checks each forwarder's kind-specific options against the registry of kinds.
@@ -408,12 +453,18 @@ impl Config {
     pub fn exchange_config(&self) -> ExchangeConfig {
         ExchangeConfig {
             subscriber_queue: self.exchange.subscriber_queue,
+            limits: self.exchange.limits.clone(),
         }
     }
 
-    /// The effective configuration as TOML, for `check-config`.
+    /// The effective configuration as TOML, for `check-config`. Forwarder options
+    /// that hold secrets (passwords, private keys) are shown as "***".
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+        let mut shown = self.clone();
+        for spec in &mut shown.forwarders {
+            crate::forward::kafka::redact(&mut spec.options);
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 }
 

@@ -17,10 +17,11 @@ use crate::config::{Config, ConfigError};
 use crate::deadletter::{DeadLetterError, Store};
 use crate::exchange::{EventsService, Exchange};
 use crate::forward::Kinds;
-use crate::listen::{self, ListenError, UnixSocket};
+use crate::listen::{self, ListenError, SocketGroup, TcpSecurity, UnixSocket};
 use crate::pipeline::{BacklogStart, DeadLetters, Pipeline, PipelineError, Report};
 use crate::reload::Reloader;
 use crate::spool::{Spool, SpoolError};
+use crate::tls::TlsError;
 use crate::upstream::Upstreams;
 
 #[derive(Debug, Error)]
@@ -29,6 +30,8 @@ pub enum GatewayError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Listen(#[from] ListenError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error(transparent)]
     Admin(#[from] AdminError),
     #[error(transparent)]
@@ -134,22 +137,41 @@ impl Gateway {
         let cancel = CancellationToken::new();
         let mut servers = JoinSet::new();
 
-        let mut socket = listen::bind_unix(&config.socket_path(), config.socket_mode()?)?;
+        // TLS files are read before any listener opens: a bad file stops the start.
+        let (builder, security) = match &config.exchange.tls {
+            Some(tls) => (tls.apply(Server::builder())?, TcpSecurity::Tls),
+            None => (
+                Server::builder(),
+                TcpSecurity::Plaintext {
+                    insecure: config.exchange.insecure,
+                },
+            ),
+        };
+        // Every listener's HTTP/2 connections get the same stream limit.
+        let max_streams = Some(config.exchange.limits.max_streams_per_connection);
+        let group = match &config.exchange.socket_group {
+            Some(spec) => Some(SocketGroup::resolve(spec)?),
+            None => None,
+        };
+        let mut socket =
+            listen::bind_unix(&config.socket_path(), config.socket_mode()?, group.as_ref())?;
         if let Some(listener) = socket.take_listener() {
             let stop = cancel.clone().cancelled_owned();
             servers.spawn(
                 Server::builder()
+                    .max_concurrent_streams(max_streams)
                     .add_service(service.clone())
                     .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop),
             );
         }
         let mut tcp_addr = None;
         if let Some(addr) = config.exchange.listen {
-            let listener = listen::bind_tcp(addr).await?;
+            let listener = listen::bind_tcp(addr, security).await?;
             tcp_addr = listener.local_addr().ok();
             let stop = cancel.clone().cancelled_owned();
             servers.spawn(
-                Server::builder()
+                builder
+                    .max_concurrent_streams(max_streams)
                     .tcp_nodelay(true)
                     .add_service(service)
                     .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
@@ -158,6 +180,8 @@ impl Gateway {
         tracing::info!(
             socket = %socket.path().display(),
             tcp = ?tcp_addr,
+            tls = config.exchange.tls.is_some(),
+            client_certificates = config.exchange.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             "eventgate is serving containerd's Events API"
         );
         let upstreams = Upstreams::start(&config.upstreams, &exchange);

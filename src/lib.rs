@@ -50,4 +50,5 @@ pub mod render;
 pub mod replay;
 pub mod spool;
 pub mod store;
+pub mod tls;
 pub mod upstream;

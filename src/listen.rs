@@ -1,5 +1,6 @@
 //! Opening the gateway's listeners safely: a unix socket that never steals a live
-//! gateway's path, and a TCP listener that stays on loopback.
+//! gateway's path (with the mode and group asked for), and a TCP listener that serves
+//! plaintext beyond loopback only when told to.
 
 use std::io;
 use std::net::SocketAddr;
@@ -59,10 +60,34 @@ pub enum ListenError {
         source: io::Error,
     },
     #[error(
-        "refusing to listen on {addr}: it is not a loopback address and the exchange has no \
-         TLS; use 127.0.0.1 or [::1], or the unix socket"
+        "refusing to serve plaintext on {addr}: it is not a loopback address, so anyone on the \
+         network could publish and subscribe; configure [exchange.tls] (cert, key, and \
+         client_ca for client certificates), listen on 127.0.0.1 or [::1], or pass --insecure \
+         (exchange.insecure = true) to allow it anyway"
     )]
     NotLoopback { addr: SocketAddr },
+    #[error(
+        "`exchange.socket_group` {group:?}: no such group (give a group name from /etc/group \
+         or a numeric gid)"
+    )]
+    NoSuchGroup { group: String },
+    #[error("`exchange.socket_group` {group:?}: cannot look the group up")]
+    GroupLookup {
+        group: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot give {path:?} to group {group:?} (gid {gid}): eventgate must run as root or \
+         as a member of that group (`exchange.socket_group`)"
+    )]
+    Chown {
+        path: PathBuf,
+        group: String,
+        gid: u32,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot listen on {addr}")]
     BindTcp {
         addr: SocketAddr,
@@ -99,9 +124,76 @@ impl Drop for UnixSocket {
     }
 }
 
-/// Binds a unix socket at `path` with `mode`. A socket file left by a dead process is
-/// replaced; one that still accepts connections is left alone and reported.
-pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
+/// A group the socket file is given to (`exchange.socket_group`), resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketGroup {
+    /// As configured, for messages.
+    pub name: String,
+    pub gid: u32,
+}
+
+impl SocketGroup {
+    /// A numeric gid is taken as it is (a container may have no /etc/group entry for
+    /// it); a name is looked up in the system's group database.
+    pub fn resolve(spec: &str) -> Result<Self, ListenError> {
+        if let Ok(gid) = spec.parse::<u32>() {
+            return Ok(Self {
+                name: spec.to_owned(),
+                gid,
+            });
+        }
+        let gid = lookup_group(spec)?.ok_or_else(|| ListenError::NoSuchGroup {
+            group: spec.to_owned(),
+        })?;
+        Ok(Self {
+            name: spec.to_owned(),
+            gid,
+        })
+    }
+}
+
+/// `getgrnam_r`, growing the buffer while the entry does not fit.
+fn lookup_group(name: &str) -> Result<Option<u32>, ListenError> {
+    let lookup_error = |source| ListenError::GroupLookup {
+        group: name.to_owned(),
+        source,
+    };
+    let c_name = std::ffi::CString::new(name)
+        .map_err(|_| lookup_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    let mut buffer = vec![0u8; 1024];
+    loop {
+        // SAFETY: every pointer refers to memory owned here that outlives the call;
+        // `group` is only read when `result` says the call filled it.
+        let mut group: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        let code = unsafe {
+            libc::getgrnam_r(
+                c_name.as_ptr(),
+                &mut group,
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                &mut result,
+            )
+        };
+        match code {
+            0 if result.is_null() => return Ok(None),
+            0 => return Ok(Some(group.gr_gid)),
+            libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 2, 0),
+            // Some C libraries report "no such group" as an error code.
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
+            code => return Err(lookup_error(io::Error::from_raw_os_error(code))),
+        }
+    }
+}
+
+/// Binds a unix socket at `path` with `mode` (and `group`, when given). A socket file
+/// left by a dead process is replaced; one that still accepts connections is left
+/// alone and reported.
+pub fn bind_unix(
+    path: &Path,
+    mode: u32,
+    group: Option<&SocketGroup>,
+) -> Result<UnixSocket, ListenError> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         return Err(ListenError::PathTooLong {
@@ -120,6 +212,18 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
         path: path.into(),
         source,
     })?;
+    if let Some(group) = group {
+        std::os::unix::fs::chown(path, None, Some(group.gid)).map_err(|source| {
+            // The socket must not stay behind with the wrong group.
+            let _ = std::fs::remove_file(path);
+            ListenError::Chown {
+                path: path.into(),
+                group: group.name.clone(),
+                gid: group.gid,
+                source,
+            }
+        })?;
+    }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
         ListenError::Chmod {
             path: path.into(),
@@ -170,11 +274,32 @@ fn remove_if_stale(path: &Path) -> Result<(), ListenError> {
     }
 }
 
-/// Binds a loopback TCP listener; anything else would expose an unauthenticated,
-/// unencrypted exchange to the network.
-pub async fn bind_tcp(addr: SocketAddr) -> Result<TcpListener, ListenError> {
-    if !addr.ip().is_loopback() {
-        return Err(ListenError::NotLoopback { addr });
+/// How the TCP listener is protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpSecurity {
+    Tls,
+    /// Plaintext; allowed beyond loopback only when explicitly asked for.
+    Plaintext {
+        insecure: bool,
+    },
+}
+
+/// Binds a TCP listener. Plaintext beyond loopback would expose an unauthenticated,
+/// unencrypted exchange to the network, so it needs TLS or an explicit `insecure`
+/// (logged as a warning).
+pub async fn bind_tcp(addr: SocketAddr, security: TcpSecurity) -> Result<TcpListener, ListenError> {
+    match security {
+        TcpSecurity::Plaintext { insecure: false } if !addr.ip().is_loopback() => {
+            return Err(ListenError::NotLoopback { addr });
+        }
+        TcpSecurity::Plaintext { insecure: true } if !addr.ip().is_loopback() => {
+            tracing::warn!(
+                %addr,
+                "serving plaintext on a non-loopback address (--insecure): anyone who can \
+                 reach it can publish and subscribe, unencrypted"
+            );
+        }
+        _ => {}
     }
     TcpListener::bind(addr)
         .await
@@ -190,11 +315,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sock");
 
-        let live = bind_unix(&path, 0o660).unwrap();
+        let live = bind_unix(&path, 0o660, None).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o660);
         assert!(matches!(
-            bind_unix(&path, 0o660),
+            bind_unix(&path, 0o660, None),
             Err(ListenError::InUse { .. })
         ));
 
@@ -202,19 +327,19 @@ mod tests {
         drop(std::os::unix::net::UnixListener::bind(dir.path().join("dead.sock")).unwrap());
         let dead = dir.path().join("dead.sock");
         assert!(dead.exists());
-        let replaced = bind_unix(&dead, 0o600).unwrap();
+        let replaced = bind_unix(&dead, 0o600, None).unwrap();
         assert!(dead.exists());
         drop(replaced);
         assert!(!dead.exists(), "our own socket is removed on drop");
 
         std::fs::write(dir.path().join("file"), b"x").unwrap();
         assert!(matches!(
-            bind_unix(&dir.path().join("file"), 0o660),
+            bind_unix(&dir.path().join("file"), 0o660, None),
             Err(ListenError::NotASocket { .. })
         ));
         let long = dir.path().join("x".repeat(120));
         assert!(matches!(
-            bind_unix(&long, 0o660),
+            bind_unix(&long, 0o660, None),
             Err(ListenError::PathTooLong { .. })
         ));
         drop(live);
@@ -222,12 +347,37 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn tcp_stays_on_loopback() {
+    async fn plaintext_stays_on_loopback_unless_insecure() {
+        let plain = TcpSecurity::Plaintext { insecure: false };
         assert!(matches!(
-            bind_tcp("0.0.0.0:0".parse().unwrap()).await,
+            bind_tcp("0.0.0.0:0".parse().unwrap(), plain).await,
             Err(ListenError::NotLoopback { .. })
         ));
-        let l = bind_tcp("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let l = bind_tcp("127.0.0.1:0".parse().unwrap(), plain)
+            .await
+            .unwrap();
         assert!(l.local_addr().unwrap().ip().is_loopback());
+        for security in [TcpSecurity::Tls, TcpSecurity::Plaintext { insecure: true }] {
+            bind_tcp("0.0.0.0:0".parse().unwrap(), security)
+                .await
+                .unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn groups_resolve_by_name_or_number() {
+        assert_eq!(SocketGroup::resolve("4242").unwrap().gid, 4242);
+        assert!(matches!(
+            SocketGroup::resolve("no-such-group-eventgate"),
+            Err(ListenError::NoSuchGroup { .. })
+        ));
+        // The group of the current process exists under some name on any system
+        // with a group database; numbers are always accepted.
+        let gid = unsafe { libc::getegid() };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.sock");
+        let group = SocketGroup::resolve(&gid.to_string()).unwrap();
+        let socket = bind_unix(&path, 0o660, Some(&group)).unwrap();
+        assert_eq!(std::fs::metadata(socket.path()).unwrap().gid(), gid);
     }
 }

@@ -153,6 +153,10 @@ fn describe() {
             "Configuration reloads (SIGHUP, POST /reload), by result: ok or rejected.",
         ),
         (
+            "eventgate_limit_rejections_total",
+            "Calls refused by an exchange.limits setting, by limit.",
+        ),
+        (
             "eventgate_events_forwarded_total",
             "Events a forwarder delivered (acknowledged by its sink).",
         ),

@@ -8,6 +8,8 @@ use clap::Args;
 use super::CliError;
 use crate::config::Config;
 use crate::forward::Kinds;
+use crate::gateway::GatewayError;
+use crate::listen::SocketGroup;
 
 #[derive(Debug, Args)]
 pub struct CheckConfigArgs {
@@ -21,6 +23,14 @@ pub struct CheckConfigArgs {
 pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     let config = Config::load(&args.file)?;
     config.check_kinds(&Kinds::default())?;
+    // What `serve` would find at start on this machine: the TLS files and the group.
+    if let Some(tls) = &config.exchange.tls {
+        tls.apply(tonic::transport::Server::builder())
+            .map_err(GatewayError::from)?;
+    }
+    if let Some(group) = &config.exchange.socket_group {
+        SocketGroup::resolve(group).map_err(GatewayError::from)?;
+    }
     println!("{}: ok", args.file.display());
     if args.print {
         print!("{}", config.to_toml());

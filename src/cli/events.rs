@@ -36,12 +36,16 @@ pub struct EventsArgs {
     /// Give up connecting after this long.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub tls: crate::client::TlsArgs,
     /// containerd filters, e.g. 'topic=="/tasks/exit"' or 'namespace==default'.
     pub filters: Vec<String>,
 }
 
 pub async fn run(args: EventsArgs) -> Result<ExitCode, CliError> {
-    let mut client = crate::client::connect(&args.address, args.connect_timeout).await?;
+    let mut client =
+        crate::client::connect_tls(&args.address, args.connect_timeout, &args.tls.client_tls())
+            .await?;
     let mut stream = client
         .subscribe(SubscribeRequest {
             filters: args.filters,

@@ -41,6 +41,8 @@ pub struct PublishArgs {
     /// Give up connecting after this long.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub tls: crate::client::TlsArgs,
 }
 
 pub async fn run(args: PublishArgs) -> Result<ExitCode, CliError> {
@@ -54,7 +56,9 @@ pub async fn run(args: PublishArgs) -> Result<ExitCode, CliError> {
             args.namespace
         ))
     })?;
-    let mut client = crate::client::connect(&args.address, args.connect_timeout).await?;
+    let mut client =
+        crate::client::connect_tls(&args.address, args.connect_timeout, &args.tls.client_tls())
+            .await?;
     let mut request = tonic::Request::new(PublishRequest {
         topic: args.topic,
         event: Some(event),

@@ -68,6 +68,9 @@ pub struct ReplayArgs {
     /// With --to-address: give up connecting after this long.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
+    /// With --to-address HOST:PORT: TLS to the exchange's TCP listener.
+    #[command(flatten)]
+    pub tls: crate::client::TlsArgs,
     /// containerd filters, e.g. 'topic=="/tasks/exit"' or 'namespace==default'.
     pub filters: Vec<String>,
 }
@@ -87,6 +90,7 @@ pub async fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
         (None, None, Some(address)) => TargetSpec::Address {
             address,
             timeout: args.connect_timeout,
+            tls: args.tls.client_tls(),
         },
         // clap's groups make anything else a usage error before this runs.
         _ => {

@@ -28,9 +28,25 @@ pub struct ServeArgs {
     /// Unix socket to serve on; overrides `exchange.socket` (default <data_dir>/eventgate.sock).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// Also serve on this loopback TCP address, e.g. 127.0.0.1:7338; overrides `exchange.listen`.
+    /// Also serve on this TCP address, e.g. 127.0.0.1:7338; overrides `exchange.listen`.
+    /// A non-loopback address needs TLS (--tls-cert/--tls-key or [exchange.tls]) or
+    /// --insecure.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Serve plaintext on a non-loopback --listen address (`exchange.insecure`):
+    /// anyone who can reach it can publish and subscribe.
+    #[arg(long)]
+    pub insecure: bool,
+    /// TLS certificate (PEM chain) for --listen; overrides `exchange.tls.cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM); overrides `exchange.tls.key`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this PEM CA (mutual TLS); overrides
+    /// `exchange.tls.client_ca`.
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Events a subscriber may fall behind before it is cut off; overrides
     /// `exchange.subscriber_queue`.
     #[arg(long, value_name = "N")]
@@ -67,6 +83,30 @@ impl ServeArgs {
         }
         if let Some(listen) = self.listen {
             config.exchange.listen = Some(listen);
+        }
+        if self.insecure {
+            config.exchange.insecure = true;
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            let client_ca = config.exchange.tls.take().and_then(|t| t.client_ca);
+            config.exchange.tls = Some(crate::tls::TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca,
+            });
+        }
+        if let Some(ca) = &self.tls_client_ca {
+            match &mut config.exchange.tls {
+                Some(tls) => tls.client_ca = Some(ca.clone()),
+                None => {
+                    return Err(ConfigError::Invalid {
+                        key: "exchange.tls.client_ca",
+                        problem: "(--tls-client-ca) needs a server certificate: give \
+                                  --tls-cert and --tls-key (or [exchange.tls] in the config)"
+                            .into(),
+                    });
+                }
+            }
         }
         if let Some(admin) = &self.admin {
             config.admin.listen = admin.clone();

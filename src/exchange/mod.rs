@@ -11,6 +11,7 @@
 //!   into 1970-01-01).
 
 mod dropped;
+pub mod limits;
 mod routes;
 mod service;
 mod subscription;
@@ -23,6 +24,7 @@ use prost_types::{Any, Timestamp};
 use thiserror::Error;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
+pub use limits::{Limit, LimitSettings};
 pub use routes::EventsRoutes;
 pub use service::{EventsService, NAMESPACE_HEADER};
 pub use subscription::{Subscription, SubscriptionEnd};
@@ -59,6 +61,8 @@ pub enum AcceptError {
     InvalidTimestamp { seconds: i64, nanos: i32 },
     #[error("forward request has no envelope: invalid argument")]
     MissingEnvelope,
+    #[error("{}", limits::event_too_large("event", *size, *limit))]
+    TooLarge { size: usize, limit: usize },
     #[error(transparent)]
     QueueFull(#[from] crate::pipeline::QueueFull),
     #[error(transparent)]
@@ -95,6 +99,7 @@ impl AcceptError {
                 "invalid_timestamp"
             }
             AcceptError::MissingEnvelope => "missing_envelope",
+            AcceptError::TooLarge { .. } => "too_large",
             AcceptError::Closed => "shutting_down",
             AcceptError::QueueFull(_) => "queue_full",
             AcceptError::SpoolFull(_) => "spool_full",
@@ -103,21 +108,39 @@ impl AcceptError {
     }
 }
 
-/// The subscription was refused because the exchange is closing.
+/// Why a subscription was refused.
 #[derive(Debug, Error)]
-#[error("eventgate is shutting down")]
-pub struct Closed;
+pub enum SubscribeError {
+    #[error("eventgate is shutting down")]
+    Closed,
+    #[error(
+        "{limit} subscribers are connected, as many as exchange.limits.max_subscribers allows; \
+         try again later"
+    )]
+    TooMany { limit: usize },
+}
+
+impl SubscribeError {
+    pub fn status(&self) -> tonic::Status {
+        match self {
+            SubscribeError::Closed => tonic::Status::unavailable(self.to_string()),
+            SubscribeError::TooMany { .. } => Limit::Subscribers.reject(self.to_string()),
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct ExchangeConfig {
     /// Events a subscriber may fall behind before it is cut off.
     pub subscriber_queue: usize,
+    pub limits: LimitSettings,
 }
 
 impl Default for ExchangeConfig {
     fn default() -> Self {
         Self {
             subscriber_queue: 4096,
+            limits: LimitSettings::default(),
         }
     }
 }
@@ -204,6 +227,7 @@ impl Exchange {
             topic,
             event,
         };
+        self.check_size(&envelope).map_err(|e| self.rejected(e))?;
         self.accept(Source::Publish, envelope).await
     }
 
@@ -213,7 +237,19 @@ impl Exchange {
         let envelope = envelope.ok_or_else(|| self.rejected(AcceptError::MissingEnvelope))?;
         self.check_envelope(&envelope)
             .map_err(|e| self.rejected(e))?;
+        self.check_size(&envelope).map_err(|e| self.rejected(e))?;
         self.accept(Source::Forward, envelope).await
+    }
+
+    /// `exchange.limits.max_event_bytes`, applied to Publish and Forward. Upstream
+    /// events are not limited: refusing them would lose them for good.
+    fn check_size(&self, envelope: &Envelope) -> Result<(), AcceptError> {
+        let size = envelope.encoded_len();
+        let limit = self.inner.config.limits.max_event_bytes.get();
+        if size > limit {
+            return Err(AcceptError::TooLarge { size, limit });
+        }
+        Ok(())
     }
 
     /// Validates an envelope as Forward does; for sources that did not go through
@@ -328,13 +364,17 @@ impl Exchange {
 
     /// Registers a subscriber. Events accepted after this returns are delivered to it
     /// (there is no replay from the live exchange; history lives in the audit store).
-    pub fn subscribe(&self, filter: Filter) -> Result<Subscription, Closed> {
+    pub fn subscribe(&self, filter: Filter) -> Result<Subscription, SubscribeError> {
         let capacity = self.inner.config.subscriber_queue.max(1);
         let (tx, rx) = mpsc::channel(capacity);
         let cut_off = Arc::new(AtomicBool::new(false));
         let mut state = self.lock();
         if self.inner.closed.load(Ordering::Acquire) {
-            return Err(Closed);
+            return Err(SubscribeError::Closed);
+        }
+        let limit = self.inner.config.limits.max_subscribers;
+        if state.subscribers.len() >= limit {
+            return Err(SubscribeError::TooMany { limit });
         }
         let id = state.next_subscriber;
         state.next_subscriber += 1;
@@ -365,6 +405,10 @@ impl Exchange {
         metrics::gauge!("eventgate_subscribers").set(0.0);
     }
 
+    pub fn limits(&self) -> &LimitSettings {
+        &self.inner.config.limits
+    }
+
     pub fn subscriber_count(&self) -> usize {
         self.lock().subscribers.len()
     }
@@ -381,6 +425,10 @@ impl Exchange {
     fn rejected(&self, error: AcceptError) -> AcceptError {
         metrics::counter!("eventgate_events_rejected_total", "reason" => error.reason())
             .increment(1);
+        if let AcceptError::TooLarge { .. } = error {
+            metrics::counter!("eventgate_limit_rejections_total", "limit" => Limit::EventBytes.label())
+                .increment(1);
+        }
         error
     }
 }

@@ -15,6 +15,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::server::{Grpc, NamedService, ServerStreamingService};
 use tonic::{Request, Response, Status};
 
+use super::limits::{self, Limit};
 use super::service::{EventsService, subscribe};
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::proto::containerd::services::events::v1::events_server::{EventsServer, SERVICE_NAME};
@@ -32,11 +33,37 @@ pub struct EventsRoutes {
 
 impl EventsRoutes {
     pub(super) fn new(service: EventsService) -> Self {
+        // tonic refuses a larger request before reading its body; the refusal is
+        // rewritten below so that it reads like the exchange's own size check.
+        let max_request = service.exchange().limits().max_request_bytes();
         Self {
-            generated: EventsServer::new(service.clone()),
+            generated: EventsServer::new(service.clone()).max_decoding_message_size(max_request),
             service,
         }
     }
+}
+
+/// tonic's "decoded message length too large" (OUT_OF_RANGE, naming neither the
+/// limit's key nor what to do) becomes the exchange's INVALID_ARGUMENT for an event
+/// over `exchange.limits.max_event_bytes`, counted like it.
+fn explain_oversize<B: Default>(response: http::Response<B>, limit: usize) -> http::Response<B> {
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    if status.code() != tonic::Code::OutOfRange {
+        return response;
+    }
+    let Some(found) = status
+        .message()
+        .strip_prefix("Error, decoded message length too large: found ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+    else {
+        return response;
+    };
+    Limit::EventBytes
+        .reject(limits::event_too_large("request", found, limit))
+        .into_http()
 }
 
 impl NamedService for EventsRoutes {
@@ -58,7 +85,12 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.uri().path() != SUBSCRIBE_PATH {
-            return self.generated.call(request);
+            let limit = self.service.exchange().limits().max_event_bytes.get();
+            let call = self.generated.call(request);
+            return Box::pin(async move {
+                let response = call.await?;
+                Ok(explain_oversize(response, limit))
+            });
         }
         let method = SubscribeMethod(self.service.clone());
         Box::pin(async move {

@@ -5,6 +5,7 @@ use std::pin::Pin;
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use super::limits::{self, Limit};
 use super::routes::EventsRoutes;
 use super::{AcceptError, Exchange, Subscription};
 use crate::filter::Filter;
@@ -39,6 +40,7 @@ impl EventsService {
 /// Subscribe's checks and registration, shared by the generated method and the route
 /// that actually serves it ([`EventsRoutes`]).
 pub(super) fn subscribe(exchange: &Exchange, filters: Vec<String>) -> Result<Subscription, Status> {
+    limits::check_filters(exchange.limits(), &filters)?;
     // containerd answers UNKNOWN here (its Subscribe skips error mapping);
     // INVALID_ARGUMENT is what the error actually is. Same message text.
     let filter = Filter::parse_all(&filters).map_err(|e| {
@@ -48,13 +50,30 @@ pub(super) fn subscribe(exchange: &Exchange, filters: Vec<String>) -> Result<Sub
             "subscription error: failed parsing subscription filters: {e}: invalid argument"
         ))
     })?;
-    exchange
-        .subscribe(filter)
-        .map_err(|e| Status::unavailable(e.to_string()))
+    exchange.subscribe(filter).map_err(|e| e.status())
 }
 
 fn status(error: AcceptError) -> Status {
     Status::new(error.code(), error.to_string())
+}
+
+/// Runs a Publish or Forward under `exchange.limits.request_timeout`. A call that runs
+/// out of time may still have been taken (it can be sequenced before the wait for
+/// the disk ends), as with any gRPC deadline: the client cannot tell, and retries.
+async fn within_timeout<T>(
+    exchange: &Exchange,
+    call: &'static str,
+    work: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    let timeout = exchange.limits().request_timeout;
+    match tokio::time::timeout(timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(Limit::RequestTimeout.reject(format!(
+            "{call} did not finish within {} (exchange.limits.request_timeout); the gateway \
+             is waiting for room in the spool or a forwarder's queue: deadline exceeded",
+            humantime::format_duration(timeout)
+        ))),
+    }
 }
 
 type EnvelopeStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send>>;
@@ -73,21 +92,25 @@ impl Events for EventsService {
             ),
         };
         let PublishRequest { topic, event } = request.into_inner();
-        let accepted = self
-            .exchange
-            .publish(namespace.as_deref(), topic, event)
-            .await
-            .map_err(status)?;
+        let accepted = within_timeout(&self.exchange, "publish", async {
+            self.exchange
+                .publish(namespace.as_deref(), topic, event)
+                .await
+                .map_err(status)
+        })
+        .await?;
         tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "published");
         Ok(Response::new(()))
     }
 
     async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<()>, Status> {
-        let accepted = self
-            .exchange
-            .forward(request.into_inner().envelope)
-            .await
-            .map_err(status)?;
+        let accepted = within_timeout(&self.exchange, "forward", async {
+            self.exchange
+                .forward(request.into_inner().envelope)
+                .await
+                .map_err(status)
+        })
+        .await?;
         tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
         Ok(Response::new(()))
     }

@@ -6,6 +6,7 @@ use super::*;
 fn exchange(queue: usize) -> Exchange {
     Exchange::new(ExchangeConfig {
         subscriber_queue: queue,
+        ..ExchangeConfig::default()
     })
 }
 

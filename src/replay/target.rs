@@ -12,12 +12,20 @@ use crate::config::{Config, ForwarderSpec};
 use crate::filter::Filter;
 use crate::forward::{Context, Forwarder, Kinds};
 use crate::pipeline::settings::RetrySettings;
+use crate::tls::ClientTls;
 
 /// `--to-forwarder NAME --config FILE` or `--to-address SOCK`.
 #[derive(Clone, Debug)]
 pub enum TargetSpec {
-    Forwarder { name: String, config: PathBuf },
-    Address { address: String, timeout: Duration },
+    Forwarder {
+        name: String,
+        config: PathBuf,
+    },
+    Address {
+        address: String,
+        timeout: Duration,
+        tls: ClientTls,
+    },
 }
 
 /// Events per Forward batch (and per state-file update) with `--to-address`.
@@ -51,6 +59,7 @@ enum Plan {
     Address {
         address: String,
         timeout: Duration,
+        tls: ClientTls,
     },
 }
 
@@ -100,7 +109,11 @@ impl TargetSpec {
                     },
                 })
             }
-            TargetSpec::Address { address, timeout } => {
+            TargetSpec::Address {
+                address,
+                timeout,
+                tls,
+            } => {
                 let label = match Address::parse(address)? {
                     Address::Unix(path) => {
                         let canonical = std::fs::canonicalize(&path)
@@ -115,6 +128,7 @@ impl TargetSpec {
                     plan: Plan::Address {
                         address: address.clone(),
                         timeout: *timeout,
+                        tls: tls.clone(),
                     },
                 })
             }
@@ -164,8 +178,12 @@ impl Resolved {
                     partial: None,
                 })
             }
-            Plan::Address { address, timeout } => {
-                let events_client = client::connect(address, *timeout).await?;
+            Plan::Address {
+                address,
+                timeout,
+                tls,
+            } => {
+                let events_client = client::connect_tls(address, *timeout, tls).await?;
                 let exchange = Arc::new(ExchangeTarget::new(address.clone(), events_client));
                 Ok(Target {
                     label: self.label.clone(),

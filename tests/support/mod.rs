@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use eventgate::proto::containerd::services::events::v1::events_client::EventsClient;
 use tonic::transport::Channel;
 
+pub mod certs;
 pub mod containerd;
 pub mod image;
 pub mod prometheus;
@@ -431,4 +432,44 @@ pub fn exit_request(
     req.metadata_mut()
         .insert("containerd-namespace", "default".parse().expect("header"));
     req
+}
+
+/// A TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// Waits until `addr` accepts TCP connections.
+pub fn wait_tcp(addr: &str) {
+    wait_for(&format!("{addr} to accept connections"), DEADLINE, || {
+        std::net::TcpStream::connect(addr).ok()
+    });
+}
+
+/// GET `path` from an HTTP endpoint (HTTP/1.0, so the body is never chunked);
+/// returns (status, body).
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").expect("headers end");
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("status line in {head:?}"));
+    (code, body.to_owned())
+}
+
+/// The gateway's /metrics, parsed.
+pub fn scrape(gw: &mut Gateway) -> prometheus::Scrape {
+    let (code, body) = http_get(gw.admin_addr(), "/metrics");
+    assert_eq!(code, 200, "{body}");
+    prometheus::parse(&body)
 }

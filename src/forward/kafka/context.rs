@@ -26,6 +26,8 @@ pub struct LogContext {
     forwarder: Arc<str>,
     seen: Mutex<HashMap<String, (Instant, u64)>>,
     down: Arc<BrokersDown>,
+    /// Values of secret properties: librdkafka's own texts never show them.
+    secrets: Vec<String>,
 }
 
 /// Raised when librdkafka reports that every broker connection is down (for example
@@ -60,7 +62,20 @@ impl LogContext {
             forwarder,
             seen: Mutex::new(HashMap::new()),
             down,
+            secrets: Vec::new(),
         }
+    }
+
+    /// Masks these values (the configured secrets) in everything logged.
+    pub fn hiding(mut self, secrets: Vec<String>) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        self.secrets.iter().fold(text.to_owned(), |out, secret| {
+            out.replace(secret.as_str(), "***")
+        })
     }
 
     /// `Some(repeats suppressed since the last line)` when `kind` may be logged now.
@@ -90,6 +105,7 @@ impl ClientContext for LogContext {
             return;
         };
         let forwarder = &*self.forwarder;
+        let message = self.scrub(message);
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -119,8 +135,8 @@ impl ClientContext for LogContext {
             // events wait in the spool. Failures that lose nothing are warnings.
             tracing::warn!(
                 forwarder = &*self.forwarder,
-                %error,
-                reason,
+                error = self.scrub(&error.to_string()),
+                reason = self.scrub(reason),
                 suppressed,
                 "kafka client error (repeats within 10s are counted, not logged)"
             );

@@ -37,7 +37,7 @@ use rdkafka::producer::{DeliveryFuture, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
 pub use config::KafkaOptions;
-pub use properties::is_secret;
+pub use properties::{is_secret, redact};
 pub use record::{Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
@@ -330,7 +330,7 @@ async fn create_producer(
     down: Arc<BrokersDown>,
 ) -> Result<Producer, String> {
     let config = config.clone();
-    let context = LogContext::new(Arc::clone(name), down);
+    let context = LogContext::new(Arc::clone(name), down).hiding(options.properties.secrets());
     let created =
         tokio::task::spawn_blocking(move || config.create_with_context::<_, Producer>(context))
             .await

@@ -44,18 +44,44 @@ impl fmt::Debug for Properties {
     }
 }
 
-/// Property names whose values must never be shown.
+/// Property names whose values must never be shown: passwords, secrets, tokens,
+/// inline PEM (`ssl.key.pem`; certificates too, rather than guess which are public)
+/// and librdkafka's OAUTHBEARER configuration string.
 pub fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     key.contains("password")
         || key.contains("secret")
-        || key == "ssl.key.pem"
+        || key.contains("token")
+        || key.contains("credential")
+        || key.ends_with(".pem")
         || key == "sasl.oauthbearer.config"
+}
+
+/// Replaces the value of every secret key in a forwarder's option table, at any
+/// depth (`properties = { "sasl.password" = ... }`), with "***": for printing the
+/// effective configuration.
+pub fn redact(options: &mut toml::Table) {
+    for (key, value) in options.iter_mut() {
+        match value {
+            toml::Value::Table(inner) => redact(inner),
+            _ if is_secret(key) => *value = toml::Value::String("***".into()),
+            _ => {}
+        }
+    }
 }
 
 impl Properties {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// The values of the secret properties (non-empty ones).
+    pub fn secrets(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(k, v)| is_secret(k) && !v.is_empty())
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     /// `text` with every configured secret value replaced by `***`.

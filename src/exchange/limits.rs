@@ -1,0 +1,222 @@
+//! `[exchange.limits]`: what one client may ask of the exchange, and how a refusal
+//! looks on the wire. Every refusal has a precise message, the gRPC code a containerd
+//! client would expect, and one count in `eventgate_limit_rejections_total{limit}`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tonic::{Code, Status};
+
+use crate::pipeline::settings::ByteSize;
+
+/// Room for the request wrapper around an envelope (ForwardRequest's tag and length
+/// prefix): a request larger than `max_event_bytes` plus this cannot carry an
+/// acceptable event, so it is refused before its body is read.
+pub const REQUEST_OVERHEAD: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitSettings {
+    /// Largest event accepted by Publish or Forward: the envelope as stored (topic,
+    /// namespace, timestamp and payload), encoded.
+    pub max_event_bytes: ByteSize,
+    /// Most subscribers connected at once.
+    pub max_subscribers: usize,
+    /// Most filter strings in one Subscribe request.
+    pub max_filters: usize,
+    /// Longest filter string, in bytes.
+    pub max_filter_bytes: usize,
+    /// Most concurrent HTTP/2 streams (calls) on one client connection.
+    pub max_streams_per_connection: u32,
+    /// How long a Publish or Forward may take, waits for room included.
+    #[serde(with = "crate::config::duration_text")]
+    pub request_timeout: Duration,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        Self {
+            max_event_bytes: ByteSize(1 << 20),
+            max_subscribers: 1024,
+            max_filters: 64,
+            max_filter_bytes: 4096,
+            max_streams_per_connection: 256,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl LimitSettings {
+    /// Checks ranges; the error names the key.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let at_least_one = |key: &'static str, value: u64| {
+            if value == 0 {
+                Err((key, "must be at least 1".to_owned()))
+            } else {
+                Ok(())
+            }
+        };
+        at_least_one("exchange.limits.max_event_bytes", self.max_event_bytes.0)?;
+        if self.max_event_bytes.0 > 1 << 30 {
+            return Err((
+                "exchange.limits.max_event_bytes",
+                format!(
+                    "{} is more than 1GiB; events are held in memory whole",
+                    self.max_event_bytes
+                ),
+            ));
+        }
+        at_least_one(
+            "exchange.limits.max_subscribers",
+            self.max_subscribers as u64,
+        )?;
+        at_least_one("exchange.limits.max_filters", self.max_filters as u64)?;
+        at_least_one(
+            "exchange.limits.max_filter_bytes",
+            self.max_filter_bytes as u64,
+        )?;
+        at_least_one(
+            "exchange.limits.max_streams_per_connection",
+            self.max_streams_per_connection.into(),
+        )?;
+        if self.request_timeout.is_zero() {
+            return Err((
+                "exchange.limits.request_timeout",
+                "must be more than 0s".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// tonic's own limit on a request message: any request above it cannot hold an
+    /// acceptable event. Its refusal is rewritten to [`Limit::EventBytes`]'s.
+    pub fn max_request_bytes(&self) -> usize {
+        self.max_event_bytes.get().saturating_add(REQUEST_OVERHEAD)
+    }
+}
+
+/// Which limit refused a call: the `limit` label of the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    EventBytes,
+    Subscribers,
+    Filters,
+    FilterBytes,
+    RequestTimeout,
+}
+
+impl Limit {
+    pub fn label(self) -> &'static str {
+        match self {
+            Limit::EventBytes => "max_event_bytes",
+            Limit::Subscribers => "max_subscribers",
+            Limit::Filters => "max_filters",
+            Limit::FilterBytes => "max_filter_bytes",
+            Limit::RequestTimeout => "request_timeout",
+        }
+    }
+
+    /// Limits on what a request *is* are INVALID_ARGUMENT: the same request will never
+    /// succeed, as with containerd's own validation errors. A full gateway is
+    /// RESOURCE_EXHAUSTED (it may have room later); a slow call DEADLINE_EXCEEDED.
+    pub fn code(self) -> Code {
+        match self {
+            Limit::EventBytes | Limit::Filters | Limit::FilterBytes => Code::InvalidArgument,
+            Limit::Subscribers => Code::ResourceExhausted,
+            Limit::RequestTimeout => Code::DeadlineExceeded,
+        }
+    }
+
+    /// The refusal as a client sees it, counted.
+    pub fn reject(self, message: String) -> Status {
+        metrics::counter!("eventgate_limit_rejections_total", "limit" => self.label()).increment(1);
+        tracing::debug!(limit = self.label(), %message, "call refused by a limit");
+        Status::new(self.code(), message)
+    }
+}
+
+/// The message for an event (or a request) over `max_event_bytes`.
+pub fn event_too_large(what: &str, size: usize, limit: usize) -> String {
+    format!(
+        "{what} is {size} bytes, more than the {limit} bytes exchange.limits.max_event_bytes \
+         allows: invalid argument"
+    )
+}
+
+/// Checks a Subscribe request's filters against the count and length limits.
+pub fn check_filters(limits: &LimitSettings, filters: &[String]) -> Result<(), Status> {
+    if filters.len() > limits.max_filters {
+        return Err(Limit::Filters.reject(format!(
+            "subscription has {} filters, more than the {} exchange.limits.max_filters allows: \
+             invalid argument",
+            filters.len(),
+            limits.max_filters
+        )));
+    }
+    if let Some((i, long)) = filters
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.len() > limits.max_filter_bytes)
+    {
+        return Err(Limit::FilterBytes.reject(format!(
+            "filter {} is {} bytes, more than the {} exchange.limits.max_filter_bytes allows: \
+             invalid argument",
+            i + 1,
+            long.len(),
+            limits.max_filter_bytes
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_zero_is_refused_by_name() {
+        LimitSettings::default().validate().unwrap();
+        let zero = LimitSettings {
+            max_subscribers: 0,
+            ..LimitSettings::default()
+        };
+        assert_eq!(
+            zero.validate().unwrap_err().0,
+            "exchange.limits.max_subscribers"
+        );
+        let no_time = LimitSettings {
+            request_timeout: Duration::ZERO,
+            ..LimitSettings::default()
+        };
+        assert_eq!(
+            no_time.validate().unwrap_err().0,
+            "exchange.limits.request_timeout"
+        );
+    }
+
+    #[test]
+    fn filters_over_the_limits_are_invalid_arguments_naming_the_key() {
+        let limits = LimitSettings {
+            max_filters: 2,
+            max_filter_bytes: 10,
+            ..LimitSettings::default()
+        };
+        let three = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let status = check_filters(&limits, &three).unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(
+            status
+                .message()
+                .contains("3 filters, more than the 2 exchange.limits.max_filters")
+        );
+        let long = vec!["a".to_owned(), "x".repeat(11)];
+        let status = check_filters(&limits, &long).unwrap_err();
+        assert!(
+            status.message().contains("filter 2 is 11 bytes"),
+            "{}",
+            status.message()
+        );
+        check_filters(&limits, &["topic==\"/a\"".to_owned()]).unwrap_err();
+        check_filters(&limits, &["namespace".to_owned()]).unwrap();
+    }
+}
