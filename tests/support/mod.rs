@@ -449,22 +449,53 @@ pub fn wait_tcp(addr: &str) {
     });
 }
 
-/// GET `path` from an HTTP endpoint (HTTP/1.0, so the body is never chunked);
-/// returns (status, body).
+/// GET `path` from an HTTP endpoint; returns (status, body).
 pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    http(addr, "GET", path)
+}
+
+/// One HTTP/1.1 request on a fresh connection; returns (status, body), de-chunked.
+pub fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send request");
     let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
+    stream.read_to_string(&mut response).expect("read response");
     let (head, body) = response.split_once("\r\n\r\n").expect("headers end");
     let code = head
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("status line in {head:?}"));
-    (code, body.to_owned())
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    (
+        code,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    )
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = &rest[size + 2..];
+    }
+    out
 }
 
 /// The gateway's /metrics, parsed.
