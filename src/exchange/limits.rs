@@ -57,11 +57,14 @@ impl LimitSettings {
             }
         };
         at_least_one("exchange.limits.max_event_bytes", self.max_event_bytes.0)?;
-        if self.max_event_bytes.0 > 1 << 30 {
+        // A spool record holds at most 16 MiB, its own header and the event's
+        // source name included: anything larger would pass this check and then fail
+        // at the spool with a less precise error.
+        if self.max_event_bytes.0 > MAX_EVENT_BYTES {
             return Err((
                 "exchange.limits.max_event_bytes",
                 format!(
-                    "{} is more than 1GiB; events are held in memory whole",
+                    "{} is more than 15MiB, the largest event the spool stores",
                     self.max_event_bytes
                 ),
             ));
@@ -135,6 +138,10 @@ impl Limit {
     }
 }
 
+/// The largest `max_event_bytes`: below the spool's record limit with room for the
+/// record's header and source name.
+pub const MAX_EVENT_BYTES: u64 = 15 << 20;
+
 /// The message for an event (or a request) over `max_event_bytes`.
 pub fn event_too_large(what: &str, size: usize, limit: usize) -> String {
     format!(
@@ -192,6 +199,44 @@ mod tests {
             no_time.validate().unwrap_err().0,
             "exchange.limits.request_timeout"
         );
+    }
+
+    /// An event the limit lets in must also fit a spool record, or it would be
+    /// accepted here and then fail at the spool.
+    #[test]
+    fn the_largest_allowed_event_fits_a_spool_record() {
+        let largest = LimitSettings {
+            max_event_bytes: ByteSize(MAX_EVENT_BYTES),
+            ..LimitSettings::default()
+        };
+        largest.validate().unwrap();
+        let over = LimitSettings {
+            max_event_bytes: ByteSize(MAX_EVENT_BYTES + 1),
+            ..LimitSettings::default()
+        };
+        let (key, why) = over.validate().unwrap_err();
+        assert_eq!(key, "exchange.limits.max_event_bytes");
+        assert!(why.contains("largest event the spool stores"), "{why}");
+
+        let envelope = crate::proto::containerd::types::Envelope {
+            timestamp: Some(prost_types::Timestamp::default()),
+            namespace: "n".repeat(76),
+            topic: format!("/{}", "t".repeat(254)),
+            event: Some(prost_types::Any {
+                type_url: "containerd.events.TaskExit".into(),
+                value: vec![7; MAX_EVENT_BYTES as usize - 400],
+            }),
+        };
+        assert!(prost::Message::encoded_len(&envelope) as u64 <= MAX_EVENT_BYTES);
+        let name: String = "u".repeat(256);
+        let event = crate::event::Event::new(
+            u64::MAX / 2,
+            crate::event::EventId::generate(),
+            crate::event::Source::Upstream(name.into()),
+            envelope,
+        );
+        let mut buf = Vec::new();
+        assert!(crate::spool::record::encode(&event, &mut buf).is_ok());
     }
 
     #[test]
