@@ -157,7 +157,7 @@ impl Round {
     async fn run(&self, stop: &CancellationToken) -> bool {
         let started = Instant::now();
         let labels = [("forwarder", self.name.to_string())];
-        let mut stored = match self.blocking_mut(|c| retention::count_rows(c)).await {
+        let mut stored = match self.count().await {
             None => return false,
             Some(Ok(n)) => n,
             Some(Err(error)) => {
@@ -241,6 +241,36 @@ impl Round {
             self.failed("checkpointing the WAL", &error);
         }
         freed
+    }
+
+    /// Counts rows on a read connection of its own: a full count walks an index,
+    /// which on a large store takes long enough that inserts should not wait for it
+    /// (in WAL mode a reader never blocks the writer). `None` once the forwarder is
+    /// closed.
+    async fn count(&self) -> Option<Result<u64, StepError>> {
+        if self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
+        {
+            return None;
+        }
+        let path = Arc::clone(&self.path);
+        let counted = tokio::task::spawn_blocking(move || {
+            let conn = Connection::open_with_flags(
+                path.as_path(),
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            conn.busy_timeout(Duration::from_secs(5))?;
+            retention::count_rows(&conn)
+        })
+        .await;
+        Some(match counted {
+            Ok(result) => result.map_err(StepError::from),
+            Err(error) => Err(StepError::Task(error)),
+        })
     }
 
     /// Runs `work` on the blocking pool with the forwarder's connection; `None` once
