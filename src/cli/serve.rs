@@ -126,11 +126,14 @@ impl ServeArgs {
 
 pub async fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
-    // Before anything else: SIGHUP's default action would end the process.
+    // Before anything else: the default action of SIGHUP, SIGTERM and SIGINT would end
+    // the process, and a stop asked for while starting (socket already bound) should
+    // still drain and clean up.
     let hangup = signal(SignalKind::hangup()).map_err(|source| CliError::Io {
         context: "cannot install the SIGHUP handler".into(),
         source,
     })?;
+    let stop = shutdown_signal();
     let gateway = Gateway::start(&config).await?;
     let origin = match &args.config {
         Some(path) => path.display().to_string(),
@@ -141,7 +144,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         .reloader()
         .set_source(origin, Arc::new(move || source.load()));
     let reloads = tokio::spawn(reload_on_hangup(hangup, Arc::clone(gateway.reloader())));
-    let result = gateway.run_until(shutdown_signal()).await;
+    let result = gateway.run_until(stop).await;
     reloads.abort();
     result?;
     Ok(ExitCode::SUCCESS)
@@ -156,26 +159,33 @@ async fn reload_on_hangup(mut hangup: Signal, reloader: Arc<Reloader>) {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM. If the handlers cannot be installed the gateway
-/// still runs; it just cannot stop gracefully.
-async fn shutdown_signal() {
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => Some(term),
+/// Installs the SIGINT and SIGTERM handlers now and returns a future that resolves on
+/// either. If a handler cannot be installed the gateway still runs; it just cannot be
+/// stopped gracefully by that signal.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let install = |kind: SignalKind, name: &'static str| match signal(kind) {
+        Ok(signal) => Some(signal),
         Err(error) => {
-            tracing::error!(%error, "cannot install the SIGTERM handler");
+            tracing::error!(%error, "cannot install the {name} handler");
             None
         }
     };
-    let term = async {
-        match term.as_mut() {
-            Some(term) => {
-                term.recv().await;
-            }
-            None => std::future::pending().await,
+    let mut term = install(SignalKind::terminate(), "SIGTERM");
+    let mut int = install(SignalKind::interrupt(), "SIGINT");
+    async move {
+        tokio::select! {
+            () = received(int.as_mut()) => tracing::info!("SIGINT received"),
+            () = received(term.as_mut()) => tracing::info!("SIGTERM received"),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
+    }
+}
+
+/// Resolves when `signal` arrives; never without a handler.
+async fn received(signal: Option<&mut Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
     }
 }
