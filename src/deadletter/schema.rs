@@ -120,20 +120,11 @@ fn schema_error(path: &Path, error: SchemaError) -> DeadLetterError {
 mod tests {
     use super::*;
 
-    /// A migration file that is not in [`MIGRATIONS`] would silently never run.
     #[test]
     fn every_migration_file_is_listed_in_order() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/deadletter");
-        let mut files: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|name| name.ends_with(".sql"))
-            .collect();
-        files.sort();
-        let listed: Vec<&str> = MIGRATIONS.iter().map(|m| m.name).collect();
-        assert_eq!(files, listed);
-        for (i, migration) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(migration.version, i as i64 + 1, "{}", migration.name);
-        }
+        migrate::assert_files_listed(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/deadletter"),
+            MIGRATIONS,
+        );
     }
 }

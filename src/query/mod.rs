@@ -26,10 +26,6 @@ use crate::store::{self, StoreError};
 
 #[derive(Debug, Error)]
 pub enum QueryError {
-    #[error(
-        "no audit store at {path}; the `sqlite` forwarder creates it when `eventgate serve` runs (name another file with --db or --data-dir)"
-    )]
-    Missing { path: PathBuf },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("audit store {path}: {what}")]
@@ -62,11 +58,6 @@ impl Reader {
     /// a file that is not SQLite, another application's database and other schema
     /// versions, with the store's own messages. Blocking.
     pub fn open(path: &Path) -> Result<Reader, QueryError> {
-        if !path.exists() {
-            return Err(QueryError::Missing {
-                path: path.to_path_buf(),
-            });
-        }
         let conn = store::open_reader(path, READ_BUSY_TIMEOUT)?;
         Ok(Reader {
             conn,

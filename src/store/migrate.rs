@@ -191,31 +191,40 @@ pub fn migrate(conn: &mut Connection, schema: &Schema) -> Result<i64, SchemaErro
     Ok(found)
 }
 
+/// Test check shared by every schema: each `.sql` file in `dir` is listed in
+/// `migrations`, in order, numbered by its name (an unlisted file would silently
+/// never run).
+#[cfg(test)]
+pub(crate) fn assert_files_listed(dir: &Path, migrations: &[Migration]) {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".sql"))
+        .collect();
+    files.sort();
+    let listed: Vec<&str> = migrations.iter().map(|m| m.name).collect();
+    assert_eq!(files, listed);
+    for (i, migration) in migrations.iter().enumerate() {
+        assert_eq!(migration.version, i as i64 + 1, "{}", migration.name);
+        assert!(
+            migration
+                .name
+                .starts_with(&format!("{:04}_", migration.version)),
+            "{} does not start with its version",
+            migration.name
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A migration file that is not in [`MIGRATIONS`] would silently never run.
     #[test]
     fn every_migration_file_is_listed_in_order() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-        let mut files: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|name| name.ends_with(".sql"))
-            .collect();
-        files.sort();
-        let listed: Vec<&str> = MIGRATIONS.iter().map(|m| m.name).collect();
-        assert_eq!(files, listed);
-        for (i, migration) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(migration.version, i as i64 + 1, "{}", migration.name);
-            assert!(
-                migration
-                    .name
-                    .starts_with(&format!("{:04}_", migration.version)),
-                "{} does not start with its version",
-                migration.name
-            );
-        }
+        assert_files_listed(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations"),
+            MIGRATIONS,
+        );
     }
 }

@@ -27,6 +27,10 @@ pub use insert::{InsertError, insert_rows, raw_insert_rows};
 
 #[derive(Debug, Error)]
 pub enum StoreError {
+    #[error(
+        "no audit store at {path}; the `sqlite` forwarder creates it when `eventgate serve` runs (name another file with --db or --data-dir)"
+    )]
+    Missing { path: PathBuf },
     #[error("cannot create the directory {dir} for the audit store")]
     CreateDir {
         dir: PathBuf,
@@ -200,6 +204,12 @@ pub fn open_writer(path: &Path, options: &WriterOptions) -> Result<Connection, S
 /// Opens an existing audit store read-only, for queries. The schema must be the one
 /// this binary knows (the writer migrates; readers never write).
 pub fn open_reader(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    // Without this SQLite answers a missing file with its bare "unable to open".
+    if !path.exists() {
+        return Err(StoreError::Missing {
+            path: path.to_path_buf(),
+        });
+    }
     let sqlite = |what| move |source| StoreError::from_open(path, what, source);
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(sqlite("opening for reading"))?;

@@ -27,10 +27,6 @@ use walk::Walk;
 
 #[derive(Debug, Error)]
 pub enum VerifyError {
-    #[error(
-        "no audit store at {path}; the `sqlite` forwarder creates it when `eventgate serve` runs (name another file with --db or --data-dir)"
-    )]
-    Missing { path: PathBuf },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("audit store {path}: {what}")]
@@ -68,13 +64,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const ROWS: &str = "SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, \
      payload, event, source, prev_hash, hash FROM events ORDER BY row_id";
 
-/// Opens the store read-only, refusing a missing file with a message of its own.
+/// Opens the store read-only (a missing file is refused with the store's message).
 pub fn open(path: &Path) -> Result<Connection, VerifyError> {
-    if !path.exists() {
-        return Err(VerifyError::Missing {
-            path: path.to_path_buf(),
-        });
-    }
     Ok(open_reader(path, BUSY_TIMEOUT)?)
 }
 
