@@ -66,13 +66,21 @@ pub enum Source {
 }
 
 impl Source {
+    /// Every value [`Source::label`] returns, in [`Source::index`] order.
+    pub const LABELS: [&'static str; 4] = ["publish", "forward", "upstream", "internal"];
+
     /// A low-cardinality label for metrics.
     pub fn label(&self) -> &'static str {
+        Self::LABELS[self.index()]
+    }
+
+    /// This source's position in [`Source::LABELS`].
+    pub fn index(&self) -> usize {
         match self {
-            Source::Publish => "publish",
-            Source::Forward => "forward",
-            Source::Upstream(_) => "upstream",
-            Source::Internal => "internal",
+            Source::Publish => 0,
+            Source::Forward => 1,
+            Source::Upstream(_) => 2,
+            Source::Internal => 3,
         }
     }
 

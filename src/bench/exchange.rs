@@ -23,6 +23,8 @@ pub struct ExchangeBench {
     pub subscribers: usize,
     /// Events each publisher sends.
     pub events: usize,
+    /// Publish calls each publisher keeps outstanding on its connection.
+    pub in_flight: usize,
     /// How long to wait for stragglers after the last publish.
     pub drain_timeout: Duration,
 }
@@ -87,14 +89,19 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
     }
     let start = Instant::now();
     let mut publishing = JoinSet::new();
-    for (p, mut client) in publishers.into_iter().enumerate() {
-        let events = bench.events;
-        publishing.spawn(async move {
-            for i in 0..events {
-                publish(&mut client, format!("bench-{p}"), i as u32).await?;
-            }
-            Ok::<_, BenchError>(events as u64)
-        });
+    let lanes = bench.in_flight.max(1);
+    for (p, client) in publishers.into_iter().enumerate() {
+        for lane in 0..lanes {
+            // Lanes split the publisher's events; each waits for its own replies.
+            let events = bench.events / lanes + usize::from(lane < bench.events % lanes);
+            let mut client = client.clone();
+            publishing.spawn(async move {
+                for i in 0..events {
+                    publish(&mut client, format!("bench-{p}-{lane}"), i as u32).await?;
+                }
+                Ok::<_, BenchError>(events as u64)
+            });
+        }
     }
     let mut published = 0;
     while let Some(result) = publishing.join_next().await {

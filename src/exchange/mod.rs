@@ -15,6 +15,7 @@ pub mod limits;
 mod routes;
 mod service;
 mod subscription;
+mod unary;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -161,6 +162,27 @@ struct Inner {
     /// The critical section only runs filters and non-blocking `try_send`s.
     state: Mutex<State>,
     closed: AtomicBool,
+    counters: SourceCounters,
+}
+
+/// Received and accepted counters per source, looked up once: a `counter!` with
+/// labels hashes its key into the registry on every call, twice per event here.
+struct SourceCounters {
+    received: [metrics::Counter; Source::LABELS.len()],
+    accepted: [metrics::Counter; Source::LABELS.len()],
+}
+
+impl SourceCounters {
+    fn new() -> Self {
+        Self {
+            received: Source::LABELS.map(
+                |label| metrics::counter!("eventgate_events_received_total", "source" => label),
+            ),
+            accepted: Source::LABELS.map(
+                |label| metrics::counter!("eventgate_events_accepted_total", "source" => label),
+            ),
+        }
+    }
 }
 
 struct State {
@@ -202,6 +224,7 @@ impl Exchange {
                     subscribers: Vec::new(),
                 }),
                 closed: AtomicBool::new(false),
+                counters: SourceCounters::new(),
             }),
         }
     }
@@ -316,8 +339,7 @@ impl Exchange {
             };
             state.next_seq += 1;
             let event = Arc::new(event);
-            metrics::counter!("eventgate_events_received_total", "source" => event.source.label())
-                .increment(1);
+            self.inner.counters.received[event.source.index()].increment(1);
             self.inner.router.route(&event);
             self.fan_out(&mut state, &event);
             (event, ticket)
@@ -331,8 +353,7 @@ impl Exchange {
                 .await
                 .map_err(|e| self.rejected(AcceptError::Spool(e)))?;
         }
-        metrics::counter!("eventgate_events_accepted_total", "source" => event.source.label())
-            .increment(1);
+        self.inner.counters.accepted[event.source.index()].increment(1);
         Ok(event)
     }
 

@@ -1,7 +1,9 @@
-//! The Events service as served: the generated server for Publish and Forward, and
-//! Subscribe served here so that each event is protobuf-encoded once, not once per
-//! subscriber. Every subscriber's stream carries the same shared bytes; the generated
-//! server would clone the envelope and encode it again for each of them.
+//! The Events service as served. Subscribe is served here so that each event is
+//! protobuf-encoded once, not once per subscriber: every subscriber's stream carries
+//! the same shared bytes, where the generated server would clone the envelope and
+//! encode it again for each of them. Publish and Forward are answered straight from
+//! the request ([`super::unary`]); the generated server only answers what is left
+//! (unknown methods).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -15,8 +17,8 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::server::{Grpc, NamedService, ServerStreamingService};
 use tonic::{Request, Response, Status};
 
-use super::limits::{self, Limit};
 use super::service::{EventsService, subscribe};
+use super::unary;
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::proto::containerd::services::events::v1::events_server::{EventsServer, SERVICE_NAME};
 
@@ -33,37 +35,11 @@ pub struct EventsRoutes {
 
 impl EventsRoutes {
     pub(super) fn new(service: EventsService) -> Self {
-        // tonic refuses a larger request before reading its body; the refusal is
-        // rewritten below so that it reads like the exchange's own size check.
-        let max_request = service.exchange().limits().max_request_bytes();
         Self {
-            generated: EventsServer::new(service.clone()).max_decoding_message_size(max_request),
+            generated: EventsServer::new(service.clone()),
             service,
         }
     }
-}
-
-/// tonic's "decoded message length too large" (OUT_OF_RANGE, naming neither the
-/// limit's key nor what to do) becomes the exchange's INVALID_ARGUMENT for an event
-/// over `exchange.limits.max_event_bytes`, counted like it.
-fn explain_oversize<B: Default>(response: http::Response<B>, limit: usize) -> http::Response<B> {
-    let Some(status) = Status::from_header_map(response.headers()) else {
-        return response;
-    };
-    if status.code() != tonic::Code::OutOfRange {
-        return response;
-    }
-    let Some(found) = status
-        .message()
-        .strip_prefix("Error, decoded message length too large: found ")
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse::<usize>().ok())
-    else {
-        return response;
-    };
-    Limit::EventBytes
-        .reject(limits::event_too_large("request", found, limit))
-        .into_http()
 }
 
 impl NamedService for EventsRoutes {
@@ -84,13 +60,12 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if let Some(method) = unary::Method::of(request.uri().path()) {
+            let service = self.service.clone();
+            return Box::pin(async move { Ok(unary::serve(method, service, request).await) });
+        }
         if request.uri().path() != SUBSCRIBE_PATH {
-            let limit = self.service.exchange().limits().max_event_bytes.get();
-            let call = self.generated.call(request);
-            return Box::pin(async move {
-                let response = call.await?;
-                Ok(explain_oversize(response, limit))
-            });
+            return self.generated.call(request);
         }
         let method = SubscribeMethod(self.service.clone());
         Box::pin(async move {

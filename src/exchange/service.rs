@@ -76,42 +76,56 @@ async fn within_timeout<T>(
     }
 }
 
+/// Publish, whichever way it was served: the namespace comes from the request's
+/// headers.
+pub(super) async fn publish(
+    exchange: &Exchange,
+    headers: &http::HeaderMap,
+    request: PublishRequest,
+) -> Result<(), Status> {
+    // The first value wins, as in containerd: Go clients prepend the newest namespace.
+    let namespace = match headers.get(NAMESPACE_HEADER) {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| status(AcceptError::UnreadableNamespace))?,
+        ),
+    };
+    let PublishRequest { topic, event } = request;
+    let accepted = within_timeout(exchange, "publish", async {
+        exchange
+            .publish(namespace, topic, event)
+            .await
+            .map_err(status)
+    })
+    .await?;
+    tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "published");
+    Ok(())
+}
+
+/// Forward, whichever way it was served.
+pub(super) async fn forward(exchange: &Exchange, request: ForwardRequest) -> Result<(), Status> {
+    let accepted = within_timeout(exchange, "forward", async {
+        exchange.forward(request.envelope).await.map_err(status)
+    })
+    .await?;
+    tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
+    Ok(())
+}
+
 type EnvelopeStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Events for EventsService {
     async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<()>, Status> {
-        // The first value wins, as in containerd: Go clients prepend the newest namespace.
-        let namespace = match request.metadata().get(NAMESPACE_HEADER) {
-            None => None,
-            Some(value) => Some(
-                value
-                    .to_str()
-                    .map_err(|_| status(AcceptError::UnreadableNamespace))?
-                    .to_owned(),
-            ),
-        };
-        let PublishRequest { topic, event } = request.into_inner();
-        let accepted = within_timeout(&self.exchange, "publish", async {
-            self.exchange
-                .publish(namespace.as_deref(), topic, event)
-                .await
-                .map_err(status)
-        })
-        .await?;
-        tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "published");
+        let (metadata, _, request) = request.into_parts();
+        publish(&self.exchange, metadata.as_ref(), request).await?;
         Ok(Response::new(()))
     }
 
     async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<()>, Status> {
-        let accepted = within_timeout(&self.exchange, "forward", async {
-            self.exchange
-                .forward(request.into_inner().envelope)
-                .await
-                .map_err(status)
-        })
-        .await?;
-        tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
+        forward(&self.exchange, request.into_inner()).await?;
         Ok(Response::new(()))
     }
 

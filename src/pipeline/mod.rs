@@ -353,6 +353,7 @@ impl Pipeline {
             state,
             drops: worker::DropLog::default(),
             health: Arc::clone(&health),
+            spilled: router::spilled_counter(&name),
         });
         let entry = Entry {
             handle: ForwarderHandle {

@@ -24,6 +24,13 @@ pub(super) struct Route {
     pub state: Arc<RouteState>,
     pub drops: DropLog,
     pub health: Arc<Health>,
+    /// Counted per event while the queue is full: looked up once, not per event.
+    pub spilled: metrics::Counter,
+}
+
+/// The counter behind [`Route::spilled`].
+pub(super) fn spilled_counter(name: &str) -> metrics::Counter {
+    metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => name.to_string())
 }
 
 /// Hands accepted events to the forwarders' queues. Cheap to clone; clones share
@@ -98,8 +105,7 @@ impl Router {
                 Pushed::Queued => {}
                 Pushed::Spilled => {
                     route.health.spilling();
-                    metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => route.name.to_string())
-                        .increment(1);
+                    route.spilled.increment(1);
                 }
                 Pushed::Dropped(n) => {
                     let policy = route.queue.settings().overflow.label();

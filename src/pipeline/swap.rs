@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use super::health::Health;
 use super::queue::Queue;
 use super::route::RouteState;
-use super::router::Route;
+use super::router::{self, Route};
 use super::worker::DropLog;
 use super::{ForwarderHandle, Parts, Pipeline, Report};
 use crate::filter::Filter;
@@ -140,6 +140,7 @@ impl Pipeline {
                 state: Arc::clone(&state),
                 drops: DropLog::default(),
                 health: Arc::clone(&health),
+                spilled: router::spilled_counter(&name),
             });
             (Some(route), state)
         });

@@ -176,8 +176,15 @@ impl Spool {
         let shared = self.shared();
         let max = shared.settings.max_bytes.0;
         let waited = shared.settings.block_timeout;
-        let deadline = tokio::time::Instant::now() + waited;
         let mut dropped = Vec::new();
+        // The common case, room to spare, takes the lock once and registers no waiter.
+        {
+            let state = shared.lock();
+            if state.total_bytes + state.buf.len() as u64 + bytes as u64 <= max || state.closing {
+                return Ok(dropped);
+            }
+        }
+        let deadline = tokio::time::Instant::now() + waited;
         loop {
             let notified = shared.room.notified();
             tokio::pin!(notified);

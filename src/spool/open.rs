@@ -96,6 +96,7 @@ pub fn open(
         file,
         len,
         has_records: len > 0,
+        metrics: writer::WriterMetrics::new(),
     };
     let thread = std::thread::Builder::new()
         .name("spool-writer".into())

@@ -26,6 +26,28 @@ pub struct Writer {
     pub len: u64,
     /// Whether the active segment holds any record (a roll never leaves an empty file).
     pub has_records: bool,
+    pub metrics: WriterMetrics,
+}
+
+/// Looked up once: each turn records several, and a lookup hashes the key every time.
+pub struct WriterMetrics {
+    group_records: metrics::Histogram,
+    fsyncs: metrics::Counter,
+    fsync_seconds: metrics::Histogram,
+    bytes: metrics::Gauge,
+    segments: metrics::Gauge,
+}
+
+impl WriterMetrics {
+    pub fn new() -> Self {
+        Self {
+            group_records: metrics::histogram!("eventgate_spool_group_records"),
+            fsyncs: metrics::counter!("eventgate_spool_fsyncs_total"),
+            fsync_seconds: metrics::histogram!("eventgate_spool_fsync_seconds"),
+            bytes: metrics::gauge!("eventgate_spool_bytes"),
+            segments: metrics::gauge!("eventgate_spool_segments"),
+        }
+    }
 }
 
 /// One turn's work, taken under the lock.
@@ -117,7 +139,7 @@ impl Writer {
     fn write_group(&mut self, buf: &[u8], ends: &[(u64, usize)]) -> io::Result<()> {
         let mode = self.shared.settings.fsync;
         let limit = self.shared.settings.segment_bytes.0;
-        metrics::histogram!("eventgate_spool_group_records").record(ends.len() as f64);
+        self.metrics.group_records.record(ends.len() as f64);
         self.shared.groups.fetch_add(1, Ordering::Relaxed);
         let mut i = 0;
         let mut start = 0;
@@ -168,16 +190,17 @@ impl Writer {
             active.bytes = self.len;
             active.end_seq = last_seq + 1;
         }
-        state.publish_gauges();
+        self.metrics.bytes.set(state.total_bytes as f64);
+        self.metrics.segments.set(state.segments.len() as f64);
         Ok(())
     }
 
     fn sync(&self) -> io::Result<()> {
         let start = Instant::now();
         self.file.sync_data()?;
-        metrics::counter!("eventgate_spool_fsyncs_total").increment(1);
+        self.metrics.fsyncs.increment(1);
         self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-        metrics::histogram!("eventgate_spool_fsync_seconds").record(start.elapsed());
+        self.metrics.fsync_seconds.record(start.elapsed());
         Ok(())
     }
 

@@ -19,6 +19,10 @@ pub struct ExchangeArgs {
     /// Concurrent subscribers, each receiving every event.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub subscribers: u32,
+    /// Publish calls each publisher keeps outstanding on its connection (1: each
+    /// call waits for the previous reply, as shims and `containerd publish` do).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub in_flight: u32,
     /// Events each publisher sends per round.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub events: u32,
@@ -78,6 +82,7 @@ pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
         publishers: args.publishers as usize,
         subscribers: args.subscribers as usize,
         events: args.events as usize,
+        in_flight: args.in_flight as usize,
         drain_timeout: Duration::from_secs(60),
     };
     let dir = tempfile::Builder::new()
