@@ -42,6 +42,8 @@ pub struct ForwarderBench {
     /// Events per batch, for the forwarder and the raw baseline alike.
     pub batch: usize,
     pub timeout: Duration,
+    /// The gateway's `spool.fsync`.
+    pub spool_fsync: &'static str,
 }
 
 /// One round's figures.
@@ -87,7 +89,7 @@ pub async fn round(
     };
 
     let config = run_dir.join("eventgate.toml");
-    let toml = sinks::config(sink, bench.batch, round);
+    let toml = sinks::config(sink, bench.batch, round, bench.spool_fsync);
     std::fs::write(&config, toml).map_err(|source| BenchError::Io {
         context: format!("cannot write {}", config.display()),
         source,

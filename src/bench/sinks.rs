@@ -40,9 +40,14 @@ fn topic(round: usize) -> String {
 }
 
 /// The config the gateway runs with: the one forwarder under test.
-pub fn config(sink: &Sink, batch: usize, round: usize) -> String {
+pub fn config(sink: &Sink, batch: usize, round: usize, fsync: &str) -> String {
+    let mut spool = toml::Table::new();
+    spool.insert("fsync".into(), fsync.into());
+    let mut root = toml::Table::new();
+    root.insert("spool".into(), spool.into());
     if let Sink::None = sink {
-        return "forwarder = []\n".into();
+        root.insert("forwarder".into(), toml::Value::Array(Vec::new()));
+        return toml::to_string(&root).unwrap_or_default();
     }
     let mut table = options(sink, round);
     table.insert("name".into(), "bench".into());
@@ -50,7 +55,6 @@ pub fn config(sink: &Sink, batch: usize, round: usize) -> String {
     let mut batch_table = toml::Table::new();
     batch_table.insert("events".into(), (batch as i64).into());
     table.insert("batch".into(), batch_table.into());
-    let mut root = toml::Table::new();
     root.insert(
         "forwarder".into(),
         toml::Value::Array(vec![toml::Value::Table(table)]),

@@ -55,7 +55,7 @@ pub enum SpoolFsync {
 }
 
 impl SpoolFsync {
-    fn toml(self) -> &'static str {
+    pub(super) fn toml(self) -> &'static str {
         match self {
             SpoolFsync::Always => "always",
             SpoolFsync::Batch => "batch",

@@ -48,6 +48,11 @@ pub struct ForwarderArgs {
     /// The tansu binary to start when no --brokers is given.
     #[arg(long, default_value = "tansu")]
     pub tansu: PathBuf,
+    /// The gateway's `spool.fsync` for the run: every Publish waits until its event
+    /// is durable per this mode ("none": written to the OS, surviving a crash of
+    /// eventgate but not a power loss).
+    #[arg(long, value_enum, default_value = "batch")]
+    pub spool_fsync: super::exchange::SpoolFsync,
 }
 
 pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
@@ -68,6 +73,7 @@ pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
         in_flight: args.in_flight as usize,
         batch: args.batch as usize,
         timeout: args.timeout,
+        spool_fsync: args.spool_fsync.toml(),
     };
     let mut broker = None;
     let mut results: Vec<(Sink, Vec<Round>)> = Vec::new();
