@@ -282,6 +282,90 @@ mod tests {
         }
     }
 
+    fn call(
+        path: &str,
+        headers: &[(&str, &str)],
+        message: &[u8],
+    ) -> http::Request<impl http_body::Body<Data = Bytes, Error = Status>> {
+        let mut request = http::Request::builder().method("POST").uri(path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request
+            .body(body(vec![framed(0, message)]))
+            .expect("request")
+    }
+
+    fn grpc_status(response: &http::Response<tonic::body::Body>) -> Option<&str> {
+        response
+            .headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn a_publish_reaches_subscribers_and_is_answered_ok() {
+        use futures::StreamExt;
+
+        use crate::exchange::{Exchange, ExchangeConfig};
+        use crate::filter::Filter;
+        use prost_types::Any;
+
+        let exchange = Exchange::new(ExchangeConfig::default());
+        let mut subscription = exchange.subscribe(Filter::default()).expect("subscribe");
+        let service = EventsService::new(exchange);
+        let request = PublishRequest {
+            topic: "/tasks/exit".into(),
+            event: Some(Any {
+                type_url: "containerd.events.TaskExit".into(),
+                value: vec![0x0a, 0x02, b'c', b'1'],
+            }),
+        };
+        let response = serve(
+            Method::Publish,
+            service.clone(),
+            call(
+                PUBLISH_PATH,
+                &[("containerd-namespace", "default")],
+                &request.encode_to_vec(),
+            ),
+        )
+        .await;
+        assert_eq!(response.headers()["content-type"], "application/grpc");
+        assert_eq!(grpc_status(&response), None, "status comes in the trailers");
+        let collected = response.into_body().collect().await.expect("body");
+        let trailers = collected.trailers().cloned().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "0");
+        let event = subscription
+            .next()
+            .await
+            .expect("an event")
+            .expect("delivered");
+        assert_eq!(event.envelope.namespace, "default");
+        assert_eq!(event.envelope.topic, "/tasks/exit");
+        assert_eq!(event.envelope.event, request.event);
+
+        // Without a namespace: containerd's FAILED_PRECONDITION, as a trailers-only answer.
+        let response = serve(
+            Method::Publish,
+            service.clone(),
+            call(PUBLISH_PATH, &[], &request.encode_to_vec()),
+        )
+        .await;
+        assert_eq!(grpc_status(&response), Some("9"));
+
+        // A compressed request: tonic's UNIMPLEMENTED, naming the encoding.
+        let response = serve(
+            Method::Forward,
+            service,
+            call(FORWARD_PATH, &[("grpc-encoding", "gzip")], b""),
+        )
+        .await;
+        assert_eq!(grpc_status(&response), Some("12"));
+        let message = response.headers()["grpc-message"].to_str().expect("ascii");
+        assert!(message.contains("gzip"), "{message}");
+    }
+
     #[tokio::test]
     async fn the_empty_answer_is_a_message_then_status_ok() {
         let collected = Empty::default().collect().await.expect("body");
