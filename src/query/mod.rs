@@ -243,23 +243,38 @@ impl Query {
         // makes SQLite copy every one into its sorter; selecting the row_ids first
         // sorts only the ids (from the index alone when the filter is on topic or
         // namespace), then reads the rows in row_id order with no sort at all.
-        let mut sql = match self.since.is_some() || self.until.is_some() {
-            true => format!(
+        // With a recheck, SQL cannot know which rows will count towards the limit.
+        let limit = match (self.limit, predicate.recheck) {
+            (Some(limit), false) => Some(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX))),
+            _ => None,
+        };
+        let sql = match (self.since.is_some() || self.until.is_some(), &limit) {
+            // The first rows of a time range: the limit goes inside, so only that many
+            // ids are kept (a bounded top-N sort) instead of every id in the range.
+            // `+row_id` keeps SQLite on the time index: ordering by the bare rowid
+            // would have it walk the table in row order and test each row's time.
+            (true, Some(_)) => format!(
+                "SELECT {} FROM events WHERE row_id IN (SELECT row_id FROM events WHERE {} ORDER BY +row_id LIMIT ?) ORDER BY row_id",
+                row::COLUMNS,
+                predicate.sql
+            ),
+            (true, None) => format!(
                 "SELECT {} FROM events WHERE row_id IN (SELECT row_id FROM events WHERE {}) ORDER BY row_id",
                 row::COLUMNS,
                 predicate.sql
             ),
-            false => format!(
+            (false, Some(_)) => format!(
+                "SELECT {} FROM events WHERE {} ORDER BY row_id LIMIT ?",
+                row::COLUMNS,
+                predicate.sql
+            ),
+            (false, None) => format!(
                 "SELECT {} FROM events WHERE {} ORDER BY row_id",
                 row::COLUMNS,
                 predicate.sql
             ),
         };
-        // With a recheck, SQL cannot know which rows will count towards the limit.
-        if let (Some(limit), false) = (self.limit, predicate.recheck) {
-            sql.push_str(" LIMIT ?");
-            params.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
-        }
+        params.extend(limit);
         Plan {
             sql,
             params,

@@ -105,3 +105,45 @@ fn a_time_range_reads_row_ids_from_the_column_and_timestamp_index_and_sorts_only
         assert_eq!(seqs, expected, "{filter}");
     }
 }
+
+#[test]
+fn the_first_rows_of_a_time_range_keep_only_that_many_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = varied_events();
+    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    for (filter, index) in [
+        (r#"topic=="/tasks/exit""#, "events_topic_timestamp"),
+        ("namespace==k8s.io", "events_namespace_timestamp"),
+    ] {
+        let q = query(filter, true, Some(2));
+        let plan = plan(&reader, &q);
+        // Still served by the time index, sorting ids only (a top-N sort of 2).
+        assert!(
+            plan.contains(&format!("COVERING INDEX {index} (")),
+            "{filter}: {plan}"
+        );
+        let mut seqs = Vec::new();
+        reader
+            .each(&q, RowRange::ALL, |stored| {
+                seqs.push(stored.event.seq);
+                true
+            })
+            .unwrap();
+        let unlimited = Query {
+            limit: None,
+            ..q.clone()
+        };
+        let mut all = Vec::new();
+        reader
+            .each(&unlimited, RowRange::ALL, |stored| {
+                all.push(stored.event.seq);
+                true
+            })
+            .unwrap();
+        assert!(
+            all.len() > 2,
+            "{filter}: the range must hold more than the limit"
+        );
+        assert_eq!(seqs, all[..2], "{filter}");
+    }
+}
