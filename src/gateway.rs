@@ -192,7 +192,7 @@ impl Gateway {
                 upstreams: upstreams.watch(),
                 spool: Some(spool.clone()),
                 exchange: exchange.clone(),
-                max_spill: config.admin.max_spill,
+                readiness: config.admin.readiness(),
                 started,
             })
         });

@@ -218,6 +218,9 @@ topic = "events"
 message_timeout = "1s"
 retry = {{ timeout = "3s", initial = "50ms", max = "300ms" }}
 properties = {{ "reconnect.backoff.max.ms" = 200, "sasl.password" = "hunter2-secret" }}
+
+[admin]
+max_failing = "0s"
 "#
         ),
     );

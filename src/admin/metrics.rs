@@ -102,7 +102,7 @@ pub fn refresh(observed: &Observed) {
             .map_or(0.0, |age| age.as_secs_f64());
         metrics::gauge!("eventgate_forwarder_oldest_unacked_age_seconds", "forwarder" => name.clone())
             .set(age);
-        let ready = super::readiness::forwarder(&forwarder.name, &health, observed.max_spill, now)
+        let ready = super::readiness::forwarder(&forwarder.name, &health, observed.readiness, now)
             .problem
             .is_none();
         metrics::gauge!("eventgate_forwarder_ready", "forwarder" => name)

@@ -18,7 +18,7 @@ pub mod status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -55,7 +55,7 @@ pub struct Observed {
     pub upstreams: UpstreamWatch,
     pub spool: Option<Spool>,
     pub exchange: Exchange,
-    pub max_spill: Duration,
+    pub readiness: readiness::Rules,
     pub started: SystemTime,
 }
 

@@ -2,10 +2,10 @@
 //!
 //! Ready when all of these hold; each part that does not is named, with why:
 //! - every upstream is subscribed;
-//! - every forwarder can deliver: its current batch is not failing (from the first
-//!   failed attempt until a batch is delivered or given up on), it has not been
-//!   delivering from the spool for longer than `admin.max_spill`, and its worker has
-//!   not stopped;
+//! - every forwarder can deliver: its current batch has not been failing for longer
+//!   than `admin.max_failing` (a streak runs from the first failed attempt until a
+//!   batch is delivered or given up on), it has not been delivering from the spool
+//!   for longer than `admin.max_spill`, and its worker has not stopped;
 //! - the spool holds less than `spool.high_water` of `spool.max_bytes`.
 //!
 //! The decisions are plain functions of snapshots, so they are tested without a
@@ -75,12 +75,20 @@ pub struct SpoolUse {
     pub high_water_bytes: u64,
 }
 
+/// The settings (`[admin]`) that say how long a forwarder may be behind or failing
+/// before it counts as not ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    pub max_spill: Duration,
+    pub max_failing: Duration,
+}
+
 /// Everything readiness looks at, taken at one moment.
 pub struct Inputs<'a> {
     pub upstreams: &'a [UpstreamStatus],
     pub forwarders: &'a [(String, HealthSnapshot)],
     pub spool: Option<SpoolUse>,
-    pub max_spill: Duration,
+    pub rules: Rules,
     pub now: SystemTime,
 }
 
@@ -95,7 +103,7 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Readiness {
         });
     }
     for (name, health) in inputs.forwarders {
-        parts.push(forwarder(name, health, inputs.max_spill, inputs.now));
+        parts.push(forwarder(name, health, inputs.rules, inputs.now));
     }
     if let Some(spool) = inputs.spool {
         parts.push(spool_part(spool));
@@ -121,31 +129,38 @@ pub fn check(observed: &Observed) -> Readiness {
         upstreams: &upstreams,
         forwarders: &forwarders,
         spool,
-        max_spill: observed.max_spill,
+        rules: observed.readiness,
         now: SystemTime::now(),
     })
 }
 
 /// One forwarder's verdict.
-pub fn forwarder(
-    name: &str,
-    health: &HealthSnapshot,
-    max_spill: Duration,
-    now: SystemTime,
-) -> Part {
+pub fn forwarder(name: &str, health: &HealthSnapshot, rules: Rules, now: SystemTime) -> Part {
+    let Rules {
+        max_spill,
+        max_failing,
+    } = rules;
     let ago = |t: SystemTime| human_duration(now.duration_since(t).unwrap_or(Duration::ZERO));
     let spilling = health
         .spilling_since
         .map(|since| (since, now.duration_since(since).unwrap_or(Duration::ZERO)));
-    let problem = if health.closed {
-        Some(format!("forwarder {name}: stopped"))
-    } else if let Some(failing) = &health.failing {
-        Some(format!(
+    let retrying = health.failing.as_ref().map(|failing| {
+        let streak = now.duration_since(failing.since).unwrap_or(Duration::ZERO);
+        let text = format!(
             "forwarder {name}: retrying (attempt {} failed; failing for {}; last error: {})",
             failing.attempts,
             ago(failing.since),
             failing.last_error
-        ))
+        );
+        (streak, text)
+    });
+    let problem = if health.closed {
+        Some(format!("forwarder {name}: stopped"))
+    } else if let Some((_, text)) = retrying
+        .as_ref()
+        .filter(|(streak, _)| *streak >= max_failing)
+    {
+        Some(text.clone())
     } else if let Some((_, spilled)) = spilling.filter(|(_, spilled)| *spilled > max_spill) {
         Some(format!(
             "forwarder {name}: not keeping up: delivering from the spool for {} (admin.max_spill is {})",
@@ -155,12 +170,17 @@ pub fn forwarder(
     } else {
         None
     };
-    let detail = match spilling {
-        Some((since, _)) => format!(
+    let detail = match (retrying, spilling) {
+        // A blip shorter than admin.max_failing: fine, but shown.
+        (Some((_, text)), _) => format!(
+            "{text} (admin.max_failing is {})",
+            human_duration(max_failing)
+        ),
+        (None, Some((since, _))) => format!(
             "forwarder {name}: delivering from the spool for {}",
             ago(since)
         ),
-        None => format!("forwarder {name}: delivering"),
+        (None, None) => format!("forwarder {name}: delivering"),
     };
     Part {
         name: format!("forwarder {name}"),

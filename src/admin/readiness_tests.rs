@@ -46,7 +46,10 @@ fn evaluate_with(
         upstreams,
         forwarders,
         spool,
-        max_spill: Duration::from_secs(60),
+        rules: Rules {
+            max_spill: Duration::from_secs(60),
+            max_failing: Duration::from_secs(10),
+        },
         now: now(),
     })
 }
@@ -103,16 +106,21 @@ fn a_disconnected_upstream_is_named_with_its_last_error() {
     );
 }
 
-#[test]
-fn a_failing_forwarder_is_named_with_its_attempt_and_error() {
-    let failing = HealthSnapshot {
+/// A forwarder whose current batch has been failing for `secs` seconds.
+fn failing_for(secs: u64, attempts: u32, error: &str) -> HealthSnapshot {
+    HealthSnapshot {
         failing: Some(Failing {
-            since: now() - Duration::from_secs(12),
-            attempts: 4,
-            last_error: "Message timed out".into(),
+            since: now() - Duration::from_secs(secs),
+            attempts,
+            last_error: error.into(),
         }),
         ..healthy()
-    };
+    }
+}
+
+#[test]
+fn a_failing_forwarder_is_named_with_its_attempt_and_error() {
+    let failing = failing_for(12, 4, "Message timed out");
     let forwarders = [("audit".into(), healthy()), ("kafka".into(), failing)];
     let readiness = evaluate_with(&[], &forwarders, spool(0));
     assert_eq!(
@@ -121,6 +129,27 @@ fn a_failing_forwarder_is_named_with_its_attempt_and_error() {
             "forwarder kafka: retrying (attempt 4 failed; failing for 12s; last error: Message timed out)"
         ]
     );
+}
+
+#[test]
+fn a_failing_streak_shorter_than_max_failing_is_ready_but_shown() {
+    let forwarders = [(
+        "kafka".into(),
+        failing_for(3, 2, "Broker transport failure"),
+    )];
+    let readiness = evaluate_with(&[], &forwarders, spool(0));
+    assert!(readiness.ready(), "{readiness:?}");
+    assert!(
+        readiness.render(true).contains(
+            "forwarder kafka: retrying (attempt 2 failed; failing for 3s; last error: Broker transport failure) (admin.max_failing is 10s)"
+        ),
+        "{}",
+        readiness.render(true)
+    );
+    // At the limit it counts.
+    let long = failing_for(10, 5, "Broker transport failure");
+    let readiness = evaluate_with(&[], &[("kafka".into(), long)], spool(0));
+    assert!(!readiness.ready(), "{readiness:?}");
 }
 
 #[test]

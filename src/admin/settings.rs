@@ -22,6 +22,11 @@ pub struct AdminSettings {
     /// for longer than this is reported not ready.
     #[serde(with = "crate::config::duration_text")]
     pub max_spill: Duration,
+    /// A forwarder whose current batch has been failing (retrying) for longer than
+    /// this is reported not ready; shorter blips only show in `?verbose`. `0s`: from
+    /// the first failed attempt.
+    #[serde(with = "crate::config::duration_text")]
+    pub max_failing: Duration,
 }
 
 impl Default for AdminSettings {
@@ -30,11 +35,20 @@ impl Default for AdminSettings {
             listen: DEFAULT_LISTEN.into(),
             allow_remote: false,
             max_spill: Duration::from_secs(60),
+            max_failing: Duration::from_secs(10),
         }
     }
 }
 
 impl AdminSettings {
+    /// The readiness rules these settings set.
+    pub fn readiness(&self) -> super::readiness::Rules {
+        super::readiness::Rules {
+            max_spill: self.max_spill,
+            max_failing: self.max_failing,
+        }
+    }
+
     /// The address to listen on, `None` when turned off. Errors name the key.
     pub fn addr(&self) -> Result<Option<SocketAddr>, (&'static str, String)> {
         let text = self.listen.trim();

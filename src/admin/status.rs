@@ -74,7 +74,7 @@ pub fn collect(observed: &Observed) -> Status {
         .iter()
         .map(|f| {
             let health = f.health();
-            let part = readiness::forwarder(&f.name, &health, observed.max_spill, now);
+            let part = readiness::forwarder(&f.name, &health, observed.readiness, now);
             let state = if health.closed {
                 "stopped"
             } else if health.failing.is_some() {
