@@ -202,3 +202,23 @@ impl Fields for Event {
 fn non_empty(s: &str) -> Option<Cow<'_, str>> {
     (!s.is_empty()).then_some(Cow::Borrowed(s))
 }
+
+/// An event for tests: `json` encoded as `type_name` through the registry, published
+/// in namespace `default` at `seconds` past the epoch.
+#[cfg(test)]
+pub(crate) fn sample(seq: u64, seconds: i64, topic: &str, type_name: &str, json: &str) -> Event {
+    let any = Registry::global()
+        .encode_json(type_name, json)
+        .expect("a registered type and valid JSON");
+    Event::new(
+        seq,
+        EventId::generate(),
+        Source::Publish,
+        Envelope {
+            timestamp: Some(prost_types::Timestamp { seconds, nanos: 0 }),
+            namespace: "default".into(),
+            topic: topic.into(),
+            event: Some(any),
+        },
+    )
+}

@@ -59,20 +59,31 @@ fn serve_fails(args: &[&str], data: &Path) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[tokio::test]
-async fn tls_listener_serves_clients_that_trust_its_ca() {
-    let certs_dir = tempfile::tempdir().expect("tempdir");
-    let pki = certs::generate(certs_dir.path(), "main");
+/// A gateway serving TLS on a free loopback port with `pki`'s server certificate,
+/// requiring client certificates from `pki`'s CA when `mutual`; with its address.
+fn tls_gateway(pki: &certs::Pki, mutual: bool) -> (Gateway, String) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let gw = Gateway::start(&[
+    let mut args = vec![
         "--listen",
         &addr,
         "--tls-cert",
         path_str(&pki.server_cert),
         "--tls-key",
         path_str(&pki.server_key),
-    ]);
+    ];
+    if mutual {
+        args.extend(["--tls-client-ca", path_str(&pki.ca)]);
+    }
+    let gw = Gateway::start(&args);
     wait_tcp(&addr);
+    (gw, addr)
+}
+
+#[tokio::test]
+async fn tls_listener_serves_clients_that_trust_its_ca() {
+    let certs_dir = tempfile::tempdir().expect("tempdir");
+    let pki = certs::generate(certs_dir.path(), "main");
+    let (gw, addr) = tls_gateway(&pki, false);
     assert_eq!(
         round_trip(&gw, &addr, &tls_client(&pki, false)).await,
         Ok("/tasks/exit".to_owned())
@@ -107,18 +118,7 @@ async fn mutual_tls_refuses_clients_without_a_certificate_from_its_ca() {
     let certs_dir = tempfile::tempdir().expect("tempdir");
     let pki = certs::generate(certs_dir.path(), "main");
     let other = certs::generate(certs_dir.path(), "other");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let gw = Gateway::start(&[
-        "--listen",
-        &addr,
-        "--tls-cert",
-        path_str(&pki.server_cert),
-        "--tls-key",
-        path_str(&pki.server_key),
-        "--tls-client-ca",
-        path_str(&pki.ca),
-    ]);
-    wait_tcp(&addr);
+    let (gw, addr) = tls_gateway(&pki, true);
     assert_eq!(
         round_trip(&gw, &addr, &tls_client(&pki, true)).await,
         Ok("/tasks/exit".to_owned())

@@ -3,31 +3,19 @@ use std::time::{Duration, SystemTime};
 use rusqlite::Connection;
 
 use super::*;
-use crate::event::{Event, EventId, Source};
-use crate::proto::Registry;
-use crate::proto::containerd::types::Envelope;
+use crate::event::Event;
 use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn event(seq: u64, padding: usize) -> Event {
     let json = format!(r#"{{"container_id":"c{seq}{}"}}"#, "x".repeat(padding));
-    let any = Registry::global()
-        .encode_json("containerd.events.TaskOOM", &json)
-        .unwrap();
-    Event::new(
+    crate::event::sample(
         seq,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: 1_714_557_600 + seq as i64,
-                nanos: 0,
-            }),
-            namespace: "default".into(),
-            topic: "/tasks/oom".into(),
-            event: Some(any),
-        },
+        1_714_557_600 + seq as i64,
+        "/tasks/oom",
+        "containerd.events.TaskOOM",
+        &json,
     )
 }
 

@@ -11,7 +11,7 @@ mod problem;
 mod state;
 mod walk;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rusqlite::types::ValueRef;
@@ -29,13 +29,6 @@ use walk::Walk;
 pub enum VerifyError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("audit store {path}: {what}")]
-    Sqlite {
-        path: PathBuf,
-        what: &'static str,
-        #[source]
-        source: rusqlite::Error,
-    },
     #[error("anchor {anchor} cannot be checked: {why}")]
     Anchor { anchor: Anchor, why: String },
 }
@@ -69,17 +62,17 @@ pub fn open(path: &Path) -> Result<Connection, VerifyError> {
     Ok(open_reader(path, BUSY_TIMEOUT)?)
 }
 
+/// A read of the store at `path` failed, named as the store names it.
+fn sqlite_error(path: &Path, what: &'static str) -> impl FnOnce(rusqlite::Error) -> VerifyError {
+    let path = path.to_path_buf();
+    move |source| StoreError::Sqlite { path, what, source }.into()
+}
+
 /// Verifies the whole store at `path`; `anchors` are hashes recorded elsewhere for
 /// given rows. Blocking.
 pub fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
     let conn = open(path)?;
-    let sqlite = |what| {
-        move |source| VerifyError::Sqlite {
-            path: path.to_path_buf(),
-            what,
-            source,
-        }
-    };
+    let sqlite = |what| sqlite_error(path, what);
     let started = Instant::now();
     // One snapshot for audit_chain and every row.
     let tx = conn
@@ -120,13 +113,7 @@ pub struct Head {
 /// damaged. Blocking.
 pub fn head(path: &Path) -> Result<Result<Head, Problem>, VerifyError> {
     let conn = open(path)?;
-    let sqlite = |what| {
-        move |source| VerifyError::Sqlite {
-            path: path.to_path_buf(),
-            what,
-            source,
-        }
-    };
+    let sqlite = |what| sqlite_error(path, what);
     let tx = conn
         .unchecked_transaction()
         .map_err(sqlite("starting a read transaction"))?;

@@ -10,31 +10,19 @@ use rusqlite::{Connection, params};
 use tempfile::TempDir;
 
 pub use super::*;
-use crate::event::{Event, EventId, Source};
-use crate::proto::Registry;
-use crate::proto::containerd::types::Envelope;
+use crate::event::Event;
 use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
 
 const T0: i64 = 1_714_557_600;
 
 fn event(seq: u64) -> Event {
     let json = format!(r#"{{"container_id":"c{seq}","pid":{seq},"exit_status":1}}"#);
-    let any = Registry::global()
-        .encode_json("containerd.events.TaskExit", &json)
-        .unwrap();
-    Event::new(
+    crate::event::sample(
         seq,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: T0 + seq as i64,
-                nanos: 0,
-            }),
-            namespace: "default".into(),
-            topic: "/tasks/exit".into(),
-            event: Some(any),
-        },
+        T0 + seq as i64,
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        &json,
     )
 }
 
