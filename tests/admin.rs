@@ -151,7 +151,8 @@ fn health_readiness_and_bad_requests() {
 
 #[test]
 fn an_upstream_with_nothing_listening_is_named_by_readyz() {
-    let port = free_port();
+    let closed = ClosedPort::new();
+    let port = closed.port();
     let mut gw = Gateway::start(&["--upstream", &format!("node=127.0.0.1:{port}")]);
     let admin = gw.admin_addr();
     let body = wait_for("/readyz to name the upstream's error", DEADLINE, || {
@@ -204,7 +205,8 @@ fn a_forwarder_whose_broker_is_unreachable_is_named_until_it_delivers() {
     let cluster = MockCluster::new(1).expect("mock cluster");
     cluster.create_topic("events", 1, 1).expect("topic");
     // The broker's bootstrap address is a closed port until the relay opens it.
-    let port = free_port();
+    let closed = ClosedPort::new();
+    let port = closed.port();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write_config(
         dir.path(),
@@ -255,8 +257,7 @@ max_failing = "0s"
         Some(1.0)
     );
 
-    let listener = TcpListener::bind(("127.0.0.1", port)).expect("take the broker port");
-    relay(listener, cluster.bootstrap_servers());
+    relay(closed.open(), cluster.bootstrap_servers());
     wait_for(
         "/readyz to recover once the event is delivered",
         DEADLINE,
@@ -369,7 +370,8 @@ fn admin_off_serves_without_it() {
 
 #[test]
 fn status_summarises_a_running_gateway() {
-    let port = free_port();
+    let closed = ClosedPort::new();
+    let port = closed.port();
     let mut gw = Gateway::start(&["--upstream", &format!("node=127.0.0.1:{port}")]);
     let admin = gw.admin_addr().to_string();
     publish_exits(&gw, 2);

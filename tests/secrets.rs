@@ -16,15 +16,15 @@ fn assert_hidden(what: &str, text: &str) {
     }
 }
 
-fn kafka_config(dir: &std::path::Path, properties: &str) -> std::path::PathBuf {
+/// A Kafka forwarder whose broker, on `port`, refuses connections.
+fn kafka_config(dir: &std::path::Path, port: u16, properties: &str) -> std::path::PathBuf {
     let path = dir.join("kafka.toml");
     std::fs::write(
         &path,
         format!(
-            "[pipeline]\ndrain_timeout = \"1s\"\n\n[[forwarder]]\nname = \"kafka\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:{}\"\n\
+            "[pipeline]\ndrain_timeout = \"1s\"\n\n[[forwarder]]\nname = \"kafka\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:{port}\"\n\
              topic = \"events\"\nmessage_timeout = \"500ms\"\n\
              retry = {{ initial = \"50ms\", max = \"200ms\" }}\nproperties = {{ {properties} }}\n",
-            free_port()
         ),
     )
     .expect("write config");
@@ -34,8 +34,10 @@ fn kafka_config(dir: &std::path::Path, properties: &str) -> std::path::PathBuf {
 #[test]
 fn secrets_appear_in_no_output() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ClosedPort::new();
     let config = kafka_config(
         dir.path(),
+        broker.port(),
         &format!(
             "\"security.protocol\" = \"SASL_PLAINTEXT\", \"sasl.mechanism\" = \"PLAIN\", \
              \"sasl.username\" = \"eventgate\", \"sasl.password\" = \"{PASSWORD}\", \
@@ -105,8 +107,10 @@ fn secrets_stay_hidden_when_the_configuration_is_refused() {
     // librdkafka here is built without OpenSSL, so the SSL properties are refused
     // when the producer is made; its error texts quote values.
     let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ClosedPort::new();
     let config = kafka_config(
         dir.path(),
+        broker.port(),
         &format!(
             "\"security.protocol\" = \"SSL\", \"ssl.key.password\" = \"{KEY_PASSWORD}\", \
              \"ssl.key.pem\" = \"{KEY_PEM}\", \"sasl.password\" = \"{PASSWORD}\""

@@ -442,6 +442,37 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A loopback port that refuses connections for as long as this lives, and that no
+/// other socket can take in the meantime: it is bound but not listening. A port that
+/// was merely free a moment ago can be handed to any outgoing connection as its local
+/// port, and then the test cannot open it later.
+pub struct ClosedPort(socket2::Socket);
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        socket.bind(&any.into()).expect("bind a loopback port");
+        ClosedPort(socket)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.0
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .expect("a bound IPv4 address")
+            .port()
+    }
+
+    /// Starts accepting connections on the port.
+    pub fn open(self) -> std::net::TcpListener {
+        self.0.listen(128).expect("listen on the reserved port");
+        self.0.into()
+    }
+}
+
 /// Waits until `addr` accepts TCP connections.
 pub fn wait_tcp(addr: &str) {
     wait_for(&format!("{addr} to accept connections"), DEADLINE, || {
