@@ -407,12 +407,8 @@ fn a_live_socket_is_never_stolen_and_a_stale_one_is_replaced() {
 
 #[tokio::test]
 async fn tcp_listener_is_loopback_only() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let gw = Gateway::start(&["--listen", &addr]);
+    let mut gw = Gateway::start(&["--listen", "127.0.0.1:0"]);
+    let addr = gw.tcp_addr().to_string();
     let mut tcp = eventgate::client::connect(&addr, Duration::from_secs(5))
         .await
         .expect("tcp");

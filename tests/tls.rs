@@ -62,10 +62,9 @@ fn serve_fails(args: &[&str], data: &Path) -> String {
 /// A gateway serving TLS on a free loopback port with `pki`'s server certificate,
 /// requiring client certificates from `pki`'s CA when `mutual`; with its address.
 fn tls_gateway(pki: &certs::Pki, mutual: bool) -> (Gateway, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
     let mut args = vec![
         "--listen",
-        &addr,
+        "127.0.0.1:0",
         "--tls-cert",
         path_str(&pki.server_cert),
         "--tls-key",
@@ -74,8 +73,8 @@ fn tls_gateway(pki: &certs::Pki, mutual: bool) -> (Gateway, String) {
     if mutual {
         args.extend(["--tls-client-ca", path_str(&pki.ca)]);
     }
-    let gw = Gateway::start(&args);
-    wait_tcp(&addr);
+    let mut gw = Gateway::start(&args);
+    let addr = gw.tcp_addr().to_string();
     (gw, addr)
 }
 
@@ -145,9 +144,7 @@ async fn mutual_tls_refuses_clients_without_a_certificate_from_its_ca() {
 #[tokio::test]
 async fn plaintext_beyond_loopback_needs_insecure() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let any = format!("0.0.0.0:{port}");
-    let stderr = serve_fails(&["--listen", &any], &dir.path().join("a"));
+    let stderr = serve_fails(&["--listen", "0.0.0.0:0"], &dir.path().join("a"));
     assert!(
         stderr.contains("is not a loopback address")
             && stderr.contains("[exchange.tls]")
@@ -155,9 +152,8 @@ async fn plaintext_beyond_loopback_needs_insecure() {
         "{stderr}"
     );
 
-    let mut gw = Gateway::start(&["--listen", &any, "--insecure"]);
-    let local = format!("127.0.0.1:{port}");
-    wait_tcp(&local);
+    let mut gw = Gateway::start(&["--listen", "0.0.0.0:0", "--insecure"]);
+    let local = format!("127.0.0.1:{}", gw.tcp_addr().port());
     assert_eq!(
         round_trip(&gw, &local, &ClientTls::default()).await,
         Ok("/tasks/exit".to_owned())
@@ -173,12 +169,13 @@ async fn plaintext_beyond_loopback_needs_insecure() {
 fn bad_certificate_files_stop_the_start_naming_file_and_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pki = certs::generate(dir.path(), "main");
-    let addr = format!("127.0.0.1:{}", free_port());
+    // Files are read before any listener opens, so the port is never bound.
+    let addr = "127.0.0.1:0";
     let missing = dir.path().join("missing.pem");
     let stderr = serve_fails(
         &[
             "--listen",
-            &addr,
+            addr,
             "--tls-cert",
             path_str(&missing),
             "--tls-key",
@@ -194,7 +191,7 @@ fn bad_certificate_files_stop_the_start_naming_file_and_key() {
     let stderr = serve_fails(
         &[
             "--listen",
-            &addr,
+            addr,
             "--tls-cert",
             path_str(&pki.server_cert),
             "--tls-key",
@@ -211,7 +208,7 @@ fn bad_certificate_files_stop_the_start_naming_file_and_key() {
     let stderr = serve_fails(
         &[
             "--listen",
-            &addr,
+            addr,
             "--tls-cert",
             path_str(&pki.server_cert),
             "--tls-key",

@@ -59,6 +59,7 @@ pub struct Gateway {
     /// Log lines already read (looking for the admin address).
     log: String,
     admin: Option<std::net::SocketAddr>,
+    tcp: Option<std::net::SocketAddr>,
 }
 
 impl Gateway {
@@ -80,6 +81,7 @@ impl Gateway {
             args,
             log: String::new(),
             admin: None,
+            tcp: None,
         };
         gw.wait_ready();
         gw
@@ -93,6 +95,7 @@ impl Gateway {
         self.child = child;
         self.stderr = Some(stderr);
         self.admin = None;
+        self.tcp = None;
         self.wait_ready();
         status
     }
@@ -105,6 +108,7 @@ impl Gateway {
         self.child = child;
         self.stderr = Some(stderr);
         self.admin = None;
+        self.tcp = None;
         self.wait_ready();
     }
 
@@ -166,26 +170,52 @@ impl Gateway {
     /// The admin endpoint's address, from the gateway's log line
     /// `admin endpoint serving ... addr=HOST:PORT`.
     pub fn admin_addr(&mut self) -> std::net::SocketAddr {
-        if let Some(addr) = self.admin {
-            return addr;
-        }
+        self.read_log_until("the admin endpoint line", |gw| gw.admin)
+    }
+
+    /// The exchange's TCP address (`--listen`, port 0 included), from the gateway's
+    /// log line `eventgate is serving ... tcp=Some(HOST:PORT)`.
+    pub fn tcp_addr(&mut self) -> std::net::SocketAddr {
+        self.read_log_until("the serving line with a TCP address", |gw| gw.tcp)
+    }
+
+    /// Reads the log until `found` has an answer, noting the addresses on the way.
+    fn read_log_until<T>(&mut self, what: &str, found: impl Fn(&Self) -> Option<T>) -> T {
         let end = Instant::now() + DEADLINE;
-        let lines = self.stderr.as_ref().expect("stderr");
         loop {
+            if let Some(answer) = found(self) {
+                return answer;
+            }
             let left = end.saturating_duration_since(Instant::now());
-            let line = lines
+            let line = self
+                .stderr
+                .as_ref()
+                .expect("stderr")
                 .next(left)
-                .unwrap_or_else(|| panic!("no admin endpoint line in the log:\n{}", self.log));
+                .unwrap_or_else(|| panic!("no {what} in the log:\n{}", self.log));
             self.log.push_str(&line);
             self.log.push('\n');
-            if line.contains("admin endpoint serving") {
-                let addr = line
+            let field = |prefix: &str| -> Option<std::net::SocketAddr> {
+                let value = line
                     .split_whitespace()
-                    .find_map(|word| word.strip_prefix("addr="))
-                    .and_then(|addr| addr.parse().ok())
-                    .unwrap_or_else(|| panic!("no addr= in {line:?}"));
-                self.admin = Some(addr);
-                return addr;
+                    .find_map(|w| w.strip_prefix(prefix))?;
+                if value == "None" {
+                    return None;
+                }
+                let value = value
+                    .strip_prefix("Some(")
+                    .map_or(value, |v| v.trim_end_matches(')'));
+                Some(
+                    value
+                        .parse()
+                        .unwrap_or_else(|_| panic!("no address in {line:?}")),
+                )
+            };
+            if line.contains("admin endpoint serving") {
+                self.admin = field("addr=");
+            }
+            if line.contains("eventgate is serving") {
+                self.tcp = field("tcp=");
             }
         }
     }
@@ -471,13 +501,6 @@ impl ClosedPort {
         self.0.listen(128).expect("listen on the reserved port");
         self.0.into()
     }
-}
-
-/// Waits until `addr` accepts TCP connections.
-pub fn wait_tcp(addr: &str) {
-    wait_for(&format!("{addr} to accept connections"), DEADLINE, || {
-        std::net::TcpStream::connect(addr).ok()
-    });
 }
 
 /// GET `path` from an HTTP endpoint; returns (status, body).

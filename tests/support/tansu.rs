@@ -40,16 +40,22 @@ pub fn tansu_bin() -> PathBuf {
         })
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
 impl Tansu {
     pub fn start() -> Tansu {
-        let port = free_port();
+        // tansu advertises the port it listens on, so it cannot be given port 0, and a
+        // port that was free a moment ago may be taken by the time tansu binds it: a
+        // broker that exits during start-up is started again on another port.
+        let mut failures = String::new();
+        for _ in 0..3 {
+            match Self::start_on(super::free_port()) {
+                Ok(tansu) => return tansu,
+                Err(why) => failures.push_str(&why),
+            }
+        }
+        panic!("tansu did not start:\n{failures}");
+    }
+
+    fn start_on(port: u16) -> Result<Tansu, String> {
         let url = format!("tcp://127.0.0.1:{port}");
         let mut child = Command::new(tansu_bin())
             .args(["broker", "--storage-engine", "memory://tansu/"])
@@ -65,19 +71,20 @@ impl Tansu {
             .set("bootstrap.servers", tansu.brokers())
             .create()
             .expect("probe client");
-        wait_for("tansu to answer a metadata request", DEADLINE, || {
+        let answered = wait_for("tansu to answer a metadata request", DEADLINE, || {
             if let Ok(Some(status)) = tansu.child.try_wait() {
-                panic!(
-                    "tansu exited during start-up: {status}\n{}",
-                    tansu.log_text()
-                );
+                return Some(Err(format!("exited on port {port}: {status}\n")));
             }
             probe
                 .client()
                 .fetch_metadata(None, Duration::from_millis(500))
                 .ok()
+                .map(|_| Ok(()))
         });
-        tansu
+        match answered {
+            Ok(()) => Ok(tansu),
+            Err(why) => Err(why + &tansu.log_text()),
+        }
     }
 
     /// Freezes the broker (SIGSTOP): connections stay open and nothing answers, as
