@@ -527,6 +527,89 @@ async fn the_upper_bound_is_fixed_when_the_replay_starts() {
     assert_eq!(stored(&db).len(), 2 * count);
 }
 
+/// `--in-flight 8`: several Forwards at once, each container's events still in their
+/// order at the other gateway, each event once. A forwarder target refuses it.
+#[test]
+fn several_in_flight_keep_each_containers_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let db = src.join("audit.db");
+    // Six containers, their events interleaved, with runs of one container too.
+    let events: Vec<Event> = (1..=90)
+        .map(|i| {
+            let mut event = sample_event(i, "default");
+            let container = format!("c{}", (i / 4) % 6);
+            let any = Registry::global()
+                .encode_json(
+                    "containerd.events.TaskExit",
+                    &format!(r#"{{"container_id":"{container}","pid":{i}}}"#),
+                )
+                .unwrap();
+            event.envelope.event = Some(any);
+            event
+        })
+        .collect();
+    write_store(&db, &events);
+    let second = Gateway::start(&[]);
+    let out = run(&[
+        "replay",
+        "--db",
+        path_str(&db),
+        "--to-address",
+        &second.address(),
+        "--in-flight",
+        "8",
+        "--batch",
+        "30",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("replayed 90 events"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let pid = |event: &Event| -> u64 {
+        let json: Value = serde_json::from_str(event.payload_json().unwrap()).unwrap();
+        json["pid"].as_u64().unwrap()
+    };
+    let rows = wait_rows(&second.dir.path().join("data/audit.db"), events.len());
+    let mut pids: Vec<u64> = rows.iter().map(|r| pid(&r.event)).collect();
+    pids.sort_unstable();
+    assert_eq!(pids, (1..=90).collect::<Vec<u64>>(), "each event once");
+    for c in 0..6 {
+        let name = format!("c{c}");
+        let of = |list: Vec<&Event>| -> Vec<u64> {
+            list.into_iter()
+                .filter(|e| container(e) == name)
+                .map(pid)
+                .collect()
+        };
+        let received = of(rows.iter().map(|r| &r.event).collect());
+        let stored = of(events.iter().collect());
+        assert_eq!(received, stored, "{name}'s events in their order");
+    }
+
+    let refused = run(&[
+        "replay",
+        "--db",
+        path_str(&db),
+        "--to-forwarder",
+        "x",
+        "--config",
+        "x.toml",
+        "--in-flight",
+        "2",
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("cannot be used with '--in-flight <N>'"),
+        "{}",
+        text(&refused.stderr)
+    );
+}
+
 /// An event the other exchange refuses stops the replay naming it (seq, id and the
 /// status); what was taken before it is recorded, so a rerun does not repeat it.
 #[test]

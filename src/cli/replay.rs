@@ -51,6 +51,14 @@ pub struct ReplayArgs {
     /// or containerd): a socket path, unix://PATH or HOST:PORT.
     #[arg(long, value_name = "SOCK")]
     pub to_address: Option<String>,
+    /// With --to-address: Forward calls in flight at once. Above 1, only events about
+    /// different objects (containers, images, snapshots, ...) are in flight together:
+    /// each object's events arrive in their order, events of different objects may
+    /// not. Events of no known object go alone. Default: 1, the store's order
+    /// exactly.
+    #[arg(long, value_name = "N", conflicts_with = "to_forwarder",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub in_flight: Option<u16>,
     /// At most this many events per second.
     #[arg(long, value_name = "EVENTS_PER_SEC", value_parser = clap::value_parser!(u32).range(1..))]
     pub rate: Option<u32>,
@@ -91,6 +99,7 @@ pub async fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
             address,
             timeout: args.connect_timeout,
             tls: args.tls.client_tls(),
+            in_flight: usize::from(args.in_flight.unwrap_or(1)),
         },
         // clap's groups make anything else a usage error before this runs.
         _ => {

@@ -14,6 +14,7 @@
 //!   batch that was in flight again.
 
 mod exchange;
+mod order;
 pub mod progress;
 pub mod rate;
 mod run;

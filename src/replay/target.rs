@@ -25,6 +25,8 @@ pub enum TargetSpec {
         address: String,
         timeout: Duration,
         tls: ClientTls,
+        /// Forward calls in flight at once (`--in-flight`).
+        in_flight: usize,
     },
 }
 
@@ -60,6 +62,7 @@ enum Plan {
         address: String,
         timeout: Duration,
         tls: ClientTls,
+        in_flight: usize,
     },
 }
 
@@ -113,6 +116,7 @@ impl TargetSpec {
                 address,
                 timeout,
                 tls,
+                in_flight,
             } => {
                 let label = match Address::parse(address)? {
                     Address::Unix(path) => {
@@ -129,6 +133,7 @@ impl TargetSpec {
                         address: address.clone(),
                         timeout: *timeout,
                         tls: tls.clone(),
+                        in_flight: *in_flight,
                     },
                 })
             }
@@ -182,9 +187,14 @@ impl Resolved {
                 address,
                 timeout,
                 tls,
+                in_flight,
             } => {
                 let events_client = client::connect_tls(address, *timeout, tls).await?;
-                let exchange = Arc::new(ExchangeTarget::new(address.clone(), events_client));
+                let exchange = Arc::new(ExchangeTarget::new(
+                    address.clone(),
+                    events_client,
+                    *in_flight,
+                ));
                 Ok(Target {
                     label: self.label.clone(),
                     name: "replay".to_owned(),
