@@ -6,6 +6,7 @@ pub mod exchange;
 pub mod forwarder;
 pub mod load;
 pub mod query;
+pub mod replay;
 mod sinks;
 pub mod spool;
 pub mod wire;

@@ -63,7 +63,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "EVENTS_PER_SEC", value_parser = clap::value_parser!(u32).range(1..))]
     pub rate: Option<u32>,
     /// Events per batch (and per progress save); default: the forwarder's
-    /// configured batch size, 100 with --to-address.
+    /// configured batch size, 100 with --to-address (1000 with --in-flight above 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub batch: Option<u32>,
     /// Start from the first event even if this replay ran (or completed) before.

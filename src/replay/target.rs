@@ -33,6 +33,10 @@ pub enum TargetSpec {
 /// Events per Forward batch (and per state-file update) with `--to-address`.
 pub const ADDRESS_BATCH: usize = 100;
 
+/// The same with `--in-flight` above 1: a batch is also how far ahead the window
+/// looks for events of other objects, and it drains at each batch's end.
+pub const ADDRESS_BATCH_IN_FLIGHT: usize = 1000;
+
 /// Retries towards another exchange: the pipeline's backoff for transient answers
 /// (UNAVAILABLE while it restarts, RESOURCE_EXHAUSTED while its queues are full), for
 /// at most a minute; then the replay stops, resumable.
@@ -201,7 +205,10 @@ impl Resolved {
                     forwarder: exchange.clone(),
                     retry: address_retry(),
                     filter: None,
-                    batch_events: batch.unwrap_or(ADDRESS_BATCH),
+                    batch_events: batch.unwrap_or(match *in_flight {
+                        1 => ADDRESS_BATCH,
+                        _ => ADDRESS_BATCH_IN_FLIGHT,
+                    }),
                     batch_bytes: usize::MAX,
                     partial: Some(exchange),
                 })

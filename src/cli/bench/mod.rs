@@ -3,6 +3,7 @@
 mod exchange;
 mod forwarder;
 mod query;
+mod replay;
 mod spool;
 
 use std::process::ExitCode;
@@ -31,6 +32,9 @@ pub enum Which {
     /// `eventgate query` on a generated store of millions of events (reused between
     /// runs), next to plain rusqlite running the same SQL in the same run.
     Query(query::QueryBenchArgs),
+    /// `replay --to-address` into a running eventgate at several --in-flight values,
+    /// next to plain Forward calls with the same concurrency in the same run.
+    Replay(replay::ReplayBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -39,5 +43,6 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Forwarder(args) => forwarder::run(args).await,
         Which::Spool(args) => spool::run(args).await,
         Which::Query(args) => query::run(args).await,
+        Which::Replay(args) => replay::run(args).await,
     }
 }
