@@ -723,3 +723,35 @@ async fn kafka_is_backfilled_with_the_selected_events_and_their_ids() {
         assert_eq!(envelope, originals[&id].envelope);
     }
 }
+
+/// `bench replay` end to end on a small store: it starts its gateways, replays and
+/// calls, stops them, and prints one table row per window size.
+#[test]
+fn the_replay_benchmark_prints_its_table() {
+    let out = run(&[
+        "bench",
+        "replay",
+        "--events",
+        "60",
+        "--rounds",
+        "1",
+        "--in-flight",
+        "1,4",
+        "--spool-fsync",
+        "none",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains("60 events replayed into eventgate"),
+        "{table}"
+    );
+    for row in ["| 1 | ", "| 4 | "] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(row) && l.ends_with("x |")),
+            "{table}"
+        );
+    }
+}
