@@ -527,15 +527,9 @@ async fn the_upper_bound_is_fixed_when_the_replay_starts() {
     assert_eq!(stored(&db).len(), 2 * count);
 }
 
-/// `--in-flight 8`: several Forwards at once, each container's events still in their
-/// order at the other gateway, each event once. A forwarder target refuses it.
-#[test]
-fn several_in_flight_keep_each_containers_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let db = src.join("audit.db");
-    // Six containers, their events interleaved, with runs of one container too.
+/// Ninety task exits of six containers (pid = position), their events interleaved,
+/// with runs of one container too.
+fn interleaved_store(db: &Path) -> Vec<Event> {
     let events: Vec<Event> = (1..=90)
         .map(|i| {
             let mut event = sample_event(i, "default");
@@ -550,7 +544,40 @@ fn several_in_flight_keep_each_containers_order() {
             event
         })
         .collect();
-    write_store(&db, &events);
+    write_store(db, &events);
+    events
+}
+
+/// `received` (container, pid) in arrival order holds every pid of
+/// [`interleaved_store`] once, and each container's in increasing order.
+fn assert_each_once_in_container_order(received: &[(String, u64)], count: usize) {
+    let mut pids: Vec<u64> = received.iter().map(|(_, pid)| *pid).collect();
+    pids.sort_unstable();
+    assert_eq!(
+        pids,
+        (1..=count as u64).collect::<Vec<u64>>(),
+        "each event once"
+    );
+    for c in 0..6 {
+        let name = format!("c{c}");
+        let of: Vec<u64> = received
+            .iter()
+            .filter(|(who, _)| *who == name)
+            .map(|(_, pid)| *pid)
+            .collect();
+        assert!(of.is_sorted(), "{name}'s events out of order: {of:?}");
+    }
+}
+
+/// `--in-flight 8`: several Forwards at once, each container's events still in their
+/// order at the other gateway, each event once. A forwarder target refuses it.
+#[test]
+fn several_in_flight_keep_each_containers_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let db = src.join("audit.db");
+    let events = interleaved_store(&db);
     let second = Gateway::start(&[]);
     let out = run(&[
         "replay",
@@ -570,26 +597,15 @@ fn several_in_flight_keep_each_containers_order() {
         text(&out.stdout)
     );
 
-    let pid = |event: &Event| -> u64 {
-        let json: Value = serde_json::from_str(event.payload_json().unwrap()).unwrap();
-        json["pid"].as_u64().unwrap()
-    };
     let rows = wait_rows(&second.dir.path().join("data/audit.db"), events.len());
-    let mut pids: Vec<u64> = rows.iter().map(|r| pid(&r.event)).collect();
-    pids.sort_unstable();
-    assert_eq!(pids, (1..=90).collect::<Vec<u64>>(), "each event once");
-    for c in 0..6 {
-        let name = format!("c{c}");
-        let of = |list: Vec<&Event>| -> Vec<u64> {
-            list.into_iter()
-                .filter(|e| container(e) == name)
-                .map(pid)
-                .collect()
-        };
-        let received = of(rows.iter().map(|r| &r.event).collect());
-        let stored = of(events.iter().collect());
-        assert_eq!(received, stored, "{name}'s events in their order");
-    }
+    let received: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            let json: Value = serde_json::from_str(r.event.payload_json().unwrap()).unwrap();
+            (container(&r.event), json["pid"].as_u64().unwrap())
+        })
+        .collect();
+    assert_each_once_in_container_order(&received, events.len());
 
     let refused = run(&[
         "replay",
@@ -608,6 +624,50 @@ fn several_in_flight_keep_each_containers_order() {
         "{}",
         text(&refused.stderr)
     );
+}
+
+/// The same into a real containerd, watched with the real `ctr events`: its exchange
+/// takes the Forwards, and each container's events come out in their order.
+#[test]
+#[ignore = "needs containerd and ctr; run tests/run.sh"]
+fn several_in_flight_into_a_real_containerd_keep_each_containers_order() {
+    let containerd = support::containerd::Containerd::start();
+    let address = containerd.address();
+    let ctr = Watcher::spawn({
+        let mut cmd = std::process::Command::new("ctr");
+        cmd.args(["--address", &address, "events"]);
+        cmd
+    });
+    prove_live(&address, &ctr);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let events = interleaved_store(&db);
+    let out = run(&[
+        "replay",
+        "--db",
+        path_str(&db),
+        "--to-address",
+        &address,
+        "--in-flight",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let mut received = Vec::new();
+    while received.len() < events.len() {
+        let lines = ctr
+            .stdout
+            .until("the replayed events", |l| !l.contains("/probe"));
+        for line in without_probes(lines) {
+            // "<date> <time> +0000 UTC <namespace> <topic> <json>"
+            let json: Value = serde_json::from_str(line.splitn(7, ' ').nth(6).unwrap()).unwrap();
+            received.push((
+                json["container_id"].as_str().unwrap().to_owned(),
+                json["pid"].as_u64().unwrap(),
+            ));
+        }
+    }
+    assert_each_once_in_container_order(&received, events.len());
 }
 
 /// An event the other exchange refuses stops the replay naming it (seq, id and the
