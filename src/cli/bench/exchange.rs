@@ -74,10 +74,7 @@ struct Row {
 }
 
 pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
-    let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
-        context: "cannot find the eventgate binary".into(),
-        source,
-    })?;
+    let (eventgate, dir) = super::binary_and_dir()?;
     let bench = ExchangeBench {
         publishers: args.publishers as usize,
         subscribers: args.subscribers as usize,
@@ -85,13 +82,6 @@ pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
         in_flight: args.in_flight as usize,
         drain_timeout: Duration::from_secs(60),
     };
-    let dir = tempfile::Builder::new()
-        .prefix("eg-bench")
-        .tempdir()
-        .map_err(|source| CliError::Io {
-            context: "cannot create a temporary directory".into(),
-            source,
-        })?;
     let mut systems: Vec<&'static str> = vec!["eventgate"];
     if !args.no_containerd {
         systems.push("containerd");

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use super::{median, rate};
 use crate::bench::daemon::Daemon;
 use crate::bench::forwarder::{ForwarderBench, Round, Sink, round};
 use crate::cli::CliError;
@@ -56,17 +57,7 @@ pub struct ForwarderArgs {
 }
 
 pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
-    let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
-        context: "cannot find the eventgate binary".into(),
-        source,
-    })?;
-    let dir = tempfile::Builder::new()
-        .prefix("eg-bench")
-        .tempdir()
-        .map_err(|source| CliError::Io {
-            context: "cannot create a temporary directory".into(),
-            source,
-        })?;
+    let (eventgate, dir) = super::binary_and_dir()?;
     let bench = ForwarderBench {
         events: args.events as usize,
         publishers: args.publishers as usize,
@@ -141,17 +132,8 @@ fn find_tansu(given: &PathBuf) -> PathBuf {
         .unwrap_or_else(|| given.clone())
 }
 
-fn rate(events: usize, elapsed: Duration) -> f64 {
-    events as f64 / elapsed.as_secs_f64().max(1e-9)
-}
-
 fn per_sec(events: usize, elapsed: Option<Duration>) -> String {
     elapsed.map_or("-".into(), |d| format!("{:.0} events/s", rate(events, d)))
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn target(sink: &Sink) -> &'static str {

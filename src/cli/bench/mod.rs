@@ -6,7 +6,9 @@ mod query;
 mod replay;
 mod spool;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
@@ -45,4 +47,30 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Query(args) => query::run(args).await,
         Which::Replay(args) => replay::run(args).await,
     }
+}
+
+/// The running eventgate binary (the daemon a benchmark starts) and a temporary
+/// directory for the run, removed when dropped.
+fn binary_and_dir() -> Result<(PathBuf, tempfile::TempDir), CliError> {
+    let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
+        context: "cannot find the eventgate binary".into(),
+        source,
+    })?;
+    let dir = tempfile::Builder::new()
+        .prefix("eg-bench")
+        .tempdir()
+        .map_err(|source| CliError::Io {
+            context: "cannot create a temporary directory".into(),
+            source,
+        })?;
+    Ok((eventgate, dir))
+}
+
+fn rate(events: usize, elapsed: Duration) -> f64 {
+    events as f64 / elapsed.as_secs_f64().max(1e-9)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }

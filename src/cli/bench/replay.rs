@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::{median, rate};
 use crate::bench::replay::{ReplayBench, Round, round, write_store};
 use crate::cli::CliError;
 
@@ -32,17 +33,7 @@ pub struct ReplayBenchArgs {
 }
 
 pub async fn run(args: ReplayBenchArgs) -> Result<ExitCode, CliError> {
-    let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
-        context: "cannot find the eventgate binary".into(),
-        source,
-    })?;
-    let dir = tempfile::Builder::new()
-        .prefix("eg-bench")
-        .tempdir()
-        .map_err(|source| CliError::Io {
-            context: "cannot create a temporary directory".into(),
-            source,
-        })?;
+    let (eventgate, dir) = super::binary_and_dir()?;
     let bench = ReplayBench {
         events: args.events as usize,
         batch: args.batch.map(|b| b as usize),
@@ -76,15 +67,6 @@ pub async fn run(args: ReplayBenchArgs) -> Result<ExitCode, CliError> {
     }
     print_table(&args, &bench, &results);
     Ok(ExitCode::SUCCESS)
-}
-
-fn rate(events: usize, elapsed: Duration) -> f64 {
-    events as f64 / elapsed.as_secs_f64().max(1e-9)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn print_table(args: &ReplayBenchArgs, bench: &ReplayBench, results: &[Vec<Round>]) {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::median;
 use crate::bench::micros;
 use crate::bench::spool::{Figures, SpoolBench, events, raw, spool, sqlite};
 use crate::cli::CliError;
@@ -48,11 +49,6 @@ const ROWS: [&str; 7] = [
 /// The raw row each row is compared with, round by round (the disk's sync latency
 /// varies a lot between rounds on shared machines; within a round it is comparable).
 const PEER: [Option<usize>; 7] = [Some(1), None, Some(1), Some(4), None, Some(6), None];
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
 
 pub async fn run(args: SpoolArgs) -> Result<ExitCode, CliError> {
     let io = |context: &str| {
