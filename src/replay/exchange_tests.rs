@@ -85,8 +85,9 @@ impl Events for Arc<Holding> {
                 notified.await;
             }
         };
+        // A call that never gets company (the window or the order forbids it) is
+        // answered after ALONE.
         let _ = tokio::time::timeout(ALONE, enough).await;
-        // Whoever is still waiting may now have company it will never get.
         self.seen.lock().unwrap().in_flight -= 1;
         Ok(Response::new(()))
     }
