@@ -53,7 +53,7 @@ pub fn write_store(path: &Path, events: usize) -> Result<Vec<Arc<Event>>, BenchE
     Ok(events)
 }
 
-/// Replays the whole store into a fresh gateway with each window size, and sends the
+/// Replays the whole store into a fresh gateway with `in_flight` calls at once, and sends the
 /// same envelopes with plain Forward calls into another fresh gateway.
 pub async fn round(
     eventgate: &Path,
