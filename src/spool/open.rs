@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::{Notify, watch};
 
-use super::shared::{Progress, Segment, Shared, State};
+use super::shared::{Gauges, Progress, Segment, Shared, State};
 use super::{Recovery, SpoolError, SpoolSettings, cursors, files, recovery, writer};
 
 pub fn open(
@@ -62,6 +62,7 @@ pub fn open(
         writer_idle: false,
         failed: None,
         waiters: VecDeque::new(),
+        gauges: Gauges::new(),
     };
     state.trim();
     for path in std::mem::take(&mut state.doomed) {

@@ -68,6 +68,23 @@ pub struct State {
     pub failed: Option<Arc<io::Error>>,
     /// Publishers waiting for their record, in seq order.
     pub waiters: VecDeque<(u64, oneshot::Sender<Result<(), SpoolError>>)>,
+    pub gauges: Gauges,
+}
+
+/// The spool's size gauges, looked up once: the writer sets them after every group,
+/// and a lookup hashes the key each time.
+pub struct Gauges {
+    bytes: metrics::Gauge,
+    segments: metrics::Gauge,
+}
+
+impl Gauges {
+    pub fn new() -> Self {
+        Self {
+            bytes: metrics::gauge!("eventgate_spool_bytes"),
+            segments: metrics::gauge!("eventgate_spool_segments"),
+        }
+    }
 }
 
 impl Shared {
@@ -145,7 +162,7 @@ impl State {
     }
 
     pub fn publish_gauges(&self) {
-        metrics::gauge!("eventgate_spool_bytes").set(self.total_bytes as f64);
-        metrics::gauge!("eventgate_spool_segments").set(self.segments.len() as f64);
+        self.gauges.bytes.set(self.total_bytes as f64);
+        self.gauges.segments.set(self.segments.len() as f64);
     }
 }

@@ -34,8 +34,6 @@ pub struct WriterMetrics {
     group_records: metrics::Histogram,
     fsyncs: metrics::Counter,
     fsync_seconds: metrics::Histogram,
-    bytes: metrics::Gauge,
-    segments: metrics::Gauge,
 }
 
 impl WriterMetrics {
@@ -44,8 +42,6 @@ impl WriterMetrics {
             group_records: metrics::histogram!("eventgate_spool_group_records"),
             fsyncs: metrics::counter!("eventgate_spool_fsyncs_total"),
             fsync_seconds: metrics::histogram!("eventgate_spool_fsync_seconds"),
-            bytes: metrics::gauge!("eventgate_spool_bytes"),
-            segments: metrics::gauge!("eventgate_spool_segments"),
         }
     }
 }
@@ -190,8 +186,7 @@ impl Writer {
             active.bytes = self.len;
             active.end_seq = last_seq + 1;
         }
-        self.metrics.bytes.set(state.total_bytes as f64);
-        self.metrics.segments.set(state.segments.len() as f64);
+        state.publish_gauges();
         Ok(())
     }
 
