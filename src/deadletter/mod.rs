@@ -94,6 +94,11 @@ pub enum Reason {
     Permanent,
     /// Retryable failures until `retry.attempts` or `retry.elapsed` ran out.
     RetriesExhausted,
+    /// The forwarder's code panicked on this event, alone in its batch.
+    Panicked,
+    /// The gateway process died while delivering this event, twice, the second time
+    /// with the event alone in flight (see `pipeline::inflight`).
+    Crashed,
 }
 
 impl Reason {
@@ -101,6 +106,8 @@ impl Reason {
         match self {
             Reason::Permanent => "permanent",
             Reason::RetriesExhausted => "retries_exhausted",
+            Reason::Panicked => "panicked",
+            Reason::Crashed => "crashed",
         }
     }
 
@@ -108,6 +115,8 @@ impl Reason {
         match text {
             "permanent" => Some(Reason::Permanent),
             "retries_exhausted" => Some(Reason::RetriesExhausted),
+            "panicked" => Some(Reason::Panicked),
+            "crashed" => Some(Reason::Crashed),
             _ => None,
         }
     }

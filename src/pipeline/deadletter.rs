@@ -67,18 +67,24 @@ impl Hook {
     /// forwarder back would not make the store writable, and the ids in the log
     /// (with the audit store's copy) are what is left to find the events again.
     pub async fn bury(&self, batch: &Batch, error: &BoxError, attempts: Attempts) {
-        let Some(dead_letters) = &self.dead_letters else {
-            return;
-        };
         let reason = if is_retryable(error) {
             Reason::RetriesExhausted
         } else {
             Reason::Permanent
         };
+        self.bury_with(batch, reason, chain(&**error), attempts).await;
+    }
+
+    /// [`Hook::bury`] with the reason and error text given (an event set aside after
+    /// a panic or a crash, which never produced a forwarder error).
+    pub async fn bury_with(&self, batch: &Batch, reason: Reason, error: String, attempts: Attempts) {
+        let Some(dead_letters) = &self.dead_letters else {
+            return;
+        };
         let now = SystemTime::now();
         let failure = Failure {
             reason,
-            error: chain(&**error),
+            error: error.clone(),
             attempts: attempts.count,
             first_attempt_at: attempts.first.unwrap_or(now),
             last_attempt_at: attempts.last.unwrap_or(now),

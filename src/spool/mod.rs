@@ -342,6 +342,11 @@ impl Spool {
         }
     }
 
+    /// The spool's own directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.handle.shared.dirs.root
+    }
+
     pub fn settings(&self) -> &SpoolSettings {
         &self.shared().settings
     }
