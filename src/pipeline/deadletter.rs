@@ -72,12 +72,19 @@ impl Hook {
         } else {
             Reason::Permanent
         };
-        self.bury_with(batch, reason, chain(&**error), attempts).await;
+        self.bury_with(batch, reason, chain(&**error), attempts)
+            .await;
     }
 
     /// [`Hook::bury`] with the reason and error text given (an event set aside after
     /// a panic or a crash, which never produced a forwarder error).
-    pub async fn bury_with(&self, batch: &Batch, reason: Reason, error: String, attempts: Attempts) {
+    pub async fn bury_with(
+        &self,
+        batch: &Batch,
+        reason: Reason,
+        error: String,
+        attempts: Attempts,
+    ) {
         let Some(dead_letters) = &self.dead_letters else {
             return;
         };

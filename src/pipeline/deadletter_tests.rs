@@ -97,15 +97,26 @@ async fn a_panic_is_narrowed_to_its_event_which_is_buried_while_the_rest_flows_o
     let p = pipeline_with(vec![(s, sink.clone())], Some(dead_letters.clone()));
     let router = p.router();
     for seq in 1..=10 {
-        router.route(&event(seq, if seq == 3 || seq == 6 { "/boom" } else { "/ok" }));
+        router.route(&event(
+            seq,
+            if seq == 3 || seq == 6 { "/boom" } else { "/ok" },
+        ));
     }
     p.forwarder("a").unwrap().wait_acked(10).await;
-    assert_eq!(sink.seqs(), [1, 2, 4, 5, 7, 8, 9, 10], "in order, minus the two");
+    assert_eq!(
+        sink.seqs(),
+        [1, 2, 4, 5, 7, 8, 9, 10],
+        "in order, minus the two"
+    );
     let entries = dead_letters.store.list(None, None).await.unwrap();
     assert_eq!(entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 6]);
     for entry in &entries {
         assert_eq!(entry.reason, Reason::Panicked);
-        assert!(entry.error.contains("panicked: boom on /boom"), "{}", entry.error);
+        assert!(
+            entry.error.contains("panicked: boom on /boom"),
+            "{}",
+            entry.error
+        );
     }
     let reports = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!(reports[0].delivered, 8);

@@ -164,7 +164,10 @@ mod tests {
         let journal = Inflight::open(dir.path(), "log").unwrap();
         let suspect = journal.suspect.expect("the batch was left in flight");
         assert_eq!((suspect.first, suspect.last, suspect.deaths), (10, 20, 1));
-        assert!(!suspect.is_poison(10), "one death with others in flight proves nothing");
+        assert!(
+            !suspect.is_poison(10),
+            "one death with others in flight proves nothing"
+        );
 
         // Delivered singly; the process dies again with seq 13 alone.
         journal.begin(13, 13);

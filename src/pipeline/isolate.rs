@@ -114,8 +114,12 @@ impl Worker {
                         () = tokio::time::sleep(pause) => {}
                     }
                     if events.len() == 1 {
-                        self.bury_alone(&events, Reason::Panicked, &format!("forwarder {:?} panicked: {message}", self.name))
-                            .await;
+                        self.bury_alone(
+                            &events,
+                            Reason::Panicked,
+                            &format!("forwarder {:?} panicked: {message}", self.name),
+                        )
+                        .await;
                     } else {
                         let (front, back) = events.split_at(events.len() / 2);
                         pieces.push_front(back.to_vec());
@@ -123,8 +127,8 @@ impl Worker {
                     }
                 }
                 Outcome::Stopped => {
-                    report.undelivered += events.len() as u64
-                        + pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+                    report.undelivered +=
+                        events.len() as u64 + pieces.iter().map(|p| p.len() as u64).sum::<u64>();
                     return false;
                 }
             }

@@ -15,9 +15,9 @@ use futures::FutureExt as _;
 use std::panic::AssertUnwindSafe;
 
 use super::backlog::{Backlog, BacklogReader};
-use super::inflight::Inflight;
 use super::deadletter::Hook;
 use super::health::{CloseOnDrop, Health};
+use super::inflight::Inflight;
 use super::queue::Queue;
 use super::retry::DeliveryStack;
 use super::route::RouteState;
