@@ -170,7 +170,19 @@ fn describe() {
         ),
         (
             "eventgate_forwarder_failed_total",
-            "Events a forwarder gave up on, by reason (permanent, retries_exhausted).",
+            "Events a forwarder gave up on after its errors, by reason (permanent, retries_exhausted).",
+        ),
+        (
+            "eventgate_forwarder_panics_total",
+            "Panics in a forwarder's code while delivering, per forwarder (each narrows the batch towards the event that causes it).",
+        ),
+        (
+            "eventgate_forwarder_restarts_total",
+            "Forwarder workers restarted after a panic outside a delivery.",
+        ),
+        (
+            "eventgate_forwarder_poison_events_total",
+            "Events set aside as dead letters because the forwarder panicked on them (panicked) or the process died on them twice (crashed).",
         ),
         (
             "eventgate_forwarder_spilled_total",
