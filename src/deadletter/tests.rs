@@ -372,3 +372,49 @@ async fn a_new_file_is_stamped_and_in_wal_mode() {
         .unwrap();
     assert_eq!(mode, "wal");
 }
+
+#[tokio::test]
+async fn a_version_1_store_keeps_its_rows_and_takes_the_new_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deadletters.db");
+    {
+        // What a gateway before schema 2 left: one dead letter.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!(
+            "../../migrations/deadletter/0001_dead_letters.sql"
+        ))
+        .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.pragma_update(None, "application_id", schema::APPLICATION_ID)
+            .unwrap();
+        conn.execute(
+            "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at,
+               error, reason, attempts, first_attempt_at, last_attempt_at, dead_at)
+             VALUES ('kafka', 'e1', 7, 'publish', x'', 't', 'down', 'retries_exhausted', 3, 't', 't', 't')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(path, false).await.unwrap();
+    let kept = store.list(None, None).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!((kept[0].id, kept[0].seq), (1, 7), "same row, same id");
+    assert_eq!(kept[0].reason, Reason::RetriesExhausted);
+    for (seq, reason) in [(8, Reason::Panicked), (9, Reason::Crashed)] {
+        store
+            .record("kafka", vec![event(seq, "/t")], failure(reason, 0, 0, 0))
+            .await
+            .unwrap();
+    }
+    let reasons: Vec<Reason> = store
+        .list(None, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        [Reason::RetriesExhausted, Reason::Panicked, Reason::Crashed]
+    );
+}
