@@ -177,6 +177,10 @@ fn describe() {
             "Panics in a forwarder's code while delivering, per forwarder (each narrows the batch towards the event that causes it).",
         ),
         (
+            "eventgate_forwarder_split_batches_total",
+            "Batches a forwarder refused permanently, delivered again in halves to find the events it refuses.",
+        ),
+        (
             "eventgate_forwarder_restarts_total",
             "Forwarder workers restarted after a panic outside a delivery.",
         ),

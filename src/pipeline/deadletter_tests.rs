@@ -43,13 +43,14 @@ async fn until_store(store: &Store, what: &str, check: impl Fn(&[Entry]) -> bool
 }
 
 #[tokio::test(start_paused = true)]
-async fn permanent_rejections_are_recorded_and_the_rest_flows_on_in_order() {
+async fn permanent_rejections_are_narrowed_to_their_events_and_the_rest_flows_on_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
     let sink = Arc::new(Recorder::default());
     *sink.poison.lock().unwrap() = Some("/bad");
+    // One batch of all nine: the refusal is narrowed by halves to 4 and 7.
     let mut s = spec("a");
-    s.batch.events = 1;
+    s.batch.events = 9;
     let p = pipeline_with(vec![(s, sink.clone())], Some(dead_letters.clone()));
     let router = p.router();
     let events: Vec<_> = (1..=9)
@@ -167,7 +168,7 @@ async fn requested_entries_are_redelivered_and_removed() {
     let p = pipeline_with(vec![(s, sink.clone())], Some(dead_letters.clone()));
     let router = p.router();
     // 1, 2 die together; 3 and 4 go through.
-    for (seq, topic) in [(1, "/bad"), (2, "/ok")] {
+    for (seq, topic) in [(1, "/bad"), (2, "/bad")] {
         router.route(&event(seq, topic));
     }
     p.forwarder("a").unwrap().wait_acked(2).await;

@@ -1,6 +1,7 @@
 //! Delivering a batch so that one bad event cannot stop a forwarder: a panic in the
-//! forwarder's code splits the batch until the event that panics is alone, and that
-//! event goes to the dead letters (reason `panicked`) while the rest is delivered;
+//! forwarder's code, or a permanent refusal of a batch, splits the batch until the
+//! event at fault is alone, and that event goes to the dead letters (reason
+//! `panicked`, or `permanent` with the sink's error) while the rest is delivered;
 //! events the previous process died on go one at a time, and one it died on twice
 //! is buried (reason `crashed`, see [`super::inflight`]) without being handed over
 //! again. Each such event is counted and logged once.
@@ -67,6 +68,26 @@ impl Worker {
                     metrics::counter!("eventgate_events_forwarded_total", "forwarder" => self.name.to_string())
                         .increment(piece.len() as u64);
                     record_delivery_age(&self.name, &piece);
+                }
+                // The sink refused the batch for good, but perhaps for one event's
+                // sake: halves are tried until the refused events are alone, so
+                // only they become dead letters. Retryable failures are not split:
+                // a sink that is down fails every half.
+                Outcome::Failed(error, _) if events.len() > 1 && !is_retryable(&error) => {
+                    metrics::counter!("eventgate_forwarder_split_batches_total", "forwarder" => self.name.to_string())
+                        .increment(1);
+                    tracing::warn!(
+                        forwarder = %self.name,
+                        events = events.len(),
+                        first_seq = first,
+                        last_seq = last,
+                        error = %crate::errors::chain(&*error),
+                        "the forwarder refused a batch permanently; delivering it in halves to find the events it refuses"
+                    );
+                    let (front, back) = events.split_at(events.len() / 2);
+                    pieces.push_front(back.to_vec());
+                    pieces.push_front(front.to_vec());
+                    continue;
                 }
                 Outcome::Failed(error, attempts) => {
                     self.panic_backoff = PANIC_BACKOFF_MIN;
