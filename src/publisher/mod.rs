@@ -51,13 +51,13 @@ impl Publisher {
             });
         }
         let tls = extensions.get::<TlsConnectInfo<TcpConnectInfo>>()?;
-        Self::of_certificates(tls.peer_certs()?.first()?)
+        Self::of_certificate(tls.peer_certs()?.first()?)
     }
 
     /// The publisher a client certificate (already verified by the TLS handshake)
     /// names. `None` when its subject cannot be read, which a certificate that
     /// passed verification does not do in practice.
-    pub fn of_certificates(leaf: &CertificateDer<'_>) -> Option<Self> {
+    pub fn of_certificate(leaf: &CertificateDer<'_>) -> Option<Self> {
         match certificate_subject(leaf) {
             Some(subject) => Some(Publisher::Certificate {
                 subject: subject.into(),

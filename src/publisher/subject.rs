@@ -1,9 +1,8 @@
-//! A certificate's subject as an RFC 4514 string, the form Go's `pkix.Name.String()`
-//! and OpenSSL's `-nameopt RFC2253` print: the relative distinguished names last to
-//! first, separated by `,`, multi-valued ones joined with `+`, well-known attribute
-//! types by name (`CN`, `O`, `OU`, `C`, `L`, `ST`, `STREET`, `POSTALCODE`,
-//! `SERIALNUMBER`, `DC`, `UID`), any other type as its dotted OID with the value as
-//! `#` and the hex of its DER encoding.
+//! A certificate's subject as an RFC 4514 string: the relative distinguished names
+//! last to first, separated by `,`, multi-valued ones joined with `+`, the RFC's
+//! attribute types by name (`CN`, `L`, `ST`, `O`, `OU`, `C`, `STREET`, `DC`, `UID`,
+//! plus `SERIALNUMBER` and `POSTALCODE`, which Go's `pkix.Name` also names), any other
+//! type as its dotted OID with the value as `#` and the hex of its DER encoding.
 //!
 //! The certificate itself is parsed by webpki (already a dependency of rustls), which
 //! hands over the subject's bytes; only the Name's small structure is read here.
@@ -104,7 +103,7 @@ fn text(tag: u8, content: &[u8]) -> Option<String> {
         // TeletexString: in practice Latin-1.
         0x14 => Some(content.iter().map(|&b| char::from(b)).collect()),
         // BMPString: UTF-16BE.
-        0x1e if content.len() % 2 == 0 => char::decode_utf16(
+        0x1e if content.len().is_multiple_of(2) => char::decode_utf16(
             content
                 .chunks_exact(2)
                 .map(|pair| u16::from_be_bytes([pair[0], pair[1]])),
@@ -112,7 +111,7 @@ fn text(tag: u8, content: &[u8]) -> Option<String> {
         .collect::<Result<String, _>>()
         .ok(),
         // UniversalString: UTF-32BE.
-        0x1c if content.len() % 4 == 0 => content
+        0x1c if content.len().is_multiple_of(4) => content
             .chunks_exact(4)
             .map(|quad| char::from_u32(u32::from_be_bytes([quad[0], quad[1], quad[2], quad[3]])))
             .collect(),

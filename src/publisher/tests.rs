@@ -99,7 +99,7 @@ fn a_generated_certificates_subject_is_read() {
         Some(r"CN=node-7,O=Acme\, Inc.,C=DE")
     );
     assert_eq!(
-        Publisher::of_certificates(cert.der()),
+        Publisher::of_certificate(cert.der()),
         Some(Publisher::Certificate {
             subject: r"CN=node-7,O=Acme\, Inc.,C=DE".into()
         })
