@@ -8,6 +8,8 @@
 //! - [`identifiers`]: containerd's namespace and topic rules.
 //! - [`filter`]: containerd's filter language (parse, match).
 //! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
+//! - [`publisher`]: who published an event (unix peer credentials or the client
+//!   certificate's subject), kept with it everywhere.
 //! - [`pipeline`]: per-forwarder route filters, bounded queues, batching, retries.
 //! - [`spool`]: the durable on-disk log every accepted event is appended to before it
 //!   is acknowledged, with per-forwarder cursors.
@@ -44,6 +46,7 @@ pub mod identifiers;
 pub mod listen;
 pub mod pipeline;
 pub mod proto;
+pub mod publisher;
 pub mod query;
 pub mod reload;
 pub mod render;

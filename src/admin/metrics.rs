@@ -262,6 +262,10 @@ fn describe() {
         ),
         ("eventgate_file_rotations_total", "File rotations."),
         (
+            "eventgate_file_duplicates_skipped_total",
+            "Events of a batch sent again that the file forwarder had already written, skipped.",
+        ),
+        (
             "eventgate_kafka_messages_total",
             "Kafka messages acknowledged by the broker.",
         ),

@@ -23,6 +23,7 @@ use thiserror::Error;
 use crate::event::{Event, EventId, Source};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
+use crate::publisher::Publisher;
 pub use schema::{APPLICATION_ID, LATEST};
 
 #[derive(Debug, Error)]
@@ -183,6 +184,9 @@ pub struct Entry {
     pub dead_at: String,
     pub retry_requested_at: Option<String>,
     pub state: State,
+    /// Who published the event; `None` without one (or for entries recorded before
+    /// publishers were kept).
+    pub publisher: Option<Publisher>,
 }
 
 /// An entry that cannot be turned back into an event (a damaged row).
@@ -202,7 +206,7 @@ impl Entry {
     }
 
     /// The event as the forwarder first saw it: same id, sequence number, source,
-    /// arrival time and envelope.
+    /// publisher, arrival time and envelope.
     pub fn to_event(&self) -> Result<Event, RestoreError> {
         let envelope = self.decode_envelope().map_err(RestoreError::Envelope)?;
         let id: EventId = self
@@ -211,7 +215,8 @@ impl Entry {
             .map_err(|_| RestoreError::Id(self.event_id.clone()))?;
         let received_at = humantime::parse_rfc3339(&self.received_at)
             .map_err(|_| RestoreError::ReceivedAt(self.received_at.clone()))?;
-        let mut event = Event::new(self.seq, id, source(&self.source), envelope);
+        let mut event = Event::new(self.seq, id, source(&self.source), envelope)
+            .with_publisher(self.publisher.clone());
         event.received_at = received_at;
         Ok(event)
     }

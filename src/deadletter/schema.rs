@@ -28,6 +28,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0002_crash_reasons.sql",
         sql: include_str!("../../migrations/deadletter/0002_crash_reasons.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_publisher.sql",
+        sql: include_str!("../../migrations/deadletter/0003_publisher.sql"),
+    },
 ];
 
 const SCHEMA: Schema = Schema {

@@ -86,6 +86,43 @@ async fn a_record_keeps_the_event_and_how_it_died() {
     assert_eq!(restored.source, events[0].source);
     assert_eq!(restored.received_at, events[0].received_at);
     assert_eq!(restored.envelope, events[0].envelope);
+    assert_eq!((entry.publisher.as_ref(), restored.publisher), (None, None));
+}
+
+#[tokio::test]
+async fn a_dead_letter_comes_back_with_its_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir).await;
+    let publishers = [
+        Publisher::Process {
+            uid: 1000,
+            gid: 100,
+            pid: Some(4242),
+        },
+        Publisher::Certificate {
+            subject: "CN=node-7,O=Acme".into(),
+        },
+    ];
+    let events: Vec<Arc<Event>> = publishers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let plain = Arc::try_unwrap(event(i as u64 + 1, "/tasks/exit")).unwrap();
+            Arc::new(plain.with_publisher(Some(p.clone())))
+        })
+        .collect();
+    store
+        .record("file", events, failure(Reason::Permanent, 1, 0, 0))
+        .await
+        .unwrap();
+    let entries = store.list(None, None).await.unwrap();
+    for (entry, publisher) in entries.iter().zip(&publishers) {
+        assert_eq!(entry.publisher.as_ref(), Some(publisher));
+        assert_eq!(
+            entry.to_event().unwrap().publisher.as_ref(),
+            Some(publisher)
+        );
+    }
 }
 
 #[tokio::test]

@@ -35,6 +35,7 @@ use crate::filter::Filter;
 use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
+use crate::publisher::Publisher;
 use crate::spool::{Spool, SpoolError, SpoolFull};
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
@@ -230,9 +231,21 @@ impl Exchange {
     }
 
     /// containerd's Publish: the namespace comes from the request (required), the
-    /// timestamp from our clock in UTC; the payload passes through untouched.
+    /// timestamp from our clock in UTC; the payload passes through untouched. The
+    /// publisher is unknown; [`Exchange::publish_from`] records one.
     pub async fn publish(
         &self,
+        namespace: Option<&str>,
+        topic: String,
+        event: Option<Any>,
+    ) -> Result<Arc<Event>, AcceptError> {
+        self.publish_from(None, namespace, topic, event).await
+    }
+
+    /// [`Exchange::publish`] by a known client, whose identity is kept with the event.
+    pub async fn publish_from(
+        &self,
+        publisher: Option<Publisher>,
         namespace: Option<&str>,
         topic: String,
         event: Option<Any>,
@@ -251,17 +264,27 @@ impl Exchange {
             event,
         };
         self.check_size(&envelope).map_err(|e| self.rejected(e))?;
-        self.accept(Source::Publish, envelope).await
+        self.accept_from(Source::Publish, publisher, envelope).await
     }
 
     /// containerd's Forward: namespace, then topic, then timestamp are validated, and
-    /// the envelope is distributed exactly as received.
+    /// the envelope is distributed exactly as received. The forwarding client is
+    /// unknown; [`Exchange::forward_from`] records one.
     pub async fn forward(&self, envelope: Option<Envelope>) -> Result<Arc<Event>, AcceptError> {
+        self.forward_from(None, envelope).await
+    }
+
+    /// [`Exchange::forward`] by a known client, whose identity is kept with the event.
+    pub async fn forward_from(
+        &self,
+        publisher: Option<Publisher>,
+        envelope: Option<Envelope>,
+    ) -> Result<Arc<Event>, AcceptError> {
         let envelope = envelope.ok_or_else(|| self.rejected(AcceptError::MissingEnvelope))?;
         self.check_envelope(&envelope)
             .map_err(|e| self.rejected(e))?;
         self.check_size(&envelope).map_err(|e| self.rejected(e))?;
-        self.accept(Source::Forward, envelope).await
+        self.accept_from(Source::Forward, publisher, envelope).await
     }
 
     /// `exchange.limits.max_event_bytes`, applied to Publish and Forward. Upstream
@@ -305,10 +328,21 @@ impl Exchange {
         source: Source,
         envelope: Envelope,
     ) -> Result<Arc<Event>, AcceptError> {
+        self.accept_from(source, None, envelope).await
+    }
+
+    /// [`Exchange::accept`] with the client that sent the envelope.
+    pub async fn accept_from(
+        &self,
+        source: Source,
+        publisher: Option<Publisher>,
+        envelope: Envelope,
+    ) -> Result<Arc<Event>, AcceptError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(AcceptError::Closed);
         }
-        let mut event = Event::new(0, EventId::unassigned(), source, envelope);
+        let mut event =
+            Event::new(0, EventId::unassigned(), source, envelope).with_publisher(publisher);
         let mut dropped = Vec::new();
         if let Some(spool) = &self.inner.spool {
             dropped = spool
