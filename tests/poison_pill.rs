@@ -82,15 +82,20 @@ fn gateway_child() {
     let Ok(toml) = std::env::var(CHILD_CONFIG) else {
         return;
     };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async move {
+        // Before the socket exists: a SIGTERM sent once it accepts must find the handler.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler");
         let config = Config::parse(&toml, "child").expect("a valid config");
         let kinds = Kinds::default().register("crashy", CrashyKind);
         let gateway = eventgate::gateway::Gateway::start_with(&config, &kinds)
             .await
             .expect("the gateway starts");
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
         gateway
             .run_until(async move {
                 term.recv().await;
@@ -111,7 +116,13 @@ impl Drop for ChildGateway {
     }
 }
 
-fn start_child(toml: &str, socket: &Path) -> ChildGateway {
+/// Starts the child gateway; its log goes to `log` (appended), which a failure shows.
+fn spawn_child(toml: &str, log: &Path) -> ChildGateway {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("the child's log file");
     let child = Command::new(std::env::current_exe().expect("this test binary"))
         .args([
             "--exact",
@@ -121,13 +132,21 @@ fn start_child(toml: &str, socket: &Path) -> ChildGateway {
         ])
         .env(CHILD_CONFIG, toml)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(file)
         .spawn()
         .expect("start the gateway child");
-    let mut child = ChildGateway { child };
+    ChildGateway { child }
+}
+
+/// [`spawn_child`], then waits until it serves.
+fn start_child(toml: &str, socket: &Path, log: &Path) -> ChildGateway {
+    let mut child = spawn_child(toml, log);
     wait_for("the child gateway's socket", DEADLINE, || {
         if let Ok(Some(status)) = child.child.try_wait() {
-            panic!("the child gateway exited during start-up: {status}");
+            panic!(
+                "the child gateway exited during start-up: {status}\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
         }
         std::os::unix::net::UnixStream::connect(socket).ok()
     });
@@ -169,6 +188,7 @@ async fn an_event_that_kills_the_process_is_set_aside_after_the_second_death() {
     let data = dir.path().join("data");
     let socket = data.join("eventgate.sock");
     let out = dir.path().join("delivered.txt");
+    let log = dir.path().join("child.log");
     // A batch that lingers long enough to take all three events at once, so the
     // first death leaves all three in flight.
     let toml = format!(
@@ -186,7 +206,7 @@ async fn an_event_that_kills_the_process_is_set_aside_after_the_second_death() {
         out = out.display(),
     );
 
-    let mut child = start_child(&toml, &socket);
+    let mut child = start_child(&toml, &socket, &log);
     for topic in ["/first", "/poison", "/last"] {
         publish(&socket, topic)
             .await
@@ -197,15 +217,16 @@ async fn an_event_that_kills_the_process_is_set_aside_after_the_second_death() {
     assert!(delivered(&out).is_empty(), "the batch died whole");
 
     // Second start: the three are delivered one at a time; the process dies again
-    // with the poison alone in flight, after /first went through.
-    let mut child = start_child(&toml, &socket);
+    // with the poison alone in flight, after /first went through (perhaps before
+    // its socket is even looked at).
+    let mut child = spawn_child(&toml, &log);
     let status = wait_exit(&mut child.child, DEADLINE);
     assert!(!status.success(), "the second death: {status}");
     assert_eq!(delivered(&out), ["/first"]);
 
     // Third start: the poison goes to the dead letters, the rest flows on, and the
     // gateway stays up for new events.
-    let mut child = start_child(&toml, &socket);
+    let mut child = start_child(&toml, &socket, &log);
     wait_for("/last delivered", DEADLINE, || {
         (delivered(&out) == ["/first", "/last"]).then_some(())
     });
@@ -245,7 +266,7 @@ async fn an_event_that_kills_the_process_is_set_aside_after_the_second_death() {
     support::signal(&child.child, nix::sys::signal::Signal::SIGTERM);
     let status = wait_exit(&mut child.child, DEADLINE);
     assert!(status.success(), "a clean stop: {status}");
-    let mut child = start_child(&toml, &socket);
+    let mut child = start_child(&toml, &socket, &log);
     support::signal(&child.child, nix::sys::signal::Signal::SIGTERM);
     assert!(wait_exit(&mut child.child, DEADLINE).success());
     let text = std::fs::read_to_string(&out).unwrap_or_default();
