@@ -106,6 +106,8 @@ impl Worker {
             metrics::counter!("eventgate_forwarder_restarts_total", "forwarder" => self.name.to_string())
                 .increment(1);
             let lost = self.restart_from(cursor);
+            self.health
+                .attempt_failed(restarts, "the worker panicked; restarting".to_owned());
             tracing::error!(
                 forwarder = %self.name,
                 resume_from = cursor,
