@@ -125,7 +125,8 @@ impl Worker {
                         "the forwarder panicked; isolating the event that causes it"
                     );
                     // Readiness names it while the forwarder keeps panicking.
-                    self.health.attempt_failed(1, format!("panicked: {message}"));
+                    self.health
+                        .attempt_failed(1, format!("panicked: {message}"));
                     let pause = self.panic_backoff;
                     self.panic_backoff = (pause * 2).min(PANIC_BACKOFF_MAX);
                     tokio::select! {
