@@ -282,3 +282,43 @@ async fn requests_made_before_start_go_first_and_unknown_forwarders_entries_stay
     assert_eq!(seqs[0], 100);
     assert_eq!(seqs[1..], (1..=50).collect::<Vec<_>>());
 }
+
+/// A panic outside a delivery (here: in a dead letter's redelivery, which the worker
+/// runs between batches) restarts the worker instead of leaving it dead: live events
+/// still flow afterwards.
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_panics_between_batches_is_restarted_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead_letters = store(&dir).await;
+    let store = &dead_letters.store;
+    let sink = Arc::new(Recorder::default());
+    *sink.panic_on.lock().unwrap() = Some("/boom");
+    store
+        .record(
+            "a",
+            vec![event(100, "/boom")],
+            crate::deadletter::Failure {
+                reason: Reason::Permanent,
+                error: "old".into(),
+                attempts: 1,
+                first_attempt_at: SystemTime::now(),
+                last_attempt_at: SystemTime::now(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.request(None, Vec::new()).await.unwrap(), 1);
+    let p = pipeline_with(vec![(spec("a"), sink.clone())], Some(dead_letters.clone()));
+    let router = p.router();
+    until_store(store, "the redelivery to be taken", |e| {
+        e.len() == 1 && e[0].state == State::Queued
+    })
+    .await;
+    for seq in 1..=3 {
+        router.route(&event(seq, "/ok"));
+    }
+    p.forwarder("a").unwrap().wait_acked(3).await;
+    assert_eq!(sink.seqs(), [1, 2, 3]);
+    let reports = p.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(reports[0].delivered, 3, "the restarted worker's report");
+}
