@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::FutureExt as _;
 
+use super::deadletter::reason_of;
 use super::retry::{self, Attempts, is_retryable};
 use super::worker::{Report, Worker};
 use crate::deadletter::Reason;
@@ -42,11 +43,15 @@ impl Worker {
         pieces.push_back(batch.events().to_vec());
         while let Some(events) = pieces.pop_front() {
             if let Some(seq) = self.poison(&events) {
-                self.bury_alone(&events, Reason::Crashed, &format!(
+                let buried = self.bury_alone(&events, Reason::Crashed, &format!(
                     "the gateway process died twice while forwarder {:?} was delivering this event (seq {seq}), the second time with it alone; it is not handed to the forwarder again",
                     self.name
                 ))
                 .await;
+                if !buried {
+                    report.undelivered += undelivered(&events, &pieces);
+                    return false;
+                }
                 continue;
             }
             if let Some(split) = self.split_suspects(&events) {
@@ -91,26 +96,38 @@ impl Worker {
                 }
                 Outcome::Failed(error, attempts) => {
                     self.panic_backoff = PANIC_BACKOFF_MIN;
-                    let reason = if is_retryable(&error) {
-                        "retries_exhausted"
-                    } else {
-                        "permanent"
-                    };
-                    report.failed += piece.len() as u64;
-                    self.health.gave_up(piece.len() as u64);
-                    metrics::counter!("eventgate_forwarder_failed_total", "forwarder" => self.name.to_string(), "reason" => reason)
+                    let reason = reason_of(&error);
+                    metrics::counter!("eventgate_forwarder_failed_total", "forwarder" => self.name.to_string(), "reason" => reason.as_str())
                         .increment(piece.len() as u64);
                     tracing::error!(
                         forwarder = %self.name,
                         events = piece.len(),
                         first_seq = first,
                         last_seq = last,
-                        reason,
+                        reason = reason.as_str(),
                         error = %crate::errors::chain(&*error),
                         "gave up delivering a batch"
                     );
-                    // Before the acknowledgement: once acked, the spool forgets.
-                    self.dead_letters.bury(&piece, &error, attempts).await;
+                    // Before the acknowledgement: once acked, the spool forgets, so
+                    // events the dead-letter store cannot take (its disk is full)
+                    // are held, never dropped.
+                    let recorded = self
+                        .dead_letters
+                        .bury_until_recorded(
+                            &piece,
+                            reason,
+                            crate::errors::chain(&*error),
+                            attempts,
+                            &self.health,
+                            &self.stop,
+                        )
+                        .await;
+                    if !recorded {
+                        report.undelivered += undelivered(&events, &pieces);
+                        return false;
+                    }
+                    report.failed += piece.len() as u64;
+                    self.health.gave_up(piece.len() as u64);
                 }
                 Outcome::Panicked(message) => {
                     metrics::counter!("eventgate_forwarder_panics_total", "forwarder" => self.name.to_string())
@@ -138,12 +155,17 @@ impl Worker {
                         () = tokio::time::sleep(pause) => {}
                     }
                     if events.len() == 1 {
-                        self.bury_alone(
-                            &events,
-                            Reason::Panicked,
-                            &format!("forwarder {:?} panicked: {message}", self.name),
-                        )
-                        .await;
+                        let buried = self
+                            .bury_alone(
+                                &events,
+                                Reason::Panicked,
+                                &format!("forwarder {:?} panicked: {message}", self.name),
+                            )
+                            .await;
+                        if !buried {
+                            report.undelivered += undelivered(&events, &pieces);
+                            return false;
+                        }
                     } else {
                         let (front, back) = events.split_at(events.len() / 2);
                         pieces.push_front(back.to_vec());
@@ -151,8 +173,7 @@ impl Worker {
                     }
                 }
                 Outcome::Stopped => {
-                    report.undelivered +=
-                        events.len() as u64 + pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+                    report.undelivered += undelivered(&events, &pieces);
                     return false;
                 }
             }
@@ -206,13 +227,14 @@ impl Worker {
         Some(pieces)
     }
 
-    /// Records one event as dead with `reason`, counted and logged once.
-    async fn bury_alone(&mut self, events: &[Arc<Event>], reason: Reason, error: &str) {
+    /// Records one event as dead with `reason`, counted and logged once. False if
+    /// the store could not take it before the shutdown deadline (it stays in the
+    /// spool, unacknowledged).
+    async fn bury_alone(&mut self, events: &[Arc<Event>], reason: Reason, error: &str) -> bool {
         let piece = batch_of(events);
         let (seq, _) = piece.seq_range();
         metrics::counter!("eventgate_forwarder_poison_events_total", "forwarder" => self.name.to_string(), "reason" => reason.as_str())
             .increment(piece.len() as u64);
-        self.health.gave_up(piece.len() as u64);
         tracing::error!(
             forwarder = %self.name,
             seq,
@@ -221,11 +243,28 @@ impl Worker {
             error,
             "event set aside as a dead letter; the forwarder goes on with the next"
         );
-        self.dead_letters
-            .bury_with(&piece, reason, error.to_owned(), Attempts::default())
+        let recorded = self
+            .dead_letters
+            .bury_until_recorded(
+                &piece,
+                reason,
+                error.to_owned(),
+                Attempts::default(),
+                &self.health,
+                &self.stop,
+            )
             .await;
-        self.inflight.passed(seq);
+        if recorded {
+            self.health.gave_up(piece.len() as u64);
+            self.inflight.passed(seq);
+        }
+        recorded
     }
+}
+
+/// The events of the piece in hand and of every piece after it.
+fn undelivered(events: &[Arc<Event>], pieces: &VecDeque<Vec<Arc<Event>>>) -> u64 {
+    events.len() as u64 + pieces.iter().map(|p| p.len() as u64).sum::<u64>()
 }
 
 fn batch_of(events: &[Arc<Event>]) -> Batch {
