@@ -113,6 +113,12 @@ pub fn refresh(observed: &Observed) {
         metrics::gauge!("eventgate_spool_bytes").set(stats.bytes as f64);
         metrics::gauge!("eventgate_spool_segments").set(stats.segments as f64);
         metrics::gauge!("eventgate_spool_max_bytes").set(spool.settings().max_bytes.0 as f64);
+        if let Some(disk) = spool.disk() {
+            metrics::gauge!("eventgate_spool_disk_free_bytes").set(disk.free as f64);
+            metrics::gauge!("eventgate_spool_disk_min_free_bytes").set(disk.required as f64);
+            metrics::gauge!("eventgate_spool_disk_reserve_reached")
+                .set(f64::from(u8::from(disk.low)));
+        }
     }
     metrics::gauge!("eventgate_subscribers").set(observed.exchange.subscriber_count() as f64);
     // Also before the first connection, which the upstream task's own updates miss.
@@ -345,6 +351,21 @@ fn describe() {
             "The spool's limit (spool.max_bytes).",
         ),
         ("eventgate_spool_segments", Count, "Spool segment files."),
+        (
+            "eventgate_spool_disk_free_bytes",
+            Bytes,
+            "Free space on the spool's file system (for unprivileged writers), as last looked at (every write, at least every 250 ms).",
+        ),
+        (
+            "eventgate_spool_disk_min_free_bytes",
+            Bytes,
+            "The reserve kept free on the spool's file system (spool.min_free, in bytes).",
+        ),
+        (
+            "eventgate_spool_disk_reserve_reached",
+            Count,
+            "1 while free space is below spool.min_free and events are refused (until it is back above the reserve plus a tenth), else 0.",
+        ),
         (
             "eventgate_upstream_connected",
             Count,

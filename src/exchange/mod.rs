@@ -36,7 +36,7 @@ use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
-use crate::spool::{Spool, SpoolError, SpoolFull};
+use crate::spool::{DiskLow, Spool, SpoolError, SpoolFull};
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
 const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
@@ -69,6 +69,9 @@ pub enum AcceptError {
     QueueFull(#[from] crate::pipeline::QueueFull),
     #[error(transparent)]
     SpoolFull(#[from] SpoolFull),
+    /// Free disk space is below `spool.min_free`: kept for what was accepted.
+    #[error(transparent)]
+    DiskLow(#[from] DiskLow),
     /// The event could not be made durable (a disk error); it may have reached
     /// subscribers, but it was not acknowledged.
     #[error("the event could not be written to the spool: {0}")]
@@ -83,7 +86,9 @@ impl AcceptError {
         match self {
             AcceptError::NamespaceRequired => tonic::Code::FailedPrecondition,
             AcceptError::Closed => tonic::Code::Unavailable,
-            AcceptError::QueueFull(_) | AcceptError::SpoolFull(_) => tonic::Code::ResourceExhausted,
+            AcceptError::QueueFull(_) | AcceptError::SpoolFull(_) | AcceptError::DiskLow(_) => {
+                tonic::Code::ResourceExhausted
+            }
             AcceptError::Spool(_) => tonic::Code::Unavailable,
             _ => tonic::Code::InvalidArgument,
         }
@@ -105,6 +110,7 @@ impl AcceptError {
             AcceptError::Closed => "shutting_down",
             AcceptError::QueueFull(_) => "queue_full",
             AcceptError::SpoolFull(_) => "spool_full",
+            AcceptError::DiskLow(_) => "disk_reserve",
             AcceptError::Spool(_) => "spool_error",
         }
     }
@@ -319,7 +325,8 @@ impl Exchange {
     /// Takes a validated envelope into the gateway's order and hands it to every
     /// subscriber and forwarder whose filter matches; returns once it is durable.
     ///
-    /// First, outside the lock, makes room in the spool (waiting, or dropping the
+    /// First, outside the lock, refuses if free disk space is below the spool's
+    /// reserve (`spool.min_free`), makes room in the spool (waiting, or dropping the
     /// oldest records, per its `full` policy) and waits until every `block` forwarder
     /// queue the event is routed to has room (refusing it with RESOURCE_EXHAUSTED
     /// after the respective timeout).
@@ -345,6 +352,9 @@ impl Exchange {
             Event::new(0, EventId::unassigned(), source, envelope).with_publisher(publisher);
         let mut dropped = Vec::new();
         if let Some(spool) = &self.inner.spool {
+            spool
+                .check_space()
+                .map_err(|low| self.rejected(AcceptError::DiskLow(low)))?;
             dropped = spool
                 .reserve(event.envelope.encoded_len())
                 .await
