@@ -23,7 +23,8 @@
 //!   another exchange, resumable.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
-//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
+//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown; [`lock`]: one
+//!   gateway per data directory.
 //! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
 //! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
@@ -44,6 +45,7 @@ pub mod forward;
 pub mod gateway;
 pub mod identifiers;
 pub mod listen;
+pub mod lock;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;
