@@ -74,7 +74,10 @@ pub enum AcceptError {
     DiskLow(#[from] DiskLow),
     /// The event could not be made durable (a disk error); it may have reached
     /// subscribers, but it was not acknowledged.
-    #[error("the event could not be written to the spool: {0}")]
+    #[error(
+        "the event could not be written to the spool: {}",
+        crate::errors::chain(.0)
+    )]
     Spool(#[source] SpoolError),
     #[error("eventgate is shutting down")]
     Closed,
