@@ -143,7 +143,10 @@ mod tests {
             )),
             "{text}"
         );
-        assert!(text.ends_with(&format!("lock {})", first.path().display())), "{text}");
+        assert!(
+            text.ends_with(&format!("lock {})", first.path().display())),
+            "{text}"
+        );
         drop(first);
         let again = DataDirLock::acquire(dir.path()).unwrap();
         let written = std::fs::read_to_string(again.path()).unwrap();
