@@ -158,7 +158,7 @@ pub fn check_fits(path: &Path, min_free: &MinFree) -> Result<(), String> {
     }
     Err(format!(
         "`spool.min_free` ({min_free}) is not less than the size of the file system holding {} ({}): eventgate would never accept an event",
-        existing.display(),
+        path.display(),
         human_bytes(found.total)
     ))
 }
