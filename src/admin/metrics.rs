@@ -312,7 +312,7 @@ fn describe() {
         (
             "eventgate_ready",
             Count,
-            "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark), else 0.",
+            "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark, free disk space above spool.min_free, no spool write failure), else 0.",
         ),
         ("eventgate_subscribers", Count, "Subscribers connected."),
         (

@@ -246,11 +246,10 @@ fn disk_part(disk: &DiskSnapshot) -> Part {
         .map(|error| format!(" (last figures: it cannot be read now: {error})"))
         .unwrap_or_default();
     let detail = format!(
-        "spool disk: {} free on the file system of {} (spool.min_free {} = {}){stale}",
+        "spool disk: {} free on the file system of {} (spool.min_free {}){stale}",
         human_bytes(disk.free),
         disk.dir.display(),
-        disk.min_free,
-        human_bytes(disk.required),
+        disk.min_free.describe(disk.total),
     );
     let problem = disk.low.then(|| {
         format!(

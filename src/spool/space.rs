@@ -73,6 +73,14 @@ impl MinFree {
         }
     }
 
+    /// "256MiB", or "5% = 1.2GiB" on a file system of `total` bytes.
+    pub fn describe(&self, total: u64) -> String {
+        match self {
+            MinFree::Bytes(size) => size.to_string(),
+            MinFree::Percent(_) => format!("{self} = {}", human_bytes(self.bytes(total))),
+        }
+    }
+
     /// Whether a file system of `total` bytes can ever have the reserve free.
     pub fn fits(&self, total: u64) -> bool {
         self.bytes(total) < total
@@ -166,14 +174,15 @@ pub fn check_fits(path: &Path, min_free: &MinFree) -> Result<(), String> {
 /// `Publish`, `Forward` or an upstream event refused below the reserve.
 #[derive(Clone, Debug, Error)]
 #[error(
-    "the spool's file system ({dir}) has {} free, below spool.min_free ({min_free}, {}); the event was not accepted, retry later (accepting again from {} free)",
-    human_bytes(*free), human_bytes(*required), human_bytes(*resume_at),
+    "the spool's file system ({dir}) has {} free ({free} bytes), below spool.min_free ({}, {required} bytes); the event was not accepted, retry later (accepting again from {} free)",
+    human_bytes(*free), min_free.describe(*total), human_bytes(*resume_at),
     dir = dir.display()
 )]
 pub struct DiskLow {
     pub dir: PathBuf,
     pub min_free: MinFree,
     pub free: u64,
+    pub total: u64,
     pub required: u64,
     pub resume_at: u64,
 }
@@ -303,6 +312,7 @@ impl Reserve {
             dir: snapshot.dir,
             min_free: snapshot.min_free,
             free: snapshot.free,
+            total: snapshot.total,
             required: snapshot.required,
             resume_at: snapshot.resume_at,
         })
@@ -368,7 +378,11 @@ mod tests {
             (refused.free, refused.required, refused.resume_at),
             (10 * MIB - 1, 10 * MIB, 11 * MIB)
         );
-        assert!(refused.to_string().contains("below spool.min_free (10MiB"));
+        assert_eq!(
+            refused.to_string(),
+            "the spool's file system (/x) has 10.0MiB free (10485759 bytes), below spool.min_free (10MiB, 10485760 bytes); the event was not accepted, retry later (accepting again from 11.0MiB free)"
+        );
+        assert_eq!(MinFree::Percent(5.0).describe(100 * MIB), "5% = 5.0MiB");
         // Back at the reserve is not enough: it would flap as sinks take blocks.
         assert_eq!(reserve.update(at(10 * MIB + 1)), None);
         assert!(reserve.check().is_err());
