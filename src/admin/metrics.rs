@@ -354,7 +354,7 @@ fn describe() {
         (
             "eventgate_spool_disk_free_bytes",
             Bytes,
-            "Free space on the spool's file system (for unprivileged writers), as last looked at (every write, at least every 250 ms).",
+            "Free space on the spool's file system (for unprivileged writers), as last looked at (after writes at most every 10 ms, at least every 250 ms).",
         ),
         (
             "eventgate_spool_disk_min_free_bytes",

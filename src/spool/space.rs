@@ -8,8 +8,9 @@
 //! reserve plus a tenth of it, so that a sink freeing and taking a few blocks does
 //! not make it flap.
 //!
-//! The writer thread refreshes the figures (one `statvfs`) after each write and at
-//! least every [`REFRESH_PERIOD`] while idle; a Publish only loads one atomic.
+//! The writer thread refreshes the figures (one `statvfs`, about 2 us) after writes,
+//! at most every [`REFRESH_MIN`], and at least every [`REFRESH_PERIOD`] while idle; a
+//! Publish only loads one atomic. At 100 MB/s, 10 ms is 1 MB: far inside any reserve.
 
 use std::ffi::CString;
 use std::fmt;
@@ -29,6 +30,9 @@ use crate::pipeline::settings::ByteSize;
 /// Longest time between two looks at the file system while the spool is idle: the
 /// sinks may be filling it while nothing is published.
 pub const REFRESH_PERIOD: Duration = Duration::from_millis(250);
+
+/// Shortest time between two looks while the spool is busy.
+pub const REFRESH_MIN: Duration = Duration::from_millis(10);
 
 /// `spool.min_free`: bytes, or a percentage of the file system's size.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -14,7 +14,7 @@ use super::cursors;
 use super::files;
 use super::settings::Fsync;
 use super::shared::{Segment, Shared};
-use super::space::REFRESH_PERIOD;
+use super::space::{REFRESH_MIN, REFRESH_PERIOD};
 
 /// How often dirty cursors are written at most.
 const CURSOR_PERIOD: Duration = Duration::from_secs(1);
@@ -69,10 +69,14 @@ impl Writer {
                     self.fail(error);
                 }
             }
-            // After every write, and at least every REFRESH_PERIOD while idle: the
-            // sinks on the same disk keep writing when nothing is published.
-            self.shared.reserve.refresh();
-            last_refresh = Instant::now();
+            // After writes (at most every REFRESH_MIN: a statvfs costs about 2 us, a
+            // busy writer turns thousands of times a second), and at least every
+            // REFRESH_PERIOD while idle: the sinks on the same disk keep writing when
+            // nothing is published.
+            if last_refresh.elapsed() >= REFRESH_MIN {
+                self.shared.reserve.refresh();
+                last_refresh = Instant::now();
+            }
             spare = (turn.buf, turn.ends);
             spare.0.clear();
             spare.1.clear();
