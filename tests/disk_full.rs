@@ -505,6 +505,16 @@ fn a_reserve_larger_than_the_file_system_is_refused_by_check_config_and_serve() 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The flag overrides the file.
+    let out = eventgate()
+        .args(["serve", "--config", &config, "--spool-min-free", "4MiB"])
+        .output()
+        .expect("run serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(&expected),
+        "{stderr}"
+    );
 }
 
 /// Fills the file system holding `dir` to the last block.
