@@ -383,11 +383,14 @@ async fn sigterm_ends_subscriptions_and_removes_the_socket() {
 #[test]
 fn a_live_socket_is_never_stolen_and_a_stale_one_is_replaced() {
     let mut first = Gateway::start(&[]);
-    let data = first.dir.path().join("data");
+    // Another data directory (the first one's is locked), the same socket path.
+    let other = tempfile::tempdir().expect("tempdir");
     let out = eventgate()
         .arg("serve")
         .arg("--data-dir")
-        .arg(&data)
+        .arg(other.path())
+        .arg("--socket")
+        .arg(&first.socket)
         .output()
         .expect("second serve");
     assert!(!out.status.success());
