@@ -380,7 +380,8 @@ impl Config {
     }
 
     /// The TCP listener's protection: TLS, or plaintext on loopback, or plaintext
-    /// beyond it only with an explicit `insecure`.
+    /// beyond it only with an explicit `insecure`; beyond loopback, TLS requires
+    /// client certificates unless `allow_anonymous_clients` says otherwise.
     fn validate_tcp(&self) -> Result<(), ConfigError> {
         let exchange = &self.exchange;
         match (exchange.listen, &exchange.tls) {
@@ -392,6 +393,24 @@ impl Config {
                 "exchange.insecure",
                 "contradicts [exchange.tls]: with TLS the listener is not insecure; remove one",
             )),
+            (Some(_), Some(tls)) if tls.client_ca.is_some() && tls.allow_anonymous_clients => {
+                Err(invalid(
+                    "exchange.tls.allow_anonymous_clients",
+                    "contradicts `exchange.tls.client_ca`: with client certificates required no client is anonymous; remove one",
+                ))
+            }
+            (Some(addr), Some(tls))
+                if !addr.ip().is_loopback()
+                    && tls.client_ca.is_none()
+                    && !tls.allow_anonymous_clients =>
+            {
+                Err(invalid(
+                    "exchange.tls.client_ca",
+                    format!(
+                        "is not set, and {addr} is not a loopback address: without client certificates anyone who can reach it can publish (forge audit events) and subscribe; set `exchange.tls.client_ca` (serve --tls-client-ca) to require them, use 127.0.0.1 or [::1], or set `exchange.tls.allow_anonymous_clients = true` (serve --tls-allow-anonymous) to serve anonymous clients anyway"
+                    ),
+                ))
+            }
             (Some(addr), None) if !addr.ip().is_loopback() && !exchange.insecure => Err(invalid(
                 "exchange.listen",
                 format!(

@@ -21,7 +21,8 @@
 //!   another exchange, resumable.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
-//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown.
+//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown;
+//!   [`connections`]: the cap on client connections per listener.
 //! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
 //! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
@@ -33,6 +34,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod connections;
 pub mod deadletter;
 pub mod errors;
 pub mod event;

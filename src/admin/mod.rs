@@ -56,6 +56,8 @@ pub struct Observed {
     pub spool: Option<Spool>,
     pub exchange: Exchange,
     pub readiness: readiness::Rules,
+    /// Open client connections per exchange listener.
+    pub connections: Vec<crate::connections::OpenConnections>,
     pub started: SystemTime,
 }
 

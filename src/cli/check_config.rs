@@ -25,7 +25,10 @@ pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     config.check_kinds(&Kinds::default())?;
     // What `serve` would find at start on this machine: the TLS files and the group.
     if let Some(tls) = &config.exchange.tls {
-        tls.apply(tonic::transport::Server::builder())
+        tls.apply(
+            tonic::transport::Server::builder(),
+            config.exchange.limits.handshake_timeout,
+        )
             .map_err(GatewayError::from)?;
     }
     if let Some(group) = &config.exchange.socket_group {
