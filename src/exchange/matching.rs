@@ -12,12 +12,12 @@
 //!   `subscriber_queue` *matching* events wait for it;
 //! - a subscriber whose filters cannot keep up is cut off once `subscriber_queue`
 //!   events wait to be matched, and it only slows itself: each task gets a time
-//!   slice per turn, so one whose filters are cheap empties its whole queue in its
-//!   turn while an expensive one matches a few events in its turn.
+//!   slice per turn (checked between filter strings), so one whose filters are
+//!   cheap empties its whole queue in its turn while an expensive one gets through
+//!   a few filter strings of one event.
 //!
-//! The thread runs below the gateway's own priority (nice +10): matching is the one
-//! part of the exchange's work whose cost a client picks, and serving calls comes
-//! first when the CPU is short.
+//! Being one thread, matching takes at most one core from the gateway's other work,
+//! however many subscribers and filters there are.
 //!
 //! Filters are compiled on that thread too (the regex budget bounds how long that
 //! takes), so a Subscribe with costly filters does not hold up the runtime.
@@ -27,7 +27,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use tokio::sync::mpsc::{self, error::TryRecvError, error::TrySendError};
+use tokio::sync::mpsc::{self, error::TrySendError};
 
 use super::Inner;
 use crate::event::Event;
@@ -35,8 +35,6 @@ use crate::filter::{Filter, FilterError, RegexBudget};
 
 /// How long one matching task may run before it lets the others have the thread.
 const SLICE: Duration = Duration::from_millis(1);
-/// How much lower than the gateway's the matching thread's priority is.
-const NICE: libc::c_int = 10;
 
 /// Why a subscription ended early, shared between the exchange, the matching task
 /// and the subscription (which reports it).
@@ -113,7 +111,6 @@ fn start_pool() -> std::io::Result<Handle> {
     std::thread::Builder::new()
         .name("eventgate-match".into())
         .spawn(move || {
-            lower_priority();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build();
@@ -130,20 +127,6 @@ fn start_pool() -> std::io::Result<Handle> {
         })?;
     rx.recv()
         .map_err(|_| std::io::Error::other("the matching thread ended while starting"))?
-}
-
-fn lower_priority() {
-    // SAFETY: plain integer arguments; gettid and setpriority touch no memory of ours.
-    let result = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE)
-    };
-    if result != 0 {
-        tracing::debug!(
-            error = %std::io::Error::last_os_error(),
-            "cannot lower the matching thread's priority; it runs at the gateway's"
-        );
-    }
 }
 
 pub(super) fn spawn<F>(task: F) -> Result<tokio::task::JoinHandle<F::Output>, NoRuntime>
@@ -189,38 +172,37 @@ impl Matcher {
     }
 
     async fn run(mut self) {
+        let mut turn = Instant::now();
         while let Some(event) = self.inbound.recv().await {
-            let started = Instant::now();
-            if !self.offer(event) {
-                return;
-            }
-            // The rest of the slice goes to what is already queued.
-            while started.elapsed() < SLICE {
-                match self.inbound.try_recv() {
-                    Ok(event) => {
-                        if !self.offer(event) {
-                            return;
-                        }
+            let mut matched = false;
+            // One filter string at a time, so a subscription with many costly ones
+            // gives the thread up in the middle of an event rather than after it.
+            for alternative in self.filter.alternatives() {
+                if alternative.matches(&*event) {
+                    matched = true;
+                    break;
+                }
+                if turn.elapsed() >= SLICE {
+                    tokio::task::yield_now().await;
+                    turn = Instant::now();
+                    if self.outbound.is_closed() {
+                        return;
                     }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return,
                 }
             }
-            if !self.inbound.is_empty() {
+            if matched && !self.deliver(event) {
+                return;
+            }
+            if turn.elapsed() >= SLICE {
                 tokio::task::yield_now().await;
+                turn = Instant::now();
             }
         }
     }
 
-    /// Matches one event and queues it for the client if it matches; `false` once
-    /// the subscription is over.
-    fn offer(&mut self, event: Arc<Event>) -> bool {
-        if self.outbound.is_closed() {
-            return false;
-        }
-        if !self.filter.matches(&*event) {
-            return true;
-        }
+    /// Queues a matching event for the client; `false` once the subscription is
+    /// over.
+    fn deliver(&mut self, event: Arc<Event>) -> bool {
         match self.outbound.try_send(event) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) => {

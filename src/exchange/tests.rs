@@ -227,7 +227,11 @@ async fn a_filtered_subscriber_that_does_not_read_is_cut_off_after_its_matching_
     let mut stalled = x.subscribe(exits).unwrap();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     for i in 0..12 {
-        let topic = if i % 3 == 0 { "/tasks/exit" } else { "/tasks/start" };
+        let topic = if i % 3 == 0 {
+            "/tasks/exit"
+        } else {
+            "/tasks/start"
+        };
         x.publish(Some("default"), topic.into(), any())
             .await
             .unwrap();
