@@ -26,7 +26,8 @@
 //! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
 //! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
-//!   one to a running gateway (SIGHUP, `POST /reload`).
+//!   one to a running gateway (SIGHUP, `POST /reload`); [`redact`]: keeping secret
+//!   values out of logs and errors.
 //! - [`cli`]: the `eventgate` command; [`bench`]: rerunnable benchmarks.
 
 pub mod admin;
@@ -47,6 +48,7 @@ pub mod listen;
 pub mod pipeline;
 pub mod proto;
 pub mod query;
+pub mod redact;
 pub mod reload;
 pub mod render;
 pub mod replay;
