@@ -89,7 +89,12 @@ pub struct Capped<S> {
 impl<S> Capped<S> {
     /// At most `limit` connections open at once, each sending its first bytes
     /// within `first_bytes_within`.
-    pub fn new(inner: S, open: OpenConnections, limit: usize, first_bytes_within: Duration) -> Self {
+    pub fn new(
+        inner: S,
+        open: OpenConnections,
+        limit: usize,
+        first_bytes_within: Duration,
+    ) -> Self {
         Self {
             inner,
             open,

@@ -107,6 +107,10 @@ impl Gateway {
             Ok(None) => None,
             Err((key, problem)) => return Err(ConfigError::Invalid { key, problem }.into()),
         };
+        let reload_token = config
+            .admin
+            .reload_token()
+            .map_err(|(key, problem)| ConfigError::Invalid { key, problem })?;
         let started = std::time::SystemTime::now();
         let (spool, _recovery) = open_spool(config).await?;
         let backlog = BacklogStart {
@@ -221,6 +225,7 @@ impl Gateway {
             bound.serve(Observed {
                 forwarders: pipeline.view(),
                 reload: Some(std::sync::Arc::clone(&reloader)),
+                reload_token,
                 upstreams: upstreams.watch(),
                 spool: Some(spool.clone()),
                 exchange: exchange.clone(),

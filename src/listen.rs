@@ -291,9 +291,7 @@ pub enum TcpSecurity {
         allow_anonymous: bool,
     },
     /// Plaintext; allowed beyond loopback only when explicitly asked for.
-    Plaintext {
-        insecure: bool,
-    },
+    Plaintext { insecure: bool },
 }
 
 /// Binds a TCP listener. Plaintext beyond loopback would expose an unauthenticated,

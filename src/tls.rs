@@ -207,7 +207,10 @@ mod tests {
             client_ca: None,
             allow_anonymous_clients: false,
         };
-        let error = settings.apply(Server::builder(), Duration::from_secs(1)).unwrap_err().to_string();
+        let error = settings
+            .apply(Server::builder(), Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("cannot read `exchange.tls.cert` file") && error.contains("missing.pem"),
             "{error}"
@@ -216,7 +219,10 @@ mod tests {
             cert: junk.clone(),
             ..settings
         };
-        let error = settings.apply(Server::builder(), Duration::from_secs(1)).unwrap_err().to_string();
+        let error = settings
+            .apply(Server::builder(), Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("holds no PEM certificate"), "{error}");
         let client = ClientTls {
             cert: Some(junk),

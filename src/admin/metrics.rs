@@ -162,6 +162,10 @@ fn describe() {
             "Configuration reloads (SIGHUP, POST /reload), by result: ok or rejected.",
         ),
         (
+            "eventgate_reload_refused_total",
+            "POST /reload requests refused, by reason: disabled (no admin.reload_token_file) or unauthorized (missing or wrong token).",
+        ),
+        (
             "eventgate_limit_rejections_total",
             "Calls refused by an exchange.limits setting, by limit.",
         ),

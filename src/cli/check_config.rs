@@ -29,7 +29,7 @@ pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
             tonic::transport::Server::builder(),
             config.exchange.limits.handshake_timeout,
         )
-            .map_err(GatewayError::from)?;
+        .map_err(GatewayError::from)?;
     }
     if let Some(group) = &config.exchange.socket_group {
         SocketGroup::resolve(group).map_err(GatewayError::from)?;

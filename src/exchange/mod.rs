@@ -36,11 +36,11 @@ pub use subscription::{Subscription, SubscriptionEnd};
 
 use crate::event::{Event, EventId, Source};
 use crate::filter::Filter;
-use matching::{CutOff, CutOffReason, Matcher};
 use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
 use crate::spool::{Spool, SpoolError, SpoolFull};
+use matching::{CutOff, CutOffReason, Matcher};
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
 const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;

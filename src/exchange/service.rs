@@ -6,9 +6,9 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::limits::{self, Limit};
+use super::matching;
 use super::routes::EventsRoutes;
 use super::{AcceptError, Exchange, Subscription};
-use super::matching;
 use crate::filter::{FilterError, RegexBudget};
 use crate::proto::containerd::services::events::v1::events_server::Events;
 use crate::proto::containerd::services::events::v1::{

@@ -82,7 +82,8 @@ where
         return Err(unsupported_encoding(encoding));
     }
     let limits = service.exchange().limits();
-    let message = within_body_timeout(limits, read_message(body, limits.max_request_bytes())).await?;
+    let message =
+        within_body_timeout(limits, read_message(body, limits.max_request_bytes())).await?;
     match method {
         Method::Publish => {
             let request = PublishRequest::decode(message).map_err(decode_error)?;

@@ -165,12 +165,9 @@ impl Filter {
             FilterError::Parse(e) => e,
             // Without a total nothing is over budget; an expression over the
             // crate's own limit is a parse error ("expression too large").
-            FilterError::OverBudget { index, .. } => ParseError::new(
-                index,
-                b"",
-                0,
-                "regular expressions too large".to_owned(),
-            ),
+            FilterError::OverBudget { index, .. } => {
+                ParseError::new(index, b"", 0, "regular expressions too large".to_owned())
+            }
         })
     }
 

@@ -510,12 +510,26 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 /// One HTTP/1.1 request on a fresh connection; returns (status, body), de-chunked.
 pub fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    http_with(addr, method, path, &[])
+}
+
+/// [`http`] with extra request headers (`("Authorization", "Bearer ...")`).
+pub fn http_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"
     )
     .expect("send request");
     let mut response = String::new();
