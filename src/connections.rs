@@ -4,8 +4,8 @@
 //! a cap a client that opens connections and never closes them grows the gateway
 //! until it runs out of file descriptors, and then nobody else can connect.
 //!
-//! A connection over the cap is closed as soon as it is accepted (the client sees
-//! the connection end, which gRPC clients report as UNAVAILABLE and retry), counted
+//! A connection over the cap is closed as soon as it is accepted, before HTTP/2
+//! starts (grpc-go reports UNAVAILABLE, tonic a transport error), counted
 //! in `eventgate_limit_rejections_total{limit="max_connections"}`. The ones already
 //! open are not affected.
 //!
