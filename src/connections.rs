@@ -182,6 +182,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
             }
             Poll::Pending => match deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => {
+                    Limit::HandshakeTimeout.count();
                     tracing::debug!(
                         listener = self.open.listener,
                         "connection closed: it sent nothing in time (exchange.limits.handshake_timeout)"

@@ -169,6 +169,15 @@ async fn silent_connections_are_closed_after_the_handshake_timeout() {
                 .then_some(())
         },
     );
+    assert_eq!(
+        metric(
+            &mut gw,
+            "eventgate_limit_rejections_total",
+            &[("limit", "handshake_timeout")]
+        ),
+        2.0,
+        "both closings counted"
+    );
     client
         .publish(exit_request("still"))
         .await

@@ -160,6 +160,7 @@ pub enum Limit {
     RequestTimeout,
     BodyTimeout,
     Connections,
+    HandshakeTimeout,
 }
 
 impl Limit {
@@ -173,6 +174,7 @@ impl Limit {
             Limit::RequestTimeout => "request_timeout",
             Limit::BodyTimeout => "body_timeout",
             Limit::Connections => "max_connections",
+            Limit::HandshakeTimeout => "handshake_timeout",
         }
     }
 
@@ -185,7 +187,9 @@ impl Limit {
                 Code::InvalidArgument
             }
             Limit::Subscribers | Limit::Connections => Code::ResourceExhausted,
-            Limit::RequestTimeout | Limit::BodyTimeout => Code::DeadlineExceeded,
+            Limit::RequestTimeout | Limit::BodyTimeout | Limit::HandshakeTimeout => {
+                Code::DeadlineExceeded
+            }
         }
     }
 
