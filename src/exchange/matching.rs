@@ -19,8 +19,9 @@
 //! Being one thread, matching takes at most one core from the gateway's other work,
 //! however many subscribers and filters there are.
 //!
-//! Filters are compiled on that thread too (the regex budget bounds how long that
-//! takes), so a Subscribe with costly filters does not hold up the runtime.
+//! Filters with regular expressions are compiled on that thread too (the regex
+//! budget bounds how long that takes), so a Subscribe with costly filters does not
+//! hold up the runtime.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -146,11 +147,16 @@ where
 #[derive(Debug, Clone, Copy)]
 pub(super) struct NoRuntime;
 
-/// Parses and compiles a client's filters on the matching thread, held to `budget`.
+/// Parses and compiles a client's filters, held to `budget`: on the matching thread
+/// when they hold regular expressions (compiling those is what costs), at once
+/// otherwise, so that a plain subscription is registered as soon as it arrives.
 pub(super) async fn compile(
     filters: Vec<String>,
     budget: RegexBudget,
 ) -> Result<Result<Filter, FilterError>, NoRuntime> {
+    if !filters.iter().any(|f| f.contains("~=")) {
+        return Ok(Filter::parse_all_within(&filters, budget));
+    }
     let task = spawn(async move { Filter::parse_all_within(&filters, budget) })?;
     task.await.map_err(|_| NoRuntime)
 }
