@@ -32,6 +32,7 @@ fn keys_are_read() {
         max_bytes = "64MiB"
         full = "drop_oldest"
         block_timeout = "1s"
+        min_free = "5%"
         "#,
         "test",
     )
@@ -51,6 +52,7 @@ fn keys_are_read() {
         (8 << 20, 64 << 20)
     );
     assert_eq!(spool.block_timeout, Duration::from_secs(1));
+    assert_eq!(spool.min_free, crate::spool::MinFree::Percent(5.0));
 }
 
 #[test]
@@ -97,6 +99,8 @@ fn bad_keys_are_named() {
         ("[spool]\nsegment_bytes = 10", "spool.segment_bytes"),
         ("[spool]\nblock_timeout = \"0s\"", "spool.block_timeout"),
         ("[spool]\nsegment_size = 10", "segment_size"),
+        ("[spool]\nmin_free = \"100%\"", "spool.min_free"),
+        ("[spool]\nmin_free = \"plenty\"", "plenty"),
         ("[exchnage]", "exchnage"),
         ("[dead_letter]\npath = \"\"", "dead_letter.path"),
         (

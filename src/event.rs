@@ -13,6 +13,7 @@ use prost_reflect::DynamicMessage;
 use crate::filter::Fields;
 use crate::proto::containerd::types::Envelope;
 use crate::proto::{Registry, event_field, to_json_string};
+use crate::publisher::Publisher;
 
 /// A unique, time-ordered event id (UUIDv7). Time order keeps a UNIQUE index on it
 /// append-mostly; random ids would scatter inserts across the whole index.
@@ -105,6 +106,10 @@ pub struct Event {
     pub id: EventId,
     pub received_at: SystemTime,
     pub source: Source,
+    /// Who published or forwarded it (see [`crate::publisher`]); `None` for events
+    /// from upstreams, from eventgate itself and from TCP clients without a
+    /// certificate.
+    pub publisher: Option<Publisher>,
     pub envelope: Envelope,
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
@@ -137,11 +142,18 @@ impl Event {
             id,
             received_at,
             source,
+            publisher: None,
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
             encoded: OnceLock::new(),
         }
+    }
+
+    /// The same event, published by `publisher`.
+    pub fn with_publisher(mut self, publisher: Option<Publisher>) -> Self {
+        self.publisher = publisher;
+        self
     }
 
     pub fn namespace(&self) -> &str {

@@ -20,6 +20,7 @@ use crate::deadletter::{DeadLetterError, Store};
 use crate::exchange::{EventsService, Exchange};
 use crate::forward::Kinds;
 use crate::listen::{self, ListenError, SocketGroup, TcpSecurity, UnixSocket};
+use crate::lock::{DataDirLock, LockError};
 use crate::pipeline::{BacklogStart, DeadLetters, Pipeline, PipelineError, Report};
 use crate::reload::Reloader;
 use crate::spool::{Spool, SpoolError};
@@ -38,6 +39,8 @@ pub enum GatewayError {
     Admin(#[from] AdminError),
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("cannot open the spool")]
     Spool(#[from] SpoolError),
     #[error("cannot create the data directory {path:?}")]
@@ -52,6 +55,10 @@ pub enum GatewayError {
     Serve(#[source] tonic::transport::Error),
     #[error("a gRPC server task died")]
     Task(#[source] tokio::task::JoinError),
+    #[error(
+        "the spool could not write to disk, so eventgate stopped to be restarted (the next start recovers the spool and delivers every acknowledged event)"
+    )]
+    SpoolFailed(#[source] std::sync::Arc<std::io::Error>),
 }
 
 /// Opens the spool off the runtime: recovery reads every segment.
@@ -82,6 +89,8 @@ pub struct Gateway {
     shutdown_timeout: Duration,
     drain_timeout: Duration,
     admin: Option<Admin>,
+    /// Released when the gateway is dropped, after everything is closed.
+    _lock: DataDirLock,
 }
 
 impl Gateway {
@@ -100,6 +109,8 @@ impl Gateway {
             path: config.data_dir.clone(),
             source,
         })?;
+        // Before anything in the data directory is opened or written.
+        let lock = DataDirLock::acquire(&config.data_dir)?;
         // First: a busy port fails the start before anything is opened, and the
         // metrics recorder is in place before the first metric is recorded.
         let admin = match config.admin.addr() {
@@ -247,6 +258,7 @@ impl Gateway {
             shutdown_timeout: config.exchange.shutdown_timeout,
             drain_timeout: config.pipeline.drain_timeout,
             admin,
+            _lock: lock,
         })
     }
 
@@ -286,23 +298,33 @@ impl Gateway {
         self.admin.as_ref().map(Admin::addr)
     }
 
-    /// Serves until `shutdown` resolves or a server fails, then stops gracefully.
+    /// Serves until `shutdown` resolves, a server fails or the spool cannot write,
+    /// then stops gracefully. A spool failure is an error: the caller exits non-zero
+    /// so that systemd or Kubernetes restarts it, rather than running on refusing
+    /// every event while `/healthz` says it is fine.
     pub async fn run_until(
         mut self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), GatewayError> {
-        let failed = tokio::select! {
-            () = shutdown => None,
-            Some(result) = self.servers.join_next() => Some(result),
-        };
-        let outcome = match failed {
-            None => Ok(()),
-            Some(Ok(Ok(()))) => {
-                tracing::error!("a gRPC server stopped on its own; shutting down");
-                Ok(())
+        let spool = self.spool.clone();
+        let outcome = tokio::select! {
+            () = shutdown => Ok(()),
+            Some(result) = self.servers.join_next() => match result {
+                Ok(Ok(())) => {
+                    tracing::error!("a gRPC server stopped on its own; shutting down");
+                    Ok(())
+                }
+                Ok(Err(error)) => Err(GatewayError::Serve(error)),
+                Err(error) => Err(GatewayError::Task(error)),
+            },
+            error = spool.failed() => {
+                tracing::error!(
+                    error = %crate::errors::chain(&*error),
+                    drain_timeout = ?self.drain_timeout,
+                    "the spool cannot write to disk: stopping; forwarders deliver what is durable until the drain timeout, then eventgate exits with status 1 for its supervisor to restart it"
+                );
+                Err(GatewayError::SpoolFailed(error))
             }
-            Some(Ok(Err(error))) => Err(GatewayError::Serve(error)),
-            Some(Err(error)) => Err(GatewayError::Task(error)),
         };
         self.stop().await;
         outcome

@@ -8,6 +8,8 @@
 //! - [`identifiers`]: containerd's namespace and topic rules.
 //! - [`filter`]: containerd's filter language (parse, match).
 //! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
+//! - [`publisher`]: who published an event (unix peer credentials or the client
+//!   certificate's subject), kept with it everywhere.
 //! - [`pipeline`]: per-forwarder route filters, bounded queues, batching, retries.
 //! - [`spool`]: the durable on-disk log every accepted event is appended to before it
 //!   is acknowledged, with per-forwarder cursors.
@@ -21,8 +23,9 @@
 //!   another exchange, resumable.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
-//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown;
-//!   [`connections`]: the cap on client connections per listener.
+//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown; [`lock`]: one
+//!   gateway per data directory; [`connections`]: the cap on client connections per
+//!   listener.
 //! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
 //! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
@@ -45,8 +48,10 @@ pub mod forward;
 pub mod gateway;
 pub mod identifiers;
 pub mod listen;
+pub mod lock;
 pub mod pipeline;
 pub mod proto;
+pub mod publisher;
 pub mod query;
 pub mod redact;
 pub mod reload;

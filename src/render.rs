@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::event::{Event, EventId};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::{Registry, go_time_string, rfc3339_nanos, to_go_json, to_json_string};
+use crate::publisher::Publisher;
 
 /// The line `ctr events` prints: `<time> <namespace> <topic> <json>`. `None` when the
 /// payload cannot be decoded: ctr skips such events, and so does this shape.
@@ -70,7 +71,7 @@ pub fn write_event_json(out: &mut Vec<u8>, event: &Event) {
         out,
         &event.envelope,
         event.payload_json(),
-        Some((event.id, event.seq, Some(&source))),
+        Some(Identity::of(event, Some(&source))),
     );
 }
 
@@ -82,9 +83,28 @@ pub fn stored_event_json(event: &Event, source: Option<&str>) -> String {
         &mut out,
         &event.envelope,
         event.payload_json(),
-        Some((event.id, event.seq, source)),
+        Some(Identity::of(event, source)),
     );
     into_string(out)
+}
+
+/// What the gateway knows about an event beyond its envelope.
+struct Identity<'a> {
+    id: EventId,
+    seq: u64,
+    source: Option<&'a str>,
+    publisher: Option<&'a Publisher>,
+}
+
+impl<'a> Identity<'a> {
+    fn of(event: &'a Event, source: Option<&'a str>) -> Self {
+        Self {
+            id: event.id,
+            seq: event.seq,
+            source,
+            publisher: event.publisher.as_ref(),
+        }
+    }
 }
 
 /// [`write_event_json`] as a string.
@@ -109,12 +129,15 @@ fn base64_of(bytes: &[u8]) -> String {
 }
 
 /// The keys, in the byte order a sorted map would give them: `event`, `id`,
-/// `namespace`, `raw`, `seq`, `source`, `timestamp`, `topic`, `type_url`.
+/// `namespace`, `publisher`, `raw`, `seq`, `source`, `timestamp`, `topic`,
+/// `type_url`. `publisher` is [`Publisher::write_json`]'s object, or `null` for
+/// events no client of ours sent (upstreams, eventgate's own, TCP clients without a
+/// certificate, rows stored before publishers were kept).
 fn write_object(
     out: &mut Vec<u8>,
     envelope: &Envelope,
     payload: Option<&str>,
-    identity: Option<(EventId, u64, Option<&str>)>,
+    identity: Option<Identity<'_>>,
 ) {
     // Writing into a Vec cannot fail.
     out.extend_from_slice(b"{\"event\":");
@@ -122,15 +145,22 @@ fn write_object(
         (Some(_), Some(json)) => out.extend_from_slice(json.as_bytes()),
         _ => out.extend_from_slice(b"null"),
     }
-    if let Some((id, _, _)) = identity {
-        let _ = write!(out, ",\"id\":\"{id}\"");
+    if let Some(identity) = &identity {
+        let _ = write!(out, ",\"id\":\"{}\"", identity.id);
     }
     out.extend_from_slice(b",\"namespace\":");
     let _ = serde_json::to_writer(&mut *out, &envelope.namespace);
+    if let Some(identity) = &identity {
+        out.extend_from_slice(b",\"publisher\":");
+        match identity.publisher {
+            Some(publisher) => publisher.write_json(out),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
     if let (Some(any), None) = (&envelope.event, payload) {
         let _ = write!(out, ",\"raw\":\"{}\"", base64_of(&any.value));
     }
-    if let Some((_, seq, source)) = identity {
+    if let Some(Identity { seq, source, .. }) = identity {
         let _ = write!(out, ",\"seq\":{seq},\"source\":");
         match source {
             Some(source) => {

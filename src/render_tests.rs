@@ -78,10 +78,12 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     assert_eq!(object["seq"], 7);
     assert_eq!(object["id"], event.id.to_string());
     assert_eq!(object["source"], "publish");
+    assert_eq!(object["publisher"], Value::Null, "no client known");
     let mut without_identity = object.clone();
     without_identity.remove("seq");
     without_identity.remove("id");
     without_identity.remove("source");
+    without_identity.remove("publisher");
     assert_eq!(without_identity, parsed(&envelope_json(&event.envelope)));
     assert_eq!(event_ctr_line(&event), ctr_line(&event.envelope));
 
@@ -96,7 +98,7 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
 }
 
 /// The envelope object as it was built before, through a `serde_json::Value` tree.
-fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64, &str)>) -> String {
+fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64, &str, Value)>) -> String {
     use crate::proto::json_reference::to_json;
     let decoded = decode(envelope);
     let mut object = Map::new();
@@ -127,10 +129,11 @@ fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64, &str)>)
             }
         }
     }
-    if let Some((id, seq, source)) = identity {
+    if let Some((id, seq, source, publisher)) = identity {
         object.insert("id".into(), json!(id.to_string()));
         object.insert("seq".into(), json!(seq));
         object.insert("source".into(), json!(source));
+        object.insert("publisher".into(), publisher);
     }
     Value::Object(object).to_string()
 }
@@ -179,10 +182,32 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
             env.timestamp = None;
         }
         assert_eq!(envelope_json(&env), reference_object(&env, None), "{env:?}");
-        let event = Event::new(i as u64, EventId::generate(), Source::Publish, env);
+        // Each shape of publisher in turn, with subjects that need JSON escapes.
+        let (publisher, expected) = match i % 3 {
+            0 => (None, Value::Null),
+            1 => (
+                Some(Publisher::Process {
+                    uid: 1000,
+                    gid: 100,
+                    pid: Some(i as u32 + 1),
+                }),
+                json!({ "uid": 1000, "gid": 100, "pid": i + 1 }),
+            ),
+            _ => (
+                Some(Publisher::Certificate {
+                    subject: format!("CN=c{i},O=\"\u{1}\\,").into(),
+                }),
+                json!({ "subject": format!("CN=c{i},O=\"\u{1}\\,") }),
+            ),
+        };
+        let event = Event::new(i as u64, EventId::generate(), Source::Publish, env)
+            .with_publisher(publisher);
         assert_eq!(
             event_json(&event),
-            reference_object(&event.envelope, Some((event.id, event.seq, "publish"))),
+            reference_object(
+                &event.envelope,
+                Some((event.id, event.seq, "publish", expected))
+            ),
             "{event:?}"
         );
     }

@@ -87,6 +87,7 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
             "event",
             "id",
             "namespace",
+            "publisher",
             "seq",
             "source",
             "timestamp",
@@ -95,6 +96,8 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
         ]
     );
     assert_eq!(object["source"], "publish");
+    // `eventgate publish`, a process on the unix socket (tests/publisher.rs has the rest).
+    assert!(object["publisher"]["pid"].is_u64(), "{object}");
     assert_eq!(object["namespace"], "default");
     assert_eq!(object["topic"], "/tasks/exit");
     assert_eq!(object["type_url"], "containerd.events.TaskExit");
@@ -201,6 +204,122 @@ fn invalid_options_stop_the_start_naming_the_key() {
         assert!(!out.status.success(), "{keys}");
         assert!(stderr.contains(named), "{keys}: {stderr}");
     }
+}
+
+/// `eventgate dlq list --format json` for the gateway's data directory.
+fn dead_letters(data: &Path) -> Vec<Value> {
+    let out = eventgate()
+        .args([
+            "dlq",
+            "list",
+            "--format",
+            "json",
+            "--data-dir",
+            path_str(data),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A full disk (the forwarder pointed at /dev/full, where every write fails with
+/// ENOSPC) buries an event once its retries run out. With room again (the path
+/// fixed, the gateway restarted) and a newer event written, `eventgate dlq retry`
+/// writes the buried one: exactly once, with its original id, seq and publisher,
+/// and only then is its dead letter gone.
+#[test]
+fn a_dead_letter_retried_after_newer_events_is_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eventgate.toml");
+    let configure = |path: &str| {
+        fs::write(
+            &config,
+            format!(
+                "[dead_letter]\npoll_interval = \"50ms\"\n\
+                 [[forwarder]]\nname = \"archive\"\nkind = \"file\"\npath = \"{path}\"\n\
+                 batch = {{ events = 1, linger = \"0s\" }}\n\
+                 retry = {{ initial = \"10ms\", max = \"10ms\", attempts = 2 }}\n"
+            ),
+        )
+        .unwrap()
+    };
+    configure("/dev/full");
+    let mut gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
+    let data = data_dir(&gw);
+    let (ok, err) = publish_json(
+        &gw.address(),
+        "default",
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        r#"{"container_id":"buried"}"#,
+    );
+    assert!(ok, "{err}");
+    let buried = wait_for("the event to be buried", DEADLINE, || {
+        dead_letters(&data).pop()
+    });
+    assert_eq!(buried["dead_letter"]["reason"], "retries_exhausted");
+    assert_eq!(buried["event"]["container_id"], "buried");
+    assert!(buried["publisher"]["pid"].is_u64(), "{buried}");
+
+    configure("events.jsonl");
+    gw.restart();
+    let (ok, err) = publish_json(
+        &gw.address(),
+        "default",
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        r#"{"container_id":"newer"}"#,
+    );
+    assert!(ok, "{err}");
+    let path = data.join("events.jsonl");
+    wait_for_line(&path, "\"newer\"");
+
+    let out = eventgate()
+        .args([
+            "dlq",
+            "retry",
+            "--forwarder",
+            "archive",
+            "--data-dir",
+            path_str(&data),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_line(&path, "\"buried\"");
+    wait_for("the dead letter to be deleted", DEADLINE, || {
+        dead_letters(&data).is_empty().then_some(())
+    });
+    let lines: Vec<Value> = fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let containers: Vec<&str> = lines
+        .iter()
+        .map(|l| l["event"]["container_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(containers, ["newer", "buried"], "each once");
+    let written = &lines[1];
+    assert_eq!(written["id"], buried["id"]);
+    assert_eq!(written["seq"], buried["seq"]);
+    assert!(
+        written["seq"].as_u64() < lines[0]["seq"].as_u64(),
+        "an older seq"
+    );
+    assert_eq!(written["publisher"], buried["publisher"]);
 }
 
 // ---- Driving the forwarder directly, batch by batch ----

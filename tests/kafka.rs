@@ -150,7 +150,14 @@ async fn tansu_gets_every_event_ordered_per_container() {
         );
     }
     let mut ids = HashSet::new();
+    // This process published every event over the unix socket.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let publisher = serde_json::json!({ "uid": uid, "gid": gid, "pid": std::process::id() });
     for (m, envelope) in messages.iter().zip(&envelopes) {
+        let header_json: serde_json::Value =
+            serde_json::from_str(&header(m, "publisher").expect("a publisher header"))
+                .expect("JSON");
+        assert_eq!(header_json, publisher);
         assert_eq!(envelope.namespace, "default");
         assert_eq!(envelope.topic, "/tasks/exit");
         let type_url = &envelope.event.as_ref().expect("payload").type_url;
@@ -388,6 +395,55 @@ async fn mock_broker_down_is_retryable_and_nothing_is_lost() {
     let all: Vec<_> = first.iter().chain(&second).cloned().collect();
     let messages = consume_async(brokers, all.len()).await;
     assert_all_arrived_in_order(&messages, &all);
+    forwarder.close().await.expect("close");
+}
+
+/// Through librdkafka to a broker and back: an event's publisher is the `publisher`
+/// header (the JSON object of the file's lines); an event without one has none.
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_messages_carry_the_publisher_header() {
+    use eventgate::publisher::Publisher;
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("events", 1, 1).expect("topic");
+    let brokers = cluster.bootstrap_servers();
+    let forwarder = build(&mock_options(&brokers, "")).await;
+    let publishers = [
+        Some(Publisher::Process {
+            uid: 1000,
+            gid: 100,
+            pid: Some(4242),
+        }),
+        Some(Publisher::Certificate {
+            subject: "CN=node-7,O=Acme\\, Inc.".into(),
+        }),
+        None,
+    ];
+    let sent: Vec<Arc<Event>> = events(1, 3)
+        .into_iter()
+        .zip(publishers)
+        .map(|(event, publisher)| {
+            let event = Arc::try_unwrap(event).expect("not shared");
+            Arc::new(event.with_publisher(publisher))
+        })
+        .collect();
+    forwarder.send(&batch(&sent)).await.expect("delivered");
+    let messages = consume_async(brokers, sent.len()).await;
+    let by_id: std::collections::HashMap<String, Option<serde_json::Value>> = messages
+        .iter()
+        .map(|m| {
+            let publisher = header(m, "publisher").map(|h| serde_json::from_str(&h).expect("JSON"));
+            (header(m, "event_id").expect("event_id"), publisher)
+        })
+        .collect();
+    assert_eq!(
+        by_id[&sent[0].id.to_string()],
+        Some(serde_json::json!({ "uid": 1000, "gid": 100, "pid": 4242 }))
+    );
+    assert_eq!(
+        by_id[&sent[1].id.to_string()],
+        Some(serde_json::json!({ "subject": "CN=node-7,O=Acme\\, Inc." }))
+    );
+    assert_eq!(by_id[&sent[2].id.to_string()], None);
     forwarder.close().await.expect("close");
 }
 

@@ -223,6 +223,59 @@ fn a_forwarder_gets_the_selection_with_original_ids_and_refuses_a_second_run() {
     assert_eq!(lines(&replayed), [exits.clone(), exits].concat());
 }
 
+/// A store's row order is not always seq order: a dead letter redelivered into the
+/// `sqlite` forwarder is stored after newer events. Replayed into a file forwarder
+/// one event per batch, every row is written, once, in store order, with its
+/// original seq and publisher (none was skipped for having an older seq).
+#[test]
+fn rows_with_older_seqs_after_newer_ones_are_each_written_once() {
+    use eventgate::publisher::Publisher;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("src")).unwrap();
+    let db = dir.path().join("src/audit.db");
+    // All /tasks/exit (i % 3 != 0): the forwarder's filter keeps every one.
+    let mut events: Vec<Event> = [7, 8, 10, 4]
+        .into_iter()
+        .map(|i| sample_event(i, "default"))
+        .collect();
+    let redelivered = events
+        .pop()
+        .unwrap()
+        .with_publisher(Some(Publisher::Process {
+            uid: 1000,
+            gid: 100,
+            pid: Some(4242),
+        }));
+    events.push(redelivered);
+    write_store(&db, &events);
+    let config = file_config(dir.path());
+    let out = run(&[
+        "replay",
+        "--db",
+        path_str(&db),
+        "--to-forwarder",
+        "archive",
+        "--config",
+        path_str(&config),
+        "--batch",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let written = lines(&dir.path().join("out/replayed.jsonl"));
+    assert_eq!(
+        written,
+        query_json(&db, &[]),
+        "every row once, in store order"
+    );
+    let seqs: Vec<u64> = written.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [7, 8, 10, 4]);
+    assert_eq!(
+        written[3]["publisher"],
+        serde_json::json!({ "uid": 1000, "gid": 100, "pid": 4242 })
+    );
+    assert_eq!(written[0]["publisher"], Value::Null, "an upstream's event");
+}
+
 #[test]
 fn an_unknown_forwarder_is_refused_naming_the_configured_ones() {
     let dir = tempfile::tempdir().unwrap();

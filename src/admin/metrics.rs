@@ -113,6 +113,12 @@ pub fn refresh(observed: &Observed) {
         metrics::gauge!("eventgate_spool_bytes").set(stats.bytes as f64);
         metrics::gauge!("eventgate_spool_segments").set(stats.segments as f64);
         metrics::gauge!("eventgate_spool_max_bytes").set(spool.settings().max_bytes.0 as f64);
+        if let Some(disk) = spool.disk() {
+            metrics::gauge!("eventgate_spool_disk_free_bytes").set(disk.free as f64);
+            metrics::gauge!("eventgate_spool_disk_min_free_bytes").set(disk.required as f64);
+            metrics::gauge!("eventgate_spool_disk_reserve_reached")
+                .set(f64::from(u8::from(disk.low)));
+        }
     }
     metrics::gauge!("eventgate_subscribers").set(observed.exchange.subscriber_count() as f64);
     for open in &observed.connections {
@@ -183,7 +189,23 @@ fn describe() {
         ),
         (
             "eventgate_forwarder_failed_total",
-            "Events a forwarder gave up on, by reason (permanent, retries_exhausted).",
+            "Events a forwarder gave up on after its errors, by reason (permanent, retries_exhausted).",
+        ),
+        (
+            "eventgate_forwarder_panics_total",
+            "Panics in a forwarder's code while delivering, per forwarder (each narrows the batch towards the event that causes it).",
+        ),
+        (
+            "eventgate_forwarder_split_batches_total",
+            "Batches a forwarder refused permanently, delivered again in halves to find the events it refuses.",
+        ),
+        (
+            "eventgate_forwarder_restarts_total",
+            "Forwarder workers restarted after a panic outside a delivery.",
+        ),
+        (
+            "eventgate_forwarder_poison_events_total",
+            "Events set aside as dead letters because the forwarder panicked on them (panicked) or the process died on them twice (crashed).",
         ),
         (
             "eventgate_forwarder_spilled_total",
@@ -259,6 +281,10 @@ fn describe() {
         ),
         ("eventgate_file_rotations_total", "File rotations."),
         (
+            "eventgate_file_duplicates_skipped_total",
+            "Events of a batch sent again that the file forwarder had already written, skipped.",
+        ),
+        (
             "eventgate_kafka_messages_total",
             "Kafka messages acknowledged by the broker.",
         ),
@@ -299,7 +325,7 @@ fn describe() {
         (
             "eventgate_ready",
             Count,
-            "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark), else 0.",
+            "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark, free disk space above spool.min_free, no spool write failure), else 0.",
         ),
         ("eventgate_subscribers", Count, "Subscribers connected."),
         (
@@ -348,6 +374,21 @@ fn describe() {
             "The spool's limit (spool.max_bytes).",
         ),
         ("eventgate_spool_segments", Count, "Spool segment files."),
+        (
+            "eventgate_spool_disk_free_bytes",
+            Bytes,
+            "Free space on the spool's file system (for unprivileged writers), as last looked at (after writes at most every 10 ms, at least every 250 ms).",
+        ),
+        (
+            "eventgate_spool_disk_min_free_bytes",
+            Bytes,
+            "The reserve kept free on the spool's file system (spool.min_free, in bytes).",
+        ),
+        (
+            "eventgate_spool_disk_reserve_reached",
+            Count,
+            "1 while free space is below spool.min_free and events are refused (until it is back above the reserve plus a tenth), else 0.",
+        ),
         (
             "eventgate_upstream_connected",
             Count,

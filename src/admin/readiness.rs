@@ -6,7 +6,10 @@
 //!   than `admin.max_failing` (a streak runs from the first failed attempt until a
 //!   batch is delivered or given up on), it has not been delivering from the spool
 //!   for longer than `admin.max_spill`, and its worker has not stopped;
-//! - the spool holds less than `spool.high_water` of `spool.max_bytes`.
+//! - the spool holds less than `spool.high_water` of `spool.max_bytes`;
+//! - free space on the spool's file system is not below `spool.min_free` (events are
+//!   refused meanwhile), and the spool has not failed to write (the gateway is then
+//!   stopping, to be restarted).
 //!
 //! The decisions are plain functions of snapshots, so they are tested without a
 //! running gateway.
@@ -16,6 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use super::Observed;
 use crate::pipeline::HealthSnapshot;
+use crate::spool::DiskSnapshot;
 use crate::upstream::UpstreamStatus;
 
 /// One part's verdict: `problem` is `Some` when it is not ready.
@@ -88,6 +92,10 @@ pub struct Inputs<'a> {
     pub upstreams: &'a [UpstreamStatus],
     pub forwarders: &'a [(String, HealthSnapshot)],
     pub spool: Option<SpoolUse>,
+    /// The free-space reserve, when `spool.min_free` is on.
+    pub disk: Option<DiskSnapshot>,
+    /// The write or sync error that stopped the spool.
+    pub spool_fault: Option<String>,
     pub rules: Rules,
     pub now: SystemTime,
 }
@@ -108,6 +116,18 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Readiness {
     if let Some(spool) = inputs.spool {
         parts.push(spool_part(spool));
     }
+    if let Some(disk) = &inputs.disk {
+        parts.push(disk_part(disk));
+    }
+    if let Some(fault) = &inputs.spool_fault {
+        parts.push(Part {
+            name: "spool writer".into(),
+            problem: Some(format!(
+                "spool: {fault}; no event is accepted; eventgate is stopping (forwarders get pipeline.drain_timeout) and exits with status 1 for its supervisor to restart it"
+            )),
+            detail: String::new(),
+        });
+    }
     Readiness { parts }
 }
 
@@ -125,10 +145,19 @@ pub fn check(observed: &Observed) -> Readiness {
         max_bytes: spool.settings().max_bytes.0,
         high_water_bytes: spool.settings().high_water_bytes(),
     });
+    let (disk, spool_fault) = match &observed.spool {
+        Some(spool) => (
+            spool.disk(),
+            spool.fault().map(|error| crate::errors::chain(&*error)),
+        ),
+        None => (None, None),
+    };
     evaluate(&Inputs {
         upstreams: &upstreams,
         forwarders: &forwarders,
         spool,
+        disk,
+        spool_fault,
         rules: observed.readiness,
         now: SystemTime::now(),
     })
@@ -205,6 +234,31 @@ fn spool_part(spool: SpoolUse) -> Part {
     });
     Part {
         name: "spool".into(),
+        problem,
+        detail,
+    }
+}
+
+fn disk_part(disk: &DiskSnapshot) -> Part {
+    let stale = disk
+        .error
+        .as_ref()
+        .map(|error| format!(" (last figures: it cannot be read now: {error})"))
+        .unwrap_or_default();
+    let detail = format!(
+        "spool disk: {} free on the file system of {} (spool.min_free {}){stale}",
+        human_bytes(disk.free),
+        disk.dir.display(),
+        disk.min_free.describe(disk.total),
+    );
+    let problem = disk.low.then(|| {
+        format!(
+            "{detail}: below the reserve, Publish and Forward are refused (RESOURCE_EXHAUSTED) and upstreams held until {} are free; forwarders go on delivering what was accepted",
+            human_bytes(disk.resume_at)
+        )
+    });
+    Part {
+        name: "spool disk".into(),
         problem,
         detail,
     }

@@ -46,6 +46,8 @@ fn evaluate_with(
         upstreams,
         forwarders,
         spool,
+        disk: None,
+        spool_fault: None,
         rules: Rules {
             max_spill: Duration::from_secs(60),
             max_failing: Duration::from_secs(10),
@@ -192,6 +194,55 @@ fn the_spool_high_water_mark_counts_from_its_value() {
         full.problems(),
         [
             "spool: 900B of 1000B used (90%), at or above spool.high_water (90%): forwarders are not keeping up"
+        ]
+    );
+}
+
+#[test]
+fn a_disk_below_the_reserve_and_a_failed_spool_are_named_with_their_figures() {
+    let disk = |free: u64, low: bool| DiskSnapshot {
+        dir: "/var/lib/eventgate/spool".into(),
+        min_free: crate::spool::MinFree::Percent(10.0),
+        free,
+        total: 100 << 20,
+        required: 10 << 20,
+        resume_at: 11 << 20,
+        low,
+        error: None,
+    };
+    let inputs = |disk, spool_fault| Inputs {
+        upstreams: &[],
+        forwarders: &[],
+        spool: None,
+        disk,
+        spool_fault,
+        rules: Rules {
+            max_spill: Duration::from_secs(60),
+            max_failing: Duration::from_secs(10),
+        },
+        now: now(),
+    };
+    let fine = evaluate(&inputs(Some(disk(50 << 20, false)), None));
+    assert!(fine.ready());
+    assert_eq!(
+        fine.render(true),
+        "ready\nok: spool disk: 50.0MiB free on the file system of /var/lib/eventgate/spool (spool.min_free 10% = 10.0MiB)\n"
+    );
+    let low = evaluate(&inputs(Some(disk(9 << 20, true)), None));
+    assert_eq!(
+        low.problems(),
+        [
+            "spool disk: 9.0MiB free on the file system of /var/lib/eventgate/spool (spool.min_free 10% = 10.0MiB): below the reserve, Publish and Forward are refused (RESOURCE_EXHAUSTED) and upstreams held until 11.0MiB are free; forwarders go on delivering what was accepted"
+        ]
+    );
+    let failed = evaluate(&inputs(
+        None,
+        Some("cannot fdatasync /s/1.log: Input/output error (os error 5)".into()),
+    ));
+    assert_eq!(
+        failed.problems(),
+        [
+            "spool: cannot fdatasync /s/1.log: Input/output error (os error 5); no event is accepted; eventgate is stopping (forwarders get pipeline.drain_timeout) and exits with status 1 for its supervisor to restart it"
         ]
     );
 }

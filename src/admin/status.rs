@@ -31,6 +31,11 @@ pub struct SpoolStatus {
     pub max_bytes: u64,
     pub high_water_bytes: u64,
     pub segments: u64,
+    /// Free space on its file system and the reserve (`spool.min_free`), when on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_free_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_free_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -128,11 +133,14 @@ pub fn collect(observed: &Observed) -> Status {
         subscribers: observed.exchange.subscriber_count() as u64,
         spool: spool.map(|s| {
             let stats = s.stats();
+            let disk = s.disk();
             SpoolStatus {
                 bytes: stats.bytes,
                 max_bytes: s.settings().max_bytes.0,
                 high_water_bytes: s.settings().high_water_bytes(),
                 segments: stats.segments as u64,
+                disk_free_bytes: disk.as_ref().map(|d| d.free),
+                min_free_bytes: disk.as_ref().map(|d| d.required),
             }
         }),
         forwarders,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::CliError;
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::forward::Kinds;
 use crate::gateway::GatewayError;
 use crate::listen::SocketGroup;
@@ -23,6 +23,10 @@ pub struct CheckConfigArgs {
 pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     let config = Config::load(&args.file)?;
     config.check_kinds(&Kinds::default())?;
+    // As `serve` opens the spool: a reserve the file system cannot hold would refuse
+    // every event. Checked where the data directory is (or would be created).
+    crate::spool::space::check_fits(&config.spool_dir(), &config.spool.min_free)
+        .map_err(ConfigError::Spool)?;
     // What `serve` would find at start on this machine: the TLS files and the group.
     if let Some(tls) = &config.exchange.tls {
         tls.apply(

@@ -240,6 +240,10 @@ fn json_line(entry: &Entry) -> Value {
     };
     object.insert("id".into(), json!(entry.event_id));
     object.insert("seq".into(), json!(entry.seq));
+    let publisher = entry.publisher.as_ref().map_or(Value::Null, |p| {
+        serde_json::from_str(&p.to_json()).unwrap_or(Value::Null)
+    });
+    object.insert("publisher".into(), publisher);
     object.insert(
         "dead_letter".into(),
         json!({

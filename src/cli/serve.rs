@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// (default 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR", env = "EVENTGATE_ADMIN")]
     pub admin: Option<String>,
+    /// Free space kept on the spool's file system ("256MiB", "5%"): below it,
+    /// Publish and Forward are refused so that accepted events can still drain into
+    /// sinks on the same disk. "0" turns the reserve off. Overrides `spool.min_free`.
+    #[arg(long, value_name = "SIZE", value_parser = crate::spool::MinFree::parse)]
+    pub spool_min_free: Option<crate::spool::MinFree>,
 }
 
 impl ServeArgs {
@@ -129,6 +134,9 @@ impl ServeArgs {
         }
         if let Some(admin) = &self.admin {
             config.admin.listen = admin.clone();
+        }
+        if let Some(min_free) = self.spool_min_free {
+            config.spool.min_free = min_free;
         }
         if let Some(queue) = self.subscriber_queue {
             config.exchange.subscriber_queue = queue;

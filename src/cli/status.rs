@@ -72,9 +72,17 @@ pub fn render(status: &Status, previous: Option<&Status>) -> String {
         status.subscribers
     );
     if let Some(spool) = &status.spool {
+        let disk = match (spool.disk_free_bytes, spool.min_free_bytes) {
+            (Some(free), Some(reserve)) => format!(
+                "; disk {} free (refusing below {})",
+                human_bytes(free),
+                human_bytes(reserve)
+            ),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "spool: {} of {} ({:.0}%; not ready from {}), {} segment(s)",
+            "spool: {} of {} ({:.0}%; not ready from {}), {} segment(s){disk}",
             human_bytes(spool.bytes),
             human_bytes(spool.max_bytes),
             spool.bytes as f64 * 100.0 / spool.max_bytes.max(1) as f64,

@@ -33,6 +33,8 @@ fn status(uptime: f64, delivered: u64) -> Status {
             max_bytes: 1 << 30,
             high_water_bytes: 966_367_641,
             segments: 1,
+            disk_free_bytes: None,
+            min_free_bytes: None,
         }),
         forwarders: vec![forwarder("audit", delivered)],
         upstreams: vec![],

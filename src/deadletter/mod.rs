@@ -23,6 +23,7 @@ use thiserror::Error;
 use crate::event::{Event, EventId, Source};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
+use crate::publisher::Publisher;
 pub use schema::{APPLICATION_ID, LATEST};
 
 #[derive(Debug, Error)]
@@ -94,6 +95,11 @@ pub enum Reason {
     Permanent,
     /// Retryable failures until `retry.attempts` or `retry.elapsed` ran out.
     RetriesExhausted,
+    /// The forwarder's code panicked on this event, alone in its batch.
+    Panicked,
+    /// The gateway process died while delivering this event, twice, the second time
+    /// with the event alone in flight (see `pipeline::inflight`).
+    Crashed,
 }
 
 impl Reason {
@@ -101,6 +107,8 @@ impl Reason {
         match self {
             Reason::Permanent => "permanent",
             Reason::RetriesExhausted => "retries_exhausted",
+            Reason::Panicked => "panicked",
+            Reason::Crashed => "crashed",
         }
     }
 
@@ -108,6 +116,8 @@ impl Reason {
         match text {
             "permanent" => Some(Reason::Permanent),
             "retries_exhausted" => Some(Reason::RetriesExhausted),
+            "panicked" => Some(Reason::Panicked),
+            "crashed" => Some(Reason::Crashed),
             _ => None,
         }
     }
@@ -174,6 +184,9 @@ pub struct Entry {
     pub dead_at: String,
     pub retry_requested_at: Option<String>,
     pub state: State,
+    /// Who published the event; `None` without one (or for entries recorded before
+    /// publishers were kept).
+    pub publisher: Option<Publisher>,
 }
 
 /// An entry that cannot be turned back into an event (a damaged row).
@@ -193,7 +206,7 @@ impl Entry {
     }
 
     /// The event as the forwarder first saw it: same id, sequence number, source,
-    /// arrival time and envelope.
+    /// publisher, arrival time and envelope.
     pub fn to_event(&self) -> Result<Event, RestoreError> {
         let envelope = self.decode_envelope().map_err(RestoreError::Envelope)?;
         let id: EventId = self
@@ -202,7 +215,8 @@ impl Entry {
             .map_err(|_| RestoreError::Id(self.event_id.clone()))?;
         let received_at = humantime::parse_rfc3339(&self.received_at)
             .map_err(|_| RestoreError::ReceivedAt(self.received_at.clone()))?;
-        let mut event = Event::new(self.seq, id, source(&self.source), envelope);
+        let mut event = Event::new(self.seq, id, source(&self.source), envelope)
+            .with_publisher(self.publisher.clone());
         event.received_at = received_at;
         Ok(event)
     }

@@ -17,11 +17,23 @@ pub const APPLICATION_ID: i32 = 0x4576_446c;
 /// How long a statement waits for the other process (gateway or CLI) to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_dead_letters.sql",
-    sql: include_str!("../../migrations/deadletter/0001_dead_letters.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_dead_letters.sql",
+        sql: include_str!("../../migrations/deadletter/0001_dead_letters.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_crash_reasons.sql",
+        sql: include_str!("../../migrations/deadletter/0002_crash_reasons.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_publisher.sql",
+        sql: include_str!("../../migrations/deadletter/0003_publisher.sql"),
+    },
+];
 
 const SCHEMA: Schema = Schema {
     application_id: APPLICATION_ID,

@@ -8,12 +8,14 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{Entry, Failure, Reason, State, timestamp};
 use crate::event::Event;
+use crate::publisher::Publisher;
 
 /// A second death of the same event for the same forwarder adds to its row: attempts
 /// add up, the first attempt stays the earliest, the rest describes the latest failure.
 const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at, \
-     error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead') \
+     error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16) \
      ON CONFLICT (forwarder, event_id) DO UPDATE SET \
        seq = excluded.seq, error = excluded.error, reason = excluded.reason, \
        attempts = attempts + excluded.attempts, \
@@ -22,7 +24,8 @@ const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source
        retry_requested_at = NULL, state = 'dead'";
 
 const COLUMNS: &str = "id, forwarder, event_id, seq, source, envelope, received_at, error, reason, \
-     attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state";
+     attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject";
 
 fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
@@ -42,6 +45,7 @@ pub fn record(
         let last = timestamp(failure.last_attempt_at);
         let dead_at = timestamp(now);
         for event in events {
+            let (uid, gid, pid, subject) = Publisher::columns(event.publisher.as_ref());
             stmt.execute(params![
                 forwarder,
                 event.id.to_string(),
@@ -55,6 +59,10 @@ pub fn record(
                 first,
                 last,
                 dead_at,
+                uid,
+                gid,
+                pid,
+                subject,
             ])?;
         }
     }
@@ -80,6 +88,14 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
     };
     let reason: String = row.get(8)?;
     let state: String = row.get(14)?;
+    let publisher = Publisher::from_columns(row.get(15)?, row.get(16)?, row.get(17)?, row.get(18)?)
+        .map_err(|what| {
+            rusqlite::Error::FromSqlConversionFailure(
+                15,
+                rusqlite::types::Type::Integer,
+                what.into(),
+            )
+        })?;
     Ok(Entry {
         id: row.get(0)?,
         forwarder: row.get(1)?,
@@ -96,6 +112,7 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
         dead_at: row.get(12)?,
         retry_requested_at: row.get(13)?,
         state: State::parse(&state).ok_or_else(|| text(14, state.clone()))?,
+        publisher,
     })
 }
 

@@ -86,6 +86,43 @@ async fn a_record_keeps_the_event_and_how_it_died() {
     assert_eq!(restored.source, events[0].source);
     assert_eq!(restored.received_at, events[0].received_at);
     assert_eq!(restored.envelope, events[0].envelope);
+    assert_eq!((entry.publisher.as_ref(), restored.publisher), (None, None));
+}
+
+#[tokio::test]
+async fn a_dead_letter_comes_back_with_its_publisher() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir).await;
+    let publishers = [
+        Publisher::Process {
+            uid: 1000,
+            gid: 100,
+            pid: Some(4242),
+        },
+        Publisher::Certificate {
+            subject: "CN=node-7,O=Acme".into(),
+        },
+    ];
+    let events: Vec<Arc<Event>> = publishers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let plain = Arc::try_unwrap(event(i as u64 + 1, "/tasks/exit")).unwrap();
+            Arc::new(plain.with_publisher(Some(p.clone())))
+        })
+        .collect();
+    store
+        .record("file", events, failure(Reason::Permanent, 1, 0, 0))
+        .await
+        .unwrap();
+    let entries = store.list(None, None).await.unwrap();
+    for (entry, publisher) in entries.iter().zip(&publishers) {
+        assert_eq!(entry.publisher.as_ref(), Some(publisher));
+        assert_eq!(
+            entry.to_event().unwrap().publisher.as_ref(),
+            Some(publisher)
+        );
+    }
 }
 
 #[tokio::test]
@@ -371,4 +408,50 @@ async fn a_new_file_is_stamped_and_in_wal_mode() {
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn a_version_1_store_keeps_its_rows_and_takes_the_new_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deadletters.db");
+    {
+        // What a gateway before schema 2 left: one dead letter.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!(
+            "../../migrations/deadletter/0001_dead_letters.sql"
+        ))
+        .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.pragma_update(None, "application_id", schema::APPLICATION_ID)
+            .unwrap();
+        conn.execute(
+            "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at,
+               error, reason, attempts, first_attempt_at, last_attempt_at, dead_at)
+             VALUES ('kafka', 'e1', 7, 'publish', x'', 't', 'down', 'retries_exhausted', 3, 't', 't', 't')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(path, false).await.unwrap();
+    let kept = store.list(None, None).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!((kept[0].id, kept[0].seq), (1, 7), "same row, same id");
+    assert_eq!(kept[0].reason, Reason::RetriesExhausted);
+    for (seq, reason) in [(8, Reason::Panicked), (9, Reason::Crashed)] {
+        store
+            .record("kafka", vec![event(seq, "/t")], failure(reason, 0, 0, 0))
+            .await
+            .unwrap();
+    }
+    let reasons: Vec<Reason> = store
+        .list(None, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        [Reason::RetriesExhausted, Reason::Panicked, Reason::Crashed]
+    );
 }

@@ -39,7 +39,8 @@ use crate::filter::Filter;
 use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
-use crate::spool::{Spool, SpoolError, SpoolFull};
+use crate::publisher::Publisher;
+use crate::spool::{DiskLow, Spool, SpoolError, SpoolFull};
 use matching::{CutOff, CutOffReason, Matcher};
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
@@ -73,9 +74,15 @@ pub enum AcceptError {
     QueueFull(#[from] crate::pipeline::QueueFull),
     #[error(transparent)]
     SpoolFull(#[from] SpoolFull),
+    /// Free disk space is below `spool.min_free`: kept for what was accepted.
+    #[error(transparent)]
+    DiskLow(#[from] DiskLow),
     /// The event could not be made durable (a disk error); it may have reached
     /// subscribers, but it was not acknowledged.
-    #[error("the event could not be written to the spool: {0}")]
+    #[error(
+        "the event could not be written to the spool: {}",
+        crate::errors::chain(.0)
+    )]
     Spool(#[source] SpoolError),
     #[error("eventgate is shutting down")]
     Closed,
@@ -87,7 +94,9 @@ impl AcceptError {
         match self {
             AcceptError::NamespaceRequired => tonic::Code::FailedPrecondition,
             AcceptError::Closed => tonic::Code::Unavailable,
-            AcceptError::QueueFull(_) | AcceptError::SpoolFull(_) => tonic::Code::ResourceExhausted,
+            AcceptError::QueueFull(_) | AcceptError::SpoolFull(_) | AcceptError::DiskLow(_) => {
+                tonic::Code::ResourceExhausted
+            }
             AcceptError::Spool(_) => tonic::Code::Unavailable,
             _ => tonic::Code::InvalidArgument,
         }
@@ -109,6 +118,7 @@ impl AcceptError {
             AcceptError::Closed => "shutting_down",
             AcceptError::QueueFull(_) => "queue_full",
             AcceptError::SpoolFull(_) => "spool_full",
+            AcceptError::DiskLow(_) => "disk_reserve",
             AcceptError::Spool(_) => "spool_error",
         }
     }
@@ -243,9 +253,21 @@ impl Exchange {
     }
 
     /// containerd's Publish: the namespace comes from the request (required), the
-    /// timestamp from our clock in UTC; the payload passes through untouched.
+    /// timestamp from our clock in UTC; the payload passes through untouched. The
+    /// publisher is unknown; [`Exchange::publish_from`] records one.
     pub async fn publish(
         &self,
+        namespace: Option<&str>,
+        topic: String,
+        event: Option<Any>,
+    ) -> Result<Arc<Event>, AcceptError> {
+        self.publish_from(None, namespace, topic, event).await
+    }
+
+    /// [`Exchange::publish`] by a known client, whose identity is kept with the event.
+    pub async fn publish_from(
+        &self,
+        publisher: Option<Publisher>,
         namespace: Option<&str>,
         topic: String,
         event: Option<Any>,
@@ -264,17 +286,27 @@ impl Exchange {
             event,
         };
         self.check_size(&envelope).map_err(|e| self.rejected(e))?;
-        self.accept(Source::Publish, envelope).await
+        self.accept_from(Source::Publish, publisher, envelope).await
     }
 
     /// containerd's Forward: namespace, then topic, then timestamp are validated, and
-    /// the envelope is distributed exactly as received.
+    /// the envelope is distributed exactly as received. The forwarding client is
+    /// unknown; [`Exchange::forward_from`] records one.
     pub async fn forward(&self, envelope: Option<Envelope>) -> Result<Arc<Event>, AcceptError> {
+        self.forward_from(None, envelope).await
+    }
+
+    /// [`Exchange::forward`] by a known client, whose identity is kept with the event.
+    pub async fn forward_from(
+        &self,
+        publisher: Option<Publisher>,
+        envelope: Option<Envelope>,
+    ) -> Result<Arc<Event>, AcceptError> {
         let envelope = envelope.ok_or_else(|| self.rejected(AcceptError::MissingEnvelope))?;
         self.check_envelope(&envelope)
             .map_err(|e| self.rejected(e))?;
         self.check_size(&envelope).map_err(|e| self.rejected(e))?;
-        self.accept(Source::Forward, envelope).await
+        self.accept_from(Source::Forward, publisher, envelope).await
     }
 
     /// `exchange.limits.max_event_bytes`, applied to Publish and Forward. Upstream
@@ -309,7 +341,8 @@ impl Exchange {
     /// Takes a validated envelope into the gateway's order and hands it to every
     /// subscriber and forwarder whose filter matches; returns once it is durable.
     ///
-    /// First, outside the lock, makes room in the spool (waiting, or dropping the
+    /// First, outside the lock, refuses if free disk space is below the spool's
+    /// reserve (`spool.min_free`), makes room in the spool (waiting, or dropping the
     /// oldest records, per its `full` policy) and waits until every `block` forwarder
     /// queue the event is routed to has room (refusing it with RESOURCE_EXHAUSTED
     /// after the respective timeout).
@@ -318,12 +351,26 @@ impl Exchange {
         source: Source,
         envelope: Envelope,
     ) -> Result<Arc<Event>, AcceptError> {
+        self.accept_from(source, None, envelope).await
+    }
+
+    /// [`Exchange::accept`] with the client that sent the envelope.
+    pub async fn accept_from(
+        &self,
+        source: Source,
+        publisher: Option<Publisher>,
+        envelope: Envelope,
+    ) -> Result<Arc<Event>, AcceptError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(AcceptError::Closed);
         }
-        let mut event = Event::new(0, EventId::unassigned(), source, envelope);
+        let mut event =
+            Event::new(0, EventId::unassigned(), source, envelope).with_publisher(publisher);
         let mut dropped = Vec::new();
         if let Some(spool) = &self.inner.spool {
+            spool
+                .check_space()
+                .map_err(|low| self.rejected(AcceptError::DiskLow(low)))?;
             dropped = spool
                 .reserve(event.envelope.encoded_len())
                 .await

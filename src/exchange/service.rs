@@ -15,6 +15,7 @@ use crate::proto::containerd::services::events::v1::{
     ForwardRequest, PublishRequest, SubscribeRequest,
 };
 use crate::proto::containerd::types::Envelope;
+use crate::publisher::Publisher;
 
 /// The gRPC metadata key containerd clients put the namespace in.
 pub const NAMESPACE_HEADER: &str = "containerd-namespace";
@@ -93,6 +94,7 @@ async fn within_timeout<T>(
 /// headers.
 pub(super) async fn publish(
     exchange: &Exchange,
+    publisher: Option<Publisher>,
     headers: &http::HeaderMap,
     request: PublishRequest,
 ) -> Result<(), Status> {
@@ -108,7 +110,7 @@ pub(super) async fn publish(
     let PublishRequest { topic, event } = request;
     let accepted = within_timeout(exchange, "publish", async {
         exchange
-            .publish(namespace, topic, event)
+            .publish_from(publisher, namespace, topic, event)
             .await
             .map_err(status)
     })
@@ -118,9 +120,16 @@ pub(super) async fn publish(
 }
 
 /// Forward, whichever way it was served.
-pub(super) async fn forward(exchange: &Exchange, request: ForwardRequest) -> Result<(), Status> {
+pub(super) async fn forward(
+    exchange: &Exchange,
+    publisher: Option<Publisher>,
+    request: ForwardRequest,
+) -> Result<(), Status> {
     let accepted = within_timeout(exchange, "forward", async {
-        exchange.forward(request.envelope).await.map_err(status)
+        exchange
+            .forward_from(publisher, request.envelope)
+            .await
+            .map_err(status)
     })
     .await?;
     tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
@@ -132,13 +141,15 @@ type EnvelopeStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send
 #[tonic::async_trait]
 impl Events for EventsService {
     async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<()>, Status> {
-        let (metadata, _, request) = request.into_parts();
-        publish(&self.exchange, metadata.as_ref(), request).await?;
+        let (metadata, extensions, request) = request.into_parts();
+        let publisher = Publisher::of_request(&extensions);
+        publish(&self.exchange, publisher, metadata.as_ref(), request).await?;
         Ok(Response::new(()))
     }
 
     async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<()>, Status> {
-        forward(&self.exchange, request.into_inner()).await?;
+        let (_, extensions, request) = request.into_parts();
+        forward(&self.exchange, Publisher::of_request(&extensions), request).await?;
         Ok(Response::new(()))
     }
 

@@ -20,6 +20,7 @@ use tonic::Status;
 use super::limits::{self, Limit};
 use super::service::{EventsService, forward, publish};
 use crate::proto::containerd::services::events::v1::{ForwardRequest, PublishRequest};
+use crate::publisher::Publisher;
 
 pub(super) const PUBLISH_PATH: &str = "/containerd.services.events.v1.Events/Publish";
 pub(super) const FORWARD_PATH: &str = "/containerd.services.events.v1.Events/Forward";
@@ -84,14 +85,16 @@ where
     let limits = service.exchange().limits();
     let message =
         within_body_timeout(limits, read_message(body, limits.max_request_bytes())).await?;
+    // tonic puts the connection's peer credentials or client certificates here.
+    let publisher = Publisher::of_request(&parts.extensions);
     match method {
         Method::Publish => {
             let request = PublishRequest::decode(message).map_err(decode_error)?;
-            publish(service.exchange(), &parts.headers, request).await
+            publish(service.exchange(), publisher, &parts.headers, request).await
         }
         Method::Forward => {
             let request = ForwardRequest::decode(message).map_err(decode_error)?;
-            forward(service.exchange(), request).await
+            forward(service.exchange(), publisher, request).await
         }
     }
 }
@@ -382,6 +385,62 @@ mod tests {
         assert_eq!(grpc_status(&response), Some("12"));
         let message = response.headers()["grpc-message"].to_str().expect("ascii");
         assert!(message.contains("gzip"), "{message}");
+    }
+
+    /// The unix peer's credentials tonic puts in the request reach the event.
+    #[tokio::test]
+    async fn the_connections_peer_is_the_events_publisher() {
+        use futures::StreamExt;
+        use tonic::transport::server::UdsConnectInfo;
+
+        use crate::exchange::{Exchange, ExchangeConfig};
+        use crate::filter::Filter;
+
+        let exchange = Exchange::new(ExchangeConfig::default());
+        let mut subscription = exchange.subscribe(Filter::default()).expect("subscribe");
+        let service = EventsService::new(exchange);
+        let (ours, _theirs) = tokio::net::UnixStream::pair().expect("a socket pair");
+        let cred = ours.peer_cred().expect("peer credentials");
+        let request = PublishRequest {
+            topic: "/tasks/exit".into(),
+            event: None,
+        };
+        let bytes = request.encode_to_vec();
+        let headers = [("containerd-namespace", "default")];
+        let mut from_peer = call(PUBLISH_PATH, &headers, &bytes);
+        from_peer.extensions_mut().insert(UdsConnectInfo {
+            peer_addr: None,
+            peer_cred: Some(cred),
+        });
+        let response = serve(Method::Publish, service.clone(), from_peer).await;
+        assert_eq!(grpc_status(&response), None);
+        let event = subscription
+            .next()
+            .await
+            .expect("an event")
+            .expect("delivered");
+        assert_eq!(
+            event.publisher,
+            Some(Publisher::Process {
+                uid: unsafe { libc::geteuid() },
+                gid: unsafe { libc::getegid() },
+                pid: Some(std::process::id()),
+            })
+        );
+
+        // Without connection information (in-process callers), no publisher.
+        serve(
+            Method::Publish,
+            service,
+            call(PUBLISH_PATH, &headers, &bytes),
+        )
+        .await;
+        let event = subscription
+            .next()
+            .await
+            .expect("an event")
+            .expect("delivered");
+        assert_eq!(event.publisher, None);
     }
 
     #[tokio::test]

@@ -57,6 +57,11 @@ pub trait Backlog: Send + Sync + 'static {
     /// A forwarder removed while running: its cursor goes, and with it its claim on
     /// records it had not processed.
     fn forget(&self, forwarder: &str);
+    /// Where forwarders record the batch in flight (`pipeline::inflight`); `None`
+    /// for a backlog that does not outlive the process.
+    fn inflight_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
 }
 
 /// An in-memory backlog, for tests and for library users who want spill without a

@@ -1,6 +1,6 @@
 //! The worker's side of dead letters, kept here so the worker itself only calls two
-//! methods: [`Hook::bury`] when it gives up on a batch (before acknowledging it) and
-//! [`Hook::redeliver_if_due`] between batches.
+//! methods: [`Hook::bury_until_recorded`] when it gives up on events (before
+//! acknowledging them) and [`Hook::redeliver_if_due`] between batches.
 //!
 //! Redelivery: entries `eventgate dlq retry` marked as requested are taken (marked
 //! queued), sent as one batch through the forwarder's own retry stack, deleted when
@@ -16,10 +16,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::BoxError;
 
+use super::health::Health;
 use super::retry::{self, Attempts, DeliveryStack, is_retryable};
 use crate::deadletter::{Failure, Reason, Store};
 use crate::errors::chain;
 use crate::forward::Batch;
+
+/// Backoff between attempts to record dead letters the store refused: short at
+/// first (a locked database), at most this long (a full disk waits for an operator).
+const BURY_RETRY_MIN: Duration = Duration::from_millis(100);
+const BURY_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// The dead-letter store as the pipeline uses it.
 #[derive(Clone)]
@@ -62,23 +68,33 @@ impl Hook {
             .map(|_| self.due.saturating_duration_since(Instant::now()))
     }
 
-    /// Records the batch's events as dead. If that fails the error is logged with
-    /// every event id and counted, and the worker still moves on: holding the
-    /// forwarder back would not make the store writable, and the ids in the log
-    /// (with the audit store's copy) are what is left to find the events again.
-    pub async fn bury(&self, batch: &Batch, error: &BoxError, attempts: Attempts) {
+    /// Records the batch's events as dead; true once they are recorded (or there is
+    /// no store). False when the store cannot be written (see [`Hook::bury_with`]).
+    pub async fn bury(&self, batch: &Batch, error: &BoxError, attempts: Attempts) -> bool {
+        self.bury_with(batch, reason_of(error), chain(&**error), attempts)
+            .await
+    }
+
+    /// [`Hook::bury`] with the reason and error text given (an event set aside after
+    /// a panic or a crash, which never produced a forwarder error). If the store
+    /// cannot be written (a full disk, typically the same one the sinks are on) the
+    /// error is logged and counted and false returned: the worker must then hold the
+    /// events rather than acknowledge them, or the spool would forget events that
+    /// are nowhere.
+    pub async fn bury_with(
+        &self,
+        batch: &Batch,
+        reason: Reason,
+        error: String,
+        attempts: Attempts,
+    ) -> bool {
         let Some(dead_letters) = &self.dead_letters else {
-            return;
-        };
-        let reason = if is_retryable(error) {
-            Reason::RetriesExhausted
-        } else {
-            Reason::Permanent
+            return true;
         };
         let now = SystemTime::now();
         let failure = Failure {
             reason,
-            error: chain(&**error),
+            error: error.clone(),
             attempts: attempts.count,
             first_attempt_at: attempts.first.unwrap_or(now),
             last_attempt_at: attempts.last.unwrap_or(now),
@@ -100,23 +116,59 @@ impl Hook {
                     store = %dead_letters.store.path().display(),
                     "events recorded as dead letters"
                 );
+                true
             }
             Err(write_error) => {
                 metrics::counter!("eventgate_dead_letter_write_failures_total").increment(1);
-                let ids: Vec<String> = batch.events().iter().map(|e| e.id.to_string()).collect();
                 let (first_seq, last_seq) = batch.seq_range();
                 tracing::error!(
                     forwarder = %self.forwarder,
                     first_seq,
                     last_seq,
-                    event_ids = %ids.join(","),
+                    events = batch.len(),
                     reason = reason.as_str(),
                     error = %error,
                     write_error = %chain(&write_error),
-                    "cannot record dead letters; the events are only in this log line (and wherever other forwarders put them)"
+                    store = %dead_letters.store.path().display(),
+                    "cannot record dead letters; the events are held (not acknowledged) and recording is tried again"
                 );
+                false
             }
         }
+    }
+
+    /// [`Hook::bury_with`] until it succeeds, with backoff; the forwarder reports
+    /// itself failing meanwhile. False if `stop` came first: the events were not
+    /// acknowledged, so the spool keeps them for the next start.
+    pub async fn bury_until_recorded(
+        &self,
+        batch: &Batch,
+        reason: Reason,
+        error: String,
+        attempts: Attempts,
+        health: &Health,
+        stop: &CancellationToken,
+    ) -> bool {
+        let mut tries = 0u32;
+        while !self.bury_with(batch, reason, error.clone(), attempts).await {
+            tries += 1;
+            health.attempt_failed(
+                tries,
+                format!(
+                    "gave up on {} event(s) but cannot record them as dead letters; holding them",
+                    batch.len()
+                ),
+            );
+            let delay = BURY_RETRY_MIN
+                .saturating_mul(1 << tries.min(8))
+                .min(BURY_RETRY_MAX);
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return false,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+        true
     }
 
     /// Between batches: when due, redelivers one batch of this forwarder's requested
@@ -180,6 +232,8 @@ impl Hook {
             }
             (Err(error), attempts) => {
                 tracing::warn!(forwarder = %self.forwarder, events = batch.len(), attempts = attempts.count, error = %error, "redelivering dead letters failed; recorded dead again");
+                // If even that fails the entries stay queued in the store, and the
+                // next start requests them again: not lost either way.
                 self.bury(&batch, &error, attempts).await;
             }
         }
@@ -187,5 +241,14 @@ impl Hook {
             // More may be waiting: look again at the next gap between batches.
             self.due = Instant::now();
         }
+    }
+}
+
+/// The dead-letter reason for a batch the retry stack gave up on.
+pub fn reason_of(error: &BoxError) -> Reason {
+    if is_retryable(error) {
+        Reason::RetriesExhausted
+    } else {
+        Reason::Permanent
     }
 }

@@ -43,13 +43,14 @@ async fn until_store(store: &Store, what: &str, check: impl Fn(&[Entry]) -> bool
 }
 
 #[tokio::test(start_paused = true)]
-async fn permanent_rejections_are_recorded_and_the_rest_flows_on_in_order() {
+async fn permanent_rejections_are_narrowed_to_their_events_and_the_rest_flows_on_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
     let sink = Arc::new(Recorder::default());
     *sink.poison.lock().unwrap() = Some("/bad");
+    // One batch of all nine: the refusal is narrowed by halves to 4 and 7.
     let mut s = spec("a");
-    s.batch.events = 1;
+    s.batch.events = 9;
     let p = pipeline_with(vec![(s, sink.clone())], Some(dead_letters.clone()));
     let router = p.router();
     let events: Vec<_> = (1..=9)
@@ -84,6 +85,42 @@ async fn permanent_rejections_are_recorded_and_the_rest_flows_on_in_order() {
     }
     let reports = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!((reports[0].delivered, reports[0].failed), (7, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_is_narrowed_to_its_event_which_is_buried_while_the_rest_flows_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead_letters = store(&dir).await;
+    let sink = Arc::new(Recorder::default());
+    *sink.panic_on.lock().unwrap() = Some("/boom");
+    let mut s = spec("a");
+    s.batch.events = 8;
+    let p = pipeline_with(vec![(s, sink.clone())], Some(dead_letters.clone()));
+    let router = p.router();
+    for seq in 1..=10 {
+        router.route(&event(
+            seq,
+            if seq == 3 || seq == 6 { "/boom" } else { "/ok" },
+        ));
+    }
+    p.forwarder("a").unwrap().wait_acked(10).await;
+    assert_eq!(
+        sink.seqs(),
+        [1, 2, 4, 5, 7, 8, 9, 10],
+        "in order, minus the two"
+    );
+    let entries = dead_letters.store.list(None, None).await.unwrap();
+    assert_eq!(entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 6]);
+    for entry in &entries {
+        assert_eq!(entry.reason, Reason::Panicked);
+        assert!(
+            entry.error.contains("panicked: boom on /boom"),
+            "{}",
+            entry.error
+        );
+    }
+    let reports = p.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(reports[0].delivered, 8);
 }
 
 #[tokio::test(start_paused = true)]
@@ -131,7 +168,7 @@ async fn requested_entries_are_redelivered_and_removed() {
     let p = pipeline_with(vec![(s, sink.clone())], Some(dead_letters.clone()));
     let router = p.router();
     // 1, 2 die together; 3 and 4 go through.
-    for (seq, topic) in [(1, "/bad"), (2, "/ok")] {
+    for (seq, topic) in [(1, "/bad"), (2, "/bad")] {
         router.route(&event(seq, topic));
     }
     p.forwarder("a").unwrap().wait_acked(2).await;
@@ -244,4 +281,44 @@ async fn requests_made_before_start_go_first_and_unknown_forwarders_entries_stay
     let seqs = sink.seqs();
     assert_eq!(seqs[0], 100);
     assert_eq!(seqs[1..], (1..=50).collect::<Vec<_>>());
+}
+
+/// A panic outside a delivery (here: in a dead letter's redelivery, which the worker
+/// runs between batches) restarts the worker instead of leaving it dead: live events
+/// still flow afterwards.
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_panics_between_batches_is_restarted_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead_letters = store(&dir).await;
+    let store = &dead_letters.store;
+    let sink = Arc::new(Recorder::default());
+    *sink.panic_on.lock().unwrap() = Some("/boom");
+    store
+        .record(
+            "a",
+            vec![event(100, "/boom")],
+            crate::deadletter::Failure {
+                reason: Reason::Permanent,
+                error: "old".into(),
+                attempts: 1,
+                first_attempt_at: SystemTime::now(),
+                last_attempt_at: SystemTime::now(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.request(None, Vec::new()).await.unwrap(), 1);
+    let p = pipeline_with(vec![(spec("a"), sink.clone())], Some(dead_letters.clone()));
+    let router = p.router();
+    until_store(store, "the redelivery to be taken", |e| {
+        e.len() == 1 && e[0].state == State::Queued
+    })
+    .await;
+    for seq in 1..=3 {
+        router.route(&event(seq, "/ok"));
+    }
+    p.forwarder("a").unwrap().wait_acked(3).await;
+    assert_eq!(sink.seqs(), [1, 2, 3]);
+    let reports = p.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(reports[0].delivered, 3, "the restarted worker's report");
 }

@@ -25,6 +25,8 @@ mod attempts;
 pub mod backlog;
 pub mod deadletter;
 pub mod health;
+mod inflight;
+mod isolate;
 pub mod queue;
 pub mod retry;
 mod route;
@@ -323,6 +325,7 @@ impl Pipeline {
             deadletter::Hook::new(Arc::clone(&name), part.dead_letters, part.batch.events);
         let closing = self.closing.child_token();
         let stop = self.stop.child_token();
+        let inflight = self.inflight(&name);
         let task = tokio::spawn(
             worker::Worker {
                 name: Arc::clone(&name),
@@ -343,6 +346,8 @@ impl Pipeline {
                 stop: stop.clone(),
                 dead_letters,
                 health: Arc::clone(&health),
+                inflight,
+                panic_backoff: Duration::from_millis(100),
             }
             .run(),
         );
@@ -370,6 +375,32 @@ impl Pipeline {
             }),
         };
         (route, entry)
+    }
+
+    /// The forwarder's in-flight record, with a durable backlog (the only case where
+    /// a restart hands it the same events again).
+    fn inflight(&self, name: &str) -> inflight::Inflight {
+        let Some(dir) = self.backlog.as_ref().and_then(|b| b.backlog.inflight_dir()) else {
+            return inflight::Inflight::disabled();
+        };
+        match inflight::Inflight::open(&dir, name) {
+            Ok(journal) => {
+                if let Some(suspect) = journal.suspect {
+                    tracing::warn!(
+                        forwarder = name,
+                        first_seq = suspect.first,
+                        last_seq = suspect.last,
+                        deaths = suspect.deaths,
+                        "the previous run ended while this forwarder was delivering these events; they are delivered one at a time"
+                    );
+                }
+                journal
+            }
+            Err(error) => {
+                tracing::warn!(forwarder = name, dir = %dir.display(), %error, "cannot open the in-flight record; an event that crashes the process could crash it again after a restart");
+                inflight::Inflight::disabled()
+            }
+        }
     }
 
     pub fn router(&self) -> Router {

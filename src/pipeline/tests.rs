@@ -23,6 +23,8 @@ pub(super) struct Recorder {
     pub fail_permanently: AtomicBool,
     /// A batch holding an event with this topic is rejected permanently.
     pub poison: Mutex<Option<&'static str>>,
+    /// A batch holding an event with this topic makes `send` panic.
+    pub panic_on: Mutex<Option<&'static str>>,
     pub held: AtomicBool,
     pub release: Notify,
     pub calls: AtomicUsize,
@@ -62,6 +64,12 @@ impl Forwarder for Recorder {
             }
             if self.fail_permanently.load(Ordering::SeqCst) {
                 return Err(ForwardError::permanent("rejected"));
+            }
+            let panic_on = *self.panic_on.lock().unwrap();
+            if let Some(topic) = panic_on
+                && batch.events().iter().any(|e| e.topic() == topic)
+            {
+                panic!("boom on {topic}");
             }
             let poison = *self.poison.lock().unwrap();
             if let Some(topic) = poison

@@ -3,7 +3,7 @@
 //! before anything behind it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -11,11 +11,15 @@ use tokio_util::sync::CancellationToken;
 
 use prost::Message;
 
+use futures::FutureExt as _;
+use std::panic::AssertUnwindSafe;
+
 use super::backlog::{Backlog, BacklogReader};
 use super::deadletter::Hook;
 use super::health::{CloseOnDrop, Health};
+use super::inflight::Inflight;
 use super::queue::Queue;
-use super::retry::{self, DeliveryStack, is_retryable};
+use super::retry::DeliveryStack;
 use super::route::RouteState;
 use super::settings::BatchSettings;
 use crate::event::Event;
@@ -53,6 +57,10 @@ pub(super) struct Worker {
     pub stop: CancellationToken,
     pub dead_letters: Hook,
     pub health: Arc<Health>,
+    /// What this forwarder is delivering, for the next start if the process dies.
+    pub inflight: Inflight,
+    /// The pause before calling the forwarder again after its next panic.
+    pub panic_backoff: Duration,
 }
 
 /// Where the next events come from.
@@ -81,83 +89,93 @@ impl Worker {
             undelivered: 0,
             kept_in_spool: self.backlog.is_some(),
         };
-        let label = self.name.to_string();
-        let mut reader: Option<(Box<dyn BacklogReader>, u64)> = None;
         let mut cursor = self
             .backlog
             .as_ref()
             .map_or(1, |backlog| backlog.cursor(&self.name));
+        let mut restarts: u32 = 0;
+        // Panics in the forwarder's own code are isolated per event (`isolate`); one
+        // anywhere else in this loop restarts it, with backoff, from the cursor.
+        loop {
+            let pass = AssertUnwindSafe(self.deliver_until_closed(&mut report, &mut cursor))
+                .catch_unwind()
+                .await;
+            let Err(panic) = pass else { break };
+            restarts += 1;
+            let pause = Duration::from_millis(100 * 2u64.pow(restarts.min(7)));
+            metrics::counter!("eventgate_forwarder_restarts_total", "forwarder" => self.name.to_string())
+                .increment(1);
+            let lost = self.restart_from(cursor);
+            self.health
+                .attempt_failed(restarts, "the worker panicked; restarting".to_owned());
+            tracing::error!(
+                forwarder = %self.name,
+                resume_from = cursor,
+                restarts,
+                retry_in = ?pause,
+                lost_from_memory = lost,
+                panic = ?panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)),
+                "the forwarder's worker panicked; restarting it"
+            );
+            tokio::select! {
+                biased;
+                () = self.stop.cancelled() => break,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+        self.finish(report, cursor).await
+    }
+
+    /// After a panic outside a delivery: the events it had taken from its queue are
+    /// read again from the backlog at the cursor (the queue is emptied, as they all
+    /// come after it). Without a backlog they are lost; returns how many.
+    fn restart_from(&self, cursor: u64) -> usize {
+        if self.backlog.is_some() {
+            self.state.resume_at(cursor);
+            self.queue.drain_all();
+            self.health.spilling();
+            0
+        } else {
+            self.queue.depth().0
+        }
+    }
+
+    /// Takes batches and delivers them until shutdown (queue closed and drained, or
+    /// the deadline).
+    async fn deliver_until_closed(&mut self, report: &mut Report, cursor: &mut u64) {
+        let label = self.name.to_string();
+        let mut reader: Option<(Box<dyn BacklogReader>, u64)> = None;
         while let Some(next) = self.next(&mut reader).await {
             let (batch, from_backlog) = match next {
                 Next::Queued(batch) => (batch, None),
                 Next::Backlog(batch, position) => (batch, Some(position)),
                 Next::Skipped(position) => {
-                    self.advance(&mut cursor, position);
+                    self.advance(cursor, position);
                     continue;
                 }
                 Next::Idle => {
                     let position = self
                         .state
                         .cursor_after(cursor.saturating_sub(1), &self.queue);
-                    self.advance(&mut cursor, position);
+                    self.advance(cursor, position);
                     continue;
                 }
             };
-            let (first, last) = batch.seq_range();
+            let (_, last) = batch.seq_range();
             metrics::histogram!("eventgate_forwarder_batch_events", "forwarder" => label.clone())
                 .record(batch.len() as f64);
             metrics::histogram!("eventgate_forwarder_batch_bytes", "forwarder" => label.clone())
                 .record(batch.bytes() as f64);
-            let oldest = batch.events().first().map(|e| e.received_at);
-            self.health.batch_started(oldest);
-            let outcome = tokio::select! {
-                biased;
-                outcome = retry::deliver(&mut self.stack, batch.clone()) => Some(outcome),
-                () = self.stop.cancelled() => None,
-            };
+            self.health
+                .batch_started(batch.events().first().map(|e| e.received_at));
+            let finished = self.deliver_isolating(batch, report).await;
             let (depth, bytes) = self.queue.depth();
             metrics::gauge!("eventgate_forwarder_queue_events", "forwarder" => label.clone())
                 .set(depth as f64);
             metrics::gauge!("eventgate_forwarder_queue_bytes", "forwarder" => label.clone())
                 .set(bytes as f64);
-            match outcome {
-                Some((Ok(()), _)) => {
-                    report.delivered += batch.len() as u64;
-                    self.health.delivered(batch.len() as u64);
-                    metrics::counter!("eventgate_events_forwarded_total", "forwarder" => label.clone())
-                        .increment(batch.len() as u64);
-                    if let Some(age) = oldest.and_then(|t| SystemTime::now().duration_since(t).ok())
-                    {
-                        metrics::histogram!("eventgate_forwarder_delivery_seconds", "forwarder" => label.clone())
-                            .record(age.as_secs_f64());
-                    }
-                }
-                Some((Err(error), attempts)) => {
-                    let reason = if is_retryable(&error) {
-                        "retries_exhausted"
-                    } else {
-                        "permanent"
-                    };
-                    report.failed += batch.len() as u64;
-                    self.health.gave_up(batch.len() as u64);
-                    metrics::counter!("eventgate_forwarder_failed_total", "forwarder" => label.clone(), "reason" => reason)
-                        .increment(batch.len() as u64);
-                    tracing::error!(
-                        forwarder = %self.name,
-                        events = batch.len(),
-                        first_seq = first,
-                        last_seq = last,
-                        reason,
-                        error = %crate::errors::chain(&*error),
-                        "gave up delivering a batch"
-                    );
-                    // Before the acknowledgement below: once acked, the spool forgets.
-                    self.dead_letters.bury(&batch, &error, attempts).await;
-                }
-                None => {
-                    report.undelivered += batch.len() as u64;
-                    break;
-                }
+            if !finished {
+                break;
             }
             // The forwarder is done with these events either way.
             self.acked.send_replace(last);
@@ -165,8 +183,12 @@ impl Worker {
                 Some(position) => position,
                 None => self.state.cursor_after(last, &self.queue),
             };
-            self.advance(&mut cursor, position);
+            self.advance(cursor, position);
         }
+    }
+
+    /// Closes the forwarder and says what was left undelivered.
+    async fn finish(self, mut report: Report, cursor: u64) -> Report {
         report.undelivered += self.queue.drain_all().len() as u64;
         let close = tokio::select! {
             biased;
@@ -184,7 +206,7 @@ impl Worker {
                 "shutdown deadline passed; undelivered events stay in the spool for the next start"
             );
         } else if report.undelivered > 0 {
-            metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => label, "reason" => "shutdown")
+            metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => self.name.to_string(), "reason" => "shutdown")
                 .increment(report.undelivered);
             tracing::error!(
                 forwarder = %self.name,

@@ -4,16 +4,21 @@
 
 use prost_reflect::{DynamicMessage, Kind, MapKey, MessageDescriptor, ReflectMessage, Value};
 
+use super::limits::Depth;
 use super::registry::Registry;
 
 /// The value of `path` inside an event, or `None` when containerd would report the
 /// field as not present. Only types that have containerd adaptors answer at all:
 /// for any other payload the envelope adaptor finds no `Field` method.
 pub fn event_field(msg: &DynamicMessage, path: &[String]) -> Option<String> {
+    adapted_field(msg, path, Depth::default())
+}
+
+fn adapted_field(msg: &DynamicMessage, path: &[String], depth: Depth) -> Option<String> {
     if !has_adaptor(&msg.descriptor()) {
         return None;
     }
-    field(msg, path)
+    field(msg, path, depth)
 }
 
 /// containerd generates adaptors for every message in api/events/*.proto, which are
@@ -23,7 +28,11 @@ pub fn has_adaptor(desc: &MessageDescriptor) -> bool {
     name.starts_with("containerd.events.") || name.starts_with("containerd.services.images.v1.")
 }
 
-fn field(msg: &DynamicMessage, path: &[String]) -> Option<String> {
+/// A filter's path is as long as its text allows (kilobytes), so the walk it drives
+/// through nested messages and Anys carries the same [`Depth`] budget as rendering:
+/// past it the field is "not present".
+fn field(msg: &DynamicMessage, path: &[String], depth: Depth) -> Option<String> {
+    let depth = depth.enter()?;
     let (first, rest) = path.split_first()?;
     let fd = msg.descriptor().get_field_by_name(first)?;
     if fd.is_list() {
@@ -39,10 +48,10 @@ fn field(msg: &DynamicMessage, path: &[String]) -> Option<String> {
         (Kind::Bool, Value::Bool(b)) => Some(b.to_string()),
         (Kind::Message(desc), Value::Message(inner)) if msg.has_field(&fd) => {
             match desc.full_name() {
-                "google.protobuf.Any" => any_field(inner, rest),
+                "google.protobuf.Any" => any_field(inner, rest, depth),
                 // Timestamps and other well-known types are "unhandled" in the generator.
                 name if name.starts_with("google.protobuf.") => None,
-                _ => field(inner, rest),
+                _ => field(inner, rest, depth),
             }
         }
         _ => None,
@@ -71,13 +80,14 @@ fn labels(value: &Value, kind: &Kind, rest: &[String]) -> Option<String> {
 
 /// containerd unmarshals a nested Any through the type registry and recurses only if
 /// the decoded type has its own adaptor (e.g. runc options have none).
-fn any_field(any: &DynamicMessage, rest: &[String]) -> Option<String> {
-    let any = prost_types::Any {
-        type_url: any.get_field_by_name("type_url")?.as_str()?.to_owned(),
-        value: any.get_field_by_name("value")?.as_bytes()?.to_vec(),
-    };
-    let decoded = Registry::global().decode(&any).ok()?;
-    event_field(&decoded, rest)
+fn any_field(any: &DynamicMessage, rest: &[String], depth: Depth) -> Option<String> {
+    let depth = depth.enter_any()?;
+    let type_url = any.get_field_by_name("type_url")?;
+    let value = any.get_field_by_name("value")?.as_bytes()?.clone();
+    let decoded = Registry::global()
+        .decode_bytes(type_url.as_str()?, value)
+        .ok()?;
+    adapted_field(&decoded, rest, depth)
 }
 
 #[cfg(test)]

@@ -249,6 +249,9 @@ fn bytes_are_absent() {
     any.set_field_by_name("type_url", Value::String("t".into()));
     any.set_field_by_name("value", Value::Bytes(vec![1u8].into()));
     let path = |p: &str| vec![p.to_owned()];
-    assert_eq!(field(&any, &path("value")), None);
-    assert_eq!(field(&any, &path("type_url")).as_deref(), Some("t"));
+    assert_eq!(field(&any, &path("value"), Depth::default()), None);
+    assert_eq!(
+        field(&any, &path("type_url"), Depth::default()).as_deref(),
+        Some("t")
+    );
 }

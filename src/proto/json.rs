@@ -13,21 +13,38 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::LazyLock;
 
+use prost::Message as _;
 use prost_reflect::{
     DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
 };
 
+use super::limits::Depth;
+#[cfg(doc)]
+use super::limits::{MAX_ANY_NESTING, MAX_DEPTH};
 use super::registry::Registry;
 use super::time::rfc3339_nanos;
 
 /// Proto field names, all fields (absent messages as `null`), 64-bit integers as
 /// numbers, bytes as base64, Timestamps as RFC 3339 with nine fraction digits, and
 /// nested Anys expanded with `"@type"` when the registry knows the type.
+///
+/// Publishers choose every byte of a payload, so the walk is bounded (see
+/// [`super::limits`]): Anys are expanded [`MAX_ANY_NESTING`] deep and messages are
+/// written [`MAX_DEPTH`] levels deep; beyond either, the inner bytes are kept as
+/// base64 under `"@type"`/`"value"`, the form unknown types already take.
 pub fn write_json(out: &mut Vec<u8>, msg: &DynamicMessage) {
-    match msg.descriptor().full_name() {
+    write_message(out, msg, Depth::default());
+}
+
+fn write_message(out: &mut Vec<u8>, msg: &DynamicMessage, depth: Depth) {
+    let desc = msg.descriptor();
+    let Some(depth) = depth.enter() else {
+        return write_raw(out, desc.full_name(), &msg.encode_to_vec());
+    };
+    match desc.full_name() {
         "google.protobuf.Timestamp" => write_plain_string(out, &rfc3339_nanos(&timestamp(msg))),
-        "google.protobuf.Any" => write_any(out, msg),
-        _ => write_fields(out, msg, None),
+        "google.protobuf.Any" => write_any(out, msg, depth),
+        _ => write_fields(out, msg, None, depth),
     }
 }
 
@@ -67,7 +84,7 @@ fn sorted_fields(desc: &MessageDescriptor) -> Cow<'static, [FieldDescriptor]> {
 
 /// The message's fields as an object; `type_name` first as `"@type"` for an expanded
 /// Any (`@` sorts before every field name).
-fn write_fields(out: &mut Vec<u8>, msg: &DynamicMessage, type_name: Option<&str>) {
+fn write_fields(out: &mut Vec<u8>, msg: &DynamicMessage, type_name: Option<&str>, depth: Depth) {
     out.push(b'{');
     let mut first = true;
     if let Some(name) = type_name {
@@ -86,13 +103,13 @@ fn write_fields(out: &mut Vec<u8>, msg: &DynamicMessage, type_name: Option<&str>
         if is_message && !field.is_list() && !field.is_map() && !msg.has_field(field) {
             out.extend_from_slice(b"null");
         } else {
-            write_value(out, &msg.get_field(field), &field.kind());
+            write_value(out, &msg.get_field(field), &field.kind(), depth);
         }
     }
     out.push(b'}');
 }
 
-fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind) {
+fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind, depth: Depth) {
     match value {
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Value::I32(n) => write_number(out, n),
@@ -107,14 +124,14 @@ fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind) {
             Some(v) => write_string(out, v.name()),
             None => write_number(out, n),
         },
-        Value::Message(m) => write_json(out, m),
+        Value::Message(m) => write_message(out, m, depth),
         Value::List(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_value(out, item, kind);
+                write_value(out, item, kind, depth);
             }
             out.push(b']');
         }
@@ -134,7 +151,7 @@ fn write_value(out: &mut Vec<u8>, value: &Value, kind: &Kind) {
                 }
                 write_string(out, key);
                 out.push(b':');
-                write_value(out, v, value_kind.as_ref().unwrap_or(kind));
+                write_value(out, v, value_kind.as_ref().unwrap_or(kind), depth);
             }
             out.push(b'}');
         }
@@ -192,38 +209,49 @@ fn timestamp(msg: &DynamicMessage) -> prost_types::Timestamp {
 }
 
 /// Expands a nested Any the way protojson does, but never fails: a type the registry
-/// cannot decode keeps its raw bytes so nothing is lost.
-fn write_any(out: &mut Vec<u8>, msg: &DynamicMessage) {
-    let any = prost_types::Any {
-        type_url: msg
-            .get_field_by_name("type_url")
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
-        value: msg
-            .get_field_by_name("value")
-            .and_then(|v| v.as_bytes().map(|b| b.to_vec()))
-            .unwrap_or_default(),
+/// cannot decode, or an Any nested deeper than [`MAX_ANY_NESTING`], keeps its raw
+/// bytes so nothing is lost.
+fn write_any(out: &mut Vec<u8>, msg: &DynamicMessage, depth: Depth) {
+    let type_url = msg
+        .get_field_by_name("type_url")
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    // The inner message is decoded from a view of the outer buffer, not a copy, so an
+    // Any nested n deep costs its bytes once rather than n times.
+    let value = msg
+        .get_field_by_name("value")
+        .and_then(|v| v.as_bytes().cloned())
+        .unwrap_or_default();
+    let decoded = match depth.enter_any() {
+        Some(inner_depth) => Registry::global()
+            .decode_bytes(&type_url, value.clone())
+            .ok()
+            .map(|inner| (inner, inner_depth)),
+        None => None,
     };
-    match Registry::global().decode(&any) {
-        Ok(inner) => match inner.descriptor().full_name() {
+    match decoded {
+        Some((inner, depth)) => match inner.descriptor().full_name() {
             // Well-known types with a scalar JSON form nest under "value".
             "google.protobuf.Timestamp" => {
                 out.extend_from_slice(b"{\"@type\":\"google.protobuf.Timestamp\",\"value\":");
-                write_json(out, &inner);
+                write_message(out, &inner, depth);
                 out.push(b'}');
             }
             // The inner Any's own "@type" replaces the outer one.
-            "google.protobuf.Any" => write_any(out, &inner),
-            name => write_fields(out, &inner, Some(name)),
+            "google.protobuf.Any" => write_any(out, &inner, depth),
+            name => write_fields(out, &inner, Some(name), depth),
         },
-        Err(_) => {
-            out.extend_from_slice(b"{\"@type\":");
-            write_string(out, &any.type_url);
-            out.extend_from_slice(b",\"value\":");
-            write_plain_string(out, &base64(&any.value));
-            out.push(b'}');
-        }
+        None => write_raw(out, &type_url, &value),
     }
+}
+
+/// `{"@type":...,"value":<base64>}`: a payload kept as bytes.
+fn write_raw(out: &mut Vec<u8>, type_url: &str, value: &[u8]) {
+    out.extend_from_slice(b"{\"@type\":");
+    write_string(out, type_url);
+    out.extend_from_slice(b",\"value\":");
+    write_plain_string(out, &base64(value));
+    out.push(b'}');
 }
 
 /// Standard, padded base64, as both protojson and Go's `encoding/json` use for bytes.

@@ -1,7 +1,6 @@
 use super::*;
 use crate::proto::containerd::events::{ContainerCreate, TaskExit, container_create::Runtime};
 use crate::proto::containerd::runc::v1::Options;
-use prost::Message as _;
 use serde_json::{Value as Json, json};
 
 /// The rendering, parsed back for field-by-field assertions.

@@ -9,6 +9,7 @@ mod json;
 mod json_equivalence;
 #[cfg(test)]
 pub(crate) mod json_reference;
+mod limits;
 #[cfg(test)]
 mod props;
 mod registry;
@@ -19,6 +20,7 @@ use prost_reflect::{FieldDescriptor, MessageDescriptor};
 pub use fieldpath::{event_field, has_adaptor};
 pub use go::to_go_json;
 pub use json::{to_json_string, write_json};
+pub use limits::{MAX_ANY_NESTING, MAX_DEPTH};
 pub use registry::{DecodeError, EncodeError, Registry, STANDARD_EVENTS};
 pub use time::{go_time_string, rfc3339_nanos};
 

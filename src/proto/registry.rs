@@ -3,11 +3,13 @@
 
 use std::sync::LazyLock;
 
+use bytes::{Buf, Bytes};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
 use prost_types::Any;
 
 use super::DESCRIPTOR_SET;
+use super::limits::within_value_budget;
 
 /// containerd's standard topics and the bare type_url each carries (spec 3.2).
 pub const STANDARD_EVENTS: &[(&str, &str)] = &[
@@ -53,6 +55,12 @@ pub const STANDARD_EVENTS: &[(&str, &str)] = &[
 pub enum DecodeError {
     #[error("unknown event type {type_url:?}")]
     UnknownType { type_url: String },
+    #[error(
+        "{type_url} payload of {bytes} bytes holds more values than the {per} bytes per value (plus {allowed}) eventgate decodes; kept as raw bytes",
+        per = super::limits::BYTES_PER_VALUE,
+        allowed = super::limits::VALUES_ALLOWED
+    )]
+    TooManyValues { type_url: String, bytes: usize },
     #[error("malformed {type_url} payload")]
     Malformed {
         type_url: String,
@@ -105,16 +113,38 @@ impl Registry {
     }
 
     pub fn decode(&self, any: &Any) -> Result<DynamicMessage, DecodeError> {
+        self.decode_from(&any.type_url, any.value.as_slice())
+    }
+
+    /// [`Registry::decode`] for a payload held as [`Bytes`]: its `bytes` fields (an
+    /// inner Any's value among them) are views of `value`, not copies.
+    pub fn decode_bytes(
+        &self,
+        type_url: &str,
+        value: Bytes,
+    ) -> Result<DynamicMessage, DecodeError> {
+        self.decode_from(type_url, value)
+    }
+
+    fn decode_from(
+        &self,
+        type_url: &str,
+        value: impl Buf + AsRef<[u8]>,
+    ) -> Result<DynamicMessage, DecodeError> {
         let desc = self
-            .message(&any.type_url)
+            .message(type_url)
             .ok_or_else(|| DecodeError::UnknownType {
-                type_url: any.type_url.clone(),
+                type_url: type_url.to_owned(),
             })?;
-        DynamicMessage::decode(desc, any.value.as_slice()).map_err(|source| {
-            DecodeError::Malformed {
-                type_url: any.type_url.clone(),
-                source,
-            }
+        if !within_value_budget(&desc, value.as_ref()) {
+            return Err(DecodeError::TooManyValues {
+                type_url: type_url.to_owned(),
+                bytes: value.as_ref().len(),
+            });
+        }
+        DynamicMessage::decode(desc, value).map_err(|source| DecodeError::Malformed {
+            type_url: type_url.to_owned(),
+            source,
         })
     }
 

@@ -11,9 +11,10 @@ use super::QueryError;
 use super::time::from_stored;
 use crate::event::{Event, EventId, Source};
 use crate::proto::containerd::types::Envelope;
+use crate::publisher::Publisher;
 
-pub(super) const COLUMNS: &str =
-    "row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, source";
+pub(super) const COLUMNS: &str = "row_id, seq, id, timestamp, received_at, namespace, topic, \
+     type_url, payload, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject";
 
 /// A stored event with what only the store knows about it.
 #[derive(Debug)]
@@ -43,6 +44,13 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
     let type_url: Option<String> = row.get(7).map_err(sqlite)?;
     let payload: Option<Vec<u8>> = row.get(8).map_err(sqlite)?;
     let source: Option<String> = row.get(9).map_err(sqlite)?;
+    let publisher = Publisher::from_columns(
+        row.get(10).map_err(sqlite)?,
+        row.get(11).map_err(sqlite)?,
+        row.get(12).map_err(sqlite)?,
+        row.get(13).map_err(sqlite)?,
+    )
+    .map_err(bad)?;
 
     let seq = u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?;
     let id = EventId::from_str(&id).map_err(|e| bad(format!("id {id:?}: {e}")))?;
@@ -68,7 +76,8 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
     let origin = source.as_deref().map_or(Source::Internal, parse_source);
     Ok(StoredEvent {
         row_id,
-        event: Event::with_received_at(seq, id, received_at.into(), origin, envelope),
+        event: Event::with_received_at(seq, id, received_at.into(), origin, envelope)
+            .with_publisher(publisher),
         source,
     })
 }

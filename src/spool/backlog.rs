@@ -26,6 +26,10 @@ impl Backlog for Spool {
     fn forget(&self, forwarder: &str) {
         Spool::remove_cursor(self, forwarder);
     }
+
+    fn inflight_dir(&self) -> Option<std::path::PathBuf> {
+        Some(self.dir().join("inflight"))
+    }
 }
 
 impl BacklogReader for Reader {

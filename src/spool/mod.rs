@@ -21,6 +21,7 @@ pub(crate) mod record;
 mod recovery;
 pub mod settings;
 mod shared;
+pub mod space;
 mod writer;
 
 #[cfg(test)]
@@ -39,6 +40,8 @@ pub use reader::{Gap, ReadBatch, Reader};
 pub use recovery::Recovery;
 pub use settings::{Fsync, FullPolicy, SpoolSettings};
 use shared::Shared;
+pub use space::{DiskLow, DiskSnapshot, MinFree};
+pub use writer::DiskFault;
 
 #[derive(Debug, Error)]
 pub enum SpoolError {
@@ -222,6 +225,39 @@ impl Spool {
         }
     }
 
+    /// Refuses while free space on the spool's file system is below `min_free` (call
+    /// before `reserve`; one atomic load).
+    pub fn check_space(&self) -> Result<(), DiskLow> {
+        self.shared().reserve.check()
+    }
+
+    /// The reserve's figures; `None` when `min_free` is 0 (off).
+    pub fn disk(&self) -> Option<DiskSnapshot> {
+        let reserve = &self.shared().reserve;
+        reserve.enabled().then(|| reserve.snapshot())
+    }
+
+    /// The write or sync error that stopped the spool, if one did.
+    pub fn fault(&self) -> Option<Arc<io::Error>> {
+        self.shared().progress.borrow().failed.clone()
+    }
+
+    /// Resolves once a write or sync has failed: the spool accepts nothing after it,
+    /// and its owner should stop (and be restarted) rather than run on refusing.
+    pub async fn failed(&self) -> Arc<io::Error> {
+        let mut progress = self.shared().progress.subscribe();
+        let failed = progress
+            .wait_for(|p| p.failed.is_some())
+            .await
+            .ok()
+            .and_then(|seen| seen.failed.clone());
+        match failed {
+            Some(error) => error,
+            // The sender lives as long as the spool, so this is never reached.
+            None => std::future::pending().await,
+        }
+    }
+
     /// Appends `event` (whose seq must be `next_seq()`); never touches the disk. Wait
     /// on the ticket with [`Spool::durable`] before acknowledging the event.
     pub fn append(&self, event: &Event) -> Result<Ticket, SpoolError> {
@@ -340,6 +376,11 @@ impl Spool {
         if freed {
             shared.room.notify_waiters();
         }
+    }
+
+    /// The spool's own directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.handle.shared.dirs.root
     }
 
     pub fn settings(&self) -> &SpoolSettings {

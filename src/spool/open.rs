@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use tokio::sync::{Notify, watch};
 
 use super::shared::{Gauges, Progress, Segment, Shared, State};
+use super::space::{self, Reserve};
 use super::{Recovery, SpoolError, SpoolSettings, cursors, files, recovery, writer};
 
 pub fn open(
@@ -27,6 +28,11 @@ pub fn open(
             source,
         })?;
     }
+    space::check_fits(&dirs.root, &settings.min_free).map_err(SpoolError::Settings)?;
+    // Before the first append: a gateway started on a nearly full disk refuses
+    // events from the first one, and drains what the spool recovered.
+    let reserve = Reserve::new(&dirs.root, settings.min_free);
+    reserve.refresh();
     let mut report = Recovery::default();
     let recovered = recovery::recover(&dirs, &mut report).map_err(|source| SpoolError::Dir {
         action: "list spool segments in",
@@ -85,6 +91,7 @@ pub fn open(
     let shared = Arc::new(Shared {
         dirs,
         settings: settings.clone(),
+        reserve,
         state: Mutex::new(state),
         wake: Condvar::new(),
         progress,

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::space::MinFree;
 use crate::pipeline::settings::ByteSize;
 
 /// When an appended record counts as durable.
@@ -67,6 +68,9 @@ pub struct SpoolSettings {
     /// Fraction of `max_bytes` from which the gateway reports itself not ready
     /// (`/readyz`): the spool is close to full and forwarders are behind.
     pub high_water: f64,
+    /// Free space kept on the spool's file system: below it, events are refused so
+    /// that what was accepted can still drain into sinks on the same disk.
+    pub min_free: MinFree,
 }
 
 impl Default for SpoolSettings {
@@ -78,6 +82,7 @@ impl Default for SpoolSettings {
             full: FullPolicy::Block,
             block_timeout: Duration::from_secs(5),
             high_water: 0.9,
+            min_free: MinFree::default(),
         }
     }
 }
@@ -109,7 +114,7 @@ impl SpoolSettings {
                 self.high_water
             ));
         }
-        Ok(())
+        self.min_free.validate()
     }
 
     /// Bytes from which the spool counts as nearly full.

@@ -11,11 +11,15 @@ use tokio::sync::{Notify, oneshot, watch};
 use super::cursors::Cursors;
 use super::files::Dirs;
 use super::settings::SpoolSettings;
+use super::space::Reserve;
 use super::{Dropped, SpoolError};
 
 pub struct Shared {
     pub dirs: Dirs,
     pub settings: SpoolSettings,
+    /// Free space on the spool's file system against `min_free`; refreshed by the
+    /// writer, checked before every append.
+    pub reserve: Reserve,
     pub state: Mutex<State>,
     /// Wakes the writer thread (only signalled when it is idle).
     pub wake: Condvar,

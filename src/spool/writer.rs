@@ -14,6 +14,7 @@ use super::cursors;
 use super::files;
 use super::settings::Fsync;
 use super::shared::{Segment, Shared};
+use super::space::{REFRESH_MIN, REFRESH_PERIOD};
 
 /// How often dirty cursors are written at most.
 const CURSOR_PERIOD: Duration = Duration::from_secs(1);
@@ -58,14 +59,23 @@ struct Turn {
 impl Writer {
     pub fn run(mut self) {
         let mut last_persist = Instant::now();
+        let mut last_refresh = Instant::now();
         let mut spare = (Vec::new(), Vec::new());
         loop {
-            let turn = self.take(&mut spare, last_persist);
+            let turn = self.take(&mut spare, last_persist, last_refresh);
             if !turn.buf.is_empty() {
                 let failed = self.shared.lock().failed.is_some();
                 if !failed && let Err(error) = self.write_group(&turn.buf, &turn.ends) {
                     self.fail(error);
                 }
+            }
+            // After writes (at most every REFRESH_MIN: a statvfs costs about 2 us, a
+            // busy writer turns thousands of times a second), and at least every
+            // REFRESH_PERIOD while idle: the sinks on the same disk keep writing when
+            // nothing is published.
+            if last_refresh.elapsed() >= REFRESH_MIN {
+                self.shared.reserve.refresh();
+                last_refresh = Instant::now();
             }
             spare = (turn.buf, turn.ends);
             spare.0.clear();
@@ -89,19 +99,31 @@ impl Writer {
         }
     }
 
-    /// Waits until there is something to do and takes it.
-    fn take(&self, spare: &mut (Vec<u8>, Vec<(u64, usize)>), last_persist: Instant) -> Turn {
+    /// Waits until there is something to do (or the free space is due for a look)
+    /// and takes it.
+    fn take(
+        &self,
+        spare: &mut (Vec<u8>, Vec<(u64, usize)>),
+        last_persist: Instant,
+        last_refresh: Instant,
+    ) -> Turn {
         let mut state = self.shared.lock();
         loop {
             let since = last_persist.elapsed();
             let cursors_due = state.cursors_dirty && since >= CURSOR_PERIOD;
-            if !state.buf.is_empty() || !state.doomed.is_empty() || cursors_due || state.closing {
+            let refresh_in = REFRESH_PERIOD.saturating_sub(last_refresh.elapsed());
+            if !state.buf.is_empty()
+                || !state.doomed.is_empty()
+                || cursors_due
+                || state.closing
+                || refresh_in.is_zero()
+            {
                 break;
             }
             let wait = if state.cursors_dirty {
-                CURSOR_PERIOD - since
+                CURSOR_PERIOD.saturating_sub(since).min(refresh_in)
             } else {
-                Duration::from_secs(3600)
+                refresh_in
             };
             state.writer_idle = true;
             state = self
@@ -132,7 +154,7 @@ impl Writer {
         }
     }
 
-    fn write_group(&mut self, buf: &[u8], ends: &[(u64, usize)]) -> io::Result<()> {
+    fn write_group(&mut self, buf: &[u8], ends: &[(u64, usize)]) -> Result<(), Fault> {
         let mode = self.shared.settings.fsync;
         let limit = self.shared.settings.segment_bytes.0;
         self.metrics.group_records.record(ends.len() as f64);
@@ -141,7 +163,7 @@ impl Writer {
         let mut start = 0;
         while i < ends.len() {
             if self.len >= limit && self.has_records {
-                self.roll(ends[i].0)?;
+                self.roll(ends[i].0).map_err(Fault::roll)?;
             }
             // Records that start below the limit go into this segment, so it rolls at
             // a record boundary and never splits one.
@@ -154,12 +176,14 @@ impl Writer {
             if mode == Fsync::Always {
                 for k in i..j {
                     let from = if k == 0 { 0 } else { ends[k - 1].1 };
-                    self.write(&buf[from..ends[k].1], ends[k].0)?;
-                    self.sync()?;
+                    self.write(&buf[from..ends[k].1], ends[k].0)
+                        .map_err(Fault::at("write"))?;
+                    self.sync().map_err(Fault::at("fdatasync"))?;
                     self.publish(ends[k].0);
                 }
             } else {
-                self.write(&buf[start..ends[j - 1].1], ends[j - 1].0)?;
+                self.write(&buf[start..ends[j - 1].1], ends[j - 1].0)
+                    .map_err(Fault::at("write"))?;
             }
             start = ends[j - 1].1;
             i = j;
@@ -168,7 +192,7 @@ impl Writer {
         match mode {
             Fsync::Always => {}
             Fsync::Batch => {
-                self.sync()?;
+                self.sync().map_err(Fault::at("fdatasync"))?;
                 self.publish(last);
             }
             Fsync::None => self.publish(last),
@@ -243,9 +267,32 @@ impl Writer {
         Ok(())
     }
 
-    fn fail(&self, error: io::Error) {
-        tracing::error!(%error, dir = %self.shared.dirs.root.display(), "spool write failed; the spool accepts no more events until restarted");
-        let error = Arc::new(error);
+    /// Latches the first failure. A failed fdatasync is never retried: the kernel
+    /// may have dropped the dirty pages it could not write and report the next sync
+    /// as a success (PostgreSQL's "fsyncgate"), so nothing after it could be trusted
+    /// as durable. A failed write could be cut back, but its records were already
+    /// numbered and routed, and dropping them would leave a hole in the spool's
+    /// sequence; the owner restarts instead, and recovery cuts any torn tail.
+    fn fail(&self, fault: Fault) {
+        let active = match fault.in_dir {
+            true => None,
+            false => self.shared.lock().segments.back().map(|s| s.path.clone()),
+        };
+        let path = active.unwrap_or_else(|| self.shared.dirs.segments.clone());
+        tracing::error!(
+            op = fault.op,
+            path = %path.display(),
+            error = %fault.source,
+            "the spool cannot write to disk: it accepts no more events; a failed sync is not retried"
+        );
+        let error = Arc::new(io::Error::new(
+            fault.source.kind(),
+            DiskFault {
+                op: fault.op,
+                path,
+                source: fault.source,
+            },
+        ));
         self.shared.lock().failed = Some(Arc::clone(&error));
         self.shared.progress.send_modify(|p| {
             p.failed.get_or_insert(Arc::clone(&error));
@@ -262,10 +309,46 @@ impl Writer {
                     let last = self.shared.lock().next_seq - 1;
                     self.publish(last);
                 }
-                Err(error) => self.fail(error),
+                Err(error) => self.fail(Fault::at("fdatasync")(error)),
             }
         }
         self.shared.progress.send_modify(|p| p.stopped = true);
         self.answer_all(|| SpoolError::Closed);
     }
+}
+
+/// A write, sync or roll that failed, and which of them.
+pub struct Fault {
+    op: &'static str,
+    /// About the segments directory rather than the active segment.
+    in_dir: bool,
+    source: io::Error,
+}
+
+impl Fault {
+    fn at(op: &'static str) -> impl Fn(io::Error) -> Fault {
+        move |source| Fault {
+            op,
+            in_dir: false,
+            source,
+        }
+    }
+
+    fn roll(source: io::Error) -> Fault {
+        Fault {
+            op: "start a new segment in",
+            in_dir: true,
+            source,
+        }
+    }
+}
+
+/// What the spool reports after a failure: the operation, the file and the OS error.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {op} {}", path.display())]
+pub struct DiskFault {
+    pub op: &'static str,
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: io::Error,
 }

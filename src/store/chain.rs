@@ -4,7 +4,9 @@
 //! `prev_hash` is the hash of the chained row before it (32 zero bytes for the first
 //! one, or the retention checkpoint's hash once earlier rows were pruned). The row
 //! bytes are the stored columns `seq, id, timestamp, received_at, namespace, topic,
-//! type_url, payload, event, source`, in that order, each as one typed value:
+//! type_url, payload, event, source`, in that order, each as one typed value, then,
+//! only when at least one of them is not NULL, `publisher_uid, publisher_gid,
+//! publisher_pid, publisher_subject` the same way:
 //!
 //! - NULL: the single byte `0x00`;
 //! - INTEGER: `0x01`, the length 8 as u64 big-endian, the i64 big-endian;
@@ -17,8 +19,15 @@
 //! BLOB turned into TEXT) is a change too. The writer never stores REAL; it is
 //! encoded only so that any row read back has exactly one encoding. Every value
 //! carries its tag and length, so NULL differs from empty and no two rows share an
-//! encoding. `migrations/README.md` (schema version 3) spells this out for tools
-//! of other authors.
+//! encoding. `migrations/README.md` (schema versions 3 and 5) spells this out for
+//! tools of other authors.
+//!
+//! The publisher columns (schema version 5) are left out when all four are NULL, so
+//! every row chained before they existed (and every row without a publisher since)
+//! hashes exactly as it did, and old chains keep verifying. That is unambiguous:
+//! every value carries its tag and length, so ten values can never encode like
+//! fourteen, and giving a row a publisher, or taking its publisher away, changes its
+//! hash.
 
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
@@ -36,8 +45,9 @@ pub type Hash = [u8; HASH_LEN];
 /// What the first chained row links to when nothing was pruned after the chain began.
 pub const ZERO: Hash = [0; HASH_LEN];
 
-/// The hashed columns, in hashing order.
-pub const COLUMNS: [&str; 10] = [
+/// The hashed columns, in hashing order; the last [`PUBLISHER_COLUMNS`] only when
+/// one of them is not NULL.
+pub const COLUMNS: [&str; 14] = [
     "seq",
     "id",
     "timestamp",
@@ -48,10 +58,17 @@ pub const COLUMNS: [&str; 10] = [
     "payload",
     "event",
     "source",
+    "publisher_uid",
+    "publisher_gid",
+    "publisher_pid",
+    "publisher_subject",
 ];
 
+/// How many of [`COLUMNS`] are the publisher's, hashed only when not all NULL.
+pub const PUBLISHER_COLUMNS: usize = 4;
+
 /// One row's hashed columns as stored (or about to be stored).
-pub type RowValues<'a> = [ValueRef<'a>; 10];
+pub type RowValues<'a> = [ValueRef<'a>; 14];
 
 /// The hash of a row chained to `prev`.
 pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
@@ -72,7 +89,13 @@ impl RowHasher {
         buf.clear();
         buf.extend_from_slice(DOMAIN);
         buf.extend_from_slice(prev);
-        for value in values {
+        let (always, publisher) = values.split_at(values.len() - PUBLISHER_COLUMNS);
+        let hashed = if publisher.iter().all(|v| *v == ValueRef::Null) {
+            always
+        } else {
+            values.as_slice()
+        };
+        for value in hashed {
             match *value {
                 ValueRef::Null => buf.push(0),
                 ValueRef::Integer(i) => tagged(buf, 1, &i.to_be_bytes()),
@@ -94,6 +117,7 @@ fn tagged(buf: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
 /// The values the writer binds for `row`, typed as SQLite stores them.
 pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
     let text = |s: Option<&'a str>| s.map_or(ValueRef::Null, |s| ValueRef::Text(s.as_bytes()));
+    let int = |i: Option<i64>| i.map_or(ValueRef::Null, ValueRef::Integer);
     [
         ValueRef::Integer(seq),
         ValueRef::Text(row.id.as_bytes()),
@@ -105,6 +129,10 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
         row.payload.map_or(ValueRef::Null, ValueRef::Blob),
         text(row.event),
         ValueRef::Text(row.source.as_bytes()),
+        int(row.publisher.0),
+        int(row.publisher.1),
+        int(row.publisher.2),
+        text(row.publisher.3),
     ]
 }
 
@@ -159,6 +187,10 @@ mod tests {
             ValueRef::Blob(&[10, 2, 99, 49]),
             ValueRef::Text(br#"{"container_id":"c1"}"#),
             ValueRef::Text(b"publish"),
+            ValueRef::Null,
+            ValueRef::Null,
+            ValueRef::Null,
+            ValueRef::Null,
         ]
     }
 
@@ -188,6 +220,25 @@ mod tests {
         }
         let direct: Hash = Sha256::digest(&expected).into();
         assert_eq!(row_hash(&prev, &sample()), direct);
+
+        // With a publisher, its four columns follow, NULLs included.
+        let mut with_publisher = sample();
+        with_publisher[10] = ValueRef::Integer(1000);
+        with_publisher[11] = ValueRef::Integer(100);
+        with_publisher[13] = ValueRef::Null;
+        expected.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0x03, 0xe8]);
+        expected.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 100]);
+        expected.extend_from_slice(&[0, 0]);
+        let direct: Hash = Sha256::digest(&expected).into();
+        assert_eq!(row_hash(&prev, &with_publisher), direct);
+
+        let mut certificate = sample();
+        certificate[13] = ValueRef::Text(b"CN=c");
+        let mut expected = expected[..expected.len() - 17 * 2 - 2].to_vec();
+        expected.extend_from_slice(&[0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4]);
+        expected.extend_from_slice(b"CN=c");
+        let direct: Hash = Sha256::digest(&expected).into();
+        assert_eq!(row_hash(&prev, &certificate), direct);
     }
 
     #[test]
@@ -201,6 +252,10 @@ mod tests {
             variants.push(row);
         };
         with(2, ValueRef::Null);
+        with(10, ValueRef::Integer(0));
+        with(12, ValueRef::Integer(0));
+        with(13, ValueRef::Text(b""));
+        with(13, ValueRef::Text(b"CN=x"));
         with(7, ValueRef::Null);
         with(7, ValueRef::Blob(&[]));
         with(7, ValueRef::Text(&[10, 2, 99, 49]));

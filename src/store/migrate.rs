@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0004_order_indexes.sql",
         sql: include_str!("../../migrations/0004_order_indexes.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_publisher.sql",
+        sql: include_str!("../../migrations/0005_publisher.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

@@ -23,6 +23,7 @@ use thiserror::Error;
 
 use crate::event::Event;
 use crate::proto::rfc3339_nanos;
+use crate::publisher::{Columns, Publisher};
 pub use insert::{InsertError, insert_rows, raw_insert_rows};
 
 #[derive(Debug, Error)]
@@ -245,6 +246,8 @@ pub struct EventRow<'a> {
     pub event: Option<&'a str>,
     /// `publish`, `forward`, `upstream:<name>` or `eventgate`.
     pub source: Cow<'static, str>,
+    /// `publisher_uid`, `publisher_gid`, `publisher_pid`, `publisher_subject`.
+    pub publisher: Columns<'a>,
 }
 
 impl<'a> EventRow<'a> {
@@ -261,6 +264,7 @@ impl<'a> EventRow<'a> {
             payload: any.map(|a| a.value.as_slice()),
             event: event.payload_json(),
             source: event.source.describe(),
+            publisher: Publisher::columns(event.publisher.as_ref()),
         }
     }
 }

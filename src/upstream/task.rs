@@ -252,14 +252,19 @@ impl Task {
         }
     }
 
-    /// Accepts an event, waiting out full `block` queues: an upstream event has
-    /// nowhere else to go, and while we wait the upstream holds the rest for us.
+    /// Accepts an event, waiting out full `block` queues, a full spool and a disk
+    /// below `spool.min_free`: an upstream event has nowhere else to go, and while we
+    /// wait the upstream holds the rest for us.
     async fn accept(&self, source: Source, envelope: Envelope) -> Result<(), Ended> {
         let mut warned = false;
         loop {
             match self.exchange.accept(source.clone(), envelope.clone()).await {
                 Ok(_) => return Ok(()),
-                Err(full @ (AcceptError::QueueFull(_) | AcceptError::SpoolFull(_))) => {
+                Err(
+                    full @ (AcceptError::QueueFull(_)
+                    | AcceptError::SpoolFull(_)
+                    | AcceptError::DiskLow(_)),
+                ) => {
                     if !warned {
                         tracing::warn!(upstream = %self.name, error = %full, "no room for upstream events; holding the upstream until there is");
                         warned = true;

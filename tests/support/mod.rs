@@ -91,12 +91,7 @@ impl Gateway {
     /// with the same flags.
     pub fn restart(&mut self) -> ExitStatus {
         let status = self.terminate();
-        let (child, stderr) = Self::spawn(&self.dir.path().join("data"), &self.args);
-        self.child = child;
-        self.stderr = Some(stderr);
-        self.admin = None;
-        self.tcp = None;
-        self.wait_ready();
+        self.respawn();
         status
     }
 
@@ -104,6 +99,16 @@ impl Gateway {
     /// a crash and the supervisor's restart.
     pub fn crash_restart(&mut self) {
         self.kill9();
+        self.respawn();
+    }
+
+    /// A new process on the same data directory with the same flags, once the last
+    /// one has exited (on its own, or stopped): what a supervisor does.
+    pub fn respawn(&mut self) {
+        assert!(
+            matches!(self.child.try_wait(), Ok(Some(_))),
+            "respawn needs the previous gateway to have exited"
+        );
         let (child, stderr) = Self::spawn(&self.dir.path().join("data"), &self.args);
         self.child = child;
         self.stderr = Some(stderr);
@@ -510,7 +515,7 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 /// One HTTP/1.1 request on a fresh connection; returns (status, body), de-chunked.
 pub fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
-    http_with(addr, method, path, &[])
+    try_http(addr, method, path).expect("HTTP request to the admin endpoint")
 }
 
 /// [`http`] with extra request headers (`("Authorization", "Bearer ...")`).
@@ -520,9 +525,27 @@ pub fn http_with(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
+    try_http_with(addr, method, path, headers).expect("HTTP request to the admin endpoint")
+}
+
+/// `http`, for an endpoint that may be gone (a gateway on its way out).
+pub fn try_http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    try_http_with(addr, method, path, &[])
+}
+
+fn try_http_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String)> {
     use std::io::Write;
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(DEADLINE))?;
     let extra: String = headers
         .iter()
         .map(|(name, value)| format!("{name}: {value}\r\n"))
@@ -530,10 +553,9 @@ pub fn http_with(
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"
-    )
-    .expect("send request");
+    )?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read response");
+    stream.read_to_string(&mut response)?;
     let (head, body) = response.split_once("\r\n\r\n").expect("headers end");
     let code = head
         .split(' ')
@@ -543,14 +565,14 @@ pub fn http_with(
     let chunked = head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
-    (
+    Ok((
         code,
         if chunked {
             dechunk(body)
         } else {
             body.to_owned()
         },
-    )
+    ))
 }
 
 fn dechunk(mut body: &str) -> String {

@@ -275,6 +275,27 @@ fn a_retry_after_a_rotation_mid_batch_skips_what_was_committed() {
     );
 }
 
+/// Redelivered dead letters and replays carry sequence numbers older than the
+/// file's last line: they are new to the file and written. Only the same batch sent
+/// again (an attempt that completed after the pipeline stopped waiting) is skipped.
+#[test]
+fn older_events_are_written_and_only_a_batch_sent_again_is_skipped() {
+    let setup = Setup::new();
+    let mut writer = setup.writer(options());
+    let live = events(5..=7);
+    writer.write_batch(&live).unwrap();
+    writer.write_batch(&live).unwrap();
+    assert_eq!(setup.all_seqs(), [5, 6, 7], "the same batch again");
+
+    let redelivered = vec![event(2), event(3)];
+    writer.write_batch(&redelivered).unwrap();
+    writer.write_batch(&events(8..=8)).unwrap();
+    // The same seq under another id is another event (a replay of a store whose
+    // seqs restarted, say).
+    writer.write_batch(&events(6..=6)).unwrap();
+    assert_eq!(setup.all_seqs(), [5, 6, 7, 2, 3, 8, 6]);
+}
+
 #[test]
 fn a_partial_line_left_by_a_crash_is_cut_off_at_open() {
     let setup = Setup::new();

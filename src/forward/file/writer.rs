@@ -9,11 +9,16 @@
 //! see a partial line (or lines) that later disappear; once the writer is idle, the
 //! file holds whole lines only.
 //!
-//! Duplicates: the writer remembers the highest sequence number it committed and
-//! skips events up to it when a batch is sent again, e.g. after a size rotation in the
-//! middle of a batch was followed by an error, or after the pipeline timed out an
-//! attempt that then completed.
+//! Duplicates: the writer remembers the ids of the events of the last batch it
+//! committed (as far as it got) and skips exactly those when that batch is sent
+//! again: after a size rotation in the middle of a batch was followed by an error, or
+//! after the pipeline timed out an attempt that then completed. Keyed by event id,
+//! not by sequence number: a dead letter redelivered by `eventgate dlq retry` and a
+//! replayed event carry sequence numbers older than what the file already holds, and
+//! they are written like any other event. A skipped event is counted in
+//! `eventgate_file_duplicates_skipped_total`.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,7 +32,7 @@ pub use super::disk::{Clock, SystemClock, WriteError};
 use super::disk::{open_active, write_all};
 use super::options::{FileOptions, Fsync};
 use super::render_into;
-use crate::event::Event;
+use crate::event::{Event, EventId};
 
 pub struct Writer {
     name: Arc<str>,
@@ -43,8 +48,10 @@ pub struct Writer {
     len: u64,
     /// `len` at the last commit: where a failed write is cut back to.
     committed_len: u64,
-    /// Highest sequence number written and synced per policy.
-    committed_seq: Option<u64>,
+    /// The events of the latest batch that are written and synced per policy: what
+    /// a retry of that batch skips. Replaced when another batch comes, so it holds
+    /// at most one batch.
+    committed_ids: HashSet<EventId>,
     /// A failed write could not be cut back; bytes past `committed_len` may exist.
     torn: bool,
     unsynced: bool,
@@ -84,7 +91,7 @@ impl Writer {
             file: Some(file),
             len,
             committed_len: len,
-            committed_seq: None,
+            committed_ids: HashSet::new(),
             torn: false,
             unsynced: false,
             last_sync: now,
@@ -99,25 +106,35 @@ impl Writer {
         &self.path
     }
 
-    /// Writes a batch (events in ascending `seq`), rotating between lines as needed.
+    /// Writes a batch in its order (the pipeline's are in ascending `seq`; redelivered
+    /// dead letters and replays may be older), rotating between lines as needed.
     /// `Ok` once every line is written and synced per the fsync policy.
     pub fn write_batch(&mut self, events: &[Arc<Event>]) -> Result<(), WriteError> {
         self.repair()?;
-        let done = self.committed_seq;
-        let skip = events.partition_point(|e| done.is_some_and(|done| e.seq <= done));
-        let events = &events[skip..];
-        let Some(last) = events.last() else {
+        self.forget_other_batches(events);
+        let fresh: Vec<&Arc<Event>> = events
+            .iter()
+            .filter(|e| !self.committed_ids.contains(&e.id))
+            .collect();
+        let skipped = events.len() - fresh.len();
+        if skipped > 0 {
+            metrics::counter!("eventgate_file_duplicates_skipped_total", "forwarder" => self.name.to_string())
+                .increment(skipped as u64);
+            tracing::debug!(forwarder = %self.name, skipped, "a batch came again; its events already written are skipped");
+        }
+        if fresh.is_empty() {
             return Ok(());
-        };
+        }
         let now = self.clock.now();
         if self.age_due(now) {
             self.rotate("age")?;
         }
         self.ensure_file()?;
 
-        let mut pending = Vec::with_capacity(events.len() * 256);
-        let mut pending_seq = None;
-        for event in events {
+        let mut pending = Vec::with_capacity(fresh.len() * 256);
+        // The events whose lines are in `pending`.
+        let mut pending_ids = Vec::with_capacity(fresh.len());
+        for event in fresh {
             let mark = pending.len();
             if !render_into(&mut pending, event, self.options.format) {
                 self.raw_payload(event);
@@ -126,27 +143,35 @@ impl Writer {
             let before = self.len + mark as u64;
             if self.options.max_size > 0 && before > 0 && before + line > self.options.max_size {
                 let rest = pending.split_off(mark);
-                if let Some(seq) = pending_seq {
+                if !pending_ids.is_empty() {
                     self.write_segment(&pending)?;
-                    self.commit(seq, true)?;
+                    self.commit(&mut pending_ids, true)?;
                 }
                 self.rotate("size")?;
                 pending = rest;
             }
-            pending_seq = Some(event.seq);
+            pending_ids.push(event.id);
             if self.options.fsync == Fsync::Always {
                 self.write_segment(&pending)?;
-                self.commit(event.seq, true)?;
+                self.commit(&mut pending_ids, true)?;
                 pending.clear();
-                pending_seq = None;
             }
         }
-        if let Some(seq) = pending_seq {
+        if !pending_ids.is_empty() {
             self.write_segment(&pending)?;
-            self.commit(seq, false)?;
+            self.commit(&mut pending_ids, false)?;
         }
-        debug_assert_eq!(self.committed_seq, Some(last.seq));
         Ok(())
+    }
+
+    /// Keeps only the committed ids that `batch` holds: a retry of the last batch
+    /// keeps what it already wrote; any other batch starts afresh.
+    fn forget_other_batches(&mut self, batch: &[Arc<Event>]) {
+        if self.committed_ids.is_empty() {
+            return;
+        }
+        let ids: HashSet<EventId> = batch.iter().map(|e| e.id).collect();
+        self.committed_ids.retain(|id| ids.contains(id));
     }
 
     /// Periodic work between batches: a due interval sync, a due age rotation.
@@ -218,9 +243,10 @@ impl Writer {
         }
     }
 
-    /// Makes everything written so far count as delivered, syncing first as the
-    /// policy asks. `closing`: the file is about to be rotated away.
-    fn commit(&mut self, seq: u64, closing: bool) -> Result<(), WriteError> {
+    /// Makes everything written so far (the lines of `ids`, which it empties) count
+    /// as delivered, syncing first as the policy asks. `closing`: the file is about
+    /// to be rotated away.
+    fn commit(&mut self, ids: &mut Vec<EventId>, closing: bool) -> Result<(), WriteError> {
         let sync = match self.options.fsync {
             Fsync::Always | Fsync::Batch => true,
             Fsync::Interval => {
@@ -233,7 +259,7 @@ impl Writer {
             return Err(error);
         }
         self.committed_len = self.len;
-        self.committed_seq = Some(seq);
+        self.committed_ids.extend(ids.drain(..));
         Ok(())
     }
 

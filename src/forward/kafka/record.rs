@@ -163,7 +163,8 @@ pub struct Record {
     pub topic: String,
     pub key: String,
     pub value: Vec<u8>,
-    /// `topic`, `namespace`, `type_url`, `event_id`, `seq`.
+    /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, and `publisher` (the
+    /// JSON object JSON lines carry) when the event has one.
     pub headers: Vec<(&'static str, String)>,
 }
 
@@ -227,17 +228,21 @@ impl RecordEncoder {
                 value
             }
         };
+        let mut headers = vec![
+            ("topic", event.topic().to_owned()),
+            ("namespace", event.namespace().to_owned()),
+            ("type_url", event.type_url().to_owned()),
+            ("event_id", event.id.to_string()),
+            ("seq", event.seq.to_string()),
+        ];
+        if let Some(publisher) = &event.publisher {
+            headers.push(("publisher", publisher.to_json()));
+        }
         Record {
             topic: self.topic_for(event),
             key: message_key(event),
             value,
-            headers: vec![
-                ("topic", event.topic().to_owned()),
-                ("namespace", event.namespace().to_owned()),
-                ("type_url", event.type_url().to_owned()),
-                ("event_id", event.id.to_string()),
-                ("seq", event.seq.to_string()),
-            ],
+            headers,
         }
     }
 }
@@ -373,5 +378,52 @@ mod tests {
         assert_eq!(value["id"], e.id.to_string());
         assert_eq!(value["seq"], 7);
         assert_eq!(value["event"]["container_id"], "c1");
+        assert_eq!(value["publisher"], serde_json::Value::Null);
+        assert_eq!(
+            header(&proto, "publisher"),
+            None,
+            "no header without a publisher"
+        );
+    }
+
+    #[test]
+    fn the_publisher_header_is_the_json_lines_object() {
+        use crate::publisher::Publisher;
+        let encoder = RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), ValueFormat::Json);
+        for (publisher, expected) in [
+            (
+                Publisher::Process {
+                    uid: 1000,
+                    gid: 100,
+                    pid: Some(4242),
+                },
+                serde_json::json!({ "uid": 1000, "gid": 100, "pid": 4242 }),
+            ),
+            (
+                Publisher::Certificate {
+                    subject: "CN=node-7,O=Acme".into(),
+                },
+                serde_json::json!({ "subject": "CN=node-7,O=Acme" }),
+            ),
+        ] {
+            let e = event(
+                "default",
+                "/tasks/exit",
+                "containerd.events.TaskExit",
+                r#"{"container_id":"c1"}"#,
+            )
+            .with_publisher(Some(publisher));
+            let record = encoder.encode(&e);
+            let header = record
+                .headers
+                .iter()
+                .find(|(name, _)| *name == "publisher")
+                .map(|(_, v)| v.as_str())
+                .expect("a publisher header");
+            let parsed: serde_json::Value = serde_json::from_str(header).unwrap();
+            assert_eq!(parsed, expected);
+            let value: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+            assert_eq!(value["publisher"], expected, "the value carries it too");
+        }
     }
 }

@@ -52,8 +52,8 @@ impl Next {
     pub fn read(row: &Row<'_>) -> rusqlite::Result<Next> {
         Ok(Next {
             row_id: row.get(0)?,
-            prev: hash_value(row.get_ref(11)?).ok().flatten(),
-            hash: hash_value(row.get_ref(12)?).ok().flatten(),
+            prev: hash_value(row.get_ref(super::PREV_HASH)?).ok().flatten(),
+            hash: hash_value(row.get_ref(super::HASH)?).ok().flatten(),
         })
     }
 }

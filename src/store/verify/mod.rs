@@ -55,7 +55,12 @@ pub struct Report {
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 const ROWS: &str = "SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, \
-     payload, event, source, prev_hash, hash FROM events ORDER BY row_id";
+     payload, event, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject, \
+     prev_hash, hash FROM events ORDER BY row_id";
+
+/// Where [`ROWS`] puts `prev_hash` and `hash`: after row_id and the hashed columns.
+const PREV_HASH: usize = 1 + chain::COLUMNS.len();
+const HASH: usize = PREV_HASH + 1;
 
 /// Opens the store read-only (a missing file is refused with the store's message).
 pub fn open(path: &Path) -> Result<Connection, VerifyError> {
@@ -165,7 +170,7 @@ fn row_ref(conn: &Connection, row_id: i64) -> rusqlite::Result<Option<RowRef>> {
 }
 
 fn values<'r>(row: &'r Row<'_>) -> rusqlite::Result<RowValues<'r>> {
-    let mut values = [ValueRef::Null; 10];
+    let mut values = [ValueRef::Null; chain::COLUMNS.len()];
     for (i, value) in values.iter_mut().enumerate() {
         *value = row.get_ref(i + 1)?;
     }

@@ -6,7 +6,7 @@ use rusqlite::types::ValueRef;
 use super::classify::{self, Broken, Link, Next, Origin};
 use super::state::{self, hash_value};
 use super::{Anchor, ChainState, Kind, Problem, Report, RowRef, VerifyError};
-use super::{ROWS, checkpoint_ref, here, row_ref, values};
+use super::{HASH, PREV_HASH, ROWS, checkpoint_ref, here, row_ref, values};
 use crate::store::chain::{self, Hash};
 
 pub struct Walk<'a> {
@@ -106,7 +106,7 @@ impl<'a> Walk<'a> {
                     ),
                 );
             }
-            let (prev, hash) = (row.get_ref(11)?, row.get_ref(12)?);
+            let (prev, hash) = (row.get_ref(PREV_HASH)?, row.get_ref(HASH)?);
             if row_id < state.first_row_id {
                 if prev != ValueRef::Null || hash != ValueRef::Null {
                     return problem(

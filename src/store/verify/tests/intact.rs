@@ -3,6 +3,7 @@
 
 use rusqlite::Connection;
 use rusqlite::params;
+use rusqlite::types::ValueRef;
 
 use super::*;
 
@@ -84,6 +85,115 @@ fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
     sql(&path, "UPDATE audit_chain SET first_row_id = 7");
     let found = problem(&path);
     assert_eq!(found.kind, Kind::ChainTable, "{found}");
+}
+
+/// A row's hash the way schema version 3 and 4 writers computed it, written out
+/// here on its own: the ten columns, nothing else.
+fn schema_4_hash(prev: &chain::Hash, row: &EventRow<'_>) -> chain::Hash {
+    use sha2::{Digest, Sha256};
+    let mut bytes = chain::DOMAIN.to_vec();
+    bytes.extend_from_slice(prev);
+    let values = chain::values(row.seq as i64, row);
+    for value in &values[..10] {
+        match *value {
+            ValueRef::Null => bytes.push(0),
+            ValueRef::Integer(i) => {
+                bytes.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8]);
+                bytes.extend_from_slice(&i.to_be_bytes());
+            }
+            ValueRef::Text(b) | ValueRef::Blob(b) => {
+                bytes.push(if matches!(value, ValueRef::Text(_)) {
+                    3
+                } else {
+                    4
+                });
+                bytes.extend_from_slice(&(b.len() as u64).to_be_bytes());
+                bytes.extend_from_slice(b);
+            }
+            ValueRef::Real(_) => unreachable!("the writer stores no REAL"),
+        }
+    }
+    Sha256::digest(&bytes).into()
+}
+
+#[test]
+fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
+    use crate::publisher::Publisher;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    {
+        // A store as version 4 left it: chained rows without publisher columns.
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(
+            None,
+            "application_id",
+            crate::store::migrate::APPLICATION_ID,
+        )
+        .unwrap();
+        for migration in &crate::store::migrate::MIGRATIONS[..4] {
+            conn.execute_batch(migration.sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 4).unwrap();
+        let mut prev = chain::ZERO;
+        for seq in 1..=3 {
+            let event = event(seq);
+            let row = EventRow::from_event(&event);
+            let hash = schema_4_hash(&prev, &row);
+            conn.execute(
+                "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, prev_hash, hash) \
+                 VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![seq as i64, row.id, row.timestamp, row.received_at, row.namespace, row.topic, row.type_url, row.payload, row.event, row.source, prev, hash],
+            )
+            .unwrap();
+            conn.execute(
+                "UPDATE audit_chain SET head_row_id = ?1, head_seq = ?1, head_hash = ?2",
+                params![seq as i64, hash],
+            )
+            .unwrap();
+            prev = hash;
+        }
+    }
+    // The writer migrates to version 5 and goes on with rows that have publishers.
+    let events = [
+        event(4).with_publisher(Some(Publisher::Process {
+            uid: 1000,
+            gid: 100,
+            pid: Some(4242),
+        })),
+        event(5).with_publisher(Some(Publisher::Certificate {
+            subject: "CN=node-7,O=Acme".into(),
+        })),
+        event(6),
+    ];
+    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
+    insert_rows(&mut conn, &rows).unwrap();
+    drop(conn);
+    let report = intact(&path);
+    assert_eq!((report.verified, report.legacy), (6, 0));
+    let stored: (i64, i64, i64) = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT publisher_uid, publisher_gid, publisher_pid FROM events WHERE row_id = 4",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(stored, (1000, 100, 4242));
+
+    // The publisher is covered: another pid, or a subject taken away, is an edit.
+    for edit in [
+        "UPDATE events SET publisher_pid = 1 WHERE row_id = 4",
+        "UPDATE events SET publisher_subject = NULL WHERE row_id = 5",
+        "UPDATE events SET publisher_gid = 0 WHERE row_id = 2",
+    ] {
+        let copy = dir.path().join("copy.db");
+        std::fs::copy(&path, &copy).unwrap();
+        sql(&copy, edit);
+        let found = problem(&copy);
+        assert_eq!(found.kind, Kind::Modified, "{edit}: {found}");
+        std::fs::remove_file(&copy).unwrap();
+    }
 }
 
 #[test]

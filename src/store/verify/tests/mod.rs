@@ -101,7 +101,8 @@ fn rehash_from(path: &Path, from: i64) {
         )
         .unwrap();
     let mut stmt = conn
-        .prepare("SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source FROM events WHERE row_id >= ?1 ORDER BY row_id")
+        .prepare("SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
+                  publisher_uid, publisher_gid, publisher_pid, publisher_subject FROM events WHERE row_id >= ?1 ORDER BY row_id")
         .unwrap();
     let mut rows = stmt.query([from]).unwrap();
     let mut updates = Vec::new();

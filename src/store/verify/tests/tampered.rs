@@ -17,6 +17,9 @@ fn a_modified_column_is_reported_at_its_row() {
         ("timestamp", "'2024-05-01T09:00:00.000000000Z'"),
         ("timestamp", "NULL"),
         ("payload", "CAST(payload AS TEXT)"),
+        // A publisher given to a row that had none.
+        ("publisher_uid", "0"),
+        ("publisher_subject", "'CN=someone else'"),
     ] {
         let (_dir, path) = store();
         sql(
@@ -87,7 +90,8 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
     open_a_gap_at_5(&path);
     sql(
         &path,
-        "INSERT INTO events SELECT 5, 77, 'forged', timestamp, received_at, namespace, topic, type_url, payload, event, source, prev_hash, randomblob(32) FROM events WHERE row_id = 6",
+        "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, prev_hash, hash) \
+         SELECT 5, 77, 'forged', timestamp, received_at, namespace, topic, type_url, payload, event, source, prev_hash, randomblob(32) FROM events WHERE row_id = 6",
     );
     let found = problem(&path);
     assert_at(&found, Kind::Inserted, 5, 77);
@@ -111,9 +115,14 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Text(b"publish"),
+        ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
     ];
     conn.execute(
-        "INSERT INTO events VALUES (5, 77, 'forged', NULL, 't', 'default', '/x', NULL, NULL, NULL, 'publish', ?1, ?2)",
+        "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, prev_hash, hash) \
+         VALUES (5, 77, 'forged', NULL, 't', 'default', '/x', NULL, NULL, NULL, 'publish', ?1, ?2)",
         params![prev, chain::row_hash(&prev, &values)],
     )
     .unwrap();
