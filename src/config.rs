@@ -25,12 +25,11 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("invalid config {origin}: {source}")]
-    Parse {
-        origin: String,
-        #[source]
-        source: toml::de::Error,
-    },
+    /// The TOML parser's error is not kept as the source: its text quotes the
+    /// offending line, which may hold a secret (`"sasl.password" = "...`). `detail`
+    /// says where and what, with secret values masked (see [`describe_toml_error`]).
+    #[error("invalid config {origin}: {detail}")]
+    Parse { origin: String, detail: String },
     #[error("invalid config: `{key}` {problem}")]
     Invalid { key: &'static str, problem: String },
     /// A `[spool]` problem; the text names the key.
@@ -299,9 +298,9 @@ impl Config {
 
     /// Parses and validates TOML text; `origin` says where it came from in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+        let config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse {
             origin: origin.to_owned(),
-            source,
+            detail: describe_toml_error(text, &error),
         })?;
         config.validate()?;
         Ok(config)
@@ -380,7 +379,8 @@ impl Config {
     }
 
     /// The TCP listener's protection: TLS, or plaintext on loopback, or plaintext
-    /// beyond it only with an explicit `insecure`.
+    /// beyond it only with an explicit `insecure`; beyond loopback, TLS requires
+    /// client certificates unless `allow_anonymous_clients` says otherwise.
     fn validate_tcp(&self) -> Result<(), ConfigError> {
         let exchange = &self.exchange;
         match (exchange.listen, &exchange.tls) {
@@ -392,6 +392,24 @@ impl Config {
                 "exchange.insecure",
                 "contradicts [exchange.tls]: with TLS the listener is not insecure; remove one",
             )),
+            (Some(_), Some(tls)) if tls.client_ca.is_some() && tls.allow_anonymous_clients => {
+                Err(invalid(
+                    "exchange.tls.allow_anonymous_clients",
+                    "contradicts `exchange.tls.client_ca`: with client certificates required no client is anonymous; remove one",
+                ))
+            }
+            (Some(addr), Some(tls))
+                if !addr.ip().is_loopback()
+                    && tls.client_ca.is_none()
+                    && !tls.allow_anonymous_clients =>
+            {
+                Err(invalid(
+                    "exchange.tls.client_ca",
+                    format!(
+                        "is not set, and {addr} is not a loopback address: without client certificates anyone who can reach it can publish (forge audit events) and subscribe; set `exchange.tls.client_ca` (serve --tls-client-ca) to require them, use 127.0.0.1 or [::1], or set `exchange.tls.allow_anonymous_clients = true` (serve --tls-allow-anonymous) to serve anonymous clients anyway"
+                    ),
+                ))
+            }
             (Some(addr), None) if !addr.ip().is_loopback() && !exchange.insecure => Err(invalid(
                 "exchange.listen",
                 format!(
@@ -475,10 +493,71 @@ fn invalid(key: &'static str, problem: impl Into<String>) -> ConfigError {
     }
 }
 
-/// Parses "250ms", "10s", "5m", "1h 30m" (humantime syntax).
+/// Where a TOML error is and what it says, without quoting a secret: the line
+/// (with the values of secret keys masked), its key (`[table]` headers included),
+/// and the parser's message with any value assigned to a secret key anywhere in the
+/// file masked too (a type error quotes the value it did not expect).
+pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    let detail = match error.span() {
+        Some(span) => {
+            let start = span.start.min(text.len());
+            let before = text.get(..start).unwrap_or_default();
+            let number = before.matches('\n').count() + 1;
+            let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+            let column = before[line_start..].chars().count() + 1;
+            let line = text[line_start..].lines().next().unwrap_or_default();
+            let key = match key_at(text, line_start, line) {
+                Some(key) => format!(" (`{key}`)"),
+                None => String::new(),
+            };
+            format!(
+                "line {number}, column {column}{key}: {message}\n  {number} | {}",
+                crate::redact::by_key(line)
+            )
+        }
+        None => message.to_owned(),
+    };
+    crate::redact::values(&detail, &crate::redact::assigned_secrets(text))
+}
+
+/// The dotted key a line assigns, under the last `[table]` or `[[array]]` header
+/// above it; `None` when the line assigns nothing.
+fn key_at(text: &str, line_start: usize, line: &str) -> Option<String> {
+    let bare = |key: &str| key.trim().trim_matches(['"', '\'']).to_owned();
+    let (key, _) = line.split_once('=')?;
+    let key = bare(key);
+    if key.is_empty() || key.starts_with('[') {
+        return None;
+    }
+    let table = text[..line_start].lines().rev().find_map(|l| {
+        let l = l.trim();
+        let header = l.strip_prefix("[[").and_then(|h| h.split_once("]]"));
+        let header = header.or_else(|| l.strip_prefix('[').and_then(|h| h.split_once(']')));
+        header.map(|(name, _)| bare(name))
+    });
+    Some(match table {
+        Some(table) if !table.is_empty() => format!("{table}.{key}"),
+        _ => key,
+    })
+}
+
+/// The longest duration any setting or flag takes. Longer ones are surely a mistake,
+/// and would overflow the clocks they are added to.
+/// (humantime's year: 365.25 days.)
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// Parses "250ms", "10s", "5m", "1h 30m" (humantime syntax), at most 100 years.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|e| format!("{text:?} is not a duration like \"500ms\", \"10s\" or \"5m\": {e}"))
+    let duration = humantime::parse_duration(text).map_err(|e| {
+        format!("{text:?} is not a duration like \"500ms\", \"10s\" or \"5m\": {e}")
+    })?;
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "{text:?} is more than 100 years, the longest duration eventgate takes"
+        ));
+    }
+    Ok(duration)
 }
 
 /// Durations as humantime text ("250ms", "30s", "5m") in both directions.

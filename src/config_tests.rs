@@ -266,3 +266,79 @@ fn unknown_kinds_are_named_with_the_known_ones() {
         "{message}"
     );
 }
+
+/// toml's own error text quotes the offending line; a secret on it (or quoted by
+/// the message) must not show, while the line, column and key still do.
+#[test]
+fn parse_errors_never_echo_a_secret_value() {
+    let kafka =
+        "[[forwarder]]\nname = \"k\"\nkind = \"kafka\"\nbrokers = \"b:9092\"\ntopic = \"t\"\n";
+    let cases = [
+        // Unterminated string.
+        format!("{kafka}[forwarder.properties]\n\"sasl.password\" = \"hunter2-SECRET\n"),
+        // A bad escape inside the secret.
+        format!("{kafka}[forwarder.properties]\n\"sasl.password\" = \"hunter2\\q-SECRET\"\n"),
+        // An unterminated inline table holding it.
+        format!("{kafka}properties = {{ \"sasl.password\" = \"hunter2-SECRET\", \n"),
+        // The same key twice: the error is on the second one.
+        format!(
+            "{kafka}[forwarder.properties]\n\"sasl.password\" = \"hunter2-SECRET\"\n\
+             \"sasl.password\" = \"hunter2-SECRET\"\n"
+        ),
+        // A type error elsewhere, quoting a value the file also assigns to a secret.
+        format!(
+            "{kafka}[forwarder.properties]\n\"sasl.password\" = \"hunter2-SECRET\"\n\
+             [exchange]\nsubscriber_queue = \"hunter2-SECRET\"\n"
+        ),
+    ];
+    for text in &cases {
+        let message = Config::parse(text, "in test.toml").unwrap_err().to_string();
+        assert!(!message.contains("hunter2"), "{text}\n-> {message}");
+        assert!(message.contains("line "), "{message}");
+    }
+    let message = Config::parse(&cases[0], "in test.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("line 7, column")
+            && message.contains("`forwarder.properties.sasl.password`")
+            && message.contains("\"sasl.password\" = \"***\""),
+        "{message}"
+    );
+}
+
+/// humantime takes durations far beyond what a clock can add; they are refused
+/// with the key named, never a panic later.
+#[test]
+fn very_large_durations_are_refused_naming_the_key() {
+    for (text, key) in [
+        (
+            "[exchange]\nshutdown_timeout = \"1000000000y\"",
+            "`exchange.shutdown_timeout`",
+        ),
+        (
+            "[exchange.limits]\nrequest_timeout = \"1000000000y\"",
+            "`exchange.limits.request_timeout`",
+        ),
+        (
+            "[pipeline]\ndrain_timeout = \"1000000000y\"",
+            "`pipeline.drain_timeout`",
+        ),
+        (
+            "[[forwarder]]\nname = \"a\"\nkind = \"file\"\npath = \"a\"\n\
+             retry = { initial = \"1000000000y\" }",
+            "`retry`",
+        ),
+    ] {
+        let message = Config::parse(text, "test").unwrap_err().to_string();
+        assert!(
+            message.contains(key) && message.contains("more than 100 years"),
+            "{text:?} -> {message}"
+        );
+    }
+    assert_eq!(
+        parse_duration("101y").unwrap_err(),
+        "\"101y\" is more than 100 years, the longest duration eventgate takes"
+    );
+    assert!(parse_duration("100y").is_ok());
+}

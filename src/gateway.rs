@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tokio::task::JoinSet;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
 use crate::admin::{Admin, AdminError, Observed};
 use crate::config::{Config, ConfigError};
+use crate::connections::{Capped, OpenConnections};
 use crate::deadletter::{DeadLetterError, Store};
 use crate::exchange::{EventsService, Exchange};
 use crate::forward::Kinds;
@@ -116,6 +118,10 @@ impl Gateway {
             Ok(None) => None,
             Err((key, problem)) => return Err(ConfigError::Invalid { key, problem }.into()),
         };
+        let reload_token = config
+            .admin
+            .reload_token()
+            .map_err(|(key, problem)| ConfigError::Invalid { key, problem })?;
         let started = std::time::SystemTime::now();
         let (spool, _recovery) = open_spool(config).await?;
         let backlog = BacklogStart {
@@ -148,18 +154,32 @@ impl Gateway {
         let cancel = CancellationToken::new();
         let mut servers = JoinSet::new();
 
+        let limits = &config.exchange.limits;
+        // Every listener's HTTP/2 connections get the same stream limit and pings.
+        let keepalive = Some(limits.keepalive_interval).filter(|i| !i.is_zero());
+        let server = || {
+            Server::builder()
+                .max_concurrent_streams(Some(limits.max_streams_per_connection))
+                .http2_keepalive_interval(keepalive)
+                .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        };
         // TLS files are read before any listener opens: a bad file stops the start.
-        let (builder, security) = match &config.exchange.tls {
-            Some(tls) => (tls.apply(Server::builder())?, TcpSecurity::Tls),
+        let (mut builder, security) = match &config.exchange.tls {
+            Some(tls) => (
+                tls.apply(server(), limits.handshake_timeout)?,
+                TcpSecurity::Tls {
+                    client_certificates: tls.client_ca.is_some(),
+                    allow_anonymous: tls.allow_anonymous_clients,
+                },
+            ),
             None => (
-                Server::builder(),
+                server(),
                 TcpSecurity::Plaintext {
                     insecure: config.exchange.insecure,
                 },
             ),
         };
-        // Every listener's HTTP/2 connections get the same stream limit.
-        let max_streams = Some(config.exchange.limits.max_streams_per_connection);
+        let connections = vec![OpenConnections::new("unix"), OpenConnections::new("tcp")];
         let group = match &config.exchange.socket_group {
             Some(spec) => Some(SocketGroup::resolve(spec)?),
             None => None,
@@ -168,11 +188,16 @@ impl Gateway {
             listen::bind_unix(&config.socket_path(), config.socket_mode()?, group.as_ref())?;
         if let Some(listener) = socket.take_listener() {
             let stop = cancel.clone().cancelled_owned();
+            let incoming = Capped::new(
+                UnixListenerStream::new(listener),
+                connections[0].clone(),
+                limits.max_connections,
+                limits.handshake_timeout,
+            );
             servers.spawn(
-                Server::builder()
-                    .max_concurrent_streams(max_streams)
+                server()
                     .add_service(service.clone())
-                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop),
+                    .serve_with_incoming_shutdown(incoming, stop),
             );
         }
         let mut tcp_addr = None;
@@ -180,12 +205,23 @@ impl Gateway {
             let listener = listen::bind_tcp(addr, security).await?;
             tcp_addr = listener.local_addr().ok();
             let stop = cancel.clone().cancelled_owned();
+            // Nagle off, as tonic's own TCP incoming sets it (this one is wrapped).
+            let incoming = Capped::new(
+                TcpListenerStream::new(listener).map(|accepted| {
+                    let stream = accepted?;
+                    if let Err(error) = stream.set_nodelay(true) {
+                        tracing::debug!(%error, "cannot turn Nagle off on a connection");
+                    }
+                    Ok(stream)
+                }),
+                connections[1].clone(),
+                limits.max_connections,
+                limits.handshake_timeout,
+            );
             servers.spawn(
                 builder
-                    .max_concurrent_streams(max_streams)
-                    .tcp_nodelay(true)
                     .add_service(service)
-                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
+                    .serve_with_incoming_shutdown(incoming, stop),
             );
         }
         tracing::info!(
@@ -200,10 +236,12 @@ impl Gateway {
             bound.serve(Observed {
                 forwarders: pipeline.view(),
                 reload: Some(std::sync::Arc::clone(&reloader)),
+                reload_token,
                 upstreams: upstreams.watch(),
                 spool: Some(spool.clone()),
                 exchange: exchange.clone(),
                 readiness: config.admin.readiness(),
+                connections,
                 started,
             })
         });

@@ -24,11 +24,13 @@
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
 //! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown; [`lock`]: one
-//!   gateway per data directory.
+//!   gateway per data directory; [`connections`]: the cap on client connections per
+//!   listener.
 //! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
 //! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
-//!   one to a running gateway (SIGHUP, `POST /reload`).
+//!   one to a running gateway (SIGHUP, `POST /reload`); [`redact`]: keeping secret
+//!   values out of logs and errors.
 //! - [`cli`]: the `eventgate` command; [`bench`]: rerunnable benchmarks.
 
 pub mod admin;
@@ -36,6 +38,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod connections;
 pub mod deadletter;
 pub mod errors;
 pub mod event;
@@ -50,6 +53,7 @@ pub mod pipeline;
 pub mod proto;
 pub mod publisher;
 pub mod query;
+pub mod redact;
 pub mod reload;
 pub mod render;
 pub mod replay;

@@ -67,6 +67,13 @@ pub enum ListenError {
     )]
     NotLoopback { addr: SocketAddr },
     #[error(
+        "refusing to serve TLS without client certificates on {addr}: it is not a loopback \
+         address, so anyone on the network could publish (forge audit events) and subscribe; \
+         set exchange.tls.client_ca (--tls-client-ca), listen on 127.0.0.1 or [::1], or set \
+         exchange.tls.allow_anonymous_clients = true (--tls-allow-anonymous) to allow it anyway"
+    )]
+    AnonymousTls { addr: SocketAddr },
+    #[error(
         "`exchange.socket_group` {group:?}: no such group (give a group name from /etc/group \
          or a numeric gid)"
     )]
@@ -277,18 +284,36 @@ fn remove_if_stale(path: &Path) -> Result<(), ListenError> {
 /// How the TCP listener is protected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TcpSecurity {
-    Tls,
-    /// Plaintext; allowed beyond loopback only when explicitly asked for.
-    Plaintext {
-        insecure: bool,
+    Tls {
+        /// Clients must present a certificate (`client_ca`).
+        client_certificates: bool,
+        /// Anonymous clients beyond loopback were explicitly allowed.
+        allow_anonymous: bool,
     },
+    /// Plaintext; allowed beyond loopback only when explicitly asked for.
+    Plaintext { insecure: bool },
 }
 
 /// Binds a TCP listener. Plaintext beyond loopback would expose an unauthenticated,
 /// unencrypted exchange to the network, so it needs TLS or an explicit `insecure`
-/// (logged as a warning).
+/// (logged as a warning); TLS without client certificates authenticates nobody, so
+/// beyond loopback it needs an explicit `allow_anonymous_clients` (a warning too).
 pub async fn bind_tcp(addr: SocketAddr, security: TcpSecurity) -> Result<TcpListener, ListenError> {
     match security {
+        TcpSecurity::Tls {
+            client_certificates: false,
+            allow_anonymous,
+        } if !addr.ip().is_loopback() => {
+            if !allow_anonymous {
+                return Err(ListenError::AnonymousTls { addr });
+            }
+            tracing::warn!(
+                %addr,
+                "serving TLS without client certificates on a non-loopback address \
+                 (exchange.tls.allow_anonymous_clients): anyone who can reach it can \
+                 publish and subscribe"
+            );
+        }
         TcpSecurity::Plaintext { insecure: false } if !addr.ip().is_loopback() => {
             return Err(ListenError::NotLoopback { addr });
         }
@@ -347,7 +372,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn plaintext_stays_on_loopback_unless_insecure() {
+    async fn plaintext_and_anonymous_tls_stay_on_loopback_unless_allowed() {
         let plain = TcpSecurity::Plaintext { insecure: false };
         assert!(matches!(
             bind_tcp("0.0.0.0:0".parse().unwrap(), plain).await,
@@ -357,11 +382,26 @@ mod tests {
             .await
             .unwrap();
         assert!(l.local_addr().unwrap().ip().is_loopback());
-        for security in [TcpSecurity::Tls, TcpSecurity::Plaintext { insecure: true }] {
+        let tls = |client_certificates, allow_anonymous| TcpSecurity::Tls {
+            client_certificates,
+            allow_anonymous,
+        };
+        for security in [
+            tls(true, false),
+            tls(false, true),
+            TcpSecurity::Plaintext { insecure: true },
+        ] {
             bind_tcp("0.0.0.0:0".parse().unwrap(), security)
                 .await
                 .unwrap();
         }
+        assert!(matches!(
+            bind_tcp("0.0.0.0:0".parse().unwrap(), tls(false, false)).await,
+            Err(ListenError::AnonymousTls { .. })
+        ));
+        bind_tcp("127.0.0.1:0".parse().unwrap(), tls(false, false))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@
 //! by the key (or flag) that points at it, not as a generic handshake setup error.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -69,6 +70,11 @@ pub struct TlsSettings {
     /// signed by one of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<PathBuf>,
+    /// Serve TLS without `client_ca` on a non-loopback address: clients are not
+    /// authenticated, so anyone who can reach the port can publish (forge audit
+    /// events) and subscribe.
+    #[serde(default)]
+    pub allow_anonymous_clients: bool,
 }
 
 const CERT_KEY: &str = "`exchange.tls.cert`";
@@ -78,10 +84,14 @@ const CA_KEY: &str = "`exchange.tls.client_ca`";
 impl TlsSettings {
     /// Applies this TLS configuration to a server builder: the files are read and
     /// checked, and rustls builds its configuration, so every problem shows at start.
-    pub fn apply(&self, server: Server) -> Result<Server, TlsError> {
+    /// A client that has not finished its handshake after `handshake_timeout` is
+    /// disconnected.
+    pub fn apply(&self, server: Server, handshake_timeout: Duration) -> Result<Server, TlsError> {
         let cert = read_certs(CERT_KEY, &self.cert)?;
         let key = read_key(KEY_KEY, &self.key)?;
-        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
+        let mut config = ServerTlsConfig::new()
+            .identity(Identity::from_pem(cert, key))
+            .timeout(handshake_timeout);
         if let Some(ca) = &self.client_ca {
             config = config.client_ca_root(Certificate::from_pem(read_certs(CA_KEY, ca)?));
         }
@@ -195,8 +205,12 @@ mod tests {
             cert: dir.path().join("missing.pem"),
             key: junk.clone(),
             client_ca: None,
+            allow_anonymous_clients: false,
         };
-        let error = settings.apply(Server::builder()).unwrap_err().to_string();
+        let error = settings
+            .apply(Server::builder(), Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("cannot read `exchange.tls.cert` file") && error.contains("missing.pem"),
             "{error}"
@@ -205,7 +219,10 @@ mod tests {
             cert: junk.clone(),
             ..settings
         };
-        let error = settings.apply(Server::builder()).unwrap_err().to_string();
+        let error = settings
+            .apply(Server::builder(), Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("holds no PEM certificate"), "{error}");
         let client = ClientTls {
             cert: Some(junk),

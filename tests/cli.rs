@@ -210,6 +210,26 @@ fn check_config_accepts_the_example_and_names_bad_keys() {
     let (ok, _, err) = run(eventgate().args(["serve", "--config", path_str(&bad)]));
     assert!(!ok, "serve refuses a bad config");
     assert!(err.contains("sokcet"), "{err}");
+
+    // A duration no clock can add is refused naming its key, by both.
+    std::fs::write(
+        &bad,
+        "[exchange.limits]
+request_timeout = \"1000000000y\"\n",
+    )
+    .expect("write");
+    for command in ["check-config", "serve --config"] {
+        let mut cmd = eventgate();
+        cmd.args(command.split(' ')).arg(&bad);
+        let (ok, _, err) = run(&mut cmd);
+        assert!(!ok, "{command} accepted it");
+        assert!(
+            err.contains("`exchange.limits.request_timeout`")
+                && err.contains("more than 100 years")
+                && !err.contains("panicked"),
+            "{command}: {err}"
+        );
+    }
 }
 
 #[test]

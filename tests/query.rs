@@ -285,6 +285,16 @@ fn bad_files_and_bad_filters_get_precise_messages() {
     let (ok, _, err) = query(&db, &["--follow", "--until", "1h"]);
     assert!(!ok);
     assert!(err.contains("--until") && err.contains("--follow"), "{err}");
+
+    // Durations humantime takes but no date can hold: refused, never a panic.
+    for flag in ["--since", "--until"] {
+        let (ok, _, err) = query(&db, &[flag, "1000000y"]);
+        assert!(!ok);
+        assert!(
+            err.contains(flag) && err.contains("more than 100 years") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -18,9 +18,20 @@ fn file_forwarder(name: &str, path: &str, extra: &str) -> String {
     format!("[[forwarder]]\nname = \"{name}\"\nkind = \"file\"\npath = \"{path}\"\n{extra}\n")
 }
 
-/// Writes the configuration file; the next reload reads it.
+/// The token file beside the configuration file.
+fn token_file(config: &Path) -> PathBuf {
+    config.with_file_name("reload.token")
+}
+
+/// Writes the configuration file; the next reload reads it. Every version names the
+/// same reload token file, which `POST /reload` requires.
 fn write_config(path: &Path, text: &str) {
-    std::fs::write(path, text).expect("write config");
+    let token = token_file(path);
+    if !token.exists() {
+        std::fs::write(&token, "reload-token-for-tests-0123456789\n").expect("write token");
+    }
+    let admin = format!("\n[admin]\nreload_token_file = {:?}\n", path_str(&token));
+    std::fs::write(path, format!("{text}{admin}")).expect("write config");
 }
 
 /// Starts a gateway on `config` (written first) in a fresh directory.
@@ -36,10 +47,12 @@ fn data(gw: &Gateway) -> PathBuf {
     gw.dir.path().join("data")
 }
 
-/// `eventgate reload --admin ...`: (exit code, stdout, stderr).
+/// `eventgate reload --admin ... --token-file ...`: (exit code, stdout, stderr).
 fn reload(gw: &mut Gateway) -> (i32, String, String) {
+    let token = token_file(&gw.dir.path().join("eventgate.toml"));
     let out = eventgate()
         .args(["reload", "--admin", &gw.admin_addr().to_string()])
+        .args(["--token-file", path_str(&token)])
         .output()
         .expect("run eventgate reload");
     (
@@ -344,5 +357,87 @@ fn forwarders_replaced_while_publishing_lose_and_double_nothing() {
     // Each exactly once, in publish order: every swap was graceful, so the successor
     // resumed exactly where its predecessor's acknowledgements ended.
     assert_eq!(lines, acknowledged);
+    assert!(gw.terminate().success());
+}
+
+/// `POST /reload` only with the token from `admin.reload_token_file`, compared
+/// whole: anything else that can reach the endpoint gets 401 and is counted.
+/// `eventgate reload` finds the token through the configuration file.
+#[test]
+fn post_reload_requires_the_token() {
+    let (mut gw, config) = start(&file_forwarder("log", "log.jsonl", ""));
+    let admin = gw.admin_addr();
+    let token = std::fs::read_to_string(token_file(&config)).expect("token");
+    let token = token.trim();
+    for headers in [
+        vec![],
+        vec![("Authorization", "Bearer wrong-token-0123456789")],
+        vec![("Authorization", token)],
+    ] {
+        let (code, body) = http_with(admin, "POST", "/reload", &headers);
+        assert_eq!(code, 401, "{headers:?}: {body}");
+        assert!(body.contains("admin.reload_token_file"), "{body}");
+    }
+    let bearer = format!("Bearer {token}");
+    let (code, body) = http_with(admin, "POST", "/reload", &[("Authorization", &bearer)]);
+    assert_eq!(code, 200, "{body}");
+    let metrics = get(&mut gw, "/metrics");
+    assert!(
+        metrics.contains("eventgate_reload_refused_total{reason=\"unauthorized\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("eventgate_config_reloads_total{result=\"ok\"} 1"),
+        "only the authorized request reloaded:\n{metrics}"
+    );
+
+    // The command reads the token file named in the configuration.
+    let out = eventgate()
+        .args(["reload", "--admin", &admin.to_string(), "--config"])
+        .arg(&config)
+        .output()
+        .expect("eventgate reload");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(gw.terminate().success());
+}
+
+/// Without a token file `POST /reload` is refused (403) and says how to reload;
+/// SIGHUP still reloads.
+#[test]
+fn without_a_token_file_post_reload_is_refused_and_sighup_still_reloads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("eventgate.toml");
+    std::fs::write(&config, file_forwarder("log", "log.jsonl", "")).expect("write config");
+    let mut gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
+    let admin = gw.admin_addr();
+    let out = eventgate()
+        .args(["reload", "--admin", &admin.to_string()])
+        .output()
+        .expect("eventgate reload");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("403") && stderr.contains("POST /reload is turned off"),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        &config,
+        file_forwarder("log", "log.jsonl", "") + &file_forwarder("extra", "extra.jsonl", ""),
+    )
+    .expect("write config");
+    signal(&gw.child, nix::sys::signal::Signal::SIGHUP);
+    wait_for("the SIGHUP reload", DEADLINE, || {
+        let metrics = get(&mut gw, "/metrics");
+        (metrics.contains("eventgate_config_reloads_total{result=\"ok\"} 1")
+            && metrics.contains("eventgate_reload_refused_total{reason=\"disabled\"} 1"))
+        .then_some(())
+    });
+    publish(&gw, "after-sighup");
+    wait_logged(&data(&gw).join("extra.jsonl"), "after-sighup");
     assert!(gw.terminate().success());
 }

@@ -1,6 +1,8 @@
 //! Kafka secrets given through `properties` never show: not in the log (at debug
 //! level, librdkafka's own lines included), errors, /metrics, /status, /readyz,
-//! `eventgate status` or `check-config --print`.
+//! `eventgate status`, `check-config --print`, or the error for a configuration
+//! file that does not parse. They are masked by key, so a short one does not mangle
+//! the words that contain it.
 
 mod support;
 
@@ -138,4 +140,64 @@ fn secrets_stay_hidden_when_the_configuration_is_refused() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("ssl") || stderr.contains("SSL"), "{stderr}");
     assert_hidden("serve's start error", &stderr);
+}
+
+/// toml's own error text quotes the line it failed on; `check-config` and `serve`
+/// name the line and key instead, with the secret masked.
+#[test]
+fn a_config_that_does_not_parse_does_not_echo_its_secrets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ClosedPort::new();
+    let config = kafka_config(
+        dir.path(),
+        broker.port(),
+        &format!("\"sasl.username\" = \"eventgate\", \"sasl.password\" = \"{PASSWORD}"),
+    );
+    let out = eventgate()
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("line ") && stderr.contains("\"sasl.password\" = \"***\""),
+        "the line is shown with the secret masked: {stderr}"
+    );
+    assert_hidden("check-config's parse error", &stderr);
+    let out = eventgate()
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--config", path_str(&config)])
+        .output()
+        .expect("serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_hidden("serve's parse error", &stderr);
+}
+
+/// A one-character password used to be masked wherever its character appeared:
+/// `p` turned librdkafka's `[thrd:app]` into `[thrd:a******]`.
+#[test]
+fn a_one_character_password_does_not_mangle_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ClosedPort::new();
+    let config = kafka_config(
+        dir.path(),
+        broker.port(),
+        "\"security.protocol\" = \"SASL_PLAINTEXT\", \"sasl.mechanism\" = \"PLAIN\", \
+         \"sasl.username\" = \"eventgate\", \"sasl.password\" = \"p\", \"debug\" = \"conf\"",
+    );
+    let mut gw = Gateway::start_in(
+        dir,
+        &["--config", path_str(&config), "--log-level", "debug"],
+    );
+    gw.terminate();
+    let log = gw.stderr_text();
+    assert!(
+        log.contains("librdkafka: [thrd:app]") && log.contains("sasl_plaintext://"),
+        "librdkafka's lines are logged whole:\n{log}"
+    );
+    assert!(!log.contains("***"), "nothing to mask was logged:\n{log}");
 }

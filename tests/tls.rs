@@ -1,7 +1,8 @@
 //! The TCP listener's protection and the unix socket's group, against the real
 //! binary: TLS with certificates made at test time, mutual TLS refusing clients
 //! without (or with a foreign) certificate, plaintext refused beyond loopback unless
-//! `--insecure`, clear start errors for bad certificate files, and `socket_group`.
+//! `--insecure` and TLS without client certificates unless `--tls-allow-anonymous`,
+//! clear start errors for bad certificate files, and `socket_group`.
 
 mod support;
 
@@ -165,6 +166,81 @@ async fn plaintext_beyond_loopback_needs_insecure() {
     );
 }
 
+/// TLS without client certificates authenticates nobody: beyond loopback anyone
+/// could publish forged audit events. serve and check-config refuse it unless
+/// anonymous clients are explicitly allowed, as for plaintext.
+#[tokio::test]
+async fn tls_beyond_loopback_needs_client_certificates_or_an_explicit_flag() {
+    let certs_dir = tempfile::tempdir().expect("tempdir");
+    let pki = certs::generate(certs_dir.path(), "main");
+    let tls = [
+        "--listen",
+        "0.0.0.0:0",
+        "--tls-cert",
+        path_str(&pki.server_cert),
+        "--tls-key",
+        path_str(&pki.server_key),
+    ];
+    let stderr = serve_fails(&tls, &certs_dir.path().join("a"));
+    assert!(
+        stderr.contains("`exchange.tls.client_ca` is not set")
+            && stderr.contains("is not a loopback address")
+            && stderr.contains("--tls-allow-anonymous"),
+        "{stderr}"
+    );
+    let config = certs_dir.path().join("anonymous.toml");
+    let table = format!(
+        "[exchange]\nlisten = \"0.0.0.0:7338\"\n[exchange.tls]\ncert = {:?}\nkey = {:?}\n",
+        path_str(&pki.server_cert),
+        path_str(&pki.server_key)
+    );
+    std::fs::write(&config, &table).expect("write config");
+    let out = eventgate()
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "check-config accepted anonymous TLS");
+    assert!(stderr.contains("`exchange.tls.client_ca`"), "{stderr}");
+    std::fs::write(&config, format!("{table}allow_anonymous_clients = true\n")).expect("write");
+    let out = eventgate()
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("check-config");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Allowed explicitly: served, with a warning.
+    let mut args = tls.to_vec();
+    args.push("--tls-allow-anonymous");
+    let mut gw = Gateway::start(&args);
+    let local = format!("127.0.0.1:{}", gw.tcp_addr().port());
+    assert_eq!(
+        round_trip(&gw, &local, &tls_client(&pki, false)).await,
+        Ok("/tasks/exit".to_owned())
+    );
+    let log = gw.stderr_text();
+    assert!(
+        log.contains("WARN") && log.contains("serving TLS without client certificates"),
+        "{log}"
+    );
+
+    // With client certificates required it needs no flag.
+    let mut args = tls.to_vec();
+    args.extend(["--tls-client-ca", path_str(&pki.ca)]);
+    let mut gw = Gateway::start(&args);
+    let local = format!("127.0.0.1:{}", gw.tcp_addr().port());
+    assert_eq!(
+        round_trip(&gw, &local, &tls_client(&pki, true)).await,
+        Ok("/tasks/exit".to_owned())
+    );
+}
+
 #[test]
 fn bad_certificate_files_stop_the_start_naming_file_and_key() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -223,9 +299,11 @@ fn bad_certificate_files_stop_the_start_naming_file_and_key() {
     std::fs::write(
         &config,
         format!(
-            "[exchange]\nlisten = \"0.0.0.0:7338\"\n[exchange.tls]\ncert = {:?}\nkey = {:?}\n",
+            "[exchange]\nlisten = \"0.0.0.0:7338\"\n[exchange.tls]\ncert = {:?}\nkey = {:?}\n\
+             client_ca = {:?}\n",
             missing.display().to_string(),
-            path_str(&pki.server_key)
+            path_str(&pki.server_key),
+            path_str(&pki.ca)
         ),
     )
     .expect("write config");

@@ -50,18 +50,25 @@ pub fn host_port(addr: &str) -> &str {
 
 /// GETs `path`; returns the status code and the body.
 pub async fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String), FetchError> {
-    request(http::Method::GET, addr, path, timeout).await
+    request(http::Method::GET, addr, path, None, timeout).await
 }
 
-/// POSTs to `path` with an empty body; returns the status code and the body.
-pub async fn post(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String), FetchError> {
-    request(http::Method::POST, addr, path, timeout).await
+/// POSTs to `path` with an empty body, with `token` as `Authorization: Bearer`
+/// when given; returns the status code and the body.
+pub async fn post(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, String), FetchError> {
+    request(http::Method::POST, addr, path, token, timeout).await
 }
 
 async fn request(
     method: http::Method,
     addr: &str,
     path: &str,
+    token: Option<&str>,
     timeout: Duration,
 ) -> Result<(u16, String), FetchError> {
     let target = host_port(addr).to_owned();
@@ -80,10 +87,14 @@ async fn request(
             .await
             .map_err(http)?;
         tokio::spawn(connection);
-        let request = http::Request::builder()
+        let mut request = http::Request::builder()
             .method(method)
             .uri(path)
-            .header(http::header::HOST, target.as_str())
+            .header(http::header::HOST, target.as_str());
+        if let Some(token) = token {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
             .body(Empty::<Bytes>::new())
             .map_err(|e| FetchError::Connect {
                 addr: target.clone(),

@@ -38,8 +38,8 @@ pub async fn serve(listener: TcpListener, observed: Arc<Observed>, cancel: Cance
             }
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Out of file descriptors and the like: pause instead of spinning.
                 tracing::warn!(%error, "admin endpoint: accept failed");
@@ -52,7 +52,7 @@ pub async fn serve(listener: TcpListener, observed: Arc<Observed>, cancel: Cance
             let observed = Arc::clone(&observed);
             async move {
                 if request.uri().path() == "/reload" {
-                    return Ok::<_, Infallible>(reload(&observed, &request).await);
+                    return Ok::<_, Infallible>(reload(&observed, &request, peer).await);
                 }
                 Ok(respond(&observed, &request))
             }
@@ -136,7 +136,15 @@ fn respond(observed: &Observed, request: &Request<Incoming>) -> Response<Full<By
 
 /// `POST /reload`: reads the configuration again and applies it; 200 with what
 /// changed, or 422 with why it was rejected (the running configuration is kept).
-async fn reload(observed: &Observed, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// Only with the token from `admin.reload_token_file`: anything that can reach the
+/// endpoint (every process on the host, pods with host networking) could otherwise
+/// make the gateway reload, or hold it busy reloading. Without a token file it is
+/// refused (403); with a missing or wrong token, 401.
+async fn reload(
+    observed: &Observed,
+    request: &Request<Incoming>,
+    peer: std::net::SocketAddr,
+) -> Response<Full<Bytes>> {
     if request.method() != Method::POST {
         let mut response = text(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -145,6 +153,31 @@ async fn reload(observed: &Observed, request: &Request<Incoming>) -> Response<Fu
         response
             .headers_mut()
             .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        return response;
+    }
+    let Some(token) = &observed.reload_token else {
+        refused("disabled", peer);
+        return text(
+            StatusCode::FORBIDDEN,
+            "POST /reload is turned off: set admin.reload_token_file to a file holding a token \
+             (`eventgate reload` reads it too), or reload with SIGHUP (`systemctl reload \
+             eventgate`, `eventgate reload --pid PID`)\n"
+                .into(),
+        );
+    };
+    let presented = request.headers().get(header::AUTHORIZATION);
+    if !token.authorizes(presented.map(|v| v.as_bytes())) {
+        refused("unauthorized", peer);
+        let mut response = text(
+            StatusCode::UNAUTHORIZED,
+            "POST /reload needs the token from admin.reload_token_file, as \
+             `Authorization: Bearer <token>` (`eventgate reload --token-file FILE`)\n"
+                .into(),
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"eventgate reload\""),
+        );
         return response;
     }
     let Some(reloader) = &observed.reload else {
@@ -161,6 +194,12 @@ async fn reload(observed: &Observed, request: &Request<Incoming>) -> Response<Fu
         StatusCode::UNPROCESSABLE_ENTITY
     };
     text(code, format!("{}\n", outcome.message))
+}
+
+/// Counts and logs a refused `POST /reload`.
+fn refused(reason: &'static str, peer: std::net::SocketAddr) {
+    ::metrics::counter!("eventgate_reload_refused_total", "reason" => reason).increment(1);
+    tracing::warn!(%peer, reason, "POST /reload refused");
 }
 
 fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {

@@ -121,6 +121,11 @@ pub fn refresh(observed: &Observed) {
         }
     }
     metrics::gauge!("eventgate_subscribers").set(observed.exchange.subscriber_count() as f64);
+    for open in &observed.connections {
+        open.publish();
+    }
+    metrics::gauge!("eventgate_subscribers_unmatched_events")
+        .set(observed.exchange.unmatched_events() as f64);
     // Also before the first connection, which the upstream task's own updates miss.
     for status in observed.upstreams.statuses() {
         let connected = f64::from(u8::from(status.is_connected()));
@@ -151,12 +156,20 @@ fn describe() {
             "Subscribers cut off with RESOURCE_EXHAUSTED for falling too far behind.",
         ),
         (
+            "eventgate_subscribers_filter_cut_off_total",
+            "Subscribers cut off with RESOURCE_EXHAUSTED because their filters could not keep up with the events.",
+        ),
+        (
             "eventgate_subscribe_rejected_total",
             "Subscribe calls refused, by reason.",
         ),
         (
             "eventgate_config_reloads_total",
             "Configuration reloads (SIGHUP, POST /reload), by result: ok or rejected.",
+        ),
+        (
+            "eventgate_reload_refused_total",
+            "POST /reload requests refused, by reason: disabled (no admin.reload_token_file) or unauthorized (missing or wrong token).",
         ),
         (
             "eventgate_limit_rejections_total",
@@ -315,6 +328,16 @@ fn describe() {
             "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark, free disk space above spool.min_free, no spool write failure), else 0.",
         ),
         ("eventgate_subscribers", Count, "Subscribers connected."),
+        (
+            "eventgate_connections",
+            Count,
+            "Client connections open on an exchange listener (unix, tcp).",
+        ),
+        (
+            "eventgate_subscribers_unmatched_events",
+            Count,
+            "Events waiting to be matched against subscribers' filters, summed over subscribers.",
+        ),
         (
             "eventgate_forwarder_queue_events",
             Count,

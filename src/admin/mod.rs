@@ -52,10 +52,15 @@ pub struct Observed {
     pub forwarders: Forwarders,
     /// Serves `POST /reload`; `None`: the endpoint answers that it cannot reload.
     pub reload: Option<Arc<Reloader>>,
+    /// What `POST /reload` must carry (`admin.reload_token_file`); `None`: it is
+    /// refused.
+    pub reload_token: Option<settings::ReloadToken>,
     pub upstreams: UpstreamWatch,
     pub spool: Option<Spool>,
     pub exchange: Exchange,
     pub readiness: readiness::Rules,
+    /// Open client connections per exchange listener.
+    pub connections: Vec<crate::connections::OpenConnections>,
     pub started: SystemTime,
 }
 

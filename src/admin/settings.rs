@@ -2,6 +2,7 @@
 //! needs a setting.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,10 @@ pub struct AdminSettings {
     /// the first failed attempt.
     #[serde(with = "crate::config::duration_text")]
     pub max_failing: Duration,
+    /// A file holding the token `POST /reload` must carry (`Authorization: Bearer
+    /// <token>`). Unset: `POST /reload` is refused, and only SIGHUP reloads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reload_token_file: Option<PathBuf>,
 }
 
 impl Default for AdminSettings {
@@ -36,6 +41,7 @@ impl Default for AdminSettings {
             allow_remote: false,
             max_spill: Duration::from_secs(60),
             max_failing: Duration::from_secs(10),
+            reload_token_file: None,
         }
     }
 }
@@ -74,8 +80,20 @@ impl AdminSettings {
         Ok(Some(addr))
     }
 
+    /// The token `POST /reload` must carry, read from `reload_token_file`; `None`
+    /// when that is unset. Errors name the key and the file, never its contents.
+    pub fn reload_token(&self) -> Result<Option<ReloadToken>, (&'static str, String)> {
+        let Some(path) = &self.reload_token_file else {
+            return Ok(None);
+        };
+        ReloadToken::read(path)
+            .map(Some)
+            .map_err(|problem| ("admin.reload_token_file", problem))
+    }
+
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         self.addr()?;
+        self.reload_token()?;
         if self.max_spill.is_zero() {
             return Err((
                 "admin.max_spill",
@@ -83,6 +101,52 @@ impl AdminSettings {
             ));
         }
         Ok(())
+    }
+}
+
+/// The shortest token accepted: long enough that it cannot be guessed online.
+const MIN_TOKEN_LEN: usize = 16;
+
+/// What `POST /reload` must carry. Its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReloadToken(String);
+
+impl std::fmt::Debug for ReloadToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReloadToken(***)")
+    }
+}
+
+impl ReloadToken {
+    /// The file's contents without surrounding whitespace (a trailing newline).
+    pub fn read(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let token = text.trim();
+        if token.len() < MIN_TOKEN_LEN || token.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(format!(
+                "{} must hold one token of at least {MIN_TOKEN_LEN} characters without spaces \
+                 (for example: head -c 32 /dev/urandom | base64 > {})",
+                path.display(),
+                path.display()
+            ));
+        }
+        Ok(Self(token.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether an `Authorization` header carries this token, compared in constant
+    /// time so that the time taken tells nothing about how much of it was right.
+    pub fn authorizes(&self, header: Option<&[u8]>) -> bool {
+        use subtle::ConstantTimeEq;
+        let Some(presented) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+            return false;
+        };
+        presented.ct_eq(self.0.as_bytes()).into()
     }
 }
 
@@ -96,6 +160,39 @@ mod tests {
             allow_remote,
             ..AdminSettings::default()
         }
+    }
+
+    #[test]
+    fn the_reload_token_is_read_checked_and_compared_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "0123456789abcdef-token\n").unwrap();
+        let settings = AdminSettings {
+            reload_token_file: Some(path.clone()),
+            ..AdminSettings::default()
+        };
+        let token = settings.reload_token().unwrap().unwrap();
+        assert!(token.authorizes(Some(b"Bearer 0123456789abcdef-token")));
+        for wrong in [
+            &b"Bearer 0123456789abcdef-toke"[..],
+            b"Bearer 0123456789abcdef-tokenX",
+            b"0123456789abcdef-token",
+            b"Basic 0123456789abcdef-token",
+        ] {
+            assert!(!token.authorizes(Some(wrong)));
+        }
+        assert!(!token.authorizes(None));
+        assert_eq!(format!("{token:?}"), "ReloadToken(***)");
+
+        std::fs::write(&path, "short\n").unwrap();
+        let (key, problem) = settings.reload_token().unwrap_err();
+        assert_eq!(key, "admin.reload_token_file");
+        assert!(problem.contains("at least 16 characters") && !problem.contains("short\n"));
+        let missing = AdminSettings {
+            reload_token_file: Some(dir.path().join("missing")),
+            ..AdminSettings::default()
+        };
+        assert!(missing.validate().unwrap_err().1.contains("cannot read"));
     }
 
     #[test]

@@ -29,8 +29,11 @@ pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
         .map_err(ConfigError::Spool)?;
     // What `serve` would find at start on this machine: the TLS files and the group.
     if let Some(tls) = &config.exchange.tls {
-        tls.apply(tonic::transport::Server::builder())
-            .map_err(GatewayError::from)?;
+        tls.apply(
+            tonic::transport::Server::builder(),
+            config.exchange.limits.handshake_timeout,
+        )
+        .map_err(GatewayError::from)?;
     }
     if let Some(group) = &config.exchange.socket_group {
         SocketGroup::resolve(group).map_err(GatewayError::from)?;

@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// `exchange.tls.client_ca`.
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve TLS without client certificates on a non-loopback --listen address
+    /// (`exchange.tls.allow_anonymous_clients`): anyone who can reach it can publish
+    /// and subscribe.
+    #[arg(long, conflicts_with = "tls_client_ca")]
+    pub tls_allow_anonymous: bool,
     /// Events a subscriber may fall behind before it is cut off; overrides
     /// `exchange.subscriber_queue`.
     #[arg(long, value_name = "N")]
@@ -93,11 +98,12 @@ impl ServeArgs {
             config.exchange.insecure = true;
         }
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            let client_ca = config.exchange.tls.take().and_then(|t| t.client_ca);
+            let configured = config.exchange.tls.take();
             config.exchange.tls = Some(crate::tls::TlsSettings {
                 cert: cert.clone(),
                 key: key.clone(),
-                client_ca,
+                client_ca: configured.as_ref().and_then(|t| t.client_ca.clone()),
+                allow_anonymous_clients: configured.is_some_and(|t| t.allow_anonymous_clients),
             });
         }
         if let Some(ca) = &self.tls_client_ca {
@@ -107,6 +113,19 @@ impl ServeArgs {
                     return Err(ConfigError::Invalid {
                         key: "exchange.tls.client_ca",
                         problem: "(--tls-client-ca) needs a server certificate: give \
+                                  --tls-cert and --tls-key (or [exchange.tls] in the config)"
+                            .into(),
+                    });
+                }
+            }
+        }
+        if self.tls_allow_anonymous {
+            match &mut config.exchange.tls {
+                Some(tls) => tls.allow_anonymous_clients = true,
+                None => {
+                    return Err(ConfigError::Invalid {
+                        key: "exchange.tls.allow_anonymous_clients",
+                        problem: "(--tls-allow-anonymous) needs a server certificate: give \
                                   --tls-cert and --tls-key (or [exchange.tls] in the config)"
                             .into(),
                     });

@@ -31,6 +31,25 @@ pub struct LimitSettings {
     /// How long a Publish or Forward may take, waits for room included.
     #[serde(with = "crate::config::duration_text")]
     pub request_timeout: Duration,
+    /// What the compiled regular expressions of one subscription's filters may take
+    /// together (each one's compiled size plus its matching cache).
+    pub max_regex_memory: ByteSize,
+    /// Most client connections open at once, per listener (the unix socket and the
+    /// TCP listener each).
+    pub max_connections: usize,
+    /// How long a TLS client may take to finish its handshake.
+    #[serde(with = "crate::config::duration_text")]
+    pub handshake_timeout: Duration,
+    /// How long a call's request message may take to arrive.
+    #[serde(with = "crate::config::duration_text")]
+    pub body_timeout: Duration,
+    /// How often an HTTP/2 ping checks that a quiet connection's client is still
+    /// there; `0s` turns the pings off.
+    #[serde(with = "crate::config::duration_text")]
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is closed.
+    #[serde(with = "crate::config::duration_text")]
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for LimitSettings {
@@ -42,6 +61,12 @@ impl Default for LimitSettings {
             max_filter_bytes: 4096,
             max_streams_per_connection: 256,
             request_timeout: Duration::from_secs(30),
+            max_regex_memory: ByteSize(8 << 20),
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -82,11 +107,33 @@ impl LimitSettings {
             "exchange.limits.max_streams_per_connection",
             self.max_streams_per_connection.into(),
         )?;
-        if self.request_timeout.is_zero() {
+        let more_than_zero = |key: &'static str, value: Duration| {
+            if value.is_zero() {
+                Err((key, "must be more than 0s".to_owned()))
+            } else {
+                Ok(())
+            }
+        };
+        more_than_zero("exchange.limits.request_timeout", self.request_timeout)?;
+        // Less than one expression's matching cache would refuse every `~=` filter.
+        if self.max_regex_memory.0 < MIN_REGEX_MEMORY {
             return Err((
-                "exchange.limits.request_timeout",
-                "must be more than 0s".to_owned(),
+                "exchange.limits.max_regex_memory",
+                format!(
+                    "{} is less than 128KiB, too little for one regular expression and its \
+                     matching cache",
+                    self.max_regex_memory
+                ),
             ));
+        }
+        at_least_one(
+            "exchange.limits.max_connections",
+            self.max_connections as u64,
+        )?;
+        more_than_zero("exchange.limits.handshake_timeout", self.handshake_timeout)?;
+        more_than_zero("exchange.limits.body_timeout", self.body_timeout)?;
+        if !self.keepalive_interval.is_zero() {
+            more_than_zero("exchange.limits.keepalive_timeout", self.keepalive_timeout)?;
         }
         Ok(())
     }
@@ -99,6 +146,9 @@ impl LimitSettings {
     }
 }
 
+/// The smallest `max_regex_memory`: one small expression and its matching cache.
+const MIN_REGEX_MEMORY: u64 = 128 << 10;
+
 /// Which limit refused a call: the `limit` label of the counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
@@ -106,7 +156,11 @@ pub enum Limit {
     Subscribers,
     Filters,
     FilterBytes,
+    RegexMemory,
     RequestTimeout,
+    BodyTimeout,
+    Connections,
+    HandshakeTimeout,
 }
 
 impl Limit {
@@ -116,7 +170,11 @@ impl Limit {
             Limit::Subscribers => "max_subscribers",
             Limit::Filters => "max_filters",
             Limit::FilterBytes => "max_filter_bytes",
+            Limit::RegexMemory => "max_regex_memory",
             Limit::RequestTimeout => "request_timeout",
+            Limit::BodyTimeout => "body_timeout",
+            Limit::Connections => "max_connections",
+            Limit::HandshakeTimeout => "handshake_timeout",
         }
     }
 
@@ -125,17 +183,27 @@ impl Limit {
     /// RESOURCE_EXHAUSTED (it may have room later); a slow call DEADLINE_EXCEEDED.
     pub fn code(self) -> Code {
         match self {
-            Limit::EventBytes | Limit::Filters | Limit::FilterBytes => Code::InvalidArgument,
-            Limit::Subscribers => Code::ResourceExhausted,
-            Limit::RequestTimeout => Code::DeadlineExceeded,
+            Limit::EventBytes | Limit::Filters | Limit::FilterBytes | Limit::RegexMemory => {
+                Code::InvalidArgument
+            }
+            Limit::Subscribers | Limit::Connections => Code::ResourceExhausted,
+            Limit::RequestTimeout | Limit::BodyTimeout | Limit::HandshakeTimeout => {
+                Code::DeadlineExceeded
+            }
         }
     }
 
     /// The refusal as a client sees it, counted.
     pub fn reject(self, message: String) -> Status {
-        metrics::counter!("eventgate_limit_rejections_total", "limit" => self.label()).increment(1);
+        self.count();
         tracing::debug!(limit = self.label(), %message, "call refused by a limit");
         Status::new(self.code(), message)
+    }
+
+    /// Counts one refusal (for refusals that are not a gRPC status, such as a
+    /// connection closed at accept).
+    pub fn count(self) {
+        metrics::counter!("eventgate_limit_rejections_total", "limit" => self.label()).increment(1);
     }
 }
 
@@ -175,6 +243,18 @@ pub fn check_filters(limits: &LimitSettings, filters: &[String]) -> Result<(), S
         )));
     }
     Ok(())
+}
+
+/// The message for filters whose regular expressions need more than
+/// `max_regex_memory`.
+pub fn regex_memory(index: usize, limit: usize) -> String {
+    format!(
+        "the regular expressions of filter {} (with those of the filters before it) need more \
+         than the {limit} bytes exchange.limits.max_regex_memory allows (compiled size plus \
+         {} KiB of matching cache each): use fewer or simpler `~=` expressions: invalid argument",
+        index + 1,
+        crate::filter::RegexBudget::CACHE >> 10
+    )
 }
 
 #[cfg(test)]

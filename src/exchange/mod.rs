@@ -6,12 +6,16 @@
 //!   stuck client can grow the daemon's memory forever; here a subscriber that falls
 //!   `subscriber_queue` events behind is cut off with RESOURCE_EXHAUSTED and counted.
 //!   Publishers and other subscribers never wait for it either way.
+//! - Subscribers' filters are not matched while publishing: each filtered subscriber
+//!   matches on a thread of its own (see [`matching`]), so its filters' cost is
+//!   paid by it, not by every publisher.
 //! - A payload is decoded at most once per event, not once per subscriber per selector.
 //! - Forward rejects a missing timestamp (as containerd 1.6 does; 2.x silently turns it
 //!   into 1970-01-01).
 
 mod dropped;
 pub mod limits;
+mod matching;
 mod routes;
 mod service;
 mod subscription;
@@ -37,6 +41,7 @@ use crate::pipeline::Router;
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 use crate::spool::{DiskLow, Spool, SpoolError, SpoolFull};
+use matching::{CutOff, CutOffReason, Matcher};
 
 /// Go's zero `time.Time` as containerd 1.6 puts it on the wire for an unset timestamp.
 const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
@@ -129,12 +134,16 @@ pub enum SubscribeError {
          try again later"
     )]
     TooMany { limit: usize },
+    #[error("eventgate cannot match filters now (no thread to run them on)")]
+    NoMatcher,
 }
 
 impl SubscribeError {
     pub fn status(&self) -> tonic::Status {
         match self {
-            SubscribeError::Closed => tonic::Status::unavailable(self.to_string()),
+            SubscribeError::Closed | SubscribeError::NoMatcher => {
+                tonic::Status::unavailable(self.to_string())
+            }
             SubscribeError::TooMany { .. } => Limit::Subscribers.reject(self.to_string()),
         }
     }
@@ -169,7 +178,8 @@ struct Inner {
     spool: Option<Spool>,
     /// One lock orders everything: taking a sequence number and handing the event to
     /// every subscriber happen together, so all subscribers see one relative order.
-    /// The critical section only runs filters and non-blocking `try_send`s.
+    /// The critical section runs no filters, only one non-blocking `try_send` per
+    /// subscriber.
     state: Mutex<State>,
     closed: AtomicBool,
     counters: SourceCounters,
@@ -203,9 +213,12 @@ struct State {
 
 struct Slot {
     id: u64,
-    filter: Filter,
+    /// The subscription's own queue when it takes every event; its matching task's
+    /// inbound queue when it has a filter.
     tx: mpsc::Sender<Arc<Event>>,
-    cut_off: Arc<AtomicBool>,
+    cut_off: Arc<CutOff>,
+    /// What a full `tx` means.
+    when_full: CutOffReason,
 }
 
 impl Exchange {
@@ -406,25 +419,18 @@ impl Exchange {
 
     fn fan_out(&self, state: &mut State, event: &Arc<Event>) {
         let before = state.subscribers.len();
-        state.subscribers.retain(|slot| {
-            if !slot.filter.matches(&**event) {
-                return true;
-            }
-            match slot.tx.try_send(Arc::clone(event)) {
+        let queue = self.inner.config.subscriber_queue;
+        state
+            .subscribers
+            .retain(|slot| match slot.tx.try_send(Arc::clone(event)) {
                 Ok(()) => true,
                 Err(TrySendError::Full(_)) => {
-                    slot.cut_off.store(true, Ordering::Release);
-                    metrics::counter!("eventgate_subscribers_cut_off_total").increment(1);
-                    tracing::warn!(
-                        subscriber = slot.id,
-                        queue = self.inner.config.subscriber_queue,
-                        "subscriber fell too far behind and was cut off"
-                    );
+                    slot.cut_off.set(slot.when_full);
+                    matching::record_cut_off(slot.id, slot.when_full, queue);
                     false
                 }
                 Err(TrySendError::Closed(_)) => false,
-            }
-        });
+            });
         if state.subscribers.len() != before {
             metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
         }
@@ -432,10 +438,12 @@ impl Exchange {
 
     /// Registers a subscriber. Events accepted after this returns are delivered to it
     /// (there is no replay from the live exchange; history lives in the audit store).
+    /// A filter that does not match everything is matched by the subscriber's own
+    /// task, off the publishing path.
     pub fn subscribe(&self, filter: Filter) -> Result<Subscription, SubscribeError> {
         let capacity = self.inner.config.subscriber_queue.max(1);
-        let (tx, rx) = mpsc::channel(capacity);
-        let cut_off = Arc::new(AtomicBool::new(false));
+        let (outbound, rx) = mpsc::channel(capacity);
+        let cut_off = Arc::new(CutOff::default());
         let mut state = self.lock();
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(SubscribeError::Closed);
@@ -445,12 +453,29 @@ impl Exchange {
             return Err(SubscribeError::TooMany { limit });
         }
         let id = state.next_subscriber;
+        let (tx, when_full) = if filter.is_always() {
+            (outbound, CutOffReason::SlowReader)
+        } else {
+            let (inbound_tx, inbound) = mpsc::channel(capacity);
+            Matcher {
+                id,
+                filter,
+                inbound,
+                outbound,
+                cut_off: Arc::clone(&cut_off),
+                exchange: Arc::downgrade(&self.inner),
+                queue: capacity,
+            }
+            .start()
+            .map_err(|_| SubscribeError::NoMatcher)?;
+            (inbound_tx, CutOffReason::SlowFilters)
+        };
         state.next_subscriber += 1;
         state.subscribers.push(Slot {
             id,
-            filter,
             tx,
             cut_off: Arc::clone(&cut_off),
+            when_full,
         });
         metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
         drop(state);
@@ -462,6 +487,17 @@ impl Exchange {
             capacity,
             Arc::downgrade(&self.inner),
         ))
+    }
+
+    /// Events waiting to be matched against subscribers' filters, summed over the
+    /// subscribers that have one.
+    pub fn unmatched_events(&self) -> usize {
+        self.lock()
+            .subscribers
+            .iter()
+            .filter(|slot| slot.when_full == CutOffReason::SlowFilters)
+            .map(|slot| slot.tx.max_capacity() - slot.tx.capacity())
+            .sum()
     }
 
     /// Ends every subscription (they finish with UNAVAILABLE once drained) and refuses

@@ -68,10 +68,14 @@ where
             return self.generated.call(request);
         }
         let method = SubscribeMethod(self.service.clone());
+        let limits = self.service.exchange().limits().clone();
         Box::pin(async move {
-            Ok(Grpc::new(SharedEnvelopeCodec)
-                .server_streaming(method, request)
-                .await)
+            // Until the request is read and the subscription set up, the same bound
+            // as Publish's request message.
+            let mut grpc = Grpc::new(SharedEnvelopeCodec);
+            let answer = grpc.server_streaming(method, request);
+            let answer = unary::within_body_timeout(&limits, async { Ok(answer.await) }).await;
+            Ok(answer.unwrap_or_else(Status::into_http))
         })
     }
 }
@@ -86,9 +90,11 @@ impl ServerStreamingService<SubscribeRequest> for SubscribeMethod {
     type Future = BoxFuture<Result<Response<EncodedStream>, Status>>;
 
     fn call(&mut self, request: Request<SubscribeRequest>) -> Self::Future {
-        let subscribed = subscribe(self.0.exchange(), request.into_inner().filters);
+        let exchange = self.0.exchange().clone();
+        let filters = request.into_inner().filters;
         Box::pin(async move {
-            let stream = subscribed?.map(|item| match item {
+            let subscribed = subscribe(&exchange, filters).await?;
+            let stream = subscribed.map(|item| match item {
                 Ok(event) => Ok(event.encoded_envelope().clone()),
                 Err(end) => Err(Status::new(end.code(), end.to_string())),
             });

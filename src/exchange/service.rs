@@ -6,9 +6,10 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::limits::{self, Limit};
+use super::matching;
 use super::routes::EventsRoutes;
 use super::{AcceptError, Exchange, Subscription};
-use crate::filter::Filter;
+use crate::filter::{FilterError, RegexBudget};
 use crate::proto::containerd::services::events::v1::events_server::Events;
 use crate::proto::containerd::services::events::v1::{
     ForwardRequest, PublishRequest, SubscribeRequest,
@@ -39,18 +40,30 @@ impl EventsService {
 }
 
 /// Subscribe's checks and registration, shared by the generated method and the route
-/// that actually serves it ([`EventsRoutes`]).
-pub(super) fn subscribe(exchange: &Exchange, filters: Vec<String>) -> Result<Subscription, Status> {
+/// that actually serves it ([`EventsRoutes`]). Filters are compiled on the matching
+/// thread, within `exchange.limits.max_regex_memory`.
+pub(super) async fn subscribe(
+    exchange: &Exchange,
+    filters: Vec<String>,
+) -> Result<Subscription, Status> {
     limits::check_filters(exchange.limits(), &filters)?;
-    // containerd answers UNKNOWN here (its Subscribe skips error mapping);
-    // INVALID_ARGUMENT is what the error actually is. Same message text.
-    let filter = Filter::parse_all(&filters).map_err(|e| {
-        metrics::counter!("eventgate_subscribe_rejected_total", "reason" => "invalid_filter")
-            .increment(1);
-        Status::invalid_argument(format!(
-            "subscription error: failed parsing subscription filters: {e}: invalid argument"
-        ))
-    })?;
+    let budget = RegexBudget::total(exchange.limits().max_regex_memory.get());
+    let filter = match matching::compile(filters, budget).await {
+        Ok(Ok(filter)) => filter,
+        // containerd answers UNKNOWN here (its Subscribe skips error mapping);
+        // INVALID_ARGUMENT is what the error actually is. Same message text.
+        Ok(Err(FilterError::Parse(e))) => {
+            metrics::counter!("eventgate_subscribe_rejected_total", "reason" => "invalid_filter")
+                .increment(1);
+            return Err(Status::invalid_argument(format!(
+                "subscription error: failed parsing subscription filters: {e}: invalid argument"
+            )));
+        }
+        Ok(Err(FilterError::OverBudget { index, limit })) => {
+            return Err(Limit::RegexMemory.reject(limits::regex_memory(index, limit)));
+        }
+        Err(_) => return Err(super::SubscribeError::NoMatcher.status()),
+    };
     exchange.subscribe(filter).map_err(|e| e.status())
 }
 
@@ -150,7 +163,7 @@ impl Events for EventsService {
         &self,
         request: Request<SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let subscription = subscribe(&self.exchange, request.into_inner().filters)?;
+        let subscription = subscribe(&self.exchange, request.into_inner().filters).await?;
         let stream = subscription.map(|item| match item {
             Ok(event) => Ok(event.envelope.clone()),
             Err(end) => Err(Status::new(end.code(), end.to_string())),

@@ -1,7 +1,6 @@
 //! One subscriber's end of the exchange.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
@@ -10,6 +9,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 use super::Inner;
+use super::matching::{CutOff, CutOffReason};
 use crate::event::Event;
 
 /// Why a subscription stopped delivering. Reported once, after the events that were
@@ -21,6 +21,12 @@ pub enum SubscriptionEnd {
          read faster, subscribe with narrower filters, or raise exchange.subscriber_queue"
     )]
     CutOff { capacity: usize },
+    #[error(
+        "subscriber's filters could not keep up: {capacity} events were waiting to be \
+         matched against them; subscribe with fewer or simpler filters (regular \
+         expressions cost the most), or raise exchange.subscriber_queue"
+    )]
+    FiltersTooSlow { capacity: usize },
     #[error("eventgate is shutting down")]
     Closed,
 }
@@ -28,7 +34,9 @@ pub enum SubscriptionEnd {
 impl SubscriptionEnd {
     pub fn code(&self) -> tonic::Code {
         match self {
-            SubscriptionEnd::CutOff { .. } => tonic::Code::ResourceExhausted,
+            SubscriptionEnd::CutOff { .. } | SubscriptionEnd::FiltersTooSlow { .. } => {
+                tonic::Code::ResourceExhausted
+            }
             SubscriptionEnd::Closed => tonic::Code::Unavailable,
         }
     }
@@ -39,7 +47,7 @@ impl SubscriptionEnd {
 pub struct Subscription {
     id: u64,
     rx: mpsc::Receiver<Arc<Event>>,
-    cut_off: Arc<AtomicBool>,
+    cut_off: Arc<CutOff>,
     capacity: usize,
     exchange: Weak<Inner>,
     ended: bool,
@@ -52,7 +60,7 @@ impl Subscription {
     pub(super) fn new(
         id: u64,
         rx: mpsc::Receiver<Arc<Event>>,
-        cut_off: Arc<AtomicBool>,
+        cut_off: Arc<CutOff>,
         capacity: usize,
         exchange: Weak<Inner>,
     ) -> Self {
@@ -93,12 +101,11 @@ impl Stream for Subscription {
             Poll::Ready(Some(event)) => Poll::Ready(Some(Ok(event))),
             Poll::Ready(None) => {
                 self.ended = true;
-                let end = if self.cut_off.load(Ordering::Acquire) {
-                    SubscriptionEnd::CutOff {
-                        capacity: self.capacity,
-                    }
-                } else {
-                    SubscriptionEnd::Closed
+                let capacity = self.capacity;
+                let end = match self.cut_off.get() {
+                    Some(CutOffReason::SlowReader) => SubscriptionEnd::CutOff { capacity },
+                    Some(CutOffReason::SlowFilters) => SubscriptionEnd::FiltersTooSlow { capacity },
+                    None => SubscriptionEnd::Closed,
                 };
                 Poll::Ready(Some(Err(end)))
             }

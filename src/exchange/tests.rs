@@ -216,3 +216,69 @@ async fn dropping_a_subscription_unsubscribes_and_close_ends_the_rest() {
     ));
     assert!(x.subscribe(Filter::always()).is_err());
 }
+
+/// A filtered subscriber is matched by its own task: the publisher only queues the
+/// event for it. A filtered subscriber that does not read is cut off once its
+/// queue holds `subscriber_queue` *matching* events, as before.
+#[tokio::test]
+async fn a_filtered_subscriber_that_does_not_read_is_cut_off_after_its_matching_events() {
+    let x = exchange(2);
+    let exits = Filter::parse_all(&[r#"topic~="^/tasks/exit$""#]).unwrap();
+    let mut stalled = x.subscribe(exits).unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    for i in 0..12 {
+        let topic = if i % 3 == 0 {
+            "/tasks/exit"
+        } else {
+            "/tasks/start"
+        };
+        x.publish(Some("default"), topic.into(), any())
+            .await
+            .unwrap();
+        // Matching keeps up (the queue only holds 2 events waiting to be matched).
+        while x.unmatched_events() > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "matching stalled");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+    // 4 matching events for a queue of 2: the matching task has cut it off.
+    assert_eq!(x.subscriber_count(), 0);
+    assert_eq!(stalled.next().await.unwrap().unwrap().seq, 1);
+    assert_eq!(stalled.next().await.unwrap().unwrap().seq, 4);
+    let end = stalled.next().await.unwrap().unwrap_err();
+    assert_eq!(end, SubscriptionEnd::CutOff { capacity: 2 });
+}
+
+/// While a subscriber's matching falls `subscriber_queue` events behind, it is cut
+/// off with its own reason, and publishers never wait for it.
+#[tokio::test]
+async fn a_subscriber_whose_filters_fall_behind_is_cut_off_saying_why() {
+    let x = exchange(2);
+    let mut slow = x
+        .subscribe(Filter::parse_all(&["topic~=|^/t|"]).unwrap())
+        .unwrap();
+    // Hold the matching thread, so nothing is matched until it is released.
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    matching::spawn(async move {
+        let _ = held_tx.send(());
+        let _ = release_rx.recv_timeout(std::time::Duration::from_secs(20));
+    })
+    .unwrap();
+    held_rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the matching thread runs the hold");
+    for _ in 0..3 {
+        x.publish(Some("default"), "/t".into(), any())
+            .await
+            .unwrap();
+    }
+    assert_eq!(x.subscriber_count(), 0, "cut off while publishing");
+    release_tx.send(()).unwrap();
+    // What was waiting is still matched and delivered, then the reason.
+    assert_eq!(slow.next().await.unwrap().unwrap().seq, 1);
+    assert_eq!(slow.next().await.unwrap().unwrap().seq, 2);
+    let end = slow.next().await.unwrap().unwrap_err();
+    assert_eq!(end, SubscriptionEnd::FiltersTooSlow { capacity: 2 });
+    assert_eq!(end.code(), tonic::Code::ResourceExhausted);
+}

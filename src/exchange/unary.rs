@@ -82,8 +82,9 @@ where
     {
         return Err(unsupported_encoding(encoding));
     }
-    let limit = service.exchange().limits().max_request_bytes();
-    let message = read_message(body, limit).await?;
+    let limits = service.exchange().limits();
+    let message =
+        within_body_timeout(limits, read_message(body, limits.max_request_bytes())).await?;
     // tonic puts the connection's peer credentials or client certificates here.
     let publisher = Publisher::of_request(&parts.extensions);
     match method {
@@ -95,6 +96,23 @@ where
             let request = ForwardRequest::decode(message).map_err(decode_error)?;
             forward(service.exchange(), publisher, request).await
         }
+    }
+}
+
+/// Bounds the wait for a call's request message by `exchange.limits.body_timeout`: a
+/// client that trickles its request in holds a stream (and its buffers) for as long
+/// as it takes.
+pub(super) async fn within_body_timeout<T>(
+    limits: &limits::LimitSettings,
+    read: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(limits.body_timeout, read).await {
+        Ok(result) => result,
+        Err(_) => Err(Limit::BodyTimeout.reject(format!(
+            "the request message did not arrive within {} (exchange.limits.body_timeout): \
+             deadline exceeded",
+            humantime::format_duration(limits.body_timeout)
+        ))),
     }
 }
 

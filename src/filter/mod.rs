@@ -33,8 +33,9 @@
 //!   fixes up the other dialect differences. Left over: Unicode table
 //!   versions differ slightly; Rust accepts some property names Go does not
 //!   (binary properties such as `\p{Alphabetic}`, script extensions);
-//!   Rust limits nesting to 250 levels and compiled size to 10 MiB, while
-//!   Go has its own (different) nesting and size limits.
+//!   Rust limits nesting to 250 levels and compiled size to 10 MiB (a
+//!   [`RegexBudget`] can lower that for all expressions of a filter
+//!   together), while Go has its own (different) nesting and size limits.
 //! * Which non-ASCII characters may continue an unquoted value depends on
 //!   Unicode general categories; Go's and the regex crate's tables may
 //!   disagree on characters assigned in the newest Unicode versions.
@@ -46,6 +47,7 @@
 //! * Error texts that mark one byte of a multi-byte character contain broken
 //!   UTF-8 in Go; [`ParseError`] renders the lossy decoding of those bytes.
 
+mod budget;
 mod error;
 mod glob;
 mod goregex;
@@ -58,6 +60,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
+pub use budget::RegexBudget;
 pub use error::{INVALID_ARGUMENT_SUFFIX, ParseError};
 use glob::TopicGlob;
 use parser::RawSelector;
@@ -118,11 +121,25 @@ enum Test {
     Equal,
     TopicGlob(TopicGlob),
     NotEqual,
-    Regex(regex::Regex),
+    Regex(regex_automata::meta::Regex),
     /// `==` against a value that is not UTF-8 and so equals no field.
     Never,
     /// `!=` against such a value.
     Always,
+}
+
+/// Why a filter was refused under a [`RegexBudget`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    /// The filter is valid, but its `~=` expressions together need more than the
+    /// budget's total; `index` is the string whose expression passed it.
+    #[error(
+        "the regular expressions of filter {} and those before it need more than {limit} bytes",
+        index + 1
+    )]
+    OverBudget { index: usize, limit: usize },
 }
 
 impl Filter {
@@ -144,6 +161,30 @@ impl Filter {
     pub fn parse_all_bytes<'a>(
         filters: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Filter, ParseError> {
+        Self::parse_all_bytes_within(filters, RegexBudget::UNLIMITED).map_err(|e| match e {
+            FilterError::Parse(e) => e,
+            // Without a total nothing is over budget; an expression over the
+            // crate's own limit is a parse error ("expression too large").
+            FilterError::OverBudget { index, .. } => {
+                ParseError::new(index, b"", 0, "regular expressions too large".to_owned())
+            }
+        })
+    }
+
+    /// Like [`Filter::parse_all`], with the `~=` expressions of all strings held to
+    /// `budget` together: for filters a client sends.
+    pub fn parse_all_within<S: AsRef<str>>(
+        filters: &[S],
+        budget: RegexBudget,
+    ) -> Result<Filter, FilterError> {
+        Self::parse_all_bytes_within(filters.iter().map(|f| f.as_ref().as_bytes()), budget)
+    }
+
+    fn parse_all_bytes_within<'a>(
+        filters: impl IntoIterator<Item = &'a [u8]>,
+        budget: RegexBudget,
+    ) -> Result<Filter, FilterError> {
+        let mut budget = budget::Budget::new(budget);
         let inputs: Vec<&[u8]> = filters.into_iter().collect();
         if inputs.is_empty() {
             return Ok(Filter::always());
@@ -166,9 +207,9 @@ impl Filter {
             .map(|(index, (raw, input))| {
                 let selectors = raw
                     .into_iter()
-                    .map(|r| Selector::compile(r, index, input))
+                    .map(|r| Selector::compile(r, index, input, &mut budget))
                     .collect::<Result<_, _>>()?;
-                Ok(Conjunction { selectors })
+                Ok::<_, FilterError>(Conjunction { selectors })
             })
             .collect::<Result<_, _>>()?;
         Ok(Filter { alternatives })
@@ -229,7 +270,12 @@ impl Conjunction {
 }
 
 impl Selector {
-    fn compile(raw: RawSelector, index: usize, input: &[u8]) -> Result<Selector, ParseError> {
+    fn compile(
+        raw: RawSelector,
+        index: usize,
+        input: &[u8],
+        budget: &mut budget::Budget,
+    ) -> Result<Selector, FilterError> {
         let RawSelector {
             path,
             op,
@@ -255,12 +301,18 @@ impl Selector {
                 // Go's regexp rejects patterns that are not UTF-8; the lossy
                 // copy must not be compiled in their place.
                 let compiled = match exact {
-                    true => goregex::compile(&value),
-                    false => Err("invalid UTF-8".to_owned()),
+                    true => goregex::compile(&value, budget),
+                    false => Err(goregex::CompileError::Invalid("invalid UTF-8".to_owned())),
                 };
-                let regex = compiled.map_err(|detail| {
-                    let msg = format!("invalid regular expression: {detail}");
-                    ParseError::new(index, input, value_pos, msg)
+                let regex = compiled.map_err(|error| match error {
+                    goregex::CompileError::Invalid(detail) => {
+                        let msg = format!("invalid regular expression: {detail}");
+                        FilterError::Parse(ParseError::new(index, input, value_pos, msg))
+                    }
+                    goregex::CompileError::OverBudget => FilterError::OverBudget {
+                        index,
+                        limit: budget.limits().total.unwrap_or(usize::MAX),
+                    },
                 })?;
                 Test::Regex(regex)
             }

@@ -11,15 +11,30 @@ pub fn parse_bound(text: &str, now: SystemTime) -> Result<SystemTime, String> {
         return Ok(SystemTime::from(time.with_timezone(&Utc)));
     }
     let looks_like_time = text.len() >= 10 && text.as_bytes()[4] == b'-';
-    if !looks_like_time && let Ok(ago) = humantime::parse_duration(text) {
+    if !looks_like_time && humantime::parse_duration(text).is_ok() {
+        // At most 100 years back: the time must stay one the store's dates (and
+        // chrono, which turns it into one) can hold.
+        let ago = crate::config::parse_duration(text)?;
         return now
             .checked_sub(ago)
+            .filter(|time| representable(*time))
             .ok_or_else(|| format!("{text:?} reaches back before the start of the calendar"));
     }
     Err(format!(
         "{text:?} is neither an RFC 3339 time like 2024-05-01T10:00:00Z or \
          2024-05-01T12:00:00+02:00 nor a duration back from now like 15m, 2h or 7d"
     ))
+}
+
+/// Whether chrono can hold `time` (it panics converting one it cannot).
+fn representable(time: SystemTime) -> bool {
+    let since_epoch = match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_secs()).ok(),
+        Err(before) => i64::try_from(before.duration().as_secs())
+            .ok()
+            .map(|secs| -secs - 1),
+    };
+    since_epoch.is_some_and(|secs| DateTime::from_timestamp(secs, 0).is_some())
 }
 
 /// The stored form (RFC 3339 UTC, nine fraction digits), so bounds compare as text.
@@ -83,6 +98,17 @@ mod tests {
                 "{bad}: {error}"
             );
         }
+    }
+
+    /// Durations humantime takes can reach far beyond what a date holds.
+    #[test]
+    fn huge_durations_are_refused_with_a_message() {
+        let now = SystemTime::now();
+        for huge in ["1000000y", "1000000000y", "101y"] {
+            let error = parse_bound(huge, now).unwrap_err();
+            assert!(error.contains("more than 100 years"), "{huge}: {error}");
+        }
+        assert!(parse_bound("100y", now).is_ok());
     }
 
     #[test]

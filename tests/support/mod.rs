@@ -518,18 +518,41 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, Strin
     try_http(addr, method, path).expect("HTTP request to the admin endpoint")
 }
 
+/// [`http`] with extra request headers (`("Authorization", "Bearer ...")`).
+pub fn http_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    try_http_with(addr, method, path, headers).expect("HTTP request to the admin endpoint")
+}
+
 /// `http`, for an endpoint that may be gone (a gateway on its way out).
 pub fn try_http(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,
 ) -> std::io::Result<(u16, String)> {
+    try_http_with(addr, method, path, &[])
+}
+
+fn try_http_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String)> {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(DEADLINE))?;
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;

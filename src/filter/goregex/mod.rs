@@ -17,29 +17,59 @@
 mod class;
 mod escape;
 
-use regex::Regex;
+use regex_automata::meta::{self, BuildError, Regex};
+
+use super::budget::Budget;
 
 /// A class that matches nothing, for Go literals Rust cannot express (UTF-16
 /// surrogates, which never match valid text anyway).
 const NEVER: &str = r"[^\x00-\x{10FFFF}]";
 
-/// Compiles a `~=` value; the error is a one-line description.
-pub(super) fn compile(pattern: &str) -> Result<Regex, String> {
-    Regex::new(&translate(pattern)?).map_err(describe)
+/// Why a `~=` value did not compile.
+#[derive(Debug)]
+pub(super) enum CompileError {
+    /// Not a valid Go regular expression; a one-line description.
+    Invalid(String),
+    /// Valid, but compiling it would take more of the filter's regex budget than
+    /// is left.
+    OverBudget,
+}
+
+/// Compiles a `~=` value within what is left of `budget`, and charges it.
+pub(super) fn compile(pattern: &str, budget: &mut Budget) -> Result<Regex, CompileError> {
+    let translated = translate(pattern).map_err(CompileError::Invalid)?;
+    let limits = budget.limits();
+    let Some(size_limit) = budget.size_limit() else {
+        return Err(CompileError::OverBudget);
+    };
+    let config = meta::Config::new()
+        .nfa_size_limit(Some(size_limit))
+        .hybrid_cache_capacity(limits.cache);
+    let regex = Regex::builder()
+        .configure(config)
+        .build(&translated)
+        .map_err(|e| describe(e, budget.is_limited()))?;
+    budget.charge(regex.memory_usage())?;
+    Ok(regex)
 }
 
 /// The regex crate's syntax errors are multi-line diagrams of the rewritten
 /// pattern; only the final `error:` line makes sense to a filter's author.
-fn describe(err: regex::Error) -> String {
-    match err {
-        regex::Error::Syntax(text) => text
+fn describe(err: BuildError, limited: bool) -> CompileError {
+    if let Some(syntax) = err.syntax_error() {
+        let text = syntax.to_string();
+        let line = text
             .lines()
             .rev()
             .find_map(|line| line.strip_prefix("error: "))
             .unwrap_or(&text)
-            .to_owned(),
-        regex::Error::CompiledTooBig(_) => "expression too large".to_owned(),
-        other => other.to_string(),
+            .to_owned();
+        return CompileError::Invalid(line);
+    }
+    match err.size_limit() {
+        Some(_) if limited => CompileError::OverBudget,
+        Some(_) => CompileError::Invalid("expression too large".to_owned()),
+        None => CompileError::Invalid(err.to_string()),
     }
 }
 

@@ -219,3 +219,38 @@ fn translation() {
         assert_eq!(translate(go).as_deref(), Ok(*rust), "{go:?}");
     }
 }
+
+/// A short pattern can compile to megabytes; under a budget such a filter is
+/// refused (naming the string that passed it) before it takes the memory, while the
+/// same filter without a budget keeps the regex crate's own per-expression limit.
+#[test]
+fn a_budget_bounds_all_expressions_of_a_filter_together() {
+    use crate::filter::{FilterError, RegexBudget};
+    let budget = RegexBudget::total(1 << 20);
+    // Nine bytes of pattern, about 10 MB compiled.
+    let huge = r#"topic~="\\pL{200}""#;
+    assert_eq!(
+        Filter::parse_all_within(&["topic", huge], budget).unwrap_err(),
+        FilterError::OverBudget {
+            index: 1,
+            limit: 1 << 20
+        }
+    );
+    assert!(Filter::parse(huge).is_ok(), "within the crate's 10 MiB");
+    // Each of these is small; together they pass the total.
+    let small: Vec<String> = (0..64).map(|i| format!("topic~=|^/t{i}/|")).collect();
+    let err = Filter::parse_all_within(&small, budget).unwrap_err();
+    assert!(
+        matches!(err, FilterError::OverBudget { index, .. } if index > 0 && index < 63),
+        "{err:?}"
+    );
+    let fits = Filter::parse_all_within(&small[..4], budget).expect("four small ones fit");
+    assert!(fits.matches(&super::fields(&[("topic", "/t3/x")])));
+    assert!(!fits.matches(&super::fields(&[("topic", "/t5/x")])));
+    // Syntax and regex errors are still parse errors, pointing at the value.
+    let err = Filter::parse_all_within(&["x~=("], budget).unwrap_err();
+    assert!(
+        matches!(&err, FilterError::Parse(e) if e.message().contains("unclosed group")),
+        "{err:?}"
+    );
+}

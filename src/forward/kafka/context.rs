@@ -72,10 +72,11 @@ impl LogContext {
         self
     }
 
+    /// Masks secret values by their key (librdkafka's `  sasl.password = ...` dump
+    /// lines, `Invalid value "..." for configuration property "..."`), and the
+    /// configured ones where they stand alone; never inside other words.
     fn scrub(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_owned(), |out, secret| {
-            out.replace(secret.as_str(), "***")
-        })
+        crate::redact::text(text, &self.secrets)
     }
 
     /// `Some(repeats suppressed since the last line)` when `kind` may be logged now.
@@ -147,6 +148,19 @@ impl ClientContext for LogContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_lines_are_masked_by_key_without_mangling_words() {
+        let context = LogContext::new("kafka".into(), Arc::default()).hiding(vec!["p".into()]);
+        assert_eq!(
+            context.scrub("  sasl.password = p"),
+            "  sasl.password = ***"
+        );
+        assert_eq!(
+            context.scrub("Configuration property sasl.mechanism is deprecated"),
+            "Configuration property sasl.mechanism is deprecated"
+        );
+    }
 
     #[test]
     fn repeats_within_the_interval_are_counted_not_logged() {

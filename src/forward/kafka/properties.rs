@@ -44,18 +44,7 @@ impl fmt::Debug for Properties {
     }
 }
 
-/// Property names whose values must never be shown: passwords, secrets, tokens,
-/// inline PEM (`ssl.key.pem`; certificates too, rather than guess which are public)
-/// and librdkafka's OAUTHBEARER configuration string.
-pub fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    key.contains("password")
-        || key.contains("secret")
-        || key.contains("token")
-        || key.contains("credential")
-        || key.ends_with(".pem")
-        || key == "sasl.oauthbearer.config"
-}
+pub use crate::redact::is_secret;
 
 /// Replaces the value of every secret key in a forwarder's option table, at any
 /// depth (`properties = { "sasl.password" = ... }`), with "***": for printing the
@@ -84,15 +73,10 @@ impl Properties {
             .collect()
     }
 
-    /// `text` with every configured secret value replaced by `***`.
+    /// `text` with the values of secret keys masked, by key (`sasl.password = ...`)
+    /// and where a configured secret stands alone (see [`crate::redact`]).
     pub fn scrub(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for (key, value) in &self.0 {
-            if is_secret(key) && !value.is_empty() {
-                out = out.replace(value.as_str(), "***");
-            }
-        }
-        out
+        crate::redact::text(text, &self.secrets())
     }
 
     /// A librdkafka error made safe to show: config errors are rebuilt without the
@@ -141,5 +125,28 @@ mod tests {
         let shown = o.properties.describe(&error);
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("sasl.password"), "{shown}");
+    }
+
+    /// A one-character password used to mask that character everywhere.
+    #[test]
+    fn a_short_secret_leaves_other_words_alone() {
+        let o = options(
+            r#"
+            brokers = "a:9092"
+            topic = "events"
+            properties = { "sasl.password" = "p" }
+            "#,
+        );
+        let error = KafkaError::ClientConfig(
+            rdkafka::types::RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value \"p\" for configuration property \"sasl.password\"".into(),
+            "sasl.password".into(),
+            "p".into(),
+        );
+        assert_eq!(
+            o.properties.describe(&error),
+            "invalid librdkafka property \"sasl.password\": Invalid value \"***\" for \
+             configuration property \"sasl.password\""
+        );
     }
 }
