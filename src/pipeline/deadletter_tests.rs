@@ -22,6 +22,17 @@ async fn store(dir: &tempfile::TempDir) -> DeadLetters {
     }
 }
 
+/// How an entry recorded before the test's gateway started died.
+fn old_failure() -> crate::deadletter::Failure {
+    crate::deadletter::Failure {
+        reason: Reason::Permanent,
+        error: "old".into(),
+        attempts: 1,
+        first_attempt_at: SystemTime::now(),
+        last_attempt_at: SystemTime::now(),
+    }
+}
+
 fn time(text: &str) -> SystemTime {
     humantime::parse_rfc3339(text).unwrap()
 }
@@ -235,31 +246,11 @@ async fn requests_made_before_start_go_first_and_unknown_forwarders_entries_stay
     let store = &dead_letters.store;
     // Entries of this forwarder and of one that is not configured (it stays put).
     store
-        .record(
-            "a",
-            vec![event(100, "/old")],
-            crate::deadletter::Failure {
-                reason: Reason::Permanent,
-                error: "old".into(),
-                attempts: 1,
-                first_attempt_at: SystemTime::now(),
-                last_attempt_at: SystemTime::now(),
-            },
-        )
+        .record("a", vec![event(100, "/old")], old_failure())
         .await
         .unwrap();
     store
-        .record(
-            "gone",
-            vec![event(101, "/old")],
-            crate::deadletter::Failure {
-                reason: Reason::Permanent,
-                error: "old".into(),
-                attempts: 1,
-                first_attempt_at: SystemTime::now(),
-                last_attempt_at: SystemTime::now(),
-            },
-        )
+        .record("gone", vec![event(101, "/old")], old_failure())
         .await
         .unwrap();
     store.request(None, Vec::new()).await.unwrap();
@@ -294,17 +285,7 @@ async fn a_worker_that_panics_between_batches_is_restarted_and_goes_on() {
     let sink = Arc::new(Recorder::default());
     *sink.panic_on.lock().unwrap() = Some("/boom");
     store
-        .record(
-            "a",
-            vec![event(100, "/boom")],
-            crate::deadletter::Failure {
-                reason: Reason::Permanent,
-                error: "old".into(),
-                attempts: 1,
-                first_attempt_at: SystemTime::now(),
-                last_attempt_at: SystemTime::now(),
-            },
-        )
+        .record("a", vec![event(100, "/boom")], old_failure())
         .await
         .unwrap();
     assert_eq!(store.request(None, Vec::new()).await.unwrap(), 1);
