@@ -43,22 +43,29 @@ fn a_store_verifies_after_pruning_and_after_pruning_everything() {
     assert_eq!(report.head.unwrap().row_id, 14);
 }
 
+/// A store as a binary that knew only the first `version` migrations left it.
+fn store_at_version(path: &std::path::Path, version: usize) -> Connection {
+    let conn = Connection::open(path).unwrap();
+    conn.pragma_update(
+        None,
+        "application_id",
+        crate::store::migrate::APPLICATION_ID,
+    )
+    .unwrap();
+    for migration in &crate::store::migrate::MIGRATIONS[..version] {
+        conn.execute_batch(migration.sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", version as i64)
+        .unwrap();
+    conn
+}
+
 #[test]
 fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.db");
     {
-        let conn = Connection::open(&path).unwrap();
-        conn.pragma_update(
-            None,
-            "application_id",
-            crate::store::migrate::APPLICATION_ID,
-        )
-        .unwrap();
-        for migration in &crate::store::migrate::MIGRATIONS[..2] {
-            conn.execute_batch(migration.sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 2).unwrap();
+        let conn = store_at_version(&path, 2);
         for i in 1..=3 {
             conn.execute(
                 "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (?1, ?2, 't', 'default', '/x')",
@@ -123,17 +130,7 @@ fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
     let path = dir.path().join("audit.db");
     {
         // A store as version 4 left it: chained rows without publisher columns.
-        let conn = Connection::open(&path).unwrap();
-        conn.pragma_update(
-            None,
-            "application_id",
-            crate::store::migrate::APPLICATION_ID,
-        )
-        .unwrap();
-        for migration in &crate::store::migrate::MIGRATIONS[..4] {
-            conn.execute_batch(migration.sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 4).unwrap();
+        let conn = store_at_version(&path, 4);
         let mut prev = chain::ZERO;
         for seq in 1..=3 {
             let event = event(seq);
