@@ -230,6 +230,26 @@ request_timeout = \"1000000000y\"\n",
             "{command}: {err}"
         );
     }
+
+    // Matching filters needs some CPU, and there is only one core's worth to pace.
+    for value in ["0", "101"] {
+        std::fs::write(
+            &bad,
+            format!("[exchange.limits]\nfilter_cpu_percent = {value}\n"),
+        )
+        .expect("write");
+        for command in ["check-config", "serve --config"] {
+            let mut cmd = eventgate();
+            cmd.args(command.split(' ')).arg(&bad);
+            let (ok, _, err) = run(&mut cmd);
+            assert!(!ok, "{command} accepted filter_cpu_percent = {value}");
+            assert!(
+                err.contains("`exchange.limits.filter_cpu_percent`")
+                    && err.contains(&format!("{value} is not a share of one core from 1 to 100")),
+                "{command}: {err}"
+            );
+        }
+    }
 }
 
 #[test]

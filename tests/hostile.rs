@@ -176,20 +176,23 @@ async fn heavy_filters_do_not_slow_a_healthy_publisher_or_subscriber() {
     // Idle again once they are gone: on a shared machine the background load drifts
     // over the minutes this takes, so the loaded p99 is compared with the idle one
     // on either side of it.
+    // Once their connections are closed too: tearing down 100 of them is work of
+    // its own.
     drop(subscribers);
     wait_for("the heavy subscribers to leave", DEADLINE, || {
-        let n = scrape(&mut gw).get("eventgate_subscribers", &[]);
-        (n == Some(1.0)).then_some(())
+        let scraped = scrape(&mut gw);
+        let subscribers = scraped.get("eventgate_subscribers", &[]);
+        let connections = scraped.get("eventgate_connections", &[("listener", "unix")]);
+        (subscribers == Some(1.0) && connections == Some(2.0)).then_some(())
     });
     let idle_after = p99_publish(&mut publisher, SAMPLES).await;
     println!("publish p99 idle again: {idle_after:?}");
     let baseline = idle.max(idle_after);
-    // The target is 2x; on 2 vCPUs the loaded p99 measures 2.0-2.4x of the idle one
-    // before it (matching fills one vCPU, and every publish hands the event to 100
-    // matching queues), so 2x would fail at random. 3x still fails the old design
-    // (filters matched while publishing: 6x and more).
+    // Filters matched while publishing made it 6x and more; matching on a thread of
+    // its own at full speed, 2.0 to 2.4x (on 2 vCPUs any busy core, even a plain
+    // busy loop, doubles this p99); paced to `filter_cpu_percent`, within 2x.
     assert!(
-        loaded <= baseline * 3,
+        loaded <= baseline * 2,
         "a healthy publisher's p99 went from {idle:?} (idle; {idle_after:?} after) to \
          {loaded:?} with {HEAVY_CLIENTS} subscribers holding {MAX_FILTERS} heavy filters each"
     );

@@ -28,4 +28,4 @@ if ! command -v tansu >/dev/null; then
 fi
 
 cargo build --all-targets --locked
-cargo test --all-targets --locked -- --include-ignored
+cargo test --all-targets --locked --no-fail-fast -- --include-ignored

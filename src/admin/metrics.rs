@@ -415,6 +415,11 @@ fn describe() {
             "From receipt of a batch's oldest event until the sink acknowledged the batch.",
         ),
         (
+            "eventgate_filter_matching_rest_seconds",
+            Seconds,
+            "One rest of the filter matching thread, held to exchange.limits.filter_cpu_percent.",
+        ),
+        (
             "eventgate_spool_fsync_seconds",
             Seconds,
             "Duration of one spool fdatasync.",

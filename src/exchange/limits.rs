@@ -34,6 +34,9 @@ pub struct LimitSettings {
     /// What the compiled regular expressions of one subscription's filters may take
     /// together (each one's compiled size plus its matching cache).
     pub max_regex_memory: ByteSize,
+    /// The share of one CPU core, in percent, that matching subscribers' filters may
+    /// take, all subscribers together; 100 leaves it unbounded.
+    pub filter_cpu_percent: u32,
     /// Most client connections open at once, per listener (the unix socket and the
     /// TCP listener each).
     pub max_connections: usize,
@@ -62,6 +65,7 @@ impl Default for LimitSettings {
             max_streams_per_connection: 256,
             request_timeout: Duration::from_secs(30),
             max_regex_memory: ByteSize(8 << 20),
+            filter_cpu_percent: 25,
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
@@ -123,6 +127,15 @@ impl LimitSettings {
                     "{} is less than 128KiB, too little for one regular expression and its \
                      matching cache",
                     self.max_regex_memory
+                ),
+            ));
+        }
+        if !(1..=100).contains(&self.filter_cpu_percent) {
+            return Err((
+                "exchange.limits.filter_cpu_percent",
+                format!(
+                    "{} is not a share of one core from 1 to 100 (percent)",
+                    self.filter_cpu_percent
                 ),
             ));
         }

@@ -17,7 +17,11 @@
 //!   a few filter strings of one event.
 //!
 //! Being one thread, matching takes at most one core from the gateway's other work,
-//! however many subscribers and filters there are.
+//! however many subscribers and filters there are; and it is paced to
+//! `exchange.limits.filter_cpu_percent` of that core (25% by default). On a small
+//! node any busy core slows everything else (on 2 vCPUs, a plain busy loop doubles a
+//! publisher's p99), so filters that ask for more than their share fall behind and
+//! are cut off, rather than taking a core from publishers and forwarders.
 //!
 //! Filters with regular expressions are compiled on that thread too (the regex
 //! budget bounds how long that takes), so a Subscribe with costly filters does not
@@ -36,6 +40,68 @@ use crate::filter::{Filter, FilterError, RegexBudget};
 
 /// How long one matching task may run before it lets the others have the thread.
 const SLICE: Duration = Duration::from_millis(1);
+
+/// How much CPU the matching thread uses between two looks at its pace: small
+/// enough that a rest is a few milliseconds (never a visible stall for a cheap
+/// subscriber), large enough that the clock is read rarely.
+const PACE_QUANTUM: Duration = Duration::from_millis(2);
+
+std::thread_local! {
+    /// Set on the matching thread only: pacing sleeps the thread, which must never
+    /// happen on a runtime that serves anything else.
+    static PACER: std::cell::RefCell<Option<Pacer>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Where the matching thread's CPU time and the wall clock stood at the last rest.
+struct Pacer {
+    cpu: Duration,
+    wall: Instant,
+}
+
+/// This thread's CPU time; zero where it cannot be read (then nothing is paced).
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        now.tv_sec.max(0) as u64,
+        now.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+/// Called between matching turns: once the thread has used more than `percent` of
+/// the wall time since its last rest, it sleeps until it is back within it. Time
+/// the thread spent waiting for events counts, so matching that keeps up never
+/// rests.
+fn pace(percent: u32) {
+    if percent >= 100 {
+        return;
+    }
+    PACER.with(|pacer| {
+        let mut pacer = pacer.borrow_mut();
+        let Some(pacer) = pacer.as_mut() else {
+            return;
+        };
+        let used = thread_cpu_time().saturating_sub(pacer.cpu);
+        if used < PACE_QUANTUM {
+            return;
+        }
+        let due = used * 100 / percent.max(1);
+        let elapsed = pacer.wall.elapsed();
+        if elapsed < due {
+            let rest = due - elapsed;
+            std::thread::sleep(rest);
+            metrics::histogram!("eventgate_filter_matching_rest_seconds").record(rest);
+        }
+        pacer.cpu = thread_cpu_time();
+        pacer.wall = Instant::now();
+    });
+}
 
 /// Why a subscription ended early, shared between the exchange, the matching task
 /// and the subscription (which reports it).
@@ -115,6 +181,12 @@ fn start_pool() -> std::io::Result<Handle> {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build();
+            PACER.with(|pacer| {
+                *pacer.borrow_mut() = Some(Pacer {
+                    cpu: thread_cpu_time(),
+                    wall: Instant::now(),
+                })
+            });
             match runtime {
                 Ok(runtime) => {
                     if tx.send(Ok(runtime.handle().clone())).is_ok() {
@@ -170,6 +242,8 @@ pub(super) struct Matcher {
     pub(super) cut_off: Arc<CutOff>,
     pub(super) exchange: Weak<Inner>,
     pub(super) queue: usize,
+    /// `exchange.limits.filter_cpu_percent` when it subscribed.
+    pub(super) cpu_percent: u32,
 }
 
 impl Matcher {
@@ -179,7 +253,28 @@ impl Matcher {
 
     async fn run(mut self) {
         let mut turn = Instant::now();
-        while let Some(event) = self.inbound.recv().await {
+        loop {
+            // A turn ends when the queue is empty or the slice is used: both are
+            // where the thread's pace is checked.
+            let event = match self.inbound.try_recv() {
+                Ok(event) => event,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    pace(self.cpu_percent);
+                    match self.inbound.recv().await {
+                        Some(event) => {
+                            turn = Instant::now();
+                            event
+                        }
+                        None => return,
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => return,
+            };
+            // A client that left takes its backlog with it: matching what is still
+            // queued for nobody would cost other subscribers their share.
+            if self.outbound.is_closed() {
+                return;
+            }
             let mut matched = false;
             // One filter string at a time, so a subscription with many costly ones
             // gives the thread up in the middle of an event rather than after it.
@@ -189,6 +284,7 @@ impl Matcher {
                     break;
                 }
                 if turn.elapsed() >= SLICE {
+                    pace(self.cpu_percent);
                     tokio::task::yield_now().await;
                     turn = Instant::now();
                     if self.outbound.is_closed() {
@@ -200,6 +296,7 @@ impl Matcher {
                 return;
             }
             if turn.elapsed() >= SLICE {
+                pace(self.cpu_percent);
                 tokio::task::yield_now().await;
                 turn = Instant::now();
             }
@@ -221,5 +318,31 @@ impl Matcher {
             }
             Err(TrySendError::Closed(_)) => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pace holds the thread to its share: after 3 ms of CPU at 25%, it has
+    /// spent at least three times that asleep.
+    #[test]
+    fn a_paced_thread_rests_until_it_is_within_its_share() {
+        PACER.with(|pacer| {
+            *pacer.borrow_mut() = Some(Pacer {
+                cpu: thread_cpu_time(),
+                wall: Instant::now(),
+            })
+        });
+        let started = Instant::now();
+        let cpu = thread_cpu_time();
+        let mut busy = Duration::ZERO;
+        while busy < Duration::from_millis(3) {
+            busy = thread_cpu_time() - cpu;
+        }
+        pace(25);
+        let wall = started.elapsed();
+        assert!(wall >= busy * 4 - busy / 10, "{busy:?} of CPU in {wall:?}");
     }
 }

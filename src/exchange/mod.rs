@@ -465,6 +465,7 @@ impl Exchange {
                 cut_off: Arc::clone(&cut_off),
                 exchange: Arc::downgrade(&self.inner),
                 queue: capacity,
+                cpu_percent: self.inner.config.limits.filter_cpu_percent,
             }
             .start()
             .map_err(|_| SubscribeError::NoMatcher)?;
