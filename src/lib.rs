@@ -3,6 +3,8 @@
 //! The map of the crate, in the order an event travels:
 //! - [`upstream`]: subscriptions to containerd sockets, feeding the exchange, with gap
 //!   markers where the record may be incomplete.
+//! - [`reconcile`]: after a gap, the daemon's state compared with what was recorded,
+//!   the differences recorded as events.
 //! - [`exchange`]: containerd's Events gRPC service (Publish, Forward, Subscribe) and
 //!   the hub that orders events and fans them out to subscribers.
 //! - [`identifiers`]: containerd's namespace and topic rules.
@@ -53,6 +55,7 @@ pub mod pipeline;
 pub mod proto;
 pub mod publisher;
 pub mod query;
+pub mod reconcile;
 pub mod redact;
 pub mod reload;
 pub mod render;

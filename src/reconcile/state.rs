@@ -1,0 +1,84 @@
+//! What a containerd daemon holds, as eventgate knows it: namespaces, containers,
+//! tasks and images. The same shape serves two sides of a reconcile: the snapshot
+//! advanced from recorded events, and the daemon's own lists.
+//!
+//! Fields an event does not carry (a container's labels at `/containers/create`, an
+//! image's target digest) are `None` in a snapshot until a list fills them in, so an
+//! unknown value is never mistaken for a change.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+pub type Labels = BTreeMap<String, String>;
+
+/// One daemon's state, by namespace name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeState {
+    pub namespaces: BTreeMap<String, NamespaceState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceState {
+    pub labels: Option<Labels>,
+    /// By container id.
+    pub containers: BTreeMap<String, ContainerState>,
+    /// By container id: a task's init process (execs are not tracked).
+    pub tasks: BTreeMap<String, TaskState>,
+    /// By image name (`docker.io/library/busybox:latest`).
+    pub images: BTreeMap<String, ImageState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerState {
+    pub image: String,
+    /// The runtime's name (`io.containerd.runc.v2`).
+    pub runtime: String,
+    pub labels: Option<Labels>,
+    /// The daemon's record of when it was created, where a list said.
+    pub created_at: Option<SystemTime>,
+    pub updated_at: Option<SystemTime>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskState {
+    pub pid: u32,
+    pub status: TaskStatus,
+    /// Set once the init process exited.
+    pub exit_status: Option<u32>,
+    pub exited_at: Option<SystemTime>,
+}
+
+/// containerd's `containerd.v1.types.Status`, by the same numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskStatus {
+    Unknown = 0,
+    Created = 1,
+    Running = 2,
+    Stopped = 3,
+    Paused = 4,
+    Pausing = 5,
+}
+
+impl TaskStatus {
+    pub fn from_wire(status: i32) -> Self {
+        match status {
+            1 => TaskStatus::Created,
+            2 => TaskStatus::Running,
+            3 => TaskStatus::Stopped,
+            4 => TaskStatus::Paused,
+            5 => TaskStatus::Pausing,
+            _ => TaskStatus::Unknown,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageState {
+    /// `sha256:...` of the image's target descriptor.
+    pub target_digest: Option<String>,
+    pub labels: Option<Labels>,
+    pub created_at: Option<SystemTime>,
+    pub updated_at: Option<SystemTime>,
+}
