@@ -1,8 +1,18 @@
 //! Reconcile: after any gap in what an upstream delivered, compare what the daemon
 //! holds with what eventgate recorded, and record the differences as events.
+//!
+//! - [`state`]: the shape both sides share.
+//! - [`apply`]: a snapshot advanced by recorded events.
+//! - [`diff`]: the events that explain a difference, in the order they must have
+//!   happened, and what could not be known.
 
+pub mod apply;
+pub mod diff;
 pub mod state;
 
 pub use state::{
     ContainerState, ImageState, Labels, NamespaceState, NodeState, TaskState, TaskStatus,
 };
+
+#[cfg(test)]
+mod tests;
