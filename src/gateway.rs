@@ -65,7 +65,18 @@ pub enum GatewayError {
 async fn open_spool(config: &Config) -> Result<(Spool, crate::spool::Recovery), GatewayError> {
     let dir = config.spool_dir();
     let settings = config.spool.clone();
-    let names: Vec<String> = config.forwarders.iter().map(|f| f.name.clone()).collect();
+    // The upstreams' state snapshots hold spool cursors too (see reconcile::snapshot).
+    let names: Vec<String> = config
+        .forwarders
+        .iter()
+        .map(|f| f.name.clone())
+        .chain(
+            config
+                .upstreams
+                .iter()
+                .map(|u| crate::reconcile::snapshot::cursor_name(&u.effective_name())),
+        )
+        .collect();
     let opened = tokio::task::spawn_blocking(move || {
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         Spool::open(&dir, &settings, &names)
@@ -231,7 +242,12 @@ impl Gateway {
             client_certificates = config.exchange.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             "eventgate is serving containerd's Events API"
         );
-        let upstreams = Upstreams::start(&config.upstreams, &exchange);
+        let upstreams = Upstreams::start(
+            &config.upstreams,
+            &exchange,
+            &config.data_dir,
+            Some(spool.clone()),
+        );
         let admin = admin.map(|bound| {
             bound.serve(Observed {
                 forwarders: pipeline.view(),

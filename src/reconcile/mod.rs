@@ -5,9 +5,11 @@
 //! - [`apply`]: a snapshot advanced by recorded events.
 //! - [`diff`]: the events that explain a difference, in the order they must have
 //!   happened, and what could not be known.
+//! - [`snapshot`]: one upstream's recorded state, on disk and held in the spool.
 
 pub mod apply;
 pub mod diff;
+pub mod snapshot;
 pub mod state;
 
 pub use state::{

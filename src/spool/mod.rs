@@ -36,6 +36,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::event::Event;
+pub use files::write_atomic;
 pub use reader::{Gap, ReadBatch, Reader};
 pub use recovery::Recovery;
 pub use settings::{Fsync, FullPolicy, SpoolSettings};

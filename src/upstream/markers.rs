@@ -8,13 +8,17 @@ use prost::Message;
 use prost_types::{Any, Timestamp};
 
 use crate::proto::containerd::types::Envelope;
-use crate::proto::eventgate::events::v1::{UpstreamConnected, UpstreamDisconnected};
+use crate::proto::eventgate::events::v1::{
+    UpstreamConnected, UpstreamDisconnected, UpstreamReconciled,
+};
 
 /// The gateway's own namespace.
 pub const NAMESPACE: &str = "eventgate";
 pub const CONNECTED_TOPIC: &str = "/eventgate/upstream/connected";
 pub const DISCONNECTED_TOPIC: &str = "/eventgate/upstream/disconnected";
+pub const RECONCILED_TOPIC: &str = "/eventgate/upstream/reconciled";
 pub const CONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamConnected";
+pub const RECONCILED_TYPE: &str = "eventgate.events.v1.UpstreamReconciled";
 pub const DISCONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamDisconnected";
 
 /// What the connected marker says; `gap_started_at` is when the record broke.
@@ -67,6 +71,16 @@ pub fn disconnected(marker: &Disconnected<'_>) -> Envelope {
         DISCONNECTED_TOPIC,
         DISCONNECTED_TYPE,
         payload.encode_to_vec(),
+    )
+}
+
+/// The reconciled marker, stamped with the time the daemon was listed.
+pub fn reconciled(marker: UpstreamReconciled, listed_at: SystemTime) -> Envelope {
+    envelope(
+        listed_at,
+        RECONCILED_TOPIC,
+        RECONCILED_TYPE,
+        marker.encode_to_vec(),
     )
 }
 

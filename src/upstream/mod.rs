@@ -8,6 +8,7 @@
 
 mod backoff;
 pub mod markers;
+mod reconciler;
 mod settings;
 mod status;
 mod task;
@@ -43,7 +44,12 @@ impl Upstreams {
 
     /// Starts one task per spec. Specs are validated by the config beforehand; an
     /// unreachable upstream is not an error here, it is retried in the background.
-    pub fn start(specs: &[UpstreamSpec], exchange: &Exchange) -> Self {
+    pub fn start(
+        specs: &[UpstreamSpec],
+        exchange: &Exchange,
+        data_dir: &std::path::Path,
+        spool: Option<crate::spool::Spool>,
+    ) -> Self {
         let mut upstreams = Self::none();
         let started = SystemTime::now();
         for spec in specs {
@@ -64,6 +70,8 @@ impl Upstreams {
                 status,
                 cancel: upstreams.cancel.child_token(),
                 started,
+                data_dir: data_dir.to_owned(),
+                spool: spool.clone(),
             };
             upstreams.tasks.spawn(task.run());
             upstreams.statuses.push(receiver);

@@ -30,10 +30,22 @@ pub struct UpstreamSpec {
         with = "crate::config::duration_text"
     )]
     pub connect_timeout: Duration,
+    /// How often, while subscribed, the daemon's state is listed and compared with
+    /// the record (it is also done on every (re)connect); `0s` turns the periodic
+    /// one off.
+    #[serde(
+        default = "default_reconcile_interval",
+        with = "crate::config::duration_text"
+    )]
+    pub reconcile_interval: Duration,
 }
 
 fn default_connect_timeout() -> Duration {
     Duration::from_secs(5)
+}
+
+fn default_reconcile_interval() -> Duration {
+    Duration::from_secs(300)
 }
 
 /// `reconnect = { initial = "100ms", max = "30s", stable = "10s" }`
@@ -71,6 +83,7 @@ impl UpstreamSpec {
             filters: Vec::new(),
             reconnect: ReconnectSettings::default(),
             connect_timeout: default_connect_timeout(),
+            reconcile_interval: default_reconcile_interval(),
         }
     }
 

@@ -12,12 +12,13 @@ use tonic::{Response, Status, Streaming};
 
 use super::backoff::Backoff;
 use super::markers::{self, Connected, Disconnected};
+use super::reconciler::{Plan, Reconciler, Trigger};
 use super::settings::UpstreamSpec;
 use super::status::{UpstreamState, UpstreamStatus};
 use super::transport::NotifySent;
 use crate::client;
 use crate::errors;
-use crate::event::Source;
+use crate::event::{Event, Source};
 use crate::exchange::{AcceptError, Exchange};
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::proto::containerd::services::events::v1::events_client::EventsClient;
@@ -49,10 +50,29 @@ pub(super) struct Task {
     pub cancel: CancellationToken,
     /// When the gateway started: the first connection closes the gap that began then.
     pub started: SystemTime,
+    /// Where the state snapshot lives, and the spool that holds what it has not saved.
+    pub data_dir: std::path::PathBuf,
+    pub spool: Option<crate::spool::Spool>,
 }
 
 impl Task {
     pub async fn run(self) {
+        let mut reconciler = match Reconciler::open(
+            &self.name,
+            &self.spec.address,
+            self.spec.connect_timeout,
+            self.spec.reconcile_interval,
+            &self.data_dir,
+            self.spool.clone(),
+        )
+        .await
+        {
+            Ok(reconciler) => Some(reconciler),
+            Err(error) => {
+                tracing::error!(upstream = %self.name, error = %errors::chain(&error), "cannot open the state snapshot; this upstream is not reconciled");
+                None
+            }
+        };
         let mut backoff = Backoff::new(&self.spec.reconnect);
         let mut gap_started = self.started;
         let mut attempts = 0u64;
@@ -120,8 +140,16 @@ impl Task {
             attempts = 0;
             reported_failure = false;
 
+            if let Some(reconciler) = &mut reconciler {
+                reconciler.begin(Trigger::Connected, gap_started);
+            }
             let mut received = 0u64;
-            let ended = self.stream(opened, &mut received).await;
+            let ended = self
+                .stream(opened, &mut received, reconciler.as_mut())
+                .await;
+            if let Some(reconciler) = &mut reconciler {
+                reconciler.pause();
+            }
             let disconnected_at = SystemTime::now();
             metrics::gauge!("eventgate_upstream_connected", "upstream" => self.label()).set(0.0);
             let reason = match &ended {
@@ -169,6 +197,9 @@ impl Task {
                 break;
             }
         }
+        if let Some(reconciler) = &mut reconciler {
+            reconciler.close();
+        }
         self.set_state(UpstreamState::Stopped);
         metrics::gauge!("eventgate_upstream_connected", "upstream" => self.label()).set(0.0);
     }
@@ -205,7 +236,12 @@ impl Task {
         }
     }
 
-    async fn stream(&self, opened: Opened, received: &mut u64) -> Ended {
+    async fn stream(
+        &self,
+        opened: Opened,
+        received: &mut u64,
+        mut reconciler: Option<&mut Reconciler>,
+    ) -> Ended {
         let mut stream = match opened {
             Opened::Streaming(stream) => *stream,
             Opened::Waiting(call) => tokio::select! {
@@ -217,8 +253,22 @@ impl Task {
             },
         };
         loop {
+            let reconciled = async {
+                match reconciler.as_deref_mut() {
+                    Some(reconciler) => reconciler.ready().await,
+                    None => std::future::pending().await,
+                }
+            };
             let message = tokio::select! {
                 () = self.cancel.cancelled() => return Ended::Cancelled,
+                plan = reconciled => {
+                    if let Some(reconciler) = reconciler.as_deref_mut()
+                        && let Err(ended) = self.record_plan(plan, reconciler).await
+                    {
+                        return ended;
+                    }
+                    continue;
+                }
                 message = stream.message() => message,
             };
             let envelope = match message {
@@ -246,20 +296,39 @@ impl Task {
                 .accept(Source::Upstream(Arc::clone(&self.name)), envelope)
                 .await
             {
-                Ok(()) => {}
+                Ok(Some(event)) => {
+                    if let Some(reconciler) = reconciler.as_deref_mut() {
+                        reconciler.record(&event);
+                    }
+                }
+                Ok(None) => {}
                 Err(ended) => return ended,
             }
         }
     }
 
+    /// Records a reconcile's events as the upstream's own (they are what it would
+    /// have published), then its marker.
+    async fn record_plan(&self, plan: Plan, reconciler: &mut Reconciler) -> Result<(), Ended> {
+        for (envelope, _daemon_clock) in &plan.events {
+            let source = Source::Upstream(Arc::clone(&self.name));
+            if let Some(event) = self.accept(source, envelope.clone()).await? {
+                reconciler.record(&event);
+            }
+        }
+        self.accept(Source::Internal, plan.marker.clone()).await?;
+        reconciler.recorded(plan);
+        Ok(())
+    }
+
     /// Accepts an event, waiting out full `block` queues, a full spool and a disk
     /// below `spool.min_free`: an upstream event has nowhere else to go, and while we
     /// wait the upstream holds the rest for us.
-    async fn accept(&self, source: Source, envelope: Envelope) -> Result<(), Ended> {
+    async fn accept(&self, source: Source, envelope: Envelope) -> Result<Option<Arc<Event>>, Ended> {
         let mut warned = false;
         loop {
             match self.exchange.accept(source.clone(), envelope.clone()).await {
-                Ok(_) => return Ok(()),
+                Ok(event) => return Ok(Some(event)),
                 Err(
                     full @ (AcceptError::QueueFull(_)
                     | AcceptError::SpoolFull(_)
@@ -286,7 +355,7 @@ impl Task {
                 Err(error) => {
                     // check_envelope ran first, so this is not expected; say so loudly.
                     tracing::error!(upstream = %self.name, %error, "upstream event refused");
-                    return Ok(());
+                    return Ok(None);
                 }
             }
         }
@@ -296,7 +365,7 @@ impl Task {
     /// while it waits for queue room), which ends the task.
     async fn accept_marker(&self, marker: Envelope) -> bool {
         match self.accept(Source::Internal, marker).await {
-            Ok(()) => true,
+            Ok(_) => true,
             Err(Ended::Cancelled) => {
                 tracing::warn!(upstream = %self.name, "stopped before a gap marker could be queued");
                 false

@@ -124,7 +124,7 @@ async fn subscribed(
     exchange: &Exchange,
     sub: &mut Subscription,
 ) -> Upstreams {
-    let upstreams = Upstreams::start(specs, exchange);
+    let upstreams = Upstreams::start(specs, exchange, &state_dir(), None);
     assert_eq!(
         next(sub).await.envelope.topic,
         "/eventgate/upstream/connected"
@@ -149,7 +149,7 @@ async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
     let (upstream, server) = serve_exchange(&path);
     let (exchange, mut sub) = downstream();
     let before = SystemTime::now();
-    let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
+    let mut upstreams = Upstreams::start(&[spec(&path)], &exchange, &state_dir(), None);
 
     let marker = next(&mut sub).await;
     assert_eq!(marker.envelope.namespace, "eventgate");
@@ -244,7 +244,7 @@ async fn waits_for_an_upstream_that_is_not_there_yet() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "later.sock");
     let (exchange, mut sub) = downstream();
-    let mut upstreams = Upstreams::start(&[spec(&path)], &exchange);
+    let mut upstreams = Upstreams::start(&[spec(&path)], &exchange, &state_dir(), None);
     let status = upstreams
         .wait_for(
             "node",
@@ -329,7 +329,7 @@ async fn an_upstream_that_sends_no_headers_counts_as_connected_at_once() {
     let (exchange, mut sub) = downstream();
     let mut with_filters = spec(&path);
     with_filters.filters = vec!["topic==\"/tasks/exit\"".into()];
-    let mut upstreams = Upstreams::start(&[with_filters], &exchange);
+    let mut upstreams = Upstreams::start(&[with_filters], &exchange, &state_dir(), None);
 
     // Connected and recorded while the upstream has not answered anything.
     let marker = next(&mut sub).await;
@@ -412,7 +412,7 @@ async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one
         specs.push(spec);
         daemons.push(daemon);
     }
-    let mut upstreams = Upstreams::start(&specs, &exchange);
+    let mut upstreams = Upstreams::start(&specs, &exchange, &state_dir(), None);
     for name in ["a", "b"] {
         upstreams
             .wait_for(name, DEADLINE, |s| {
@@ -456,4 +456,9 @@ async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one
     assert!(problems[0].starts_with("upstream b ("), "{problems:?}");
     upstreams.stop(DEADLINE).await;
     servers.pop().unwrap().stop().await;
+}
+
+/// A data directory for the upstreams' state snapshots, left for the OS to clean.
+fn state_dir() -> std::path::PathBuf {
+    tempfile::tempdir().expect("tempdir").keep()
 }

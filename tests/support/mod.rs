@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use eventgate::proto::containerd::services::events::v1::events_client::EventsClient;
 use tonic::transport::Channel;
 
+pub mod audit;
 pub mod certs;
 pub mod containerd;
 pub mod image;

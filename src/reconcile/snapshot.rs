@@ -1,0 +1,229 @@
+//! One upstream's snapshot: the daemon's state as eventgate recorded it, advanced by
+//! every event of that upstream once the spool holds it, and kept on disk under
+//! `<data_dir>/state/<upstream>.json`.
+//!
+//! Saving after every event would put a file write on the upstream's path, so the
+//! file is saved now and then (and after each reconcile and at stop), and the spool
+//! keeps everything after it: the snapshot holds a spool cursor (`state:<upstream>`,
+//! a name no forwarder can have) at the first seq it has not saved. At start the
+//! events after that cursor are read back from the spool and applied, so the
+//! snapshot is exactly as far as the record, never ahead and never behind.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::apply::Object;
+use super::state::NodeState;
+use crate::event::{Event, Source};
+use crate::spool::{Spool, SpoolError};
+
+/// How often a changed snapshot is written when nothing else saves it.
+pub const SAVE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long an unchanged snapshot may hold other sources' events in the spool.
+const HOLD_AT_MOST: Duration = Duration::from_secs(60);
+
+const VERSION: u32 = 1;
+
+#[derive(Debug, Error)]
+pub enum SnapshotError {
+    #[error("cannot write the state snapshot {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot read back the spool to bring the state snapshot up to date")]
+    Spool(#[source] SpoolError),
+}
+
+/// The file's shape.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    version: u32,
+    upstream: String,
+    /// Every event of the upstream with a lower seq is in `state`.
+    next_seq: u64,
+    state: NodeState,
+}
+
+pub struct Snapshot {
+    upstream: String,
+    path: PathBuf,
+    pub state: NodeState,
+    next_seq: u64,
+    /// False until a reconcile has seen the daemon: the first one takes its state as
+    /// the starting point instead of telling all of it as news.
+    pub known: bool,
+    /// While a reconcile lists the daemon: the objects the live stream changed since.
+    touched: Option<BTreeSet<Object>>,
+    dirty: bool,
+    saved_at: Instant,
+}
+
+/// The spool cursor that holds the events a snapshot file does not have yet.
+pub fn cursor_name(upstream: &str) -> String {
+    format!("state:{upstream}")
+}
+
+pub fn path(data_dir: &Path, upstream: &str) -> PathBuf {
+    data_dir.join("state").join(format!("{upstream}.json"))
+}
+
+impl Snapshot {
+    /// Loads the saved snapshot (an unreadable one is moved aside and the next
+    /// reconcile starts afresh, saying so) and applies what the spool holds after it.
+    pub async fn open(
+        data_dir: &Path,
+        upstream: &str,
+        spool: Option<&Spool>,
+    ) -> Result<Snapshot, SnapshotError> {
+        let path = path(data_dir, upstream);
+        let mut snapshot = Snapshot {
+            upstream: upstream.to_owned(),
+            path: path.clone(),
+            state: NodeState::default(),
+            next_seq: 0,
+            known: false,
+            touched: None,
+            dirty: false,
+            saved_at: Instant::now(),
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice::<Saved>(&bytes) {
+                Ok(saved) if saved.version == VERSION && saved.upstream == upstream => {
+                    snapshot.state = saved.state;
+                    snapshot.next_seq = saved.next_seq;
+                    snapshot.known = true;
+                }
+                Ok(_) | Err(_) => {
+                    let aside = path.with_extension("json.unreadable");
+                    tracing::error!(path = %path.display(), aside = %aside.display(), "state snapshot cannot be read; set aside, the next reconcile starts afresh");
+                    let _ = std::fs::rename(&path, &aside);
+                }
+            },
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::error!(path = %path.display(), %error, "state snapshot cannot be read; the next reconcile starts afresh");
+            }
+        }
+        if let Some(spool) = spool {
+            snapshot.catch_up(spool).await?;
+        }
+        Ok(snapshot)
+    }
+
+    /// Applies this upstream's events the spool holds after the saved snapshot.
+    async fn catch_up(&mut self, spool: &Spool) -> Result<(), SnapshotError> {
+        let end = spool.next_seq();
+        if !self.known || self.next_seq >= end {
+            self.next_seq = end;
+            return Ok(());
+        }
+        let mut reader = spool.reader(self.next_seq);
+        while reader.position() < end {
+            let batch = reader.next(1024, 4 << 20).await.map_err(SnapshotError::Spool)?;
+            if let Some(gap) = batch.gap {
+                // Dropped while the spool was full: what those events said is only
+                // known to the daemon now, and the next reconcile will ask it.
+                tracing::warn!(upstream = %self.upstream, first = gap.first, last = gap.last, "events the state snapshot needed were dropped from the spool");
+            }
+            for event in &batch.events {
+                if event.seq >= end {
+                    break;
+                }
+                self.record(event);
+            }
+            if batch.events.is_empty() && batch.gap.is_none() {
+                break;
+            }
+        }
+        self.next_seq = end;
+        Ok(())
+    }
+
+    /// Advances the snapshot by one event the spool holds (others' events are
+    /// ignored).
+    pub fn record(&mut self, event: &Event) {
+        self.next_seq = self.next_seq.max(event.seq + 1);
+        if !matches!(&event.source, Source::Upstream(name) if **name == *self.upstream) {
+            return;
+        }
+        let envelope = &event.envelope;
+        let changed = self
+            .state
+            .apply(&envelope.namespace, &envelope.topic, envelope.event.as_ref());
+        if let Some(object) = changed {
+            self.dirty = true;
+            if let Some(touched) = &mut self.touched {
+                touched.insert(object);
+            }
+        }
+    }
+
+    /// From now until [`Snapshot::end_listing`], remembers what the live stream
+    /// changes.
+    pub fn begin_listing(&mut self) {
+        self.touched = Some(BTreeSet::new());
+    }
+
+    /// The objects the live stream changed since `begin_listing`.
+    pub fn end_listing(&mut self) -> BTreeSet<Object> {
+        self.touched.take().unwrap_or_default()
+    }
+
+    /// Replaces the state after a reconcile, and saves it.
+    pub fn reset(&mut self, state: NodeState, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+        self.state = state;
+        self.known = true;
+        self.dirty = true;
+        self.save(spool)
+    }
+
+    /// Saves now and then. Called between the upstream's own events (none is in
+    /// flight), so every event the spool has numbered that the snapshot has not seen
+    /// is someone else's: the snapshot is good up to the spool's next seq, and saying
+    /// so releases those events from the spool too.
+    pub fn tick(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+        if let Some(spool) = spool {
+            self.next_seq = self.next_seq.max(spool.next_seq());
+        }
+        let elapsed = self.saved_at.elapsed();
+        if (self.dirty && elapsed >= SAVE_EVERY) || elapsed >= HOLD_AT_MOST {
+            self.save(spool)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the file (atomically, synced), then lets the spool forget what it holds.
+    pub fn save(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+        let saved = Saved {
+            version: VERSION,
+            upstream: self.upstream.clone(),
+            next_seq: self.next_seq,
+            state: self.state.clone(),
+        };
+        let write = |path: &Path| -> io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let bytes = serde_json::to_vec(&saved).map_err(io::Error::other)?;
+            crate::spool::write_atomic(path, &bytes)
+        };
+        write(&self.path).map_err(|source| SnapshotError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.dirty = false;
+        self.saved_at = Instant::now();
+        if let Some(spool) = spool {
+            spool.set_cursor(&cursor_name(&self.upstream), self.next_seq);
+        }
+        Ok(())
+    }
+}

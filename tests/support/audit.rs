@@ -1,0 +1,74 @@
+//! The SQLite audit store read as a user reads it: a second, read-only connection
+//! next to the gateway's writer.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+
+use super::{DEADLINE, wait_for};
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Storage order (`seq` restarts with each gateway process).
+    pub row_id: i64,
+    pub id: String,
+    pub namespace: String,
+    pub topic: String,
+    pub event: Value,
+    pub source: String,
+}
+
+impl Row {
+    /// The container an event is about (`id` in container events, `container_id` in
+    /// task events).
+    pub fn container(&self) -> Option<&str> {
+        self.event
+            .get("container_id")
+            .or_else(|| self.event.get("id"))
+            .and_then(Value::as_str)
+    }
+}
+
+/// Every stored row in storage order, read as a user would (a second, read-only
+/// connection next to the gateway's writer). Empty while the store does not exist.
+pub fn stored(db: &Path) -> Vec<Row> {
+    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return Vec::new();
+    };
+    let Ok(mut statement) = conn
+        .prepare("SELECT row_id, id, namespace, topic, event, source FROM events ORDER BY row_id")
+    else {
+        return Vec::new();
+    };
+    statement
+        .query_map([], |r| {
+            let event: Option<String> = r.get(4)?;
+            Ok(Row {
+                row_id: r.get(0)?,
+                id: r.get(1)?,
+                namespace: r.get(2)?,
+                topic: r.get(3)?,
+                event: event
+                    .map(|e| serde_json::from_str(&e).expect("event column holds JSON"))
+                    .unwrap_or(Value::Null),
+                source: r.get(5)?,
+            })
+        })
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+/// Waits until the store holds a row satisfying `found`; returns all rows then.
+pub fn wait_stored(db: &Path, what: &str, found: impl Fn(&Row) -> bool) -> Vec<Row> {
+    wait_for(what, DEADLINE, || {
+        let rows = stored(db);
+        rows.iter().any(&found).then_some(rows)
+    })
+}
+
+pub fn markers<'a>(rows: &'a [Row], topic: &str) -> Vec<&'a Row> {
+    rows.iter().filter(|r| r.topic == topic).collect()
+}
+
