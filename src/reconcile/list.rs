@@ -183,13 +183,19 @@ async fn within<T>(
     timeout: Duration,
     call: impl Future<Output = Result<T, Status>>,
 ) -> Result<T, Status> {
-    tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(Status::deadline_exceeded(format!(
-                "no complete answer within {timeout:?}"
-            )))
-        })
+    let started = Instant::now();
+    let overdue = || Status::deadline_exceeded(format!("no complete answer within {timeout:?}"));
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(value)) => Ok(value),
+        // tonic enforces the request's own deadline too, and reports it as CANCELLED
+        // ("Timeout expired"); it is the same deadline, so it reads as containerd's
+        // clients would report it.
+        Ok(Err(status)) if status.code() == Code::Cancelled && started.elapsed() >= timeout => {
+            Err(overdue())
+        }
+        Ok(Err(status)) => Err(status),
+        Err(_) => Err(overdue()),
+    }
 }
 
 async fn list_containers(
