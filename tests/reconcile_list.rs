@@ -17,8 +17,14 @@ const RUNTIME: &str = "io.containerd.runc.v2";
 
 /// `ctr --namespace NAMESPACE ARGS...`; its stdout, after it succeeded.
 fn ctr(containerd: &Containerd, namespace: &str, args: &[&str]) -> String {
-    let out = containerd
-        .ctr()
+    ctr_at(&containerd.socket, namespace, args)
+}
+
+/// [`ctr`] by socket path, for threads (a `Containerd` stays on its own).
+fn ctr_at(socket: &std::path::Path, namespace: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("ctr")
+        .arg("--address")
+        .arg(socket)
         .args(["--namespace", namespace])
         .args(args)
         .output()
@@ -482,5 +488,96 @@ mod scripted {
             }
             other => panic!("expected a Namespaces error, got {other:?}"),
         }
+    }
+}
+
+/// This process's resident memory, `VmRSS` or `VmHWM` (the peak), in KiB.
+fn memory_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+/// A measurement as much as a test: a node with 2,000 containers (created with
+/// `ctr container create`, several at a time) is listed whole, and what it cost is
+/// printed. The bounds are the targets for a whole reconcile.
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static; creates 2,000 containers (minutes); run tests/run.sh"]
+fn two_thousand_containers_are_listed_in_under_a_second_within_64_mib() {
+    const CONTAINERS: usize = 2_000;
+    const AT_ONCE: usize = 8;
+    let containerd = Containerd::start();
+    let namespace = format!("eglist-big-{}", std::process::id());
+    ctr(
+        &containerd,
+        &namespace,
+        &["image", "import", path_str(busybox_image())],
+    );
+    let created = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for worker in 0..AT_ONCE {
+            let (socket, namespace) = (&containerd.socket, &namespace);
+            scope.spawn(move || {
+                for i in (worker..CONTAINERS).step_by(AT_ONCE) {
+                    let id = format!("eg-many-{i:04}");
+                    ctr_at(
+                        socket,
+                        namespace,
+                        &[
+                            "container",
+                            "create",
+                            "--label",
+                            &format!("n={i}"),
+                            IMAGE,
+                            &id,
+                        ],
+                    );
+                }
+            });
+        }
+    });
+    eprintln!("created {CONTAINERS} containers in {:?}", created.elapsed());
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let channel = runtime
+        .block_on(eventgate::client::connect_channel(
+            &containerd.address(),
+            DEADLINE,
+        ))
+        .expect("connect to containerd");
+    for round in 0..3 {
+        let before = memory_kib("VmRSS");
+        // Resets the peak to the current size, so VmHWM is this round's peak.
+        std::fs::write("/proc/self/clear_refs", "5").expect("reset the peak RSS");
+        let started = std::time::Instant::now();
+        let node = runtime
+            .block_on(list_node(channel.clone(), DEADLINE))
+            .expect("list_node");
+        let elapsed = started.elapsed();
+        let peak = memory_kib("VmHWM");
+        let listed = &node.namespaces[&namespace].containers;
+        assert_eq!(listed.len(), CONTAINERS);
+        assert_eq!(
+            listed["eg-many-1999"]
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("n")),
+            Some(&"1999".to_owned())
+        );
+        eprintln!(
+            "round {round}: listed {} containers in {elapsed:?}; RSS {before} KiB before, peak {peak} KiB (+{} KiB)",
+            listed.len(),
+            peak.saturating_sub(before)
+        );
+        drop(node);
+        assert!(elapsed < std::time::Duration::from_secs(1), "{elapsed:?}");
+        assert!(
+            peak.saturating_sub(before) < 64 * 1024,
+            "+{} KiB",
+            peak - before
+        );
     }
 }
