@@ -170,9 +170,13 @@ fn restarting_ten_times_on_an_unchanged_node_records_only_markers() {
 fn an_exit_while_containerd_was_down_is_recorded_once() {
     let mut containerd = Containerd::start();
     containerd.import_busybox();
-    let mut tasks = Tasks::new(&containerd);
     let id = container_id("orphan");
-    tasks.run("default", &id, &[], &["/bin/busybox", "sleep", "1000"]);
+    // Not through `Tasks`: containerd itself is killed and restarted below.
+    let fifos = containerd.dir.path().join("fifo");
+    containerd.ctr_in(
+        "default",
+        &["run", "-d", "--fifo-dir", path_str(&fifos), IMAGE, &id, "/bin/busybox", "sleep", "1000"],
+    );
     let mut gateway = start(&containerd, "reconcile_interval = \"1s\"");
     let db = audit_db(&gateway);
     wait_reconciled(&db, 1);

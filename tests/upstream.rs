@@ -10,6 +10,7 @@ use eventgate::proto::Registry;
 use eventgate::proto::containerd::types::Envelope;
 use prost::Message as _;
 use rdkafka::message::{Headers, Message};
+use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use support::audit::{Row, markers, stored, wait_stored};
 use support::containerd::Containerd;

@@ -21,11 +21,11 @@ fn adapted_field(msg: &DynamicMessage, path: &[String], depth: Depth) -> Option<
     field(msg, path, depth)
 }
 
-/// containerd generates adaptors for every message in api/events/*.proto, which are
-/// exactly the packages below (image.proto lives there in the images package).
+/// containerd generates adaptors for every message in api/events/*.proto, our
+/// `containerd/events/`. Decided by file, not package: image.proto lives there in the
+/// images package, which the images service's own messages (no adaptors) share.
 pub fn has_adaptor(desc: &MessageDescriptor) -> bool {
-    let name = desc.full_name();
-    name.starts_with("containerd.events.") || name.starts_with("containerd.services.images.v1.")
+    desc.parent_file().name().starts_with("containerd/events/")
 }
 
 /// A filter's path is as long as its text allows (kilobytes), so the walk it drives

@@ -29,6 +29,12 @@ pub mod containerd {
     pub mod types {
         tonic::include_proto!("containerd.types");
     }
+    /// `containerd.v1.types`: a task's process as the tasks service lists it.
+    pub mod v1 {
+        pub mod types {
+            tonic::include_proto!("containerd.v1.types");
+        }
+    }
     pub mod events {
         tonic::include_proto!("containerd.events");
     }
@@ -38,9 +44,25 @@ pub mod containerd {
                 tonic::include_proto!("containerd.services.events.v1");
             }
         }
+        /// The image events and the images service share this package, as in containerd.
         pub mod images {
             pub mod v1 {
                 tonic::include_proto!("containerd.services.images.v1");
+            }
+        }
+        pub mod namespaces {
+            pub mod v1 {
+                tonic::include_proto!("containerd.services.namespaces.v1");
+            }
+        }
+        pub mod containers {
+            pub mod v1 {
+                tonic::include_proto!("containerd.services.containers.v1");
+            }
+        }
+        pub mod tasks {
+            pub mod v1 {
+                tonic::include_proto!("containerd.services.tasks.v1");
             }
         }
     }

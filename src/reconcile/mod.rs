@@ -5,13 +5,16 @@
 //! - [`apply`]: a snapshot advanced by recorded events.
 //! - [`diff`]: the events that explain a difference, in the order they must have
 //!   happened, and what could not be known.
+//! - [`list`]: the daemon's own state, through containerd's List calls.
 //! - [`snapshot`]: one upstream's recorded state, on disk and held in the spool.
 
 pub mod apply;
 pub mod diff;
+pub mod list;
 pub mod snapshot;
 pub mod state;
 
+pub use list::{ListError, list_node};
 pub use state::{
     ContainerState, ImageState, Labels, NamespaceState, NodeState, TaskState, TaskStatus,
 };

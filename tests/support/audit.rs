@@ -17,6 +17,10 @@ pub struct Row {
     pub topic: String,
     pub event: Value,
     pub source: String,
+    /// `live`, or `reconciled` for an event a reconcile reconstructed.
+    pub origin: String,
+    /// For reconciled events: whose clock the timestamp is (`daemon`, `reconcile`).
+    pub origin_clock: Option<String>,
 }
 
 impl Row {
@@ -37,7 +41,10 @@ pub fn stored(db: &Path) -> Vec<Row> {
         return Vec::new();
     };
     let Ok(mut statement) = conn
-        .prepare("SELECT row_id, id, namespace, topic, event, source FROM events ORDER BY row_id")
+        .prepare(
+            "SELECT row_id, id, namespace, topic, event, source, origin, origin_clock \
+             FROM events ORDER BY row_id",
+        )
     else {
         return Vec::new();
     };
@@ -53,6 +60,8 @@ pub fn stored(db: &Path) -> Vec<Row> {
                     .map(|e| serde_json::from_str(&e).expect("event column holds JSON"))
                     .unwrap_or(Value::Null),
                 source: r.get(5)?,
+                origin: r.get(6)?,
+                origin_clock: r.get(7)?,
             })
         })
         .expect("query")

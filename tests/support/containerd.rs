@@ -89,6 +89,11 @@ impl Containerd {
         }
     }
 
+    /// [`ctr_at`] on this containerd.
+    pub fn ctr_in(&self, namespace: &str, args: &[&str]) -> String {
+        ctr_at(&self.socket, namespace, args)
+    }
+
     pub fn ctr(&self) -> Command {
         let mut cmd = Command::new("ctr");
         cmd.arg("--address").arg(&self.socket);
@@ -172,4 +177,61 @@ pub fn busybox_image() -> &'static Path {
         std::fs::write(&path, bytes).expect("write the image tarball");
         path
     })
+}
+
+/// `ctr --address SOCKET --namespace NAMESPACE ARGS...`; its stdout, after it
+/// succeeded. By socket path, for threads (a `Containerd` stays on its own).
+pub fn ctr_at(socket: &Path, namespace: &str, args: &[&str]) -> String {
+    let out = Command::new("ctr")
+        .arg("--address")
+        .arg(socket)
+        .args(["--namespace", namespace])
+        .args(args)
+        .output()
+        .expect("run ctr");
+    assert!(
+        out.status.success(),
+        "ctr -n {namespace} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("ctr prints UTF-8")
+}
+
+/// Tasks started by a test, killed and deleted however the test ends, so no shim or
+/// `sleep` outlives it.
+pub struct Tasks<'a> {
+    containerd: &'a Containerd,
+    started: Vec<(String, String)>,
+}
+
+impl<'a> Tasks<'a> {
+    pub fn new(containerd: &'a Containerd) -> Self {
+        Self {
+            containerd,
+            started: Vec::new(),
+        }
+    }
+
+    /// `ctr run -d IMAGE ID ARGS...` in `namespace`.
+    pub fn run(&mut self, namespace: &str, id: &str, extra: &[&str], args: &[&str]) {
+        let fifos = self.containerd.dir.path().join("fifo");
+        let mut command = vec!["run", "-d", "--fifo-dir", path_str(&fifos)];
+        command.extend_from_slice(extra);
+        command.extend_from_slice(&[IMAGE, id]);
+        command.extend_from_slice(args);
+        self.started.push((namespace.to_owned(), id.to_owned()));
+        self.containerd.ctr_in(namespace, &command);
+    }
+}
+
+impl Drop for Tasks<'_> {
+    fn drop(&mut self) {
+        for (namespace, id) in &self.started {
+            let _ = self
+                .containerd
+                .ctr()
+                .args(["--namespace", namespace, "task", "rm", "-f", id])
+                .output();
+        }
+    }
 }
