@@ -1,5 +1,6 @@
 //! The one event type that flows through eventgate: containerd's envelope exactly as
-//! it was accepted, plus what the gateway adds (a sequence number and a stable id).
+//! it was accepted, plus what the gateway adds (a sequence number, a stable id, who
+//! sent it and whether it was received or reconstructed).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -97,6 +98,104 @@ impl Source {
     }
 }
 
+/// Whether an event was received as it happened or reconstructed afterwards.
+///
+/// After a gap (eventgate stopped, an upstream reconnecting) eventgate compares the
+/// daemon's state with what it recorded and records each difference as the standard
+/// containerd event for it. Those events are marked [`Origin::Reconciled`] in every
+/// record eventgate keeps (spool, audit store, JSON lines, Kafka headers, dead
+/// letters); gRPC subscribers receive them as ordinary envelopes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// As received from a publisher, a forwarder or an upstream.
+    #[default]
+    Live,
+    /// Synthesized from a difference between the daemon's state and the record.
+    Reconciled { clock: Clock },
+}
+
+/// Where a reconciled event's envelope timestamp came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Clock {
+    /// The daemon's own record of the change (a task's `exited_at`, a container's
+    /// `created_at`): when it happened.
+    Daemon,
+    /// eventgate's clock when it found the difference: the daemon did not say when
+    /// it happened, only that it had by then.
+    Reconcile,
+}
+
+impl Origin {
+    /// Every value [`Origin::label`] returns.
+    pub const LABELS: [&'static str; 2] = ["live", "reconciled"];
+
+    /// `live` or `reconciled`: the `origin` column, field and header.
+    pub fn label(self) -> &'static str {
+        match self {
+            Origin::Live => "live",
+            Origin::Reconciled { .. } => "reconciled",
+        }
+    }
+
+    /// The clock of a reconciled event; `None` for a live one.
+    pub fn clock(self) -> Option<Clock> {
+        match self {
+            Origin::Live => None,
+            Origin::Reconciled { clock } => Some(clock),
+        }
+    }
+
+    pub fn is_live(self) -> bool {
+        self == Origin::Live
+    }
+
+    /// The inverse of [`Origin::label`] and [`Clock::label`] as stored: `live` has no
+    /// clock, `reconciled` must have one.
+    pub fn from_labels(origin: &str, clock: Option<&str>) -> Result<Origin, String> {
+        match (origin, clock) {
+            ("live", None) => Ok(Origin::Live),
+            ("reconciled", Some(clock)) => match Clock::from_label(clock) {
+                Some(clock) => Ok(Origin::Reconciled { clock }),
+                None => Err(format!(
+                    "origin_clock {clock:?} is not \"daemon\" or \"reconcile\""
+                )),
+            },
+            ("live", Some(clock)) => Err(format!("a live event has origin_clock {clock:?}")),
+            ("reconciled", None) => Err("a reconciled event has no origin_clock".to_owned()),
+            (other, _) => Err(format!(
+                "origin {other:?} is not \"live\" or \"reconciled\""
+            )),
+        }
+    }
+}
+
+impl Clock {
+    /// `daemon` or `reconcile`: the `origin_clock` column, field and header.
+    pub fn label(self) -> &'static str {
+        match self {
+            Clock::Daemon => "daemon",
+            Clock::Reconcile => "reconcile",
+        }
+    }
+
+    pub fn from_label(text: &str) -> Option<Clock> {
+        match text {
+            "daemon" => Some(Clock::Daemon),
+            "reconcile" => Some(Clock::Reconcile),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.clock() {
+            None => f.write_str(self.label()),
+            Some(clock) => write!(f, "{} ({} clock)", self.label(), clock.label()),
+        }
+    }
+}
+
 /// An accepted event. Shared as `Arc<Event>` between subscribers and forwarders, so
 /// the envelope is never copied per consumer.
 #[derive(Debug)]
@@ -110,6 +209,8 @@ pub struct Event {
     /// from upstreams, from eventgate itself and from TCP clients without a
     /// certificate.
     pub publisher: Option<Publisher>,
+    /// Received live, or reconstructed by a reconcile; [`Origin::Live`] unless set.
+    pub origin: Origin,
     pub envelope: Envelope,
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
@@ -143,6 +244,7 @@ impl Event {
             received_at,
             source,
             publisher: None,
+            origin: Origin::Live,
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
@@ -154,6 +256,17 @@ impl Event {
     pub fn with_publisher(mut self, publisher: Option<Publisher>) -> Self {
         self.publisher = publisher;
         self
+    }
+
+    /// The same event, with `origin`.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// What eventgate's own filters look at (see [`RecordFields`]).
+    pub fn record_fields(&self) -> RecordFields<'_> {
+        RecordFields(self)
     }
 
     pub fn namespace(&self) -> &str {
@@ -211,6 +324,26 @@ impl Fields for Event {
     }
 }
 
+/// The fields of the record eventgate keeps of an event: containerd's envelope
+/// fields plus `origin` (`live` or `reconciled`, always present) and `origin_clock`
+/// (`daemon` or `reconcile`, present only for reconciled events). For `eventgate
+/// query`, `stats`, `replay` and forwarders' route filters. Subscribe matches with
+/// containerd's adaptor alone ([`Fields`] for [`Event`]), so a subscriber's filter
+/// means exactly what it would mean to containerd.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordFields<'a>(pub &'a Event);
+
+impl Fields for RecordFields<'_> {
+    fn field(&self, path: &[String]) -> Option<Cow<'_, str>> {
+        // Only the first component, as for `namespace` and `topic`.
+        match path.first()?.as_str() {
+            "origin" => Some(Cow::Borrowed(self.0.origin.label())),
+            "origin_clock" => self.0.origin.clock().map(|c| Cow::Borrowed(c.label())),
+            _ => self.0.field(path),
+        }
+    }
+}
+
 fn non_empty(s: &str) -> Option<Cow<'_, str>> {
     (!s.is_empty()).then_some(Cow::Borrowed(s))
 }
@@ -233,4 +366,76 @@ pub(crate) fn sample(seq: u64, seconds: i64, topic: &str, type_name: &str, json:
             event: Some(any),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Origin; 3] = [
+        Origin::Live,
+        Origin::Reconciled {
+            clock: Clock::Daemon,
+        },
+        Origin::Reconciled {
+            clock: Clock::Reconcile,
+        },
+    ];
+
+    #[test]
+    fn origins_are_live_unless_set_and_their_labels_read_back() {
+        let event = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}");
+        assert_eq!(event.origin, Origin::Live);
+        for origin in ALL {
+            assert!(Origin::LABELS.contains(&origin.label()));
+            let clock = origin.clock().map(Clock::label);
+            assert_eq!(Origin::from_labels(origin.label(), clock), Ok(origin));
+        }
+        assert_eq!(
+            ALL.map(|o| o.to_string()),
+            [
+                "live",
+                "reconciled (daemon clock)",
+                "reconciled (reconcile clock)"
+            ]
+        );
+        for (origin, clock, error) in [
+            ("live", Some("daemon"), "a live event has origin_clock"),
+            ("reconciled", None, "has no origin_clock"),
+            ("reconciled", Some("wall"), "\"wall\" is not"),
+            ("replayed", None, "\"replayed\" is not"),
+            ("", None, "\"\" is not"),
+        ] {
+            let found = Origin::from_labels(origin, clock).unwrap_err();
+            assert!(found.contains(error), "{origin} {clock:?}: {found}");
+        }
+    }
+
+    /// eventgate's own filters see the origin; Subscribe's adaptor, containerd's
+    /// envelope fields alone, does not.
+    #[test]
+    fn origin_fields_are_in_the_record_fields_only() {
+        let path = |text: &str| -> Vec<String> { text.split('.').map(str::to_owned).collect() };
+        for origin in ALL {
+            let event =
+                sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}").with_origin(origin);
+            let fields = event.record_fields();
+            assert_eq!(
+                fields.field(&path("origin")).as_deref(),
+                Some(origin.label())
+            );
+            assert_eq!(
+                fields.field(&path("origin.anything")).as_deref(),
+                Some(origin.label()),
+                "only the first component counts, as for namespace and topic"
+            );
+            assert_eq!(
+                fields.field(&path("origin_clock")).as_deref(),
+                origin.clock().map(Clock::label)
+            );
+            assert_eq!(fields.field(&path("topic")).as_deref(), Some("/tasks/exit"));
+            assert_eq!(event.field(&path("origin")), None);
+            assert_eq!(event.field(&path("origin_clock")), None);
+        }
+    }
 }

@@ -163,8 +163,9 @@ pub struct Record {
     pub topic: String,
     pub key: String,
     pub value: Vec<u8>,
-    /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, and `publisher` (the
-    /// JSON object JSON lines carry) when the event has one.
+    /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, `origin` (`live` or
+    /// `reconciled`), `origin_clock` (`daemon` or `reconcile`) for a reconciled event,
+    /// and `publisher` (the JSON object JSON lines carry) when the event has one.
     pub headers: Vec<(&'static str, String)>,
 }
 
@@ -234,7 +235,11 @@ impl RecordEncoder {
             ("type_url", event.type_url().to_owned()),
             ("event_id", event.id.to_string()),
             ("seq", event.seq.to_string()),
+            ("origin", event.origin.label().to_owned()),
         ];
+        if let Some(clock) = event.origin.clock() {
+            headers.push(("origin_clock", clock.label().to_owned()));
+        }
         if let Some(publisher) = &event.publisher {
             headers.push(("publisher", publisher.to_json()));
         }
@@ -384,6 +389,51 @@ mod tests {
             None,
             "no header without a publisher"
         );
+        assert_eq!(header(&proto, "origin").as_deref(), Some("live"));
+        assert_eq!(header(&proto, "origin_clock"), None, "live: no clock");
+        assert_eq!(value["origin"], "live");
+        assert_eq!(value.get("origin_clock"), None);
+    }
+
+    /// In both value formats: the headers say reconciled and which clock; the JSON
+    /// value says the same; the protobuf value is the envelope alone, as for any event.
+    #[test]
+    fn reconciled_events_carry_origin_headers_in_every_value_format() {
+        use crate::event::{Clock, Origin};
+        for (clock, label) in [(Clock::Daemon, "daemon"), (Clock::Reconcile, "reconcile")] {
+            let e = event(
+                "default",
+                "/tasks/exit",
+                "containerd.events.TaskExit",
+                r#"{"container_id":"c1"}"#,
+            )
+            .with_origin(Origin::Reconciled { clock });
+            for format in [ValueFormat::Protobuf, ValueFormat::Json] {
+                let record =
+                    RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), format).encode(&e);
+                let header = |k: &str| {
+                    record
+                        .headers
+                        .iter()
+                        .find(|(name, _)| *name == k)
+                        .map(|(_, v)| v.as_str())
+                };
+                assert_eq!(header("origin"), Some("reconciled"), "{format:?}");
+                assert_eq!(header("origin_clock"), Some(label), "{format:?}");
+                match format {
+                    ValueFormat::Protobuf => assert_eq!(
+                        Envelope::decode(record.value.as_slice()).unwrap(),
+                        e.envelope
+                    ),
+                    ValueFormat::Json => {
+                        let value: serde_json::Value =
+                            serde_json::from_slice(&record.value).unwrap();
+                        assert_eq!(value["origin"], "reconciled");
+                        assert_eq!(value["origin_clock"], label);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
