@@ -334,3 +334,86 @@ async fn reconciled_events_are_marked_in_every_record_and_selectable_by_origin()
         "the line as it was first written"
     );
 }
+
+/// A dead letter keeps its origin: `eventgate dlq list` shows it, and after `dlq retry`
+/// the real gateway redelivers the event to its forwarder still marked reconciled.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_letter_keeps_its_origin_through_list_and_retry() {
+    use eventgate::deadletter::{Failure, Reason, Store};
+    use eventgate::event::{Event, EventId};
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let origin = Origin::Reconciled {
+        clock: Clock::Reconcile,
+    };
+    let event = Event::new(
+        9,
+        EventId::generate(),
+        Source::Upstream("node-a".into()),
+        exit("lost", T0 + 7),
+    )
+    .with_origin(origin);
+    let id = event.id.to_string();
+    {
+        let store = Store::open(data.join("deadletters.db"), true)
+            .await
+            .unwrap();
+        let failure = Failure {
+            reason: Reason::Permanent,
+            error: "refused".into(),
+            attempts: 1,
+            first_attempt_at: SystemTime::now(),
+            last_attempt_at: SystemTime::now(),
+        };
+        store
+            .record("log", vec![Arc::new(event)], failure)
+            .await
+            .unwrap();
+    }
+    let data_arg = path_str(&data);
+    let listed = json_lines(&stdout(&run(&[
+        "dlq",
+        "list",
+        "--data-dir",
+        data_arg,
+        "--format",
+        "json",
+    ])));
+    assert_eq!(
+        marks(&listed),
+        [mark("lost", "reconciled", Some("reconcile"))]
+    );
+    stdout(&run(&[
+        "dlq",
+        "retry",
+        "--data-dir",
+        data_arg,
+        "--forwarder",
+        "log",
+    ]));
+
+    let config = dir.path().join("eventgate.toml");
+    std::fs::write(
+        &config,
+        "[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n",
+    )
+    .unwrap();
+    let config = path_str(&config).to_owned();
+    let gateway = support::Gateway::start_in(dir, &["--config", &config]);
+    let path = gateway.dir.path().join("data/events.jsonl");
+    let line = wait_for("the redelivered event in the file", DEADLINE, || {
+        // Only a whole line: the gateway may be writing it.
+        let text = std::fs::read_to_string(&path).ok()?;
+        let (first, _) = text.split_once('\n')?;
+        Some(serde_json::from_str::<Value>(first).unwrap())
+    });
+    assert_eq!(line["id"], id.as_str(), "the same event");
+    assert_eq!(line["seq"], 9);
+    assert_eq!(
+        marks(&[line]),
+        [mark("lost", "reconciled", Some("reconcile"))]
+    );
+}
