@@ -1,5 +1,6 @@
 //! The one event type that flows through eventgate: containerd's envelope exactly as
-//! it was accepted, plus what the gateway adds (a sequence number and a stable id).
+//! it was accepted, plus what the gateway adds (a sequence number, a stable id, who
+//! sent it and whether it was received or reconstructed).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -14,6 +15,9 @@ use crate::filter::Fields;
 use crate::proto::containerd::types::Envelope;
 use crate::proto::{Registry, event_field, to_json_string};
 use crate::publisher::Publisher;
+
+mod origin;
+pub use origin::{Clock, Origin};
 
 /// A unique, time-ordered event id (UUIDv7). Time order keeps a UNIQUE index on it
 /// append-mostly; random ids would scatter inserts across the whole index.
@@ -110,6 +114,8 @@ pub struct Event {
     /// from upstreams, from eventgate itself and from TCP clients without a
     /// certificate.
     pub publisher: Option<Publisher>,
+    /// Received live, or reconstructed by a reconcile; [`Origin::Live`] unless set.
+    pub origin: Origin,
     pub envelope: Envelope,
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
@@ -143,6 +149,7 @@ impl Event {
             received_at,
             source,
             publisher: None,
+            origin: Origin::Live,
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
@@ -154,6 +161,17 @@ impl Event {
     pub fn with_publisher(mut self, publisher: Option<Publisher>) -> Self {
         self.publisher = publisher;
         self
+    }
+
+    /// The same event, with `origin`.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// What eventgate's own filters look at (see [`RecordFields`]).
+    pub fn record_fields(&self) -> RecordFields<'_> {
+        RecordFields(self)
     }
 
     pub fn namespace(&self) -> &str {
@@ -211,6 +229,26 @@ impl Fields for Event {
     }
 }
 
+/// The fields of the record eventgate keeps of an event: containerd's envelope
+/// fields plus `origin` (`live` or `reconciled`, always present) and `origin_clock`
+/// (`daemon` or `reconcile`, present only for reconciled events). For `eventgate
+/// query`, `stats`, `replay` and forwarders' route filters. Subscribe matches with
+/// containerd's adaptor alone ([`Fields`] for [`Event`]), so a subscriber's filter
+/// means exactly what it would mean to containerd.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordFields<'a>(pub &'a Event);
+
+impl Fields for RecordFields<'_> {
+    fn field(&self, path: &[String]) -> Option<Cow<'_, str>> {
+        // Only the first component, as for `namespace` and `topic`.
+        match path.first()?.as_str() {
+            "origin" => Some(Cow::Borrowed(self.0.origin.label())),
+            "origin_clock" => self.0.origin.clock().map(|c| Cow::Borrowed(c.label())),
+            _ => self.0.field(path),
+        }
+    }
+}
+
 fn non_empty(s: &str) -> Option<Cow<'_, str>> {
     (!s.is_empty()).then_some(Cow::Borrowed(s))
 }
@@ -233,4 +271,49 @@ pub(crate) fn sample(seq: u64, seconds: i64, topic: &str, type_name: &str, json:
             event: Some(any),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Origin; 3] = [
+        Origin::Live,
+        Origin::Reconciled {
+            clock: Clock::Daemon,
+        },
+        Origin::Reconciled {
+            clock: Clock::Reconcile,
+        },
+    ];
+
+    /// eventgate's own filters see the origin; Subscribe's adaptor, containerd's
+    /// envelope fields alone, does not.
+    #[test]
+    fn origin_fields_are_in_the_record_fields_only() {
+        let plain = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}");
+        assert_eq!(plain.origin, Origin::Live, "live unless set");
+        let path = |text: &str| -> Vec<String> { text.split('.').map(str::to_owned).collect() };
+        for origin in ALL {
+            let event =
+                sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}").with_origin(origin);
+            let fields = event.record_fields();
+            assert_eq!(
+                fields.field(&path("origin")).as_deref(),
+                Some(origin.label())
+            );
+            assert_eq!(
+                fields.field(&path("origin.anything")).as_deref(),
+                Some(origin.label()),
+                "only the first component counts, as for namespace and topic"
+            );
+            assert_eq!(
+                fields.field(&path("origin_clock")).as_deref(),
+                origin.clock().map(Clock::label)
+            );
+            assert_eq!(fields.field(&path("topic")).as_deref(), Some("/tasks/exit"));
+            assert_eq!(event.field(&path("origin")), None);
+            assert_eq!(event.field(&path("origin_clock")), None);
+        }
+    }
 }

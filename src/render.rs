@@ -6,7 +6,7 @@ use std::io::Write as _;
 use prost_reflect::DynamicMessage;
 use serde_json::json;
 
-use crate::event::{Event, EventId};
+use crate::event::{Event, EventId, Origin};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::{Registry, go_time_string, rfc3339_nanos, to_go_json, to_json_string};
 use crate::publisher::Publisher;
@@ -94,6 +94,7 @@ struct Identity<'a> {
     seq: u64,
     source: Option<&'a str>,
     publisher: Option<&'a Publisher>,
+    origin: Origin,
 }
 
 impl<'a> Identity<'a> {
@@ -103,6 +104,7 @@ impl<'a> Identity<'a> {
             seq: event.seq,
             source,
             publisher: event.publisher.as_ref(),
+            origin: event.origin,
         }
     }
 }
@@ -129,10 +131,12 @@ fn base64_of(bytes: &[u8]) -> String {
 }
 
 /// The keys, in the byte order a sorted map would give them: `event`, `id`,
-/// `namespace`, `publisher`, `raw`, `seq`, `source`, `timestamp`, `topic`,
-/// `type_url`. `publisher` is [`Publisher::write_json`]'s object, or `null` for
-/// events no client of ours sent (upstreams, eventgate's own, TCP clients without a
-/// certificate, rows stored before publishers were kept).
+/// `namespace`, `origin`, `origin_clock`, `publisher`, `raw`, `seq`, `source`,
+/// `timestamp`, `topic`, `type_url`. `publisher` is [`Publisher::write_json`]'s
+/// object, or `null` for events no client of ours sent (upstreams, eventgate's own,
+/// TCP clients without a certificate, rows stored before publishers were kept).
+/// `origin` is `live` or `reconciled`; `origin_clock` is there for reconciled events
+/// only. Without the gateway's identity (a bare envelope) neither is written.
 fn write_object(
     out: &mut Vec<u8>,
     envelope: &Envelope,
@@ -151,6 +155,10 @@ fn write_object(
     out.extend_from_slice(b",\"namespace\":");
     let _ = serde_json::to_writer(&mut *out, &envelope.namespace);
     if let Some(identity) = &identity {
+        let _ = write!(out, ",\"origin\":\"{}\"", identity.origin.label());
+        if let Some(clock) = identity.origin.clock() {
+            let _ = write!(out, ",\"origin_clock\":\"{}\"", clock.label());
+        }
         out.extend_from_slice(b",\"publisher\":");
         match identity.publisher {
             Some(publisher) => publisher.write_json(out),

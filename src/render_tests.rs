@@ -2,7 +2,7 @@ use prost_types::{Any, Timestamp};
 use serde_json::{Map, Value};
 
 use super::*;
-use crate::event::Source;
+use crate::event::{Clock, Source};
 use crate::proto::STANDARD_EVENTS;
 
 fn parsed(json: &str) -> Map<String, Value> {
@@ -79,11 +79,17 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     assert_eq!(object["id"], event.id.to_string());
     assert_eq!(object["source"], "publish");
     assert_eq!(object["publisher"], Value::Null, "no client known");
+    assert_eq!(object["origin"], "live");
+    assert!(
+        !object.contains_key("origin_clock"),
+        "a live event has no clock"
+    );
     let mut without_identity = object.clone();
     without_identity.remove("seq");
     without_identity.remove("id");
     without_identity.remove("source");
     without_identity.remove("publisher");
+    without_identity.remove("origin");
     assert_eq!(without_identity, parsed(&envelope_json(&event.envelope)));
     assert_eq!(event_ctr_line(&event), ctr_line(&event.envelope));
 
@@ -98,7 +104,10 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
 }
 
 /// The envelope object as it was built before, through a `serde_json::Value` tree.
-fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64, &str, Value)>) -> String {
+fn reference_object(
+    envelope: &Envelope,
+    identity: Option<(EventId, u64, &str, Value, Origin)>,
+) -> String {
     use crate::proto::json_reference::to_json;
     let decoded = decode(envelope);
     let mut object = Map::new();
@@ -129,11 +138,15 @@ fn reference_object(envelope: &Envelope, identity: Option<(EventId, u64, &str, V
             }
         }
     }
-    if let Some((id, seq, source, publisher)) = identity {
+    if let Some((id, seq, source, publisher, origin)) = identity {
         object.insert("id".into(), json!(id.to_string()));
         object.insert("seq".into(), json!(seq));
         object.insert("source".into(), json!(source));
         object.insert("publisher".into(), publisher);
+        object.insert("origin".into(), json!(origin.label()));
+        if let Some(clock) = origin.clock() {
+            object.insert("origin_clock".into(), json!(clock.label()));
+        }
     }
     Value::Object(object).to_string()
 }
@@ -200,13 +213,24 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
                 json!({ "subject": format!("CN=c{i},O=\"\u{1}\\,") }),
             ),
         };
+        // And each origin, crossed with the publishers.
+        let origin = match i % 4 {
+            0 => Origin::Live,
+            1 | 2 => Origin::Reconciled {
+                clock: Clock::Daemon,
+            },
+            _ => Origin::Reconciled {
+                clock: Clock::Reconcile,
+            },
+        };
         let event = Event::new(i as u64, EventId::generate(), Source::Publish, env)
-            .with_publisher(publisher);
+            .with_publisher(publisher)
+            .with_origin(origin);
         assert_eq!(
             event_json(&event),
             reference_object(
                 &event.envelope,
-                Some((event.id, event.seq, "publish", expected))
+                Some((event.id, event.seq, "publish", expected, origin))
             ),
             "{event:?}"
         );

@@ -87,6 +87,7 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
             "event",
             "id",
             "namespace",
+            "origin",
             "publisher",
             "seq",
             "source",
@@ -96,6 +97,7 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
         ]
     );
     assert_eq!(object["source"], "publish");
+    assert_eq!(object["origin"], "live", "as received");
     // `eventgate publish`, a process on the unix socket (tests/publisher.rs has the rest).
     assert!(object["publisher"]["pid"].is_u64(), "{object}");
     assert_eq!(object["namespace"], "default");

@@ -447,6 +447,72 @@ async fn mock_messages_carry_the_publisher_header() {
     forwarder.close().await.expect("close");
 }
 
+/// Through librdkafka to a broker and back, in each value format: a reconciled
+/// event carries the `origin` header `reconciled` and its `origin_clock`; a live one
+/// `origin` `live` and no clock. The JSON value says the same; the protobuf value is
+/// the envelope as accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_messages_carry_the_origin_headers_in_every_value_format() {
+    use eventgate::event::{Clock, Origin};
+    for format in ["protobuf", "json"] {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("events", 1, 1).expect("topic");
+        let brokers = cluster.bootstrap_servers();
+        let options = mock_options(&brokers, &format!("value_format = \"{format}\""));
+        let forwarder = build(&options).await;
+        let origins = [
+            Origin::Reconciled {
+                clock: Clock::Daemon,
+            },
+            Origin::Reconciled {
+                clock: Clock::Reconcile,
+            },
+            Origin::Live,
+        ];
+        let sent: Vec<Arc<Event>> = events(1, 3)
+            .into_iter()
+            .zip(origins)
+            .map(|(event, origin)| {
+                let event = Arc::try_unwrap(event).expect("not shared");
+                Arc::new(event.with_origin(origin))
+            })
+            .collect();
+        forwarder.send(&batch(&sent)).await.expect("delivered");
+        let messages = consume_async(brokers, sent.len()).await;
+        assert_eq!(messages.len(), sent.len());
+        for m in &messages {
+            let id = header(m, "event_id").expect("event_id");
+            let event = sent
+                .iter()
+                .find(|e| e.id.to_string() == id)
+                .expect("a sent event");
+            let expected_clock = event.origin.clock().map(|c| c.label().to_owned());
+            assert_eq!(
+                header(m, "origin").as_deref(),
+                Some(event.origin.label()),
+                "{format}"
+            );
+            assert_eq!(header(m, "origin_clock"), expected_clock, "{format}");
+            let payload = m.payload().expect("a value");
+            match format {
+                "json" => {
+                    let value: serde_json::Value = serde_json::from_slice(payload).expect("JSON");
+                    assert_eq!(value["origin"], event.origin.label());
+                    assert_eq!(
+                        value.get("origin_clock").and_then(|v| v.as_str()),
+                        expected_clock.as_deref()
+                    );
+                }
+                _ => assert_eq!(
+                    Envelope::decode(payload).expect("an envelope"),
+                    event.envelope
+                ),
+            }
+        }
+        forwarder.close().await.expect("close");
+    }
+}
+
 /// A forwarder that counts failed attempts, to see the pipeline's retries happen.
 struct Counting {
     inner: Arc<dyn Forwarder>,

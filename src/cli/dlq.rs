@@ -244,6 +244,10 @@ fn json_line(entry: &Entry) -> Value {
         serde_json::from_str(&p.to_json()).unwrap_or(Value::Null)
     });
     object.insert("publisher".into(), publisher);
+    object.insert("origin".into(), json!(entry.origin.label()));
+    if let Some(clock) = entry.origin.clock() {
+        object.insert("origin_clock".into(), json!(clock.label()));
+    }
     object.insert(
         "dead_letter".into(),
         json!({

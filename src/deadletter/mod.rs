@@ -20,7 +20,7 @@ use prost::Message;
 use rusqlite::Connection;
 use thiserror::Error;
 
-use crate::event::{Event, EventId, Source};
+use crate::event::{Event, EventId, Origin, Source};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
 use crate::publisher::Publisher;
@@ -187,6 +187,9 @@ pub struct Entry {
     /// Who published the event; `None` without one (or for entries recorded before
     /// publishers were kept).
     pub publisher: Option<Publisher>,
+    /// Received live or reconstructed by a reconcile ([`Origin::Live`] for entries
+    /// recorded before origins were kept).
+    pub origin: Origin,
 }
 
 /// An entry that cannot be turned back into an event (a damaged row).
@@ -206,7 +209,7 @@ impl Entry {
     }
 
     /// The event as the forwarder first saw it: same id, sequence number, source,
-    /// publisher, arrival time and envelope.
+    /// publisher, origin, arrival time and envelope.
     pub fn to_event(&self) -> Result<Event, RestoreError> {
         let envelope = self.decode_envelope().map_err(RestoreError::Envelope)?;
         let id: EventId = self
@@ -216,7 +219,8 @@ impl Entry {
         let received_at = humantime::parse_rfc3339(&self.received_at)
             .map_err(|_| RestoreError::ReceivedAt(self.received_at.clone()))?;
         let mut event = Event::new(self.seq, id, source(&self.source), envelope)
-            .with_publisher(self.publisher.clone());
+            .with_publisher(self.publisher.clone())
+            .with_origin(self.origin);
         event.received_at = received_at;
         Ok(event)
     }

@@ -33,6 +33,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0003_publisher.sql",
         sql: include_str!("../../migrations/deadletter/0003_publisher.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_origin.sql",
+        sql: include_str!("../../migrations/deadletter/0004_origin.sql"),
+    },
 ];
 
 const SCHEMA: Schema = Schema {

@@ -7,15 +7,15 @@ use prost::Message;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{Entry, Failure, Reason, State, timestamp};
-use crate::event::Event;
+use crate::event::{Clock, Event, Origin};
 use crate::publisher::Publisher;
 
 /// A second death of the same event for the same forwarder adds to its row: attempts
 /// add up, the first attempt stays the earliest, the rest describes the latest failure.
 const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at, \
      error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18) \
      ON CONFLICT (forwarder, event_id) DO UPDATE SET \
        seq = excluded.seq, error = excluded.error, reason = excluded.reason, \
        attempts = attempts + excluded.attempts, \
@@ -25,7 +25,7 @@ const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source
 
 const COLUMNS: &str = "id, forwarder, event_id, seq, source, envelope, received_at, error, reason, \
      attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject";
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock";
 
 fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
@@ -63,6 +63,8 @@ pub fn record(
                 gid,
                 pid,
                 subject,
+                event.origin.label(),
+                event.origin.clock().map(Clock::label),
             ])?;
         }
     }
@@ -96,6 +98,11 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
                 what.into(),
             )
         })?;
+    let origin: String = row.get(19)?;
+    let clock: Option<String> = row.get(20)?;
+    let origin = Origin::from_labels(&origin, clock.as_deref()).map_err(|what| {
+        rusqlite::Error::FromSqlConversionFailure(19, rusqlite::types::Type::Text, what.into())
+    })?;
     Ok(Entry {
         id: row.get(0)?,
         forwarder: row.get(1)?,
@@ -113,6 +120,7 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
         retry_requested_at: row.get(13)?,
         state: State::parse(&state).ok_or_else(|| text(14, state.clone()))?,
         publisher,
+        origin,
     })
 }
 

@@ -87,6 +87,51 @@ async fn a_record_keeps_the_event_and_how_it_died() {
     assert_eq!(restored.received_at, events[0].received_at);
     assert_eq!(restored.envelope, events[0].envelope);
     assert_eq!((entry.publisher.as_ref(), restored.publisher), (None, None));
+    assert_eq!(
+        (entry.origin, restored.origin),
+        (Origin::Live, Origin::Live)
+    );
+}
+
+#[tokio::test]
+async fn a_dead_letter_comes_back_with_its_origin() {
+    use crate::event::Clock;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir).await;
+    let origins = [
+        Origin::Reconciled {
+            clock: Clock::Daemon,
+        },
+        Origin::Reconciled {
+            clock: Clock::Reconcile,
+        },
+        Origin::Live,
+    ];
+    let events: Vec<Arc<Event>> = origins
+        .iter()
+        .enumerate()
+        .map(|(i, origin)| {
+            let plain = Arc::try_unwrap(event(i as u64 + 1, "/tasks/exit")).unwrap();
+            Arc::new(plain.with_origin(*origin))
+        })
+        .collect();
+    store
+        .record("file", events, failure(Reason::Permanent, 1, 0, 0))
+        .await
+        .unwrap();
+    let entries = store.list(None, None).await.unwrap();
+    let stored: Vec<Origin> = entries.iter().map(|e| e.origin).collect();
+    assert_eq!(stored, origins);
+    // Taken for redelivery, each is the event it was, origin included.
+    store.request(None, Vec::new()).await.unwrap();
+    let taken: Vec<Origin> = store
+        .take("file", 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.to_event().unwrap().origin)
+        .collect();
+    assert_eq!(taken, origins);
 }
 
 #[tokio::test]
@@ -436,6 +481,11 @@ async fn a_version_1_store_keeps_its_rows_and_takes_the_new_reasons() {
     let kept = store.list(None, None).await.unwrap();
     assert_eq!(kept.len(), 1);
     assert_eq!((kept[0].id, kept[0].seq), (1, 7), "same row, same id");
+    assert_eq!(
+        kept[0].origin,
+        Origin::Live,
+        "entries from before origins are live"
+    );
     assert_eq!(kept[0].reason, Reason::RetriesExhausted);
     for (seq, reason) in [(8, Reason::Panicked), (9, Reason::Crashed)] {
         store

@@ -34,7 +34,7 @@ pub use routes::EventsRoutes;
 pub use service::{EventsService, NAMESPACE_HEADER};
 pub use subscription::{Subscription, SubscriptionEnd};
 
-use crate::event::{Event, EventId, Source};
+use crate::event::{Event, EventId, Origin, Source};
 use crate::filter::Filter;
 use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
@@ -354,6 +354,20 @@ impl Exchange {
         self.accept_from(source, None, envelope).await
     }
 
+    /// [`Exchange::accept`] for an event whose origin is known: a reconcile's
+    /// reconstructed events pass [`Origin::Reconciled`], and every record eventgate
+    /// keeps of the event carries it. Subscribers receive the envelope as it is, like
+    /// any other.
+    pub async fn accept_with(
+        &self,
+        source: Source,
+        envelope: Envelope,
+        origin: Origin,
+    ) -> Result<Arc<Event>, AcceptError> {
+        let event = Event::new(0, EventId::unassigned(), source, envelope).with_origin(origin);
+        self.accept_event(event).await
+    }
+
     /// [`Exchange::accept`] with the client that sent the envelope.
     pub async fn accept_from(
         &self,
@@ -361,11 +375,16 @@ impl Exchange {
         publisher: Option<Publisher>,
         envelope: Envelope,
     ) -> Result<Arc<Event>, AcceptError> {
+        let event =
+            Event::new(0, EventId::unassigned(), source, envelope).with_publisher(publisher);
+        self.accept_event(event).await
+    }
+
+    /// The one way in: `event` (whose seq and id are not assigned yet) takes its place.
+    async fn accept_event(&self, mut event: Event) -> Result<Arc<Event>, AcceptError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(AcceptError::Closed);
         }
-        let mut event =
-            Event::new(0, EventId::unassigned(), source, envelope).with_publisher(publisher);
         let mut dropped = Vec::new();
         if let Some(spool) = &self.inner.spool {
             spool

@@ -72,7 +72,7 @@ impl Router {
     pub async fn admit(&self, event: &Event) -> Result<(), QueueFull> {
         for route in self.snapshot().iter() {
             let settings = route.queue.settings();
-            if !route.queue.blocks() || !route.filter.matches(event) {
+            if !route.queue.blocks() || !route.filter.matches(&event.record_fields()) {
                 continue;
             }
             let deadline = Instant::now() + settings.block_timeout;
@@ -100,7 +100,7 @@ impl Router {
         }
         let size = event.envelope.encoded_len();
         for route in routes.list.iter() {
-            let matches = route.filter.matches(&**event);
+            let matches = route.filter.matches(&event.record_fields());
             match route.state.route(event, matches, &route.queue, size) {
                 Pushed::Queued => {}
                 Pushed::Spilled => {

@@ -275,7 +275,7 @@ impl Worker {
                         let events: Vec<Arc<Event>> = read
                             .events
                             .into_iter()
-                            .filter(|event| self.filter.matches(&**event))
+                            .filter(|event| self.filter.matches(&event.record_fields()))
                             .inspect(|event| bytes += event.envelope.encoded_len())
                             .collect();
                         if events.is_empty() {

@@ -110,7 +110,7 @@ impl Reader {
         let mut matched = 0;
         while let Some(row) = cursor.next().map_err(self.sqlite("reading a row"))? {
             let stored = row::read(row, &self.path)?;
-            if plan.recheck && !query.filter.matches(&stored.event) {
+            if plan.recheck && !query.filter.matches(&stored.event.record_fields()) {
                 continue;
             }
             matched += 1;

@@ -9,12 +9,13 @@ use rusqlite::Row;
 
 use super::QueryError;
 use super::time::from_stored;
-use crate::event::{Event, EventId, Source};
+use crate::event::{Event, EventId, Origin, Source};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 
 pub(super) const COLUMNS: &str = "row_id, seq, id, timestamp, received_at, namespace, topic, \
-     type_url, payload, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject";
+     type_url, payload, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject, \
+     origin, origin_clock";
 
 /// A stored event with what only the store knows about it.
 #[derive(Debug)]
@@ -51,6 +52,9 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
         row.get(13).map_err(sqlite)?,
     )
     .map_err(bad)?;
+    let origin: String = row.get(14).map_err(sqlite)?;
+    let clock: Option<String> = row.get(15).map_err(sqlite)?;
+    let origin = Origin::from_labels(&origin, clock.as_deref()).map_err(bad)?;
 
     let seq = u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?;
     let id = EventId::from_str(&id).map_err(|e| bad(format!("id {id:?}: {e}")))?;
@@ -73,11 +77,12 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
         topic: row.get(6).map_err(sqlite)?,
         event,
     };
-    let origin = source.as_deref().map_or(Source::Internal, parse_source);
+    let from = source.as_deref().map_or(Source::Internal, parse_source);
     Ok(StoredEvent {
         row_id,
-        event: Event::with_received_at(seq, id, received_at.into(), origin, envelope)
-            .with_publisher(publisher),
+        event: Event::with_received_at(seq, id, received_at.into(), from, envelope)
+            .with_publisher(publisher)
+            .with_origin(origin),
         source,
     })
 }

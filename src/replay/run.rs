@@ -75,7 +75,7 @@ impl Engine {
             let Some(chunk) = next else { break };
             for stored in chunk? {
                 let wanted = match &self.target.filter {
-                    Some(filter) => filter.matches(&stored.event),
+                    Some(filter) => filter.matches(&stored.event.record_fields()),
                     None => true,
                 };
                 if wanted {

@@ -1,6 +1,6 @@
 //! The on-disk record: `u32 len | u32 crc32 of body | body`, little-endian, where
 //! body = `u64 seq | 16-byte id | i64 received_at (unix nanos) | u8 kind |
-//! u16 name len | name | [publisher] | prost-encoded Envelope`.
+//! u16 name len | name | [publisher] | [origin] | prost-encoded Envelope`.
 //!
 //! `kind`'s low bits are the source (0 publish, 1 forward, 2 upstream, 3 eventgate);
 //! its top bit ([`HAS_PUBLISHER`]) says a publisher block follows the name: `u8 1 |
@@ -8,13 +8,19 @@
 //! subject` for a client certificate. Records written before publishers were kept
 //! never have the bit, so they read as they always did (without a publisher); a
 //! record with the bit is refused as damaged by a binary that predates it.
+//!
+//! The next bit ([`HAS_ORIGIN`]) says the event was reconstructed by a reconcile and
+//! one origin byte follows: 1 for a timestamp from the daemon's record, 2 for one from
+//! the reconcile's clock. Live events (every record written before origins were kept,
+//! and every received event since) have no bit and no byte, so they are byte for byte
+//! what they were, and read as [`Origin::Live`].
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 
-use crate::event::{Event, EventId, Source};
+use crate::event::{Clock, Event, EventId, Origin, Source};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 
@@ -25,10 +31,16 @@ pub const MIN_BODY: usize = 8 + 16 + 8 + 1 + 2;
 pub const MAX_BODY: usize = 16 << 20;
 /// The bit of the kind byte that announces a publisher block.
 pub const HAS_PUBLISHER: u8 = 0x80;
+/// The bit of the kind byte that announces an origin byte (a reconciled event).
+pub const HAS_ORIGIN: u8 = 0x40;
+/// The source's bits of the kind byte.
+const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN);
 /// Where the kind byte is in the body.
 const KIND_AT: usize = 32;
 const PROCESS: u8 = 1;
 const CERTIFICATE: u8 = 2;
+const CLOCK_DAEMON: u8 = 1;
+const CLOCK_RECONCILE: u8 = 2;
 
 /// Appends `event` as one record to `buf`; returns the record's length, or the body
 /// length it would have had when that is over [`MAX_BODY`].
@@ -48,7 +60,16 @@ pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         (Some(_), Some(subject)) => 1 + 2 + subject.len(),
         (Some(_), None) => 1 + 12,
     };
-    let body_len = MIN_BODY + name.len() + publisher_len + event.envelope.encoded_len();
+    let origin = match event.origin.clock() {
+        None => None,
+        Some(Clock::Daemon) => Some(CLOCK_DAEMON),
+        Some(Clock::Reconcile) => Some(CLOCK_RECONCILE),
+    };
+    let body_len = MIN_BODY
+        + name.len()
+        + publisher_len
+        + usize::from(origin.is_some())
+        + event.envelope.encoded_len();
     if body_len > MAX_BODY {
         return Err(body_len);
     }
@@ -65,11 +86,15 @@ pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Source::Upstream(_) => 2,
         Source::Internal => 3,
     };
-    buf.push(if event.publisher.is_some() {
-        kind | HAS_PUBLISHER
-    } else {
-        kind
-    });
+    let publisher_bit = match event.publisher {
+        Some(_) => HAS_PUBLISHER,
+        None => 0,
+    };
+    let origin_bit = match origin {
+        Some(_) => HAS_ORIGIN,
+        None => 0,
+    };
+    buf.push(kind | publisher_bit | origin_bit);
     buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
     buf.extend_from_slice(name);
     match &event.publisher {
@@ -88,6 +113,7 @@ pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
             buf.extend_from_slice(subject.as_bytes());
         }
     }
+    buf.extend(origin);
     // Encoding into a Vec cannot run out of room.
     let _ = event.envelope.encode(buf);
     let crc = crc32fast::hash(&buf[start + HEADER..]);
@@ -118,7 +144,7 @@ pub fn check(bytes: &[u8]) -> Check {
     let Some(body) = bytes.get(HEADER..HEADER + body_len) else {
         return Check::Incomplete;
     };
-    if crc32fast::hash(body) != u32_at(header, 4) || body[KIND_AT] & !HAS_PUBLISHER > 3 {
+    if crc32fast::hash(body) != u32_at(header, 4) || body[KIND_AT] & SOURCE_BITS > 3 {
         return Check::Bad;
     }
     Check::Valid {
@@ -141,7 +167,7 @@ pub fn decode(record: &[u8]) -> Option<Event> {
     let kind = *body.get(KIND_AT)?;
     let name_len = u16::from_le_bytes(body.get(33..35)?.try_into().ok()?) as usize;
     let name = std::str::from_utf8(body.get(35..35 + name_len)?).ok()?;
-    let source = match kind & !HAS_PUBLISHER {
+    let source = match kind & SOURCE_BITS {
         0 => Source::Publish,
         1 => Source::Forward,
         2 => Source::Upstream(Arc::from(name)),
@@ -156,6 +182,18 @@ pub fn decode(record: &[u8]) -> Option<Event> {
     } else {
         None
     };
+    let origin = if kind & HAS_ORIGIN != 0 {
+        let (&byte, after) = rest.split_first()?;
+        rest = after;
+        let clock = match byte {
+            CLOCK_DAEMON => Clock::Daemon,
+            CLOCK_RECONCILE => Clock::Reconcile,
+            _ => return None,
+        };
+        Origin::Reconciled { clock }
+    } else {
+        Origin::Live
+    };
     let envelope = Envelope::decode(rest).ok()?;
     Some(
         Event::with_received_at(
@@ -165,7 +203,8 @@ pub fn decode(record: &[u8]) -> Option<Event> {
             source,
             envelope,
         )
-        .with_publisher(publisher),
+        .with_publisher(publisher)
+        .with_origin(origin),
     )
 }
 
@@ -237,176 +276,5 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_trip_keeps_every_field() {
-        let envelope = Envelope {
-            timestamp: None,
-            namespace: "k8s.io".into(),
-            topic: "/tasks/exit".into(),
-            event: Some(prost_types::Any {
-                type_url: "containerd.events.TaskExit".into(),
-                value: vec![1, 2, 3],
-            }),
-        };
-        let at = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
-        for source in [
-            Source::Publish,
-            Source::Forward,
-            Source::Upstream(Arc::from("k3s")),
-            Source::Internal,
-        ] {
-            let event = Event::with_received_at(
-                42,
-                EventId::generate(),
-                at,
-                source.clone(),
-                envelope.clone(),
-            );
-            let mut buf = vec![9; 3];
-            let len = encode(&event, &mut buf).unwrap();
-            assert_eq!(buf.len(), 3 + len);
-            assert_eq!(check(&buf[3..]), Check::Valid { seq: 42, len });
-            assert_eq!(check(&buf[3..buf.len() - 1]), Check::Incomplete);
-            let back = decode(&buf[3..]).unwrap();
-            assert_eq!(
-                (back.seq, back.id, back.received_at, back.source),
-                (42, event.id, at, source)
-            );
-            assert_eq!(back.envelope, envelope);
-            let mut flipped = buf[3..].to_vec();
-            flipped[HEADER + 40] ^= 0x10;
-            assert_eq!(check(&flipped), Check::Bad);
-        }
-    }
-
-    fn envelope() -> Envelope {
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: 1_714_557_600,
-                nanos: 5,
-            }),
-            namespace: "default".into(),
-            topic: "/tasks/exit".into(),
-            event: Some(prost_types::Any {
-                type_url: "containerd.events.TaskExit".into(),
-                value: vec![0x0a, 0x02, b'c', b'1'],
-            }),
-        }
-    }
-
-    #[test]
-    fn publishers_survive_the_round_trip() {
-        let long = "CN=".to_owned() + &"é".repeat(40_000);
-        for publisher in [
-            Publisher::Process {
-                uid: 1000,
-                gid: 100,
-                pid: Some(4242),
-            },
-            Publisher::Process {
-                uid: 0,
-                gid: 0,
-                pid: None,
-            },
-            Publisher::Certificate {
-                subject: r"CN=node-7,O=Acme\, Inc.".into(),
-            },
-            Publisher::Certificate {
-                subject: long.as_str().into(),
-            },
-        ] {
-            for source in [Source::Publish, Source::Forward] {
-                let event = Event::new(9, EventId::generate(), source.clone(), envelope())
-                    .with_publisher(Some(publisher.clone()));
-                let mut buf = Vec::new();
-                let len = encode(&event, &mut buf).unwrap();
-                assert_eq!(check(&buf), Check::Valid { seq: 9, len });
-                assert_eq!(buf[HEADER + KIND_AT] & HAS_PUBLISHER, HAS_PUBLISHER);
-                let back = decode(&buf).unwrap();
-                assert_eq!((back.source, back.envelope), (source, envelope()));
-                match (&publisher, back.publisher) {
-                    (
-                        Publisher::Certificate { subject },
-                        Some(Publisher::Certificate { subject: read }),
-                    ) if subject.len() > u16::MAX as usize => {
-                        assert!(
-                            subject.starts_with(&*read) && read.len() > 65_000,
-                            "clipped on a character boundary"
-                        );
-                    }
-                    (publisher, read) => assert_eq!(read.as_ref(), Some(publisher)),
-                }
-            }
-        }
-    }
-
-    /// The exact bytes the format wrote before publishers were kept, laid out by
-    /// hand: spools written by earlier versions must still be read after an upgrade.
-    #[test]
-    fn records_of_the_format_before_publishers_are_read() {
-        let id = [7u8; 16];
-        let nanos: i64 = 1_714_557_600_000_000_005;
-        let name = b"node-a";
-        let mut body = Vec::new();
-        body.extend_from_slice(&42u64.to_le_bytes());
-        body.extend_from_slice(&id);
-        body.extend_from_slice(&nanos.to_le_bytes());
-        body.push(2);
-        body.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        body.extend_from_slice(name);
-        body.extend_from_slice(&envelope().encode_to_vec());
-        let mut record = Vec::new();
-        record.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        record.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        record.extend_from_slice(&body);
-
-        let len = record.len();
-        assert_eq!(check(&record), Check::Valid { seq: 42, len });
-        let event = decode(&record).unwrap();
-        assert_eq!(event.id, EventId::from_bytes(id));
-        assert_eq!(event.source, Source::Upstream(Arc::from("node-a")));
-        assert_eq!(event.received_at, from_unix_nanos(nanos));
-        assert_eq!(event.envelope, envelope());
-        assert_eq!(event.publisher, None);
-
-        // The same event written today is byte for byte what it was.
-        let mut today = Vec::new();
-        let again = Event::with_received_at(
-            42,
-            event.id,
-            event.received_at,
-            event.source.clone(),
-            envelope(),
-        );
-        encode(&again, &mut today).unwrap();
-        assert_eq!(today, record);
-    }
-
-    #[test]
-    fn damaged_publisher_blocks_are_refused() {
-        let event = Event::new(3, EventId::generate(), Source::Publish, envelope()).with_publisher(
-            Some(Publisher::Certificate {
-                subject: "CN=x".into(),
-            }),
-        );
-        let mut buf = Vec::new();
-        encode(&event, &mut buf).unwrap();
-        let block = HEADER + MIN_BODY;
-        for (at, value) in [(block, 9u8), (block + 1, 0xff), (block + 3, 0xff)] {
-            let mut bad = buf.clone();
-            bad[at] = value;
-            assert!(
-                decode(&bad).is_none_or(|e| e.publisher != event.publisher),
-                "byte {at} = {value}"
-            );
-        }
-        let mut unknown_kind = buf.clone();
-        unknown_kind[HEADER + KIND_AT] = HAS_PUBLISHER | 4;
-        let crc = crc32fast::hash(&unknown_kind[HEADER..]);
-        unknown_kind[4..8].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(check(&unknown_kind), Check::Bad);
-    }
-}
+#[path = "record_tests.rs"]
+mod tests;

@@ -6,7 +6,9 @@
 //! bytes are the stored columns `seq, id, timestamp, received_at, namespace, topic,
 //! type_url, payload, event, source`, in that order, each as one typed value, then,
 //! only when at least one of them is not NULL, `publisher_uid, publisher_gid,
-//! publisher_pid, publisher_subject` the same way:
+//! publisher_pid, publisher_subject` the same way, then, only when the row is not
+//! live (`origin` other than `'live'`, or an `origin_clock` that is not NULL), `origin,
+//! origin_clock` the same way:
 //!
 //! - NULL: the single byte `0x00`;
 //! - INTEGER: `0x01`, the length 8 as u64 big-endian, the i64 big-endian;
@@ -28,6 +30,11 @@
 //! every value carries its tag and length, so ten values can never encode like
 //! fourteen, and giving a row a publisher, or taking its publisher away, changes its
 //! hash.
+//!
+//! The origin columns (schema version 6) are left out the same way for live rows, so
+//! every chain written before them keeps verifying. A row hashes 10, 12 (origin), 14
+//! (publisher) or 16 (both) values: each count has one meaning, and marking a live
+//! row reconciled (or the reverse) changes its hash.
 
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
@@ -45,9 +52,10 @@ pub type Hash = [u8; HASH_LEN];
 /// What the first chained row links to when nothing was pruned after the chain began.
 pub const ZERO: Hash = [0; HASH_LEN];
 
-/// The hashed columns, in hashing order; the last [`PUBLISHER_COLUMNS`] only when
-/// one of them is not NULL.
-pub const COLUMNS: [&str; 14] = [
+/// The hashed columns, in hashing order; the publisher's [`PUBLISHER_COLUMNS`] only
+/// when one of them is not NULL, the last [`ORIGIN_COLUMNS`] only when the row is not
+/// live.
+pub const COLUMNS: [&str; 16] = [
     "seq",
     "id",
     "timestamp",
@@ -62,13 +70,22 @@ pub const COLUMNS: [&str; 14] = [
     "publisher_gid",
     "publisher_pid",
     "publisher_subject",
+    "origin",
+    "origin_clock",
 ];
 
 /// How many of [`COLUMNS`] are the publisher's, hashed only when not all NULL.
 pub const PUBLISHER_COLUMNS: usize = 4;
 
+/// How many of [`COLUMNS`] are the origin's (the last ones), hashed only when the row
+/// is not live.
+pub const ORIGIN_COLUMNS: usize = 2;
+
+/// The columns hashed for every row.
+const ALWAYS: usize = COLUMNS.len() - PUBLISHER_COLUMNS - ORIGIN_COLUMNS;
+
 /// One row's hashed columns as stored (or about to be stored).
-pub type RowValues<'a> = [ValueRef<'a>; 14];
+pub type RowValues<'a> = [ValueRef<'a>; 16];
 
 /// The hash of a row chained to `prev`.
 pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
@@ -89,13 +106,17 @@ impl RowHasher {
         buf.clear();
         buf.extend_from_slice(DOMAIN);
         buf.extend_from_slice(prev);
-        let (always, publisher) = values.split_at(values.len() - PUBLISHER_COLUMNS);
-        let hashed = if publisher.iter().all(|v| *v == ValueRef::Null) {
-            always
-        } else {
-            values.as_slice()
+        let (always, rest) = values.split_at(ALWAYS);
+        let (publisher, origin) = rest.split_at(PUBLISHER_COLUMNS);
+        let publisher = match publisher.iter().all(|v| *v == ValueRef::Null) {
+            true => &[][..],
+            false => publisher,
         };
-        for value in hashed {
+        let origin = match origin {
+            [ValueRef::Text(b"live"), ValueRef::Null] => &[][..],
+            other => other,
+        };
+        for value in always.iter().chain(publisher).chain(origin) {
             match *value {
                 ValueRef::Null => buf.push(0),
                 ValueRef::Integer(i) => tagged(buf, 1, &i.to_be_bytes()),
@@ -133,6 +154,8 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
         int(row.publisher.1),
         int(row.publisher.2),
         text(row.publisher.3),
+        ValueRef::Text(row.origin.as_bytes()),
+        text(row.origin_clock),
     ]
 }
 
@@ -191,6 +214,8 @@ mod tests {
             ValueRef::Null,
             ValueRef::Null,
             ValueRef::Null,
+            ValueRef::Text(b"live"),
+            ValueRef::Null,
         ]
     }
 
@@ -241,6 +266,65 @@ mod tests {
         assert_eq!(row_hash(&prev, &certificate), direct);
     }
 
+    fn tagged_text(out: &mut Vec<u8>, text: &[u8]) {
+        out.push(3);
+        out.extend_from_slice(&(text.len() as u64).to_be_bytes());
+        out.extend_from_slice(text);
+    }
+
+    /// A reconciled row: its two origin values follow the ten (and the publisher's
+    /// four when it has one); a live row hashes as the ten alone.
+    #[test]
+    fn the_origin_is_hashed_only_for_rows_that_are_not_live() {
+        let prev = [0x5a; 32];
+        let mut ten = b"eventgate.audit.v1".to_vec();
+        ten.extend_from_slice(&prev);
+        ten.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 7]);
+        for text in [
+            &b"0190c4d2-0000-7000-8000-000000000001"[..],
+            b"2024-05-01T10:00:00.000000005Z",
+            b"2024-05-01T10:00:00.100000000Z",
+            b"default",
+            b"/tasks/exit",
+            b"containerd.events.TaskExit",
+        ] {
+            tagged_text(&mut ten, text);
+        }
+        ten.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0, 4, 10, 2, 99, 49]);
+        tagged_text(&mut ten, br#"{"container_id":"c1"}"#);
+        tagged_text(&mut ten, b"publish");
+        let live: Hash = Sha256::digest(&ten).into();
+        assert_eq!(
+            row_hash(&prev, &sample()),
+            live,
+            "live: the ten values only"
+        );
+
+        let mut reconciled = sample();
+        reconciled[14] = ValueRef::Text(b"reconciled");
+        reconciled[15] = ValueRef::Text(b"daemon");
+        let mut twelve = ten.clone();
+        tagged_text(&mut twelve, b"reconciled");
+        tagged_text(&mut twelve, b"daemon");
+        let direct: Hash = Sha256::digest(&twelve).into();
+        assert_eq!(row_hash(&prev, &reconciled), direct);
+
+        // With a publisher too: its four values, then the origin's two.
+        reconciled[13] = ValueRef::Text(b"CN=c");
+        let mut sixteen = ten.clone();
+        sixteen.extend_from_slice(&[0, 0, 0]);
+        tagged_text(&mut sixteen, b"CN=c");
+        tagged_text(&mut sixteen, b"reconciled");
+        tagged_text(&mut sixteen, b"daemon");
+        let direct: Hash = Sha256::digest(&sixteen).into();
+        assert_eq!(row_hash(&prev, &reconciled), direct);
+
+        // A live row with a clock (an edit) is not live: the clock is hashed.
+        let mut clocked = sample();
+        clocked[15] = ValueRef::Text(b"daemon");
+        assert_ne!(row_hash(&prev, &clocked), live);
+    }
+
     #[test]
     fn null_empty_type_and_boundaries_all_change_the_hash() {
         let base = sample();
@@ -256,6 +340,9 @@ mod tests {
         with(12, ValueRef::Integer(0));
         with(13, ValueRef::Text(b""));
         with(13, ValueRef::Text(b"CN=x"));
+        with(14, ValueRef::Text(b"reconciled"));
+        with(15, ValueRef::Text(b"daemon"));
+        with(14, ValueRef::Text(b""));
         with(7, ValueRef::Null);
         with(7, ValueRef::Blob(&[]));
         with(7, ValueRef::Text(&[10, 2, 99, 49]));

@@ -9,8 +9,9 @@ use super::{EventRow, chain};
 /// Re-delivery of an already stored event is a no-op, not an error, and takes no
 /// place in the chain: `row_id` is given explicitly and only advances on a new row.
 const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, prev_hash, hash) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) ON CONFLICT(id) DO NOTHING";
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
+     ON CONFLICT(id) DO NOTHING";
 
 const READ_HEAD: &str = "SELECT head_row_id, head_hash FROM audit_chain WHERE id = 1";
 
@@ -130,6 +131,8 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                     row.publisher.1,
                     row.publisher.2,
                     row.publisher.3,
+                    row.origin,
+                    row.origin_clock,
                     prev,
                     hash,
                 ])
@@ -160,8 +163,8 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
     {
         let mut stmt = tx.prepare_cached(
             "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-             publisher_uid, publisher_gid, publisher_pid, publisher_subject) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+             publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         )?;
         for row in rows {
             stmt.execute(params![
@@ -179,6 +182,8 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
                 row.publisher.1,
                 row.publisher.2,
                 row.publisher.3,
+                row.origin,
+                row.origin_clock,
             ])?;
         }
     }

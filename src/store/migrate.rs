@@ -46,6 +46,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_publisher.sql",
         sql: include_str!("../../migrations/0005_publisher.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_origin.sql",
+        sql: include_str!("../../migrations/0006_origin.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

@@ -21,7 +21,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::event::Event;
+use crate::event::{Clock, Event};
 use crate::proto::rfc3339_nanos;
 use crate::publisher::{Columns, Publisher};
 pub use insert::{InsertError, insert_rows, raw_insert_rows};
@@ -248,6 +248,10 @@ pub struct EventRow<'a> {
     pub source: Cow<'static, str>,
     /// `publisher_uid`, `publisher_gid`, `publisher_pid`, `publisher_subject`.
     pub publisher: Columns<'a>,
+    /// `live` or `reconciled`.
+    pub origin: &'static str,
+    /// `daemon` or `reconcile` for a reconciled event; `None` for a live one.
+    pub origin_clock: Option<&'static str>,
 }
 
 impl<'a> EventRow<'a> {
@@ -265,6 +269,8 @@ impl<'a> EventRow<'a> {
             event: event.payload_json(),
             source: event.source.describe(),
             publisher: Publisher::columns(event.publisher.as_ref()),
+            origin: event.origin.label(),
+            origin_clock: event.origin.clock().map(Clock::label),
         }
     }
 }

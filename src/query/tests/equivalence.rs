@@ -27,7 +27,7 @@ fn via_store(reader: &Reader, filter: &Filter) -> Vec<String> {
 fn in_memory(events: &[Event], filter: &Filter) -> Vec<String> {
     events
         .iter()
-        .filter(|e| filter.matches(*e))
+        .filter(|e| filter.matches(&e.record_fields()))
         .map(|e| e.id.to_string())
         .collect()
 }
@@ -93,6 +93,23 @@ const SELECTORS: &[&str] = &[
     r#"other~="^$""#,
     r#"topic=="\xff""#,
     r#"topic!="\xff""#,
+    "origin",
+    "origin==live",
+    "origin==reconciled",
+    "origin!=live",
+    "origin!=reconciled",
+    r#"origin=="""#,
+    r#"origin!="""#,
+    "origin==Reconciled",
+    "origin.any==reconciled",
+    "origin~=^rec",
+    "origin_clock",
+    "origin_clock==daemon",
+    "origin_clock==reconcile",
+    "origin_clock!=daemon",
+    r#"origin_clock=="""#,
+    r#"origin_clock!="""#,
+    r#"origin_clock~="^$""#,
 ];
 
 #[test]
@@ -153,6 +170,8 @@ fn regex_topic_globs_and_nested_any_paths_are_rechecked_the_rest_is_not() {
         (r#"topic=="/tasks/*""#, true),
         ("event.runtime.options.binary_name==runc", true),
         ("other~=x", false),
+        ("origin==reconciled,origin_clock!=daemon", false),
+        ("origin_clock~=^d", true),
     ] {
         let filter = Filter::parse(text).unwrap();
         assert_eq!(sql::translate(&filter).recheck, recheck, "{text}");
@@ -217,7 +236,7 @@ fn every_selector_with_time_bounds_keeps_what_the_matcher_keeps() {
                 .unwrap();
             let expected: Vec<String> = events
                 .iter()
-                .filter(|e| filter.matches(*e))
+                .filter(|e| filter.matches(&e.record_fields()))
                 .filter(|e| {
                     e.envelope.timestamp.as_ref().is_some_and(|t| {
                         let t = SystemTime::try_from(*t).unwrap();

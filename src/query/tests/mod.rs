@@ -5,7 +5,7 @@ mod plan;
 
 use std::path::{Path, PathBuf};
 
-use crate::event::{Event, EventId, Source};
+use crate::event::{Clock, Event, EventId, Origin, Source};
 use crate::proto::Registry;
 use crate::proto::containerd::types::Envelope;
 use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
@@ -159,5 +159,17 @@ pub(super) fn varied_events() -> Vec<Event> {
         Some(exit("'; DROP TABLE events; --", "a\"b")),
     );
     push(Some(T0 + 7200), "default", "/tasks/a/b", None);
+    // Some of each origin, spread over every shape above.
+    for (i, event) in out.iter_mut().enumerate() {
+        event.origin = match i % 4 {
+            1 => Origin::Reconciled {
+                clock: Clock::Daemon,
+            },
+            2 => Origin::Reconciled {
+                clock: Clock::Reconcile,
+            },
+            _ => Origin::Live,
+        };
+    }
     out
 }

@@ -115,3 +115,41 @@ fn a_time_range_reads_row_ids_from_the_column_and_timestamp_index_and_sorts_only
         assert_eq!(seqs(&reader, &limited), expected[..2], "{filter}");
     }
 }
+
+/// Reconciled rows are few: the partial index holding only them serves
+/// `origin==reconciled`, with or without a time range, instead of a walk over every
+/// row.
+#[test]
+fn reconciled_rows_are_read_from_their_partial_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = varied_events();
+    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    for (filter, hour, limit) in [
+        ("origin==reconciled", false, None),
+        ("origin==reconciled", false, Some(2)),
+        ("origin==reconciled,origin_clock==daemon", true, None),
+        ("origin==reconciled", true, Some(2)),
+    ] {
+        let q = query(filter, hour, limit);
+        let used = plan(&reader, &q);
+        assert!(used.contains("events_reconciled"), "{filter}: {used}");
+        let expected: Vec<u64> = events
+            .iter()
+            .filter(|e| q.filter.matches(&e.record_fields()))
+            .filter(|e| {
+                !hour
+                    || e.envelope.timestamp.as_ref().is_some_and(|t| {
+                        let t = SystemTime::try_from(*t).unwrap();
+                        q.since.is_none_or(|s| t >= s) && q.until.is_none_or(|u| t < u)
+                    })
+            })
+            .map(|e| e.seq)
+            .take(limit.map_or(usize::MAX, |n| n as usize))
+            .collect();
+        assert!(!expected.is_empty(), "{filter}");
+        assert_eq!(seqs(&reader, &q), expected, "{filter}");
+    }
+    // `live` is most rows: no index would help, and the partial one cannot.
+    let used = plan(&reader, &query("origin==live", false, None));
+    assert!(!used.contains("events_reconciled"), "{used}");
+}

@@ -3,7 +3,6 @@
 
 use rusqlite::Connection;
 use rusqlite::params;
-use rusqlite::types::ValueRef;
 
 use super::*;
 
@@ -43,23 +42,6 @@ fn a_store_verifies_after_pruning_and_after_pruning_everything() {
     assert_eq!(report.head.unwrap().row_id, 14);
 }
 
-/// A store as a binary that knew only the first `version` migrations left it.
-fn store_at_version(path: &std::path::Path, version: usize) -> Connection {
-    let conn = Connection::open(path).unwrap();
-    conn.pragma_update(
-        None,
-        "application_id",
-        crate::store::migrate::APPLICATION_ID,
-    )
-    .unwrap();
-    for migration in &crate::store::migrate::MIGRATIONS[..version] {
-        conn.execute_batch(migration.sql).unwrap();
-    }
-    conn.pragma_update(None, "user_version", version as i64)
-        .unwrap();
-    conn
-}
-
 #[test]
 fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,35 +76,6 @@ fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
     assert_eq!(found.kind, Kind::ChainTable, "{found}");
 }
 
-/// A row's hash the way schema version 3 and 4 writers computed it, written out
-/// here on its own: the ten columns, nothing else.
-fn schema_4_hash(prev: &chain::Hash, row: &EventRow<'_>) -> chain::Hash {
-    use sha2::{Digest, Sha256};
-    let mut bytes = chain::DOMAIN.to_vec();
-    bytes.extend_from_slice(prev);
-    let values = chain::values(row.seq as i64, row);
-    for value in &values[..10] {
-        match *value {
-            ValueRef::Null => bytes.push(0),
-            ValueRef::Integer(i) => {
-                bytes.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8]);
-                bytes.extend_from_slice(&i.to_be_bytes());
-            }
-            ValueRef::Text(b) | ValueRef::Blob(b) => {
-                bytes.push(if matches!(value, ValueRef::Text(_)) {
-                    3
-                } else {
-                    4
-                });
-                bytes.extend_from_slice(&(b.len() as u64).to_be_bytes());
-                bytes.extend_from_slice(b);
-            }
-            ValueRef::Real(_) => unreachable!("the writer stores no REAL"),
-        }
-    }
-    Sha256::digest(&bytes).into()
-}
-
 #[test]
 fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
     use crate::publisher::Publisher;
@@ -135,7 +88,7 @@ fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
         for seq in 1..=3 {
             let event = event(seq);
             let row = EventRow::from_event(&event);
-            let hash = schema_4_hash(&prev, &row);
+            let hash = hand_hash(&prev, &chain::values(seq as i64, &row)[..10]);
             conn.execute(
                 "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, prev_hash, hash) \
                  VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",

@@ -20,6 +20,9 @@ fn a_modified_column_is_reported_at_its_row() {
         // A publisher given to a row that had none.
         ("publisher_uid", "0"),
         ("publisher_subject", "'CN=someone else'"),
+        // A live row passed off as reconstructed, or given a clock.
+        ("origin", "'reconciled'"),
+        ("origin_clock", "'daemon'"),
     ] {
         let (_dir, path) = store();
         sql(
@@ -118,6 +121,8 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Text(b"live"),
         ValueRef::Null,
     ];
     conn.execute(

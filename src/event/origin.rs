@@ -1,0 +1,144 @@
+//! Whether an event was received live or reconstructed by a reconcile, and where a
+//! reconstructed event's timestamp came from.
+
+use std::fmt;
+
+/// Whether an event was received as it happened or reconstructed afterwards.
+///
+/// After a gap (eventgate stopped, an upstream reconnecting) eventgate compares the
+/// daemon's state with what it recorded and records each difference as the standard
+/// containerd event for it. Those events are marked [`Origin::Reconciled`] in every
+/// record eventgate keeps (spool, audit store, JSON lines, Kafka headers, dead
+/// letters); gRPC subscribers receive them as ordinary envelopes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// As received from a publisher, a forwarder or an upstream.
+    #[default]
+    Live,
+    /// Synthesized from a difference between the daemon's state and the record.
+    Reconciled { clock: Clock },
+}
+
+/// Where a reconciled event's envelope timestamp came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Clock {
+    /// The daemon's own record of the change (a task's `exited_at`, a container's
+    /// `created_at`): when it happened.
+    Daemon,
+    /// eventgate's clock when it found the difference: the daemon did not say when
+    /// it happened, only that it had by then.
+    Reconcile,
+}
+
+impl Origin {
+    /// Every value [`Origin::label`] returns.
+    pub const LABELS: [&'static str; 2] = ["live", "reconciled"];
+
+    /// `live` or `reconciled`: the `origin` column, field and header.
+    pub fn label(self) -> &'static str {
+        match self {
+            Origin::Live => "live",
+            Origin::Reconciled { .. } => "reconciled",
+        }
+    }
+
+    /// The clock of a reconciled event; `None` for a live one.
+    pub fn clock(self) -> Option<Clock> {
+        match self {
+            Origin::Live => None,
+            Origin::Reconciled { clock } => Some(clock),
+        }
+    }
+
+    pub fn is_live(self) -> bool {
+        self == Origin::Live
+    }
+
+    /// The inverse of [`Origin::label`] and [`Clock::label`] as stored: `live` has no
+    /// clock, `reconciled` must have one.
+    pub fn from_labels(origin: &str, clock: Option<&str>) -> Result<Origin, String> {
+        match (origin, clock) {
+            ("live", None) => Ok(Origin::Live),
+            ("reconciled", Some(clock)) => match Clock::from_label(clock) {
+                Some(clock) => Ok(Origin::Reconciled { clock }),
+                None => Err(format!(
+                    "origin_clock {clock:?} is not \"daemon\" or \"reconcile\""
+                )),
+            },
+            ("live", Some(clock)) => Err(format!("a live event has origin_clock {clock:?}")),
+            ("reconciled", None) => Err("a reconciled event has no origin_clock".to_owned()),
+            (other, _) => Err(format!(
+                "origin {other:?} is not \"live\" or \"reconciled\""
+            )),
+        }
+    }
+}
+
+impl Clock {
+    /// `daemon` or `reconcile`: the `origin_clock` column, field and header.
+    pub fn label(self) -> &'static str {
+        match self {
+            Clock::Daemon => "daemon",
+            Clock::Reconcile => "reconcile",
+        }
+    }
+
+    pub fn from_label(text: &str) -> Option<Clock> {
+        match text {
+            "daemon" => Some(Clock::Daemon),
+            "reconcile" => Some(Clock::Reconcile),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.clock() {
+            None => f.write_str(self.label()),
+            Some(clock) => write!(f, "{} ({} clock)", self.label(), clock.label()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Origin; 3] = [
+        Origin::Live,
+        Origin::Reconciled {
+            clock: Clock::Daemon,
+        },
+        Origin::Reconciled {
+            clock: Clock::Reconcile,
+        },
+    ];
+
+    #[test]
+    fn labels_read_back_and_bad_ones_are_named() {
+        for origin in ALL {
+            assert!(Origin::LABELS.contains(&origin.label()));
+            let clock = origin.clock().map(Clock::label);
+            assert_eq!(Origin::from_labels(origin.label(), clock), Ok(origin));
+        }
+        assert_eq!(
+            ALL.map(|o| o.to_string()),
+            [
+                "live",
+                "reconciled (daemon clock)",
+                "reconciled (reconcile clock)"
+            ]
+        );
+        for (origin, clock, error) in [
+            ("live", Some("daemon"), "a live event has origin_clock"),
+            ("reconciled", None, "has no origin_clock"),
+            ("reconciled", Some("wall"), "\"wall\" is not"),
+            ("replayed", None, "\"replayed\" is not"),
+            ("", None, "\"\" is not"),
+        ] {
+            let found = Origin::from_labels(origin, clock).unwrap_err();
+            assert!(found.contains(error), "{origin} {clock:?}: {found}");
+        }
+    }
+}

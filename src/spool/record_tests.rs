@@ -1,0 +1,241 @@
+//! The record format: round trips, and records of earlier formats still read.
+
+use super::*;
+
+#[test]
+fn round_trip_keeps_every_field() {
+    let envelope = Envelope {
+        timestamp: None,
+        namespace: "k8s.io".into(),
+        topic: "/tasks/exit".into(),
+        event: Some(prost_types::Any {
+            type_url: "containerd.events.TaskExit".into(),
+            value: vec![1, 2, 3],
+        }),
+    };
+    let at = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+    for source in [
+        Source::Publish,
+        Source::Forward,
+        Source::Upstream(Arc::from("k3s")),
+        Source::Internal,
+    ] {
+        let event = Event::with_received_at(
+            42,
+            EventId::generate(),
+            at,
+            source.clone(),
+            envelope.clone(),
+        );
+        let mut buf = vec![9; 3];
+        let len = encode(&event, &mut buf).unwrap();
+        assert_eq!(buf.len(), 3 + len);
+        assert_eq!(check(&buf[3..]), Check::Valid { seq: 42, len });
+        assert_eq!(check(&buf[3..buf.len() - 1]), Check::Incomplete);
+        let back = decode(&buf[3..]).unwrap();
+        assert_eq!(
+            (back.seq, back.id, back.received_at, back.source),
+            (42, event.id, at, source)
+        );
+        assert_eq!(back.envelope, envelope);
+        let mut flipped = buf[3..].to_vec();
+        flipped[HEADER + 40] ^= 0x10;
+        assert_eq!(check(&flipped), Check::Bad);
+    }
+}
+
+fn envelope() -> Envelope {
+    Envelope {
+        timestamp: Some(prost_types::Timestamp {
+            seconds: 1_714_557_600,
+            nanos: 5,
+        }),
+        namespace: "default".into(),
+        topic: "/tasks/exit".into(),
+        event: Some(prost_types::Any {
+            type_url: "containerd.events.TaskExit".into(),
+            value: vec![0x0a, 0x02, b'c', b'1'],
+        }),
+    }
+}
+
+#[test]
+fn publishers_survive_the_round_trip() {
+    let long = "CN=".to_owned() + &"é".repeat(40_000);
+    for publisher in [
+        Publisher::Process {
+            uid: 1000,
+            gid: 100,
+            pid: Some(4242),
+        },
+        Publisher::Process {
+            uid: 0,
+            gid: 0,
+            pid: None,
+        },
+        Publisher::Certificate {
+            subject: r"CN=node-7,O=Acme\, Inc.".into(),
+        },
+        Publisher::Certificate {
+            subject: long.as_str().into(),
+        },
+    ] {
+        for source in [Source::Publish, Source::Forward] {
+            let event = Event::new(9, EventId::generate(), source.clone(), envelope())
+                .with_publisher(Some(publisher.clone()));
+            let mut buf = Vec::new();
+            let len = encode(&event, &mut buf).unwrap();
+            assert_eq!(check(&buf), Check::Valid { seq: 9, len });
+            assert_eq!(buf[HEADER + KIND_AT] & HAS_PUBLISHER, HAS_PUBLISHER);
+            let back = decode(&buf).unwrap();
+            assert_eq!((back.source, back.envelope), (source, envelope()));
+            match (&publisher, back.publisher) {
+                (
+                    Publisher::Certificate { subject },
+                    Some(Publisher::Certificate { subject: read }),
+                ) if subject.len() > u16::MAX as usize => {
+                    assert!(
+                        subject.starts_with(&*read) && read.len() > 65_000,
+                        "clipped on a character boundary"
+                    );
+                }
+                (publisher, read) => assert_eq!(read.as_ref(), Some(publisher)),
+            }
+        }
+    }
+}
+
+/// The exact bytes the format wrote before publishers were kept, laid out by
+/// hand: spools written by earlier versions must still be read after an upgrade.
+#[test]
+fn records_of_the_format_before_publishers_are_read() {
+    let id = [7u8; 16];
+    let nanos: i64 = 1_714_557_600_000_000_005;
+    let name = b"node-a";
+    let mut body = Vec::new();
+    body.extend_from_slice(&42u64.to_le_bytes());
+    body.extend_from_slice(&id);
+    body.extend_from_slice(&nanos.to_le_bytes());
+    body.push(2);
+    body.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    body.extend_from_slice(name);
+    body.extend_from_slice(&envelope().encode_to_vec());
+    let mut record = Vec::new();
+    record.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    record.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    record.extend_from_slice(&body);
+
+    let len = record.len();
+    assert_eq!(check(&record), Check::Valid { seq: 42, len });
+    let event = decode(&record).unwrap();
+    assert_eq!(event.id, EventId::from_bytes(id));
+    assert_eq!(event.source, Source::Upstream(Arc::from("node-a")));
+    assert_eq!(event.received_at, from_unix_nanos(nanos));
+    assert_eq!(event.envelope, envelope());
+    assert_eq!(event.publisher, None);
+    assert_eq!(
+        event.origin,
+        Origin::Live,
+        "records before origins were kept are live"
+    );
+
+    // The same event written today is byte for byte what it was.
+    let mut today = Vec::new();
+    let again = Event::with_received_at(
+        42,
+        event.id,
+        event.received_at,
+        event.source.clone(),
+        envelope(),
+    );
+    encode(&again, &mut today).unwrap();
+    assert_eq!(today, record);
+}
+
+#[test]
+fn damaged_publisher_blocks_are_refused() {
+    let event = Event::new(3, EventId::generate(), Source::Publish, envelope()).with_publisher(
+        Some(Publisher::Certificate {
+            subject: "CN=x".into(),
+        }),
+    );
+    let mut buf = Vec::new();
+    encode(&event, &mut buf).unwrap();
+    let block = HEADER + MIN_BODY;
+    for (at, value) in [(block, 9u8), (block + 1, 0xff), (block + 3, 0xff)] {
+        let mut bad = buf.clone();
+        bad[at] = value;
+        assert!(
+            decode(&bad).is_none_or(|e| e.publisher != event.publisher),
+            "byte {at} = {value}"
+        );
+    }
+    let mut unknown_kind = buf.clone();
+    unknown_kind[HEADER + KIND_AT] = HAS_PUBLISHER | 4;
+    let crc = crc32fast::hash(&unknown_kind[HEADER..]);
+    unknown_kind[4..8].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(check(&unknown_kind), Check::Bad);
+}
+
+fn reconciled(clock: Clock) -> Origin {
+    Origin::Reconciled { clock }
+}
+
+#[test]
+fn origins_survive_the_round_trip_with_and_without_a_publisher() {
+    let certificate = Publisher::Certificate {
+        subject: "CN=node-7".into(),
+    };
+    for origin in [reconciled(Clock::Daemon), reconciled(Clock::Reconcile)] {
+        for (source, publisher) in [
+            (Source::Upstream(Arc::from("node-a")), None),
+            (Source::Internal, None),
+            (Source::Forward, Some(certificate.clone())),
+        ] {
+            let event = Event::new(11, EventId::generate(), source.clone(), envelope())
+                .with_publisher(publisher.clone())
+                .with_origin(origin);
+            let mut buf = Vec::new();
+            let len = encode(&event, &mut buf).unwrap();
+            assert_eq!(check(&buf), Check::Valid { seq: 11, len });
+            assert_eq!(buf[HEADER + KIND_AT] & HAS_ORIGIN, HAS_ORIGIN);
+            let back = decode(&buf).unwrap();
+            assert_eq!(back.origin, origin, "{source:?}");
+            assert_eq!(back.publisher, publisher);
+            assert_eq!((back.source, back.envelope), (source, envelope()));
+        }
+    }
+}
+
+#[test]
+fn a_live_event_is_written_without_an_origin_byte() {
+    let event = Event::new(5, EventId::generate(), Source::Publish, envelope());
+    let mut live = Vec::new();
+    encode(&event, &mut live).unwrap();
+    assert_eq!(live[HEADER + KIND_AT] & HAS_ORIGIN, 0);
+    let event = event.with_origin(reconciled(Clock::Daemon));
+    let mut marked = Vec::new();
+    encode(&event, &mut marked).unwrap();
+    assert_eq!(marked.len(), live.len() + 1, "one byte for the origin");
+}
+
+#[test]
+fn damaged_origin_bytes_are_refused() {
+    let event = Event::new(3, EventId::generate(), Source::Internal, envelope())
+        .with_origin(reconciled(Clock::Reconcile));
+    let mut buf = Vec::new();
+    encode(&event, &mut buf).unwrap();
+    let at = HEADER + MIN_BODY;
+    assert_eq!(buf[at], 2, "the reconcile clock's byte");
+    for value in [0u8, 3, 0xff] {
+        let mut bad = buf.clone();
+        bad[at] = value;
+        assert!(decode(&bad).is_none(), "origin byte {value}");
+    }
+    // Both flag bits and an unknown source: damaged, not a new kind.
+    let mut unknown_kind = buf.clone();
+    unknown_kind[HEADER + KIND_AT] = HAS_ORIGIN | HAS_PUBLISHER | 4;
+    let crc = crc32fast::hash(&unknown_kind[HEADER..]);
+    unknown_kind[4..8].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(check(&unknown_kind), Check::Bad);
+}

@@ -1,0 +1,103 @@
+//! Schema version 6: a chain written before the origin columns keeps verifying, and
+//! reconciled rows join it with their origin covered by the hash.
+
+use rusqlite::params;
+
+use super::*;
+use crate::event::{Clock, Origin};
+use crate::publisher::Publisher;
+
+fn reconciled(clock: Clock) -> Origin {
+    Origin::Reconciled { clock }
+}
+
+#[test]
+fn a_schema_5_chain_keeps_verifying_and_reconciled_rows_join_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    {
+        // A store as version 5 left it: one row without a publisher, one with.
+        let conn = store_at_version(&path, 5);
+        let mut prev = chain::ZERO;
+        let events = [
+            event(1),
+            event(2).with_publisher(Some(Publisher::Certificate {
+                subject: "CN=node-7".into(),
+            })),
+        ];
+        for (event, hashed) in events.iter().zip([10, 14]) {
+            let row = EventRow::from_event(event);
+            let seq = row.seq as i64;
+            let hash = hand_hash(&prev, &chain::values(seq, &row)[..hashed]);
+            conn.execute(
+                "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
+                 publisher_subject, prev_hash, hash) VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                params![seq, row.id, row.timestamp, row.received_at, row.namespace, row.topic, row.type_url, row.payload, row.event, row.source, row.publisher.3, prev, hash],
+            )
+            .unwrap();
+            conn.execute(
+                "UPDATE audit_chain SET head_row_id = ?1, head_seq = ?1, head_hash = ?2",
+                params![seq, hash],
+            )
+            .unwrap();
+            prev = hash;
+        }
+    }
+    // The writer migrates to version 6 and goes on with reconciled and live rows.
+    let events = [
+        event(3).with_origin(reconciled(Clock::Daemon)),
+        event(4)
+            .with_origin(reconciled(Clock::Reconcile))
+            .with_publisher(Some(Publisher::Process {
+                uid: 0,
+                gid: 0,
+                pid: None,
+            })),
+        event(5),
+    ];
+    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
+    insert_rows(&mut conn, &rows).unwrap();
+    drop(conn);
+    let report = intact(&path);
+    assert_eq!((report.verified, report.legacy), (5, 0));
+
+    let stored: Vec<(String, Option<String>)> = {
+        let conn = Connection::open(&path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT origin, origin_clock FROM events ORDER BY row_id")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let owned = |origin: &str, clock: Option<&str>| (origin.to_owned(), clock.map(str::to_owned));
+    assert_eq!(
+        stored,
+        [
+            owned("live", None),
+            owned("live", None),
+            owned("reconciled", Some("daemon")),
+            owned("reconciled", Some("reconcile")),
+            owned("live", None),
+        ],
+        "rows from before version 6 read as live"
+    );
+
+    // The origin is covered: marking a live row reconciled, changing a clock, or
+    // passing a reconciled row off as live is an edit.
+    for edit in [
+        "UPDATE events SET origin = 'reconciled', origin_clock = 'daemon' WHERE row_id = 1",
+        "UPDATE events SET origin_clock = 'daemon' WHERE row_id = 2",
+        "UPDATE events SET origin_clock = 'reconcile' WHERE row_id = 3",
+        "UPDATE events SET origin = 'live', origin_clock = NULL WHERE row_id = 4",
+    ] {
+        let copy = dir.path().join("copy.db");
+        std::fs::copy(&path, &copy).unwrap();
+        sql(&copy, edit);
+        let found = problem(&copy);
+        assert_eq!(found.kind, Kind::Modified, "{edit}: {found}");
+        std::fs::remove_file(&copy).unwrap();
+    }
+}
