@@ -1,5 +1,6 @@
 //! One upstream's life: connect, subscribe, feed the exchange, and when the stream
-//! breaks, say so in the audit trail and reconnect with backoff, until shutdown.
+//! breaks, say so in the audit trail and reconnect with backoff (cut short when a
+//! unix socket is created again), until shutdown.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +16,7 @@ use super::markers::{self, Connected, Disconnected};
 use super::settings::UpstreamSpec;
 use super::status::{UpstreamState, UpstreamStatus};
 use super::transport::NotifySent;
+use super::watch::SocketWake;
 use crate::client;
 use crate::errors;
 use crate::event::Source;
@@ -54,6 +56,7 @@ pub(super) struct Task {
 impl Task {
     pub async fn run(self) {
         let mut backoff = Backoff::new(&self.spec.reconnect);
+        let mut wake = SocketWake::new(&self.spec.address, &self.name);
         let mut gap_started = self.started;
         let mut attempts = 0u64;
         let mut reported_failure = false;
@@ -85,7 +88,7 @@ impl Task {
                         attempts,
                         last_error: Some(error),
                     });
-                    if !self.pause(&mut backoff).await {
+                    if !self.pause(&mut backoff, &mut wake).await {
                         break;
                     }
                     continue;
@@ -119,6 +122,7 @@ impl Task {
             });
             attempts = 0;
             reported_failure = false;
+            wake.subscribed();
 
             let mut received = 0u64;
             let ended = self.stream(opened, &mut received).await;
@@ -165,7 +169,7 @@ impl Task {
             if lasted >= self.spec.reconnect.stable {
                 backoff.reset();
             }
-            if !recorded || !self.pause(&mut backoff).await {
+            if !recorded || !self.pause(&mut backoff, &mut wake).await {
                 break;
             }
         }
@@ -305,12 +309,26 @@ impl Task {
         }
     }
 
-    /// Waits out the next backoff delay; false if shutdown came first.
-    async fn pause(&self, backoff: &mut Backoff) -> bool {
+    /// Waits out the next backoff delay, or less if the upstream's socket is created
+    /// meanwhile; false if shutdown came first. After such a wake-up the next attempts
+    /// come quickly for a short while (the daemon may answer a moment after its socket
+    /// appears), without advancing the backoff; then the backoff resumes where it was.
+    async fn pause(&self, backoff: &mut Backoff, wake: &mut SocketWake) -> bool {
+        if let Some(delay) = wake.burst_delay(&self.name) {
+            return tokio::select! {
+                () = self.cancel.cancelled() => false,
+                () = tokio::time::sleep(delay) => true,
+            };
+        }
         let delay = backoff.next_delay(&mut rand::rng());
         tokio::select! {
             () = self.cancel.cancelled() => false,
             () = tokio::time::sleep(delay) => true,
+            () = wake.socket_created(&self.name) => {
+                metrics::counter!("eventgate_upstream_socket_wakeups_total", "upstream" => self.label())
+                    .increment(1);
+                true
+            }
         }
     }
 
