@@ -390,7 +390,9 @@ const WAKEUPS: &str = "eventgate_upstream_socket_wakeups_total";
 const FAILURES: &str = "eventgate_upstream_connect_failures_total";
 
 fn node_metric(gateway: &mut Gateway, name: &str) -> f64 {
-    scrape(gateway).get(name, &[("upstream", "node")]).unwrap_or(0.0)
+    scrape(gateway)
+        .get(name, &[("upstream", "node")])
+        .unwrap_or(0.0)
 }
 
 fn timestamp(row: &Row, field: &str) -> std::time::SystemTime {
@@ -520,6 +522,7 @@ fn an_upstream_whose_socket_stays_away_keeps_its_backoff() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let attempts = node_metric(&mut gateway, FAILURES) - before;
+    eprintln!("{attempts} failed attempts in 3 s after the burst");
     assert!(
         (1.0..=10.0).contains(&attempts),
         "{attempts} failed attempts in 3 s; the backoff allows 1 to 10"

@@ -31,7 +31,10 @@ use tokio::time::Instant;
 use crate::client::Address;
 
 /// How often the burst after a wake-up tries, and for how long: a socket that
-/// appears has a daemon behind it that is about to answer.
+/// appears has a daemon behind it that is about to answer. The first retries come
+/// sooner (1, 2, 4, 8 ms), as the socket usually accepts within a millisecond of
+/// its creation; on a busy machine the daemon may take tens of milliseconds.
+pub const BURST_FIRST: Duration = Duration::from_millis(1);
 pub const BURST_INTERVAL: Duration = Duration::from_millis(10);
 pub const BURST_WINDOW: Duration = Duration::from_secs(2);
 
@@ -228,6 +231,7 @@ pub struct SocketWake {
     socket: Option<PathBuf>,
     watch: Option<SocketWatch>,
     burst_until: Option<Instant>,
+    burst_next: Duration,
     /// Whether a failure to watch has been logged (once per upstream, at warn).
     warned: bool,
 }
@@ -244,6 +248,7 @@ impl SocketWake {
             socket,
             watch: None,
             burst_until: None,
+            burst_next: BURST_FIRST,
             warned: false,
         };
         wake.ensure_watch(upstream);
@@ -255,7 +260,9 @@ impl SocketWake {
     pub fn burst_delay(&mut self, upstream: &str) -> Option<Duration> {
         let until = self.burst_until?;
         if Instant::now() < until {
-            return Some(BURST_INTERVAL);
+            let delay = self.burst_next;
+            self.burst_next = (delay * 2).min(BURST_INTERVAL);
+            return Some(delay);
         }
         self.burst_until = None;
         tracing::warn!(
@@ -277,6 +284,7 @@ impl SocketWake {
             Ok(()) => {
                 tracing::info!(upstream, socket = %watch.path().display(), "the upstream's socket was created; connecting at once");
                 self.burst_until = Some(Instant::now() + BURST_WINDOW);
+                self.burst_next = BURST_FIRST;
             }
             Err(error) => {
                 self.report(upstream, &error);

@@ -45,8 +45,7 @@ async fn a_socket_bound_in_place_is_reported_once_and_nothing_else_is() {
     reported(&mut watch).await;
     // The same creation does not wake a waiter twice, and changes to the socket file
     // or its removal are not a new socket.
-    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o660))
-        .unwrap();
+    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o660)).unwrap();
     stays_quiet(&mut watch, "one creation was already reported").await;
     std::fs::remove_file(&socket).unwrap();
     stays_quiet(&mut watch, "the socket was removed").await;
@@ -142,15 +141,26 @@ async fn a_wake_up_starts_a_bounded_burst_that_a_subscription_ends() {
     tokio::time::timeout(DEADLINE, wake.socket_created("node"))
         .await
         .expect("the wake-up");
-    assert_eq!(wake.burst_delay("node"), Some(BURST_INTERVAL));
+    let delays: Vec<_> = (0..6).filter_map(|_| wake.burst_delay("node")).collect();
+    let ms = Duration::from_millis;
+    assert_eq!(delays, [ms(1), ms(2), ms(4), ms(8), ms(10), ms(10)]);
     wake.subscribed();
-    assert_eq!(wake.burst_delay("node"), None, "a subscription ends the burst");
+    assert_eq!(
+        wake.burst_delay("node"),
+        None,
+        "a subscription ends the burst"
+    );
 
     std::fs::remove_file(&socket).unwrap();
     bind(&socket);
     tokio::time::timeout(DEADLINE, wake.socket_created("node"))
         .await
         .expect("the second wake-up");
+    assert_eq!(
+        wake.burst_delay("node"),
+        Some(BURST_FIRST),
+        "each burst starts quick"
+    );
     tokio::time::pause();
     tokio::time::advance(BURST_WINDOW).await;
     assert_eq!(wake.burst_delay("node"), None, "the burst has an end");
