@@ -322,3 +322,152 @@ fn upstream_filters_keep_only_matching_events() {
     );
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
+
+const WAKEUPS: &str = "eventgate_upstream_socket_wakeups_total";
+const FAILURES: &str = "eventgate_upstream_connect_failures_total";
+
+fn node_metric(gateway: &mut Gateway, name: &str) -> f64 {
+    scrape(gateway)
+        .get(name, &[("upstream", "node")])
+        .unwrap_or(0.0)
+}
+
+fn timestamp(row: &Row, field: &str) -> std::time::SystemTime {
+    let text = row.event[field].as_str().unwrap_or_default();
+    humantime::parse_rfc3339(text).unwrap_or_else(|e| panic!("{field} in {row:?}: {e}"))
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static; run tests/run.sh"]
+fn a_restarted_containerd_is_resubscribed_as_soon_as_its_socket_accepts() {
+    const ROUNDS: usize = 3;
+    // The socket below the daemon's directory, so that the directory can go away
+    // with the daemon, as a state dir under /run does.
+    let mut containerd = Containerd::not_started_in("run/containerd");
+    containerd.restart();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A slow backoff: after a failed attempt the timer waits 2 to 4 s, so only the
+    // socket watch can reconnect within the bound below.
+    let upstream = format!(
+        "[[upstream]]\nname = \"node\"\naddress = \"{}\"\nreconnect = {{ initial = \"2s\", max = \"4s\" }}\n",
+        containerd.address()
+    );
+    let config = write_config(dir.path(), &upstream, AUDIT_ONLY);
+    let mut gateway = Gateway::start_in(dir, &["--config", &config]);
+    let db = audit_db(&gateway);
+    wait_stored(&db, "the connected marker", |r| r.topic == CONNECTED);
+
+    let mut latencies = Vec::new();
+    for round in 1..=ROUNDS {
+        containerd.kill9();
+        wait_for("the disconnected marker", DEADLINE, || {
+            (markers(&stored(&db), DISCONNECTED).len() == round).then_some(())
+        });
+        if round == ROUNDS {
+            std::fs::remove_dir_all(containerd.dir.path().join("run"))
+                .expect("remove the socket's directories");
+        }
+        // eventgate has found the daemon gone and is waiting out its backoff.
+        let failures = node_metric(&mut gateway, FAILURES);
+        wait_for("a failed attempt on the dead socket", DEADLINE, || {
+            (node_metric(&mut gateway, FAILURES) > failures).then_some(())
+        });
+
+        let accepting = containerd.restart_timed();
+        let rows = wait_for("the next connected marker", DEADLINE, || {
+            let rows = stored(&db);
+            (markers(&rows, CONNECTED).len() == round + 1).then_some(rows)
+        });
+        let connected_at = timestamp(markers(&rows, CONNECTED)[round], "connected_at");
+        // Signed: eventgate may be subscribed before the test's own probe gets in.
+        let latency_ms = match connected_at.duration_since(accepting) {
+            Ok(after) => after.as_secs_f64() * 1e3,
+            Err(before) => -before.duration().as_secs_f64() * 1e3,
+        };
+        eprintln!("round {round}: subscribed {latency_ms:.1} ms after the socket accepted");
+        latencies.push(latency_ms);
+    }
+    // The goal is 100 ms; the bound leaves room for a loaded 2-core machine and is
+    // still well below what the backoff alone could do (2 s at the least).
+    for (round, latency) in latencies.iter().enumerate() {
+        assert!(
+            *latency < 500.0,
+            "round {}: resubscribed {latency:.1} ms after the socket accepted: {latencies:?}\n{}",
+            round + 1,
+            gateway.stderr_text()
+        );
+    }
+    assert_eq!(
+        node_metric(&mut gateway, WAKEUPS),
+        ROUNDS as f64,
+        "one socket wake-up per restart"
+    );
+
+    // Capture goes on after the directories were made again.
+    containerd.import_busybox();
+    let id = container_id("socket-watch");
+    assert_eq!(containerd.run(&id, "exit 0"), 0);
+    let rows = wait_stored(&db, "the container's delete event", |r| {
+        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
+    });
+    assert_eq!(topics(&lifecycle_of(&rows, &id)), LIFECYCLE);
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static; run tests/run.sh"]
+fn an_upstream_whose_socket_stays_away_keeps_its_backoff() {
+    let mut containerd = Containerd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &upstream_table(&containerd, ""), AUDIT_ONLY);
+    let mut gateway = Gateway::start_in(dir, &["--config", &config]);
+    // Read from the log before the test reads the log itself.
+    gateway.admin_addr();
+    let db = audit_db(&gateway);
+    wait_stored(&db, "the connected marker", |r| r.topic == CONNECTED);
+    containerd.kill9();
+    wait_stored(&db, "the disconnected marker", |r| r.topic == DISCONNECTED);
+
+    // A socket appears that nothing answers on (a daemon that binds and dies): one
+    // wake-up, a bounded burst of quick attempts, then the backoff again.
+    let _ = std::fs::remove_file(&containerd.socket);
+    drop(std::os::unix::net::UnixListener::bind(&containerd.socket).expect("bind"));
+    let mut log = String::new();
+    wait_for("the burst to end", DEADLINE, || {
+        log.push_str(&gateway.stderr_text());
+        log.contains("nothing answered on it").then_some(())
+    });
+    assert_eq!(node_metric(&mut gateway, WAKEUPS), 1.0, "{log}");
+
+    // Over a few seconds of a socket that never answers, with everything else that
+    // happens in a daemon's directory going on, attempts come at the backoff's pace
+    // (initial 50ms, max 1s: delays of at least 25, 50, 100, 200, 400, 500, 500...
+    // ms), not at the burst's 10 ms. The window is a measurement, not a wait.
+    let before = node_metric(&mut gateway, FAILURES);
+    let window = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut churn = 0;
+    while std::time::Instant::now() < window {
+        let other = containerd.dir.path().join(format!("churn-{churn}"));
+        std::fs::write(&other, b"x").expect("write a file beside the socket");
+        std::fs::remove_file(&other).expect("remove it");
+        std::fs::set_permissions(
+            &containerd.socket,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600 + (churn % 2) * 0o060),
+        )
+        .expect("chmod the stale socket");
+        churn += 1;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let attempts = node_metric(&mut gateway, FAILURES) - before;
+    eprintln!("{attempts} failed attempts in 3 s after the burst");
+    assert!(
+        (1.0..=10.0).contains(&attempts),
+        "{attempts} failed attempts in 3 s; the backoff allows 1 to 10"
+    );
+    assert_eq!(
+        node_metric(&mut gateway, WAKEUPS),
+        1.0,
+        "nothing but the socket's creation wakes the upstream"
+    );
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}

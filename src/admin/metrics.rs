@@ -260,6 +260,10 @@ fn describe() {
             "Failed attempts to subscribe to an upstream.",
         ),
         (
+            "eventgate_upstream_socket_wakeups_total",
+            "Backoff waits cut short because an upstream's unix socket was created again.",
+        ),
+        (
             "eventgate_upstream_events_total",
             "Events received from an upstream.",
         ),

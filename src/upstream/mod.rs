@@ -1,7 +1,8 @@
 //! Upstreams: subscriptions to containerd sockets (or other eventgates) whose events
 //! enter the exchange like published ones, so they reach subscribers and forwarders.
 //!
-//! Each upstream is one task that reconnects forever with backoff. Where its record
+//! Each upstream is one task that reconnects forever with backoff, cut short when a
+//! unix socket upstream's socket is created again (see `watch`). Where its record
 //! may be incomplete is written into the record itself: a disconnected marker when a
 //! subscription breaks (or the gateway stops) and a connected marker when it is back,
 //! both in namespace `eventgate` (see `markers`).
@@ -13,11 +14,12 @@ mod settings;
 mod status;
 mod task;
 mod transport;
+mod watch;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
+use tokio::sync::watch as state;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +30,7 @@ use crate::exchange::Exchange;
 
 /// The running upstream tasks of one gateway.
 pub struct Upstreams {
-    statuses: Vec<watch::Receiver<UpstreamStatus>>,
+    statuses: Vec<state::Receiver<UpstreamStatus>>,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
 }
@@ -54,7 +56,7 @@ impl Upstreams {
         let started = SystemTime::now();
         for spec in specs {
             let name = spec.effective_name();
-            let (status, receiver) = watch::channel(UpstreamStatus {
+            let (status, receiver) = state::channel(UpstreamStatus {
                 name: name.clone(),
                 address: spec.address.clone(),
                 state: UpstreamState::Connecting {

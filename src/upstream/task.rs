@@ -1,5 +1,6 @@
 //! One upstream's life: connect, subscribe, feed the exchange, and when the stream
-//! breaks, say so in the audit trail and reconnect with backoff, until shutdown.
+//! breaks, say so in the audit trail and reconnect with backoff (cut short when a
+//! unix socket is created again), until shutdown.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +17,7 @@ use super::reconciler::{Plan, Reconciler, Trigger};
 use super::settings::UpstreamSpec;
 use super::status::{UpstreamState, UpstreamStatus};
 use super::transport::NotifySent;
+use super::watch::SocketWake;
 use crate::client;
 use crate::errors;
 use crate::event::{Event, Source};
@@ -74,6 +76,7 @@ impl Task {
             }
         };
         let mut backoff = Backoff::new(&self.spec.reconnect);
+        let mut wake = SocketWake::new(&self.spec.address, &self.name);
         let mut gap_started = self.started;
         let mut attempts = 0u64;
         let mut reported_failure = false;
@@ -105,7 +108,7 @@ impl Task {
                         attempts,
                         last_error: Some(error),
                     });
-                    if !self.pause(&mut backoff).await {
+                    if !self.pause(&mut backoff, &mut wake).await {
                         break;
                     }
                     continue;
@@ -139,6 +142,7 @@ impl Task {
             });
             attempts = 0;
             reported_failure = false;
+            wake.subscribed();
 
             if let Some(reconciler) = &mut reconciler {
                 reconciler.begin(Trigger::Connected, gap_started);
@@ -193,7 +197,7 @@ impl Task {
             if lasted >= self.spec.reconnect.stable {
                 backoff.reset();
             }
-            if !recorded || !self.pause(&mut backoff).await {
+            if !recorded || !self.pause(&mut backoff, &mut wake).await {
                 break;
             }
         }
@@ -374,12 +378,26 @@ impl Task {
         }
     }
 
-    /// Waits out the next backoff delay; false if shutdown came first.
-    async fn pause(&self, backoff: &mut Backoff) -> bool {
+    /// Waits out the next backoff delay, or less if the upstream's socket is created
+    /// meanwhile; false if shutdown came first. After such a wake-up the next attempts
+    /// come quickly for a short while (the daemon may answer a moment after its socket
+    /// appears), without advancing the backoff; then the backoff resumes where it was.
+    async fn pause(&self, backoff: &mut Backoff, wake: &mut SocketWake) -> bool {
+        if let Some(delay) = wake.burst_delay(&self.name) {
+            return tokio::select! {
+                () = self.cancel.cancelled() => false,
+                () = tokio::time::sleep(delay) => true,
+            };
+        }
         let delay = backoff.next_delay(&mut rand::rng());
         tokio::select! {
             () = self.cancel.cancelled() => false,
             () = tokio::time::sleep(delay) => true,
+            () = wake.socket_created(&self.name) => {
+                metrics::counter!("eventgate_upstream_socket_wakeups_total", "upstream" => self.label())
+                    .increment(1);
+                true
+            }
         }
     }
 

@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Instant, SystemTime};
 
-use super::{DEADLINE, Lines, have, path_str, run_with_stdin, signal, wait_exit, wait_for};
+use super::{DEADLINE, Lines, have, path_str, run_with_stdin, signal, wait_exit};
 
 pub const NEEDS: &str = "needs containerd, ctr, runc and busybox-static; run tests/run.sh";
 
@@ -27,6 +28,12 @@ impl Containerd {
 
     /// A daemon's directory and config, with nothing running yet (`restart` starts it).
     pub fn not_started() -> Containerd {
+        Self::not_started_in("")
+    }
+
+    /// [`not_started`](Self::not_started), with the socket in `subdir` of the daemon's
+    /// directory (which the daemon creates at start, as it does its state dir).
+    pub fn not_started_in(subdir: &str) -> Containerd {
         assert!(
             have("containerd") && have("ctr") && have("runc"),
             "containerd, ctr and runc must be installed; run tests/run.sh"
@@ -35,7 +42,7 @@ impl Containerd {
             .prefix("eg-ctd")
             .tempdir()
             .expect("tempdir");
-        let socket = dir.path().join("containerd.sock");
+        let socket = dir.path().join(subdir).join("containerd.sock");
         let config = dir.path().join("containerd.toml");
         std::fs::write(
             &config,
@@ -57,6 +64,13 @@ impl Containerd {
 
     /// Starts the daemon (again, after `kill9`) on the same directory.
     pub fn restart(&mut self) {
+        self.restart_timed();
+    }
+
+    /// [`restart`](Self::restart), returning when the socket first accepted a
+    /// connection, to within a fraction of a millisecond: it is tried in a tight loop
+    /// from the moment the daemon is spawned.
+    pub fn restart_timed(&mut self) -> SystemTime {
         assert!(self.child.is_none(), "containerd is already running");
         let mut child = Command::new("containerd")
             .arg("--config")
@@ -67,18 +81,24 @@ impl Containerd {
             .spawn()
             .expect("spawn containerd");
         self.log = Some(Lines::new(child.stderr.take().expect("stderr")));
-        let socket = self.socket.clone();
-        wait_for(
-            "containerd's socket to accept connections",
-            DEADLINE,
-            || {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("containerd exited during start-up: {status}");
-                }
-                std::os::unix::net::UnixStream::connect(&socket).ok()
-            },
-        );
+        let end = Instant::now() + DEADLINE;
+        let accepted = loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                break SystemTime::now();
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("containerd exited during start-up: {status}");
+            }
+            assert!(
+                Instant::now() < end,
+                "containerd's socket did not accept connections within {DEADLINE:?}"
+            );
+            // Short enough to time the moment closely, long enough to leave the two
+            // cores to the daemon and the gateway being timed.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        };
         self.child = Some(child);
+        accepted
     }
 
     /// SIGKILL, as when the daemon crashes; the socket file may stay behind.
