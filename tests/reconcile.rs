@@ -81,7 +81,17 @@ fn what_changed_while_eventgate_was_down_is_recorded_when_it_starts() {
     let coder = container_id("coder");
     tasks.run("default", &steady, &[], &["/bin/busybox", "sleep", "1000"]);
     tasks.run("default", &victim, &[], &["/bin/busybox", "sleep", "1000"]);
-    containerd.ctr_in("default", &["container", "create", IMAGE, &leaver, "/bin/busybox", "true"]);
+    containerd.ctr_in(
+        "default",
+        &[
+            "container",
+            "create",
+            IMAGE,
+            &leaver,
+            "/bin/busybox",
+            "true",
+        ],
+    );
 
     let mut gateway = start(&containerd, "reconcile_interval = \"0s\"");
     let db = audit_db(&gateway);
@@ -97,7 +107,12 @@ fn what_changed_while_eventgate_was_down_is_recorded_when_it_starts() {
     gateway.kill9();
     containerd.ctr_in("default", &["task", "kill", "-s", "SIGKILL", &victim]);
     wait_stopped(&containerd, &victim);
-    tasks.run("default", &coder, &[], &["/bin/busybox", "sh", "-c", "exit 3"]);
+    tasks.run(
+        "default",
+        &coder,
+        &[],
+        &["/bin/busybox", "sh", "-c", "exit 3"],
+    );
     wait_stopped(&containerd, &coder);
     containerd.ctr_in("default", &["container", "rm", &leaver]);
     let tagged = "eventgate.test/busybox:tagged";
@@ -129,9 +144,17 @@ fn what_changed_while_eventgate_was_down_is_recorded_when_it_starts() {
     assert_eq!(coder_events[2].event["exit_status"], 3);
     assert_eq!(coder_events[0].event["image"], IMAGE);
     let leaver_events = about(&rows, &leaver);
-    assert_eq!(topics(&leaver_events), ["/containers/delete"], "{leaver_events:?}");
+    assert_eq!(
+        topics(&leaver_events),
+        ["/containers/delete"],
+        "{leaver_events:?}"
+    );
     assert_eq!(leaver_events[0].origin_clock.as_deref(), Some("reconcile"));
-    let images: Vec<&Row> = gap.iter().copied().filter(|r| r.topic == "/images/create").collect();
+    let images: Vec<&Row> = gap
+        .iter()
+        .copied()
+        .filter(|r| r.topic == "/images/create")
+        .collect();
     assert_eq!(images.len(), 1, "{gap:?}");
     assert_eq!(images[0].event["name"], tagged);
     assert!(about(&rows, &steady).is_empty(), "nothing happened to it");
@@ -149,7 +172,12 @@ fn restarting_ten_times_on_an_unchanged_node_records_only_markers() {
     containerd.import_busybox();
     let mut tasks = Tasks::new(&containerd);
     let running = container_id("unchanged");
-    tasks.run("default", &running, &["--label", "app=web"], &["/bin/busybox", "sleep", "1000"]);
+    tasks.run(
+        "default",
+        &running,
+        &["--label", "app=web"],
+        &["/bin/busybox", "sleep", "1000"],
+    );
     let mut gateway = start(&containerd, "reconcile_interval = \"0s\"");
     let db = audit_db(&gateway);
     wait_reconciled(&db, 1);
@@ -161,7 +189,11 @@ fn restarting_ten_times_on_an_unchanged_node_records_only_markers() {
     let events: Vec<&Row> = rows.iter().filter(|r| r.namespace != "eventgate").collect();
     assert!(events.is_empty(), "{events:?}");
     for marker in markers(&rows, RECONCILED) {
-        assert_eq!(marker.event["recorded"], serde_json::json!({}), "{marker:?}");
+        assert_eq!(
+            marker.event["recorded"],
+            serde_json::json!({}),
+            "{marker:?}"
+        );
     }
 }
 
@@ -175,7 +207,17 @@ fn an_exit_while_containerd_was_down_is_recorded_once() {
     let fifos = containerd.dir.path().join("fifo");
     containerd.ctr_in(
         "default",
-        &["run", "-d", "--fifo-dir", path_str(&fifos), IMAGE, &id, "/bin/busybox", "sleep", "1000"],
+        &[
+            "run",
+            "-d",
+            "--fifo-dir",
+            path_str(&fifos),
+            IMAGE,
+            &id,
+            "/bin/busybox",
+            "sleep",
+            "1000",
+        ],
     );
     let mut gateway = start(&containerd, "reconcile_interval = \"1s\"");
     let db = audit_db(&gateway);
@@ -220,7 +262,10 @@ fn the_periodic_relist_records_what_an_upstream_filter_hid_once() {
     let db = audit_db(&gateway);
     wait_reconciled(&db, 1);
     let id = container_id("hidden");
-    containerd.ctr_in("default", &["container", "create", IMAGE, &id, "/bin/busybox", "true"]);
+    containerd.ctr_in(
+        "default",
+        &["container", "create", IMAGE, &id, "/bin/busybox", "true"],
+    );
     let rows = wait_for("the hidden container's create", DEADLINE, || {
         let rows = stored(&db);
         (!about(&rows, &id).is_empty()).then_some(rows)
@@ -230,7 +275,11 @@ fn the_periodic_relist_records_what_an_upstream_filter_hid_once() {
     assert_eq!(created[0].origin, "reconciled");
     let seen = markers(&rows, RECONCILED).len();
     let rows = wait_reconciled(&db, seen + 2);
-    assert_eq!(topics(&about(&rows, &id)), ["/containers/create"], "recorded once");
+    assert_eq!(
+        topics(&about(&rows, &id)),
+        ["/containers/create"],
+        "recorded once"
+    );
     containerd.ctr_in("default", &["container", "rm", &id]);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
@@ -244,9 +293,14 @@ fn live_events_during_a_reconcile_are_not_doubled() {
     let mut gateway = start(&containerd, "reconcile_interval = \"10ms\"");
     let db = audit_db(&gateway);
     wait_reconciled(&db, 1);
-    let ids: Vec<String> = (0..30).map(|i| container_id(&format!("churn{i}"))).collect();
+    let ids: Vec<String> = (0..30)
+        .map(|i| container_id(&format!("churn{i}")))
+        .collect();
     for (i, id) in ids.iter().enumerate() {
-        containerd.ctr_in("default", &["container", "create", IMAGE, id, "/bin/busybox", "true"]);
+        containerd.ctr_in(
+            "default",
+            &["container", "create", IMAGE, id, "/bin/busybox", "true"],
+        );
         if i % 2 == 0 {
             containerd.ctr_in("default", &["container", "rm", id]);
         }
@@ -259,7 +313,12 @@ fn live_events_during_a_reconcile_are_not_doubled() {
         } else {
             &["/containers/create"]
         };
-        assert_eq!(topics(&about(&rows, id)), expected, "{id}: {:?}", about(&rows, id));
+        assert_eq!(
+            topics(&about(&rows, id)),
+            expected,
+            "{id}: {:?}",
+            about(&rows, id)
+        );
     }
     for id in ids.iter().skip(1).step_by(2) {
         containerd.ctr_in("default", &["container", "rm", id]);

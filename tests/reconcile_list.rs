@@ -65,20 +65,14 @@ fn every_namespace_container_task_and_image_ctr_made_is_listed() {
 
     for namespace in [&web, &batch] {
         containerd.ctr_in(namespace, &["namespaces", "create", namespace]);
-        ctr(
-            &containerd,
-            namespace,
-            &["image", "import", path_str(busybox_image())],
-        );
+        containerd.ctr_in(namespace, &["image", "import", path_str(busybox_image())]);
     }
-    ctr(
-        &containerd,
+    containerd.ctr_in(
         &web,
         &["namespaces", "label", &web, "team=blue", "tier=front"],
     );
     containerd.ctr_in(&web, &["image", "tag", IMAGE, tagged]);
-    ctr(
-        &containerd,
+    containerd.ctr_in(
         &web,
         &[
             "container",
@@ -233,11 +227,7 @@ fn two_thousand_containers_are_listed_in_under_a_second_within_64_mib() {
     const AT_ONCE: usize = 8;
     let containerd = Containerd::start();
     let namespace = format!("eglist-big-{}", std::process::id());
-    ctr(
-        &containerd,
-        &namespace,
-        &["image", "import", path_str(busybox_image())],
-    );
+    containerd.ctr_in(&namespace, &["image", "import", path_str(busybox_image())]);
     let created = std::time::Instant::now();
     std::thread::scope(|scope| {
         for worker in 0..AT_ONCE {

@@ -127,7 +127,10 @@ impl Snapshot {
         }
         let mut reader = spool.reader(self.next_seq);
         while reader.position() < end {
-            let batch = reader.next(1024, 4 << 20).await.map_err(SnapshotError::Spool)?;
+            let batch = reader
+                .next(1024, 4 << 20)
+                .await
+                .map_err(SnapshotError::Spool)?;
             if let Some(gap) = batch.gap {
                 // Dropped while the spool was full: what those events said is only
                 // known to the daemon now, and the next reconcile will ask it.
@@ -155,9 +158,11 @@ impl Snapshot {
             return;
         }
         let envelope = &event.envelope;
-        let changed = self
-            .state
-            .apply(&envelope.namespace, &envelope.topic, envelope.event.as_ref());
+        let changed = self.state.apply(
+            &envelope.namespace,
+            &envelope.topic,
+            envelope.event.as_ref(),
+        );
         if let Some(object) = changed {
             self.dirty = true;
             if let Some(touched) = &mut self.touched {

@@ -17,14 +17,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use prost_types::Timestamp;
 
-use crate::event::Event;
+use crate::event::{Clock, Event};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::eventgate::events::v1::UpstreamReconciled;
+use crate::reconcile::NodeState;
 use crate::reconcile::apply::Object;
 use crate::reconcile::diff::{self, Change};
 use crate::reconcile::list::list_node;
 use crate::reconcile::snapshot::{SAVE_EVERY, Snapshot, SnapshotError};
-use crate::reconcile::NodeState;
 use crate::spool::Spool;
 
 /// How long after the lists are read events may still arrive for what they show.
@@ -80,7 +80,7 @@ enum Phase {
 /// What a finished reconcile asks the task to record, in order: the events, then
 /// the marker. [`Reconciler::recorded`] completes it.
 pub struct Plan {
-    pub events: Vec<(Envelope, bool)>,
+    pub events: Vec<(Envelope, Clock)>,
     pub marker: Envelope,
     daemon: NodeState,
     skip: BTreeSet<Object>,
@@ -174,9 +174,15 @@ impl Reconciler {
             }
             match &mut self.phase {
                 Phase::Idle => {
-                    let due = self.next_interval.unwrap_or(self.next_tick).min(self.next_tick);
+                    let due = self
+                        .next_interval
+                        .unwrap_or(self.next_tick)
+                        .min(self.next_tick);
                     tokio::time::sleep_until(due).await;
-                    if self.next_interval.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                    if self
+                        .next_interval
+                        .is_some_and(|at| tokio::time::Instant::now() >= at)
+                    {
                         self.next_interval = None;
                         self.begin(Trigger::Interval, self.last_listed);
                     }
@@ -187,8 +193,13 @@ impl Reconciler {
                         listed = listing.as_mut() => listed,
                         () = tick => continue,
                     };
-                    let Phase::Listing { trigger, gap_started, started, listed_at, .. } =
-                        std::mem::replace(&mut self.phase, Phase::Idle)
+                    let Phase::Listing {
+                        trigger,
+                        gap_started,
+                        started,
+                        listed_at,
+                        ..
+                    } = std::mem::replace(&mut self.phase, Phase::Idle)
                     else {
                         continue;
                     };
@@ -229,8 +240,14 @@ impl Reconciler {
         if tokio::time::Instant::now() < *until {
             return None;
         }
-        let Phase::Settling { trigger, gap_started, listed_at, took, daemon, .. } =
-            std::mem::replace(&mut self.phase, Phase::Idle)
+        let Phase::Settling {
+            trigger,
+            gap_started,
+            listed_at,
+            took,
+            daemon,
+            ..
+        } = std::mem::replace(&mut self.phase, Phase::Idle)
         else {
             return None;
         };
@@ -244,7 +261,14 @@ impl Reconciler {
         let events = found
             .changes
             .iter()
-            .map(|change| (envelope(change, listed_at), change.daemon_time.is_some()))
+            .map(|change| {
+                let clock = if change.daemon_time.is_some() {
+                    Clock::Daemon
+                } else {
+                    Clock::Reconcile
+                };
+                (envelope(change, listed_at), clock)
+            })
             .collect();
         let count = |f: fn(&crate::reconcile::NamespaceState) -> usize| {
             daemon.namespaces.values().map(f).sum::<usize>() as u64
@@ -254,7 +278,11 @@ impl Reconciler {
             gap_started_at: Some(Timestamp::from(gap_started)),
             listed_at: Some(Timestamp::from(listed_at)),
             trigger: trigger.label().to_owned(),
-            recorded: found.counts().into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            recorded: found
+                .counts()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
             unknown_exits: found
                 .unknown_exits
                 .iter()

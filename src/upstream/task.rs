@@ -20,7 +20,7 @@ use super::transport::NotifySent;
 use super::watch::SocketWake;
 use crate::client;
 use crate::errors;
-use crate::event::{Event, Source};
+use crate::event::{Event, Origin, Source};
 use crate::exchange::{AcceptError, Exchange};
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::proto::containerd::services::events::v1::events_client::EventsClient;
@@ -314,9 +314,10 @@ impl Task {
     /// Records a reconcile's events as the upstream's own (they are what it would
     /// have published), then its marker.
     async fn record_plan(&self, plan: Plan, reconciler: &mut Reconciler) -> Result<(), Ended> {
-        for (envelope, _daemon_clock) in &plan.events {
+        for (envelope, clock) in &plan.events {
             let source = Source::Upstream(Arc::clone(&self.name));
-            if let Some(event) = self.accept(source, envelope.clone()).await? {
+            let origin = Origin::Reconciled { clock: *clock };
+            if let Some(event) = self.accept_with(source, envelope.clone(), origin).await? {
                 reconciler.record(&event);
             }
         }
@@ -328,10 +329,27 @@ impl Task {
     /// Accepts an event, waiting out full `block` queues, a full spool and a disk
     /// below `spool.min_free`: an upstream event has nowhere else to go, and while we
     /// wait the upstream holds the rest for us.
-    async fn accept(&self, source: Source, envelope: Envelope) -> Result<Option<Arc<Event>>, Ended> {
+    async fn accept(
+        &self,
+        source: Source,
+        envelope: Envelope,
+    ) -> Result<Option<Arc<Event>>, Ended> {
+        self.accept_with(source, envelope, Origin::Live).await
+    }
+
+    async fn accept_with(
+        &self,
+        source: Source,
+        envelope: Envelope,
+        origin: Origin,
+    ) -> Result<Option<Arc<Event>>, Ended> {
         let mut warned = false;
         loop {
-            match self.exchange.accept(source.clone(), envelope.clone()).await {
+            let accepted = self
+                .exchange
+                .accept_with(source.clone(), envelope.clone(), origin)
+                .await;
+            match accepted {
                 Ok(event) => return Ok(Some(event)),
                 Err(
                     full @ (AcceptError::QueueFull(_)

@@ -40,12 +40,10 @@ pub fn stored(db: &Path) -> Vec<Row> {
     let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
         return Vec::new();
     };
-    let Ok(mut statement) = conn
-        .prepare(
-            "SELECT row_id, id, namespace, topic, event, source, origin, origin_clock \
+    let Ok(mut statement) = conn.prepare(
+        "SELECT row_id, id, namespace, topic, event, source, origin, origin_clock \
              FROM events ORDER BY row_id",
-        )
-    else {
+    ) else {
         return Vec::new();
     };
     statement
@@ -80,4 +78,3 @@ pub fn wait_stored(db: &Path, what: &str, found: impl Fn(&Row) -> bool) -> Vec<R
 pub fn markers<'a>(rows: &'a [Row], topic: &str) -> Vec<&'a Row> {
     rows.iter().filter(|r| r.topic == topic).collect()
 }
-
