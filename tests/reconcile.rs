@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use support::audit::{Row, markers, stored};
 use support::containerd::{Containerd, IMAGE, Tasks};
@@ -34,12 +34,24 @@ fn audit_db(gateway: &Gateway) -> PathBuf {
     gateway.dir.path().join("data/audit.db")
 }
 
-/// Waits for the `n`th reconciled marker; every row then.
-fn wait_reconciled(db: &Path, n: usize) -> Vec<Row> {
-    wait_for(&format!("reconciled marker {n}"), DEADLINE, || {
-        let rows = stored(db);
-        (markers(&rows, RECONCILED).len() >= n).then_some(rows)
-    })
+/// Waits for the `n`th reconciled marker; every row then. On timeout, says what the
+/// gateway logged.
+fn wait_reconciled(gateway: &mut Gateway, n: usize) -> Vec<Row> {
+    let db = audit_db(gateway);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let rows = stored(&db);
+        if markers(&rows, RECONCILED).len() >= n {
+            return rows;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "no reconciled marker {n} after {DEADLINE:?}; the gateway logged:\n{}",
+                gateway.stderr_text()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// A unique container id: runc's cgroup paths are shared by every containerd here.
@@ -94,8 +106,7 @@ fn what_changed_while_eventgate_was_down_is_recorded_when_it_starts() {
     );
 
     let mut gateway = start(&containerd, "reconcile_interval = \"0s\"");
-    let db = audit_db(&gateway);
-    let rows = wait_reconciled(&db, 1);
+    let rows = wait_reconciled(&mut gateway, 1);
     let first = markers(&rows, RECONCILED)[0].clone();
     // The first reconcile of an upstream has nothing to compare with: it takes the
     // daemon's state as the starting point and records no event for it.
@@ -119,7 +130,7 @@ fn what_changed_while_eventgate_was_down_is_recorded_when_it_starts() {
     containerd.ctr_in("default", &["image", "tag", IMAGE, tagged]);
 
     gateway.respawn();
-    let rows = wait_reconciled(&db, 2);
+    let rows = wait_reconciled(&mut gateway, 2);
     let second = markers(&rows, RECONCILED)[1].clone();
     let connected = markers(&rows, CONNECTED)[1].clone();
     let gap: Vec<&Row> = rows
@@ -180,10 +191,10 @@ fn restarting_ten_times_on_an_unchanged_node_records_only_markers() {
     );
     let mut gateway = start(&containerd, "reconcile_interval = \"0s\"");
     let db = audit_db(&gateway);
-    wait_reconciled(&db, 1);
+    wait_reconciled(&mut gateway, 1);
     for n in 2..=11 {
         assert!(gateway.restart().success(), "{}", gateway.stderr_text());
-        wait_reconciled(&db, n);
+        wait_reconciled(&mut gateway, n);
     }
     let rows = stored(&db);
     let events: Vec<&Row> = rows.iter().filter(|r| r.namespace != "eventgate").collect();
@@ -221,7 +232,7 @@ fn an_exit_while_containerd_was_down_is_recorded_once() {
     );
     let mut gateway = start(&containerd, "reconcile_interval = \"1s\"");
     let db = audit_db(&gateway);
-    wait_reconciled(&db, 1);
+    wait_reconciled(&mut gateway, 1);
     let pid = containerd
         .ctr_in("default", &["task", "ls"])
         .lines()
@@ -240,7 +251,7 @@ fn an_exit_while_containerd_was_down_is_recorded_once() {
     // The shim may still deliver its exit event once containerd is back, or the
     // reconcile finds the task stopped: either way, one exit, with the real status.
     let settled = markers(&stored(&db), RECONCILED).len() + 2;
-    let rows = wait_reconciled(&db, settled);
+    let rows = wait_reconciled(&mut gateway, settled);
     let exits: Vec<&Row> = about(&rows, &id)
         .into_iter()
         .filter(|r| r.topic == "/tasks/exit")
@@ -260,7 +271,7 @@ fn the_periodic_relist_records_what_an_upstream_filter_hid_once() {
         "filters = ['topic~=\"^/tasks/\"']\nreconcile_interval = \"1s\"",
     );
     let db = audit_db(&gateway);
-    wait_reconciled(&db, 1);
+    wait_reconciled(&mut gateway, 1);
     let id = container_id("hidden");
     containerd.ctr_in(
         "default",
@@ -274,7 +285,7 @@ fn the_periodic_relist_records_what_an_upstream_filter_hid_once() {
     assert_eq!(topics(&created), ["/containers/create"]);
     assert_eq!(created[0].origin, "reconciled");
     let seen = markers(&rows, RECONCILED).len();
-    let rows = wait_reconciled(&db, seen + 2);
+    let rows = wait_reconciled(&mut gateway, seen + 2);
     assert_eq!(
         topics(&about(&rows, &id)),
         ["/containers/create"],
@@ -292,7 +303,7 @@ fn live_events_during_a_reconcile_are_not_doubled() {
     // Reconciles back to back, so the lists are being read while containers change.
     let mut gateway = start(&containerd, "reconcile_interval = \"10ms\"");
     let db = audit_db(&gateway);
-    wait_reconciled(&db, 1);
+    wait_reconciled(&mut gateway, 1);
     let ids: Vec<String> = (0..30)
         .map(|i| container_id(&format!("churn{i}")))
         .collect();
@@ -306,7 +317,7 @@ fn live_events_during_a_reconcile_are_not_doubled() {
         }
     }
     let seen = markers(&stored(&db), RECONCILED).len();
-    let rows = wait_reconciled(&db, seen + 2);
+    let rows = wait_reconciled(&mut gateway, seen + 2);
     for (i, id) in ids.iter().enumerate() {
         let expected: &[&str] = if i % 2 == 0 {
             &["/containers/create", "/containers/delete"]

@@ -246,29 +246,30 @@ impl Task {
         received: &mut u64,
         mut reconciler: Option<&mut Reconciler>,
     ) -> Ended {
+        // containerd answers Subscribe only with its first event: a reconcile runs
+        // while that answer is awaited, as while events stream.
         let mut stream = match opened {
             Opened::Streaming(stream) => *stream,
-            Opened::Waiting(call) => tokio::select! {
-                () = self.cancel.cancelled() => return Ended::Cancelled,
-                response = call => match response {
-                    Ok(response) => response.into_inner(),
-                    Err(status) => return Ended::Broke(describe(&status)),
-                },
+            Opened::Waiting(mut call) => loop {
+                tokio::select! {
+                    () = self.cancel.cancelled() => return Ended::Cancelled,
+                    plan = next_plan(reconciler.as_deref_mut()) => {
+                        if let Err(ended) = self.record_plan(plan, reconciler.as_deref_mut()).await {
+                            return ended;
+                        }
+                    }
+                    response = &mut call => match response {
+                        Ok(response) => break response.into_inner(),
+                        Err(status) => return Ended::Broke(describe(&status)),
+                    },
+                }
             },
         };
         loop {
-            let reconciled = async {
-                match reconciler.as_deref_mut() {
-                    Some(reconciler) => reconciler.ready().await,
-                    None => std::future::pending().await,
-                }
-            };
             let message = tokio::select! {
                 () = self.cancel.cancelled() => return Ended::Cancelled,
-                plan = reconciled => {
-                    if let Some(reconciler) = reconciler.as_deref_mut()
-                        && let Err(ended) = self.record_plan(plan, reconciler).await
-                    {
+                plan = next_plan(reconciler.as_deref_mut()) => {
+                    if let Err(ended) = self.record_plan(plan, reconciler.as_deref_mut()).await {
                         return ended;
                     }
                     continue;
@@ -313,7 +314,14 @@ impl Task {
 
     /// Records a reconcile's events as the upstream's own (they are what it would
     /// have published), then its marker.
-    async fn record_plan(&self, plan: Plan, reconciler: &mut Reconciler) -> Result<(), Ended> {
+    async fn record_plan(
+        &self,
+        plan: Plan,
+        reconciler: Option<&mut Reconciler>,
+    ) -> Result<(), Ended> {
+        let Some(reconciler) = reconciler else {
+            return Ok(());
+        };
         for (envelope, clock) in &plan.events {
             let source = Source::Upstream(Arc::clone(&self.name));
             let origin = Origin::Reconciled { clock: *clock };
@@ -425,6 +433,14 @@ impl Task {
 
     fn label(&self) -> String {
         self.name.to_string()
+    }
+}
+
+/// The next reconcile ready to be recorded; never, for an upstream without one.
+async fn next_plan(reconciler: Option<&mut Reconciler>) -> Plan {
+    match reconciler {
+        Some(reconciler) => reconciler.ready().await,
+        None => std::future::pending().await,
     }
 }
 
