@@ -336,3 +336,35 @@ fn live_events_during_a_reconcile_are_not_doubled() {
     }
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static; run tests/run.sh"]
+fn a_crash_before_the_snapshot_is_saved_doubles_nothing() {
+    let containerd = Containerd::start();
+    containerd.import_busybox();
+    let mut gateway = start(&containerd, "reconcile_interval = \"0s\"");
+    wait_reconciled(&mut gateway, 1);
+    // Recorded live, then a crash well before the snapshot's next save (every 5 s):
+    // the restarted gateway learns of it from the spool, not from the daemon.
+    let id = container_id("crash");
+    containerd.ctr_in(
+        "default",
+        &["container", "create", IMAGE, &id, "/bin/busybox", "true"],
+    );
+    let db = audit_db(&gateway);
+    wait_for("the live create", DEADLINE, || {
+        (!about(&stored(&db), &id).is_empty()).then_some(())
+    });
+    gateway.kill9();
+    gateway.respawn();
+    let rows = wait_reconciled(&mut gateway, 2);
+    let events = about(&rows, &id);
+    assert_eq!(topics(&events), ["/containers/create"], "{events:?}");
+    assert_eq!(events[0].origin, "live");
+    assert_eq!(
+        markers(&rows, RECONCILED)[1].event["recorded"],
+        serde_json::json!({})
+    );
+    containerd.ctr_in("default", &["container", "rm", &id]);
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}

@@ -264,6 +264,18 @@ fn describe() {
             "Backoff waits cut short because an upstream's unix socket was created again.",
         ),
         (
+            "eventgate_reconciles_total",
+            "Reconciles of an upstream's state with the record, by trigger (connected, interval).",
+        ),
+        (
+            "eventgate_reconcile_events_total",
+            "Events a reconcile recorded (origin reconciled), by upstream and topic.",
+        ),
+        (
+            "eventgate_reconcile_failures_total",
+            "Reconciles that failed, by stage: list (the daemon's state could not be read) or save (the snapshot could not be written).",
+        ),
+        (
             "eventgate_upstream_events_total",
             "Events received from an upstream.",
         ),
@@ -417,6 +429,11 @@ fn describe() {
             "eventgate_forwarder_delivery_seconds",
             Seconds,
             "From receipt of a batch's oldest event until the sink acknowledged the batch.",
+        ),
+        (
+            "eventgate_reconcile_list_seconds",
+            Seconds,
+            "Time to list an upstream daemon's namespaces, containers, tasks and images.",
         ),
         (
             "eventgate_filter_matching_rest_seconds",
