@@ -42,14 +42,23 @@ pub enum SnapshotError {
     Spool(#[source] SpoolError),
 }
 
-/// The file's shape.
-#[derive(Serialize, Deserialize)]
+/// The file's shape, as read.
+#[derive(Deserialize)]
 struct Saved {
     version: u32,
     upstream: String,
     /// Every event of the upstream with a lower seq is in `state`.
     next_seq: u64,
     state: NodeState,
+}
+
+/// The same shape, written without copying the state.
+#[derive(Serialize)]
+struct Saving<'a> {
+    version: u32,
+    upstream: &'a str,
+    next_seq: u64,
+    state: &'a NodeState,
 }
 
 pub struct Snapshot {
@@ -207,11 +216,11 @@ impl Snapshot {
 
     /// Writes the file (atomically, synced), then lets the spool forget what it holds.
     pub fn save(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
-        let saved = Saved {
+        let saved = Saving {
             version: VERSION,
-            upstream: self.upstream.clone(),
+            upstream: &self.upstream,
             next_seq: self.next_seq,
-            state: self.state.clone(),
+            state: &self.state,
         };
         let write = |path: &Path| -> io::Result<()> {
             if let Some(dir) = path.parent() {
@@ -232,3 +241,7 @@ impl Snapshot {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "snapshot_tests.rs"]
+mod tests;

@@ -5,7 +5,9 @@
 //! unix socket upstream's socket is created again (see `watch`). Where its record
 //! may be incomplete is written into the record itself: a disconnected marker when a
 //! subscription breaks (or the gateway stops) and a connected marker when it is back,
-//! both in namespace `eventgate` (see `markers`).
+//! both in namespace `eventgate` (see `markers`). After every connection, and every
+//! `reconcile_interval`, the task compares the daemon's state with what was recorded
+//! and records the differences (see `reconciler` and [`crate::reconcile`]).
 
 mod backoff;
 pub mod markers;

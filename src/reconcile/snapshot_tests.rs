@@ -1,0 +1,141 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use prost_types::{Any, Timestamp};
+
+use super::*;
+use crate::event::{EventId, Source};
+use crate::pipeline::settings::ByteSize;
+use crate::proto::containerd::events as ev;
+use crate::proto::containerd::types::Envelope;
+use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};
+
+fn create(id: &str) -> Envelope {
+    Envelope {
+        timestamp: Some(Timestamp::from(std::time::SystemTime::now())),
+        namespace: "default".into(),
+        topic: "/containers/create".into(),
+        event: Some(Any {
+            type_url: "containerd.events.ContainerCreate".into(),
+            value: ev::ContainerCreate {
+                id: id.into(),
+                image: "busybox".into(),
+                runtime: None,
+            }
+            .encode_to_vec(),
+        }),
+    }
+}
+
+fn event(seq: u64, source: Source, envelope: Envelope) -> Event {
+    Event::new(seq, EventId::generate(), source, envelope)
+}
+
+fn node() -> Source {
+    Source::Upstream(Arc::from("node"))
+}
+
+fn containers(snapshot: &Snapshot) -> Vec<String> {
+    snapshot
+        .state
+        .namespaces
+        .get("default")
+        .map(|ns| ns.containers.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn settings() -> SpoolSettings {
+    SpoolSettings {
+        fsync: Fsync::Batch,
+        segment_bytes: ByteSize(4096),
+        max_bytes: ByteSize(1 << 20),
+        full: FullPolicy::Block,
+        block_timeout: Duration::from_secs(5),
+        high_water: 0.9,
+        min_free: MinFree::Bytes(ByteSize(0)),
+    }
+}
+
+#[tokio::test]
+async fn a_saved_snapshot_opens_as_it_was_and_only_its_upstream_moves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut snapshot = Snapshot::open(dir.path(), "node", None).await.unwrap();
+    assert!(
+        !snapshot.known,
+        "nothing saved yet: the next reconcile is a baseline"
+    );
+    snapshot.record(&event(1, node(), create("a")));
+    snapshot.record(&event(2, Source::Publish, create("published")));
+    snapshot.record(&event(
+        3,
+        Source::Upstream(Arc::from("other")),
+        create("other"),
+    ));
+    assert_eq!(containers(&snapshot), ["a"]);
+    snapshot.save(None).unwrap();
+    let reopened = Snapshot::open(dir.path(), "node", None).await.unwrap();
+    assert!(reopened.known);
+    assert_eq!(reopened.state, snapshot.state);
+    // Another upstream's file is its own.
+    let other = Snapshot::open(dir.path(), "other", None).await.unwrap();
+    assert!(!other.known && containers(&other).is_empty());
+}
+
+#[tokio::test]
+async fn an_unreadable_snapshot_is_set_aside_and_the_next_reconcile_starts_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = path(dir.path(), "node");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, b"{\"version\": 1, \"upstr").unwrap();
+    let snapshot = Snapshot::open(dir.path(), "node", None).await.unwrap();
+    assert!(!snapshot.known);
+    assert!(!file.exists());
+    assert_eq!(
+        std::fs::read(file.with_extension("json.unreadable")).unwrap(),
+        b"{\"version\": 1, \"upstr"
+    );
+}
+
+#[tokio::test]
+async fn events_after_the_last_save_are_read_back_from_the_spool() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    let cursor = cursor_name("node");
+    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
+    let mut snapshot = Snapshot::open(dir.path(), "node", Some(&spool))
+        .await
+        .unwrap();
+    let mut append = |source: Source, id: &str| {
+        let event = event(spool.next_seq(), source, create(id));
+        let ticket = spool.append(&event).unwrap();
+        (event, ticket)
+    };
+    let (first, ticket) = append(node(), "saved");
+    spool.durable(ticket).await.unwrap();
+    snapshot.record(&first);
+    snapshot
+        .reset(snapshot.state.clone(), Some(&spool))
+        .unwrap();
+    // Recorded after the save, then a crash: only the spool has them.
+    for (source, id) in [
+        (node(), "after"),
+        (Source::Publish, "published"),
+        (node(), "last"),
+    ] {
+        let (event, ticket) = append(source, id);
+        spool.durable(ticket).await.unwrap();
+        snapshot.record(&event);
+    }
+    spool.close().await.unwrap();
+    drop(spool);
+
+    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
+    let reopened = Snapshot::open(dir.path(), "node", Some(&spool))
+        .await
+        .unwrap();
+    assert!(reopened.known);
+    assert_eq!(containers(&reopened), ["after", "last", "saved"]);
+    assert_eq!(reopened.state, snapshot.state);
+    spool.close().await.unwrap();
+}
