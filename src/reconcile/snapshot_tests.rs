@@ -106,7 +106,7 @@ async fn events_after_the_last_save_are_read_back_from_the_spool() {
     let mut snapshot = Snapshot::open(dir.path(), "node", Some(&spool))
         .await
         .unwrap();
-    let mut append = |source: Source, id: &str| {
+    let append = |source: Source, id: &str| {
         let event = event(spool.next_seq(), source, create(id));
         let ticket = spool.append(&event).unwrap();
         (event, ticket)
