@@ -5,12 +5,14 @@
 //! - [`apply`]: a snapshot advanced by recorded events.
 //! - [`diff`]: the events that explain a difference, in the order they must have
 //!   happened, and what could not be known.
+//! - [`merge`]: the snapshot a reconcile leaves.
 //! - [`list`]: the daemon's own state, through containerd's List calls.
 //! - [`snapshot`]: one upstream's recorded state, on disk and held in the spool.
 
 pub mod apply;
 pub mod diff;
 pub mod list;
+pub mod merge;
 pub mod snapshot;
 pub mod state;
 

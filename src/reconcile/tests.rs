@@ -5,7 +5,8 @@ use proptest::prelude::*;
 use prost::Message;
 
 use super::apply::Object;
-use super::diff::{Change, UNKNOWN_EXIT_STATUS, diff, merged};
+use super::diff::{Change, UNKNOWN_EXIT_STATUS, diff};
+use super::merge::merged;
 use super::*;
 use crate::proto::containerd::events as ev;
 

@@ -329,7 +329,7 @@ impl Reconciler {
     /// the snapshot takes the daemon's view, saved, and the next periodic reconcile
     /// is scheduled.
     pub fn recorded(&mut self, plan: Plan) {
-        let state = diff::merged(&self.snapshot.state, &plan.daemon, &plan.skip);
+        let state = crate::reconcile::merge::merged(&self.snapshot.state, &plan.daemon, &plan.skip);
         if let Err(error) = self.snapshot.reset(state, self.spool.as_ref()) {
             self.failed("save", &crate::errors::chain(&error));
         }

@@ -7,6 +7,10 @@
 //! stream is the better witness for them, and a change it reports must not be
 //! recorded twice.
 
+mod tasks;
+
+use tasks::TaskChanges;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
@@ -14,9 +18,7 @@ use prost::Message;
 use prost_types::{Any, Timestamp};
 
 use super::apply::Object;
-use super::state::{
-    ContainerState, ImageState, Labels, NamespaceState, NodeState, TaskState, TaskStatus,
-};
+use super::state::{ContainerState, ImageState, Labels, NamespaceState, NodeState};
 use crate::proto::containerd::events as ev;
 use crate::proto::containerd::services::images::v1 as img;
 
@@ -56,14 +58,14 @@ impl Diff {
     }
 }
 
-fn any<M: Message>(type_url: &str, message: &M) -> Any {
+pub(super) fn any<M: Message>(type_url: &str, message: &M) -> Any {
     Any {
         type_url: type_url.to_owned(),
         value: message.encode_to_vec(),
     }
 }
 
-fn stamp(time: Option<SystemTime>) -> Option<Timestamp> {
+pub(super) fn stamp(time: Option<SystemTime>) -> Option<Timestamp> {
     time.map(Timestamp::from)
 }
 
@@ -82,18 +84,18 @@ fn differ<T: PartialEq>(recorded: &Option<T>, daemon: &Option<T>) -> bool {
 
 /// Changes are gathered per phase and concatenated in phase order.
 #[derive(Default)]
-struct Phases {
-    namespaces: Vec<Change>,
-    images: Vec<Change>,
-    containers: Vec<Change>,
-    container_updates: Vec<Change>,
-    task_starts: Vec<Change>,
-    task_pauses: Vec<Change>,
-    task_exits: Vec<Change>,
-    task_deletes: Vec<Change>,
-    container_deletes: Vec<Change>,
-    image_deletes: Vec<Change>,
-    namespace_deletes: Vec<Change>,
+pub(super) struct Phases {
+    pub(super) namespaces: Vec<Change>,
+    pub(super) images: Vec<Change>,
+    pub(super) containers: Vec<Change>,
+    pub(super) container_updates: Vec<Change>,
+    pub(super) task_starts: Vec<Change>,
+    pub(super) task_pauses: Vec<Change>,
+    pub(super) task_exits: Vec<Change>,
+    pub(super) task_deletes: Vec<Change>,
+    pub(super) container_deletes: Vec<Change>,
+    pub(super) image_deletes: Vec<Change>,
+    pub(super) namespace_deletes: Vec<Change>,
 }
 
 /// What must have happened for `recorded` to become `daemon`, leaving out `skip`.
@@ -208,8 +210,8 @@ fn namespace(
     }
 }
 
-struct Context<'a> {
-    namespace: &'a str,
+pub(super) struct Context<'a> {
+    pub(super) namespace: &'a str,
     skip: &'a BTreeSet<Object>,
 }
 
@@ -372,215 +374,4 @@ fn create(id: &str, container: &ContainerState) -> ev::ContainerCreate {
             options: None,
         }),
     }
-}
-
-/// One container's task: the events that lead from one state to another.
-struct TaskChanges<'a> {
-    context: &'a Context<'a>,
-    id: &'a str,
-    object: &'a Object,
-}
-
-impl TaskChanges<'_> {
-    fn push(
-        &self,
-        into: &mut Vec<Change>,
-        topic: &'static str,
-        event: Any,
-        at: Option<SystemTime>,
-    ) {
-        into.push(self.context.change(topic, event, at, self.object));
-    }
-
-    fn create(&self, task: &TaskState, phases: &mut Phases) {
-        let event = ev::TaskCreate {
-            container_id: self.id.to_owned(),
-            pid: task.pid,
-            ..Default::default()
-        };
-        self.push(
-            &mut phases.task_starts,
-            "/tasks/create",
-            any("containerd.events.TaskCreate", &event),
-            None,
-        );
-    }
-
-    fn start(&self, task: &TaskState, phases: &mut Phases) {
-        let event = ev::TaskStart {
-            container_id: self.id.to_owned(),
-            pid: task.pid,
-        };
-        self.push(
-            &mut phases.task_starts,
-            "/tasks/start",
-            any("containerd.events.TaskStart", &event),
-            None,
-        );
-    }
-
-    fn exit(&self, task: &TaskState, phases: &mut Phases) {
-        let event = ev::TaskExit {
-            container_id: self.id.to_owned(),
-            id: self.id.to_owned(),
-            pid: task.pid,
-            exit_status: task.exit_status.unwrap_or(UNKNOWN_EXIT_STATUS),
-            exited_at: stamp(task.exited_at),
-        };
-        self.push(
-            &mut phases.task_exits,
-            "/tasks/exit",
-            any("containerd.events.TaskExit", &event),
-            task.exited_at,
-        );
-    }
-
-    fn paused(&self, paused: bool, phases: &mut Phases) {
-        let container_id = self.id.to_owned();
-        let (topic, event) = if paused {
-            (
-                "/tasks/paused",
-                any(
-                    "containerd.events.TaskPaused",
-                    &ev::TaskPaused { container_id },
-                ),
-            )
-        } else {
-            (
-                "/tasks/resumed",
-                any(
-                    "containerd.events.TaskResumed",
-                    &ev::TaskResumed { container_id },
-                ),
-            )
-        };
-        self.push(&mut phases.task_pauses, topic, event, None);
-    }
-
-    /// A task the record does not know: it got as far as the daemon says.
-    fn opened(&self, d: &TaskState, phases: &mut Phases) {
-        match d.status {
-            TaskStatus::Created => self.create(d, phases),
-            TaskStatus::Running | TaskStatus::Unknown => self.start(d, phases),
-            TaskStatus::Paused | TaskStatus::Pausing => {
-                self.start(d, phases);
-                self.paused(true, phases);
-            }
-            TaskStatus::Stopped => {
-                self.start(d, phases);
-                self.exit(d, phases);
-            }
-        }
-    }
-
-    /// A task the daemon no longer has: it was deleted, and if its exit was not
-    /// recorded, that exit is lost.
-    fn closed(
-        &self,
-        r: &TaskState,
-        phases: &mut Phases,
-        unknown_exits: &mut Vec<(String, String)>,
-    ) {
-        let mut last = r.clone();
-        if r.status != TaskStatus::Stopped {
-            last.exit_status = None;
-            last.exited_at = None;
-            self.exit(&last, phases);
-            unknown_exits.push((self.context.namespace.to_owned(), self.id.to_owned()));
-        }
-        let event = ev::TaskDelete {
-            container_id: self.id.to_owned(),
-            pid: last.pid,
-            exit_status: last.exit_status.unwrap_or(UNKNOWN_EXIT_STATUS),
-            exited_at: stamp(last.exited_at),
-            id: String::new(),
-        };
-        self.push(
-            &mut phases.task_deletes,
-            "/tasks/delete",
-            any("containerd.events.TaskDelete", &event),
-            None,
-        );
-    }
-
-    /// The same task (same pid) in another state.
-    fn moved(&self, r: &TaskState, d: &TaskState, phases: &mut Phases) {
-        use TaskStatus::*;
-        match (r.status, d.status) {
-            (Created, Running) => self.start(d, phases),
-            (Created, Paused | Pausing) => {
-                self.start(d, phases);
-                self.paused(true, phases);
-            }
-            (Created, Stopped) => {
-                self.start(d, phases);
-                self.exit(d, phases);
-            }
-            (Running | Unknown, Paused | Pausing) => self.paused(true, phases),
-            (Paused | Pausing, Running) => self.paused(false, phases),
-            (Running | Unknown | Paused | Pausing, Stopped) => self.exit(d, phases),
-            _ => {}
-        }
-    }
-}
-
-/// The snapshot after a reconcile: the daemon's view, except for the objects the live
-/// stream spoke about meanwhile, which keep what the stream said.
-pub fn merged(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Object>) -> NodeState {
-    let mut merged = daemon.clone();
-    for object in skip {
-        match object {
-            Object::Namespace(name) => match recorded.namespaces.get(name) {
-                Some(r) => {
-                    merged.namespaces.entry(name.clone()).or_default().labels = r.labels.clone()
-                }
-                None => {
-                    if merged.namespaces.get(name).is_some_and(is_empty) {
-                        merged.namespaces.remove(name);
-                    }
-                }
-            },
-            Object::Container(ns, id) => {
-                let kept = recorded
-                    .namespaces
-                    .get(ns)
-                    .and_then(|n| n.containers.get(id))
-                    .cloned();
-                let target = &mut merged.namespaces.entry(ns.clone()).or_default().containers;
-                match kept {
-                    Some(c) => target.insert(id.clone(), c),
-                    None => target.remove(id),
-                };
-            }
-            Object::Task(ns, id) => {
-                let kept = recorded
-                    .namespaces
-                    .get(ns)
-                    .and_then(|n| n.tasks.get(id))
-                    .cloned();
-                let target = &mut merged.namespaces.entry(ns.clone()).or_default().tasks;
-                match kept {
-                    Some(t) => target.insert(id.clone(), t),
-                    None => target.remove(id),
-                };
-            }
-            Object::Image(ns, name) => {
-                let kept = recorded
-                    .namespaces
-                    .get(ns)
-                    .and_then(|n| n.images.get(name))
-                    .cloned();
-                let target = &mut merged.namespaces.entry(ns.clone()).or_default().images;
-                match kept {
-                    Some(i) => target.insert(name.clone(), i),
-                    None => target.remove(name),
-                };
-            }
-        }
-    }
-    merged
-}
-
-fn is_empty(ns: &NamespaceState) -> bool {
-    ns.containers.is_empty() && ns.tasks.is_empty() && ns.images.is_empty()
 }
