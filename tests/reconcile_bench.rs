@@ -45,7 +45,10 @@ fn left_running(dir: &str, bench: u32) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         let cmdline = std::fs::read(entry.path().join("cmdline"))
@@ -90,7 +93,10 @@ fn the_reconcile_benchmark_checks_what_was_recorded_and_prints_its_table() {
     for name in ["1a", "1b", "3a"] {
         assert!(row(name).contains("x |"), "{table}");
     }
-    for target in ["Target: reconcile under 1 s", "Target: memory under 64.0 MiB"] {
+    for target in [
+        "Target: reconcile under 1 s",
+        "Target: memory under 64.0 MiB",
+    ] {
         assert!(table.contains(target), "{table}");
     }
 
@@ -139,5 +145,8 @@ fn an_interrupted_reconcile_benchmark_stops_its_tasks_containerd_and_gateway() {
     assert!(!status.success(), "{said}");
     assert!(said.contains("interrupted"), "{said}");
     let left = left_running(&dir, pid);
-    assert!(left.is_empty(), "still running after the benchmark exited: {left:#?}");
+    assert!(
+        left.is_empty(),
+        "still running after the benchmark exited: {left:#?}"
+    );
 }

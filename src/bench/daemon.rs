@@ -151,8 +151,7 @@ impl Daemon {
     /// [`Daemon::peak_rss`] is the peak from now on. Needs root or the process's
     /// owner; false when it could not be done (the peak then counts from the start).
     pub fn reset_peak_rss(&self) -> bool {
-        self.pid()
-            .is_some_and(|pid| reset_peak(&pid.to_string()))
+        self.pid().is_some_and(|pid| reset_peak(&pid.to_string()))
     }
 
     /// CPU time (user + system) the daemon has used so far.

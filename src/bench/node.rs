@@ -133,7 +133,11 @@ impl Node {
     }
 
     /// `ctr container create` for each id, labelled with its number.
-    pub async fn create_containers(&self, ids: &[String], at_once: usize) -> Result<(), BenchError> {
+    pub async fn create_containers(
+        &self,
+        ids: &[String],
+        at_once: usize,
+    ) -> Result<(), BenchError> {
         self.each(ids, at_once, |id| {
             let label = format!("bench.n={}", id.rsplit('-').next().unwrap_or(id));
             strings(&["container", "create", "--label", &label, IMAGE, id])
@@ -160,8 +164,10 @@ impl Node {
 
     /// SIGKILL to each task; returns once `ctr task ls` shows them all stopped.
     pub async fn kill_tasks(&self, ids: &[String], at_once: usize) -> Result<(), BenchError> {
-        self.each(ids, at_once, |id| strings(&["task", "kill", "-s", "SIGKILL", id]))
-            .await?;
+        self.each(ids, at_once, |id| {
+            strings(&["task", "kill", "-s", "SIGKILL", id])
+        })
+        .await?;
         let deadline = Instant::now() + CTR_TIMEOUT;
         loop {
             let listed = self.ctr(&["task", "ls"]).await?;

@@ -261,9 +261,7 @@ fn number(value: &Value) -> u64 {
 async fn wait_saved(snapshot: &Path, after: SystemTime) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let modified = std::fs::metadata(snapshot)
-            .and_then(|m| m.modified())
-            .ok();
+        let modified = std::fs::metadata(snapshot).and_then(|m| m.modified()).ok();
         if modified.is_some_and(|modified| modified >= after) {
             return true;
         }

@@ -33,12 +33,17 @@ impl Pass {
 }
 
 /// `recorded` compared with `daemon`, merged and saved under `dir`.
-pub async fn pass(recorded: &NodeState, daemon: &NodeState, dir: &Path) -> Result<Pass, BenchError> {
-    let mut snapshot = Snapshot::open(dir, "library", None)
-        .await
-        .map_err(|e| BenchError::Failed {
-            what: format!("cannot open a snapshot: {}", crate::errors::chain(&e)),
-        })?;
+pub async fn pass(
+    recorded: &NodeState,
+    daemon: &NodeState,
+    dir: &Path,
+) -> Result<Pass, BenchError> {
+    let mut snapshot =
+        Snapshot::open(dir, "library", None)
+            .await
+            .map_err(|e| BenchError::Failed {
+                what: format!("cannot open a snapshot: {}", crate::errors::chain(&e)),
+            })?;
     let skip = BTreeSet::new();
     let before = memory("self", "VmRSS");
     let reset = reset_peak("self");

@@ -254,7 +254,15 @@ async fn fill_and_measure(
                 .collect(),
             killed: tasks[..bench.killed].to_vec(),
         };
-        let round = round(eventgate, &dir.join(format!("gateway-{}", n + 1)), &link, node, bench, &changes).await?;
+        let round = round(
+            eventgate,
+            &dir.join(format!("gateway-{}", n + 1)),
+            &link,
+            node,
+            bench,
+            &changes,
+        )
+        .await?;
         eprintln!(
             "round {}: list_node {:.1?}; ctr ls {:.1?}; gateway baseline {:.1?} (list {:.1?}), \
              after changes {:.1?} (list {:.1?}, {} events); library {:.1?}",
@@ -312,7 +320,12 @@ async fn round(
 async fn apply(node: &Node, bench: &ReconcileBench, changes: &Changes) -> Result<(), BenchError> {
     let label = format!("{ROUND_LABEL}={}", changes.round);
     node.each(&changes.relabeled, bench.at_once, |id| {
-        vec!["container".into(), "label".into(), id.clone(), label.clone()]
+        vec![
+            "container".into(),
+            "label".into(),
+            id.clone(),
+            label.clone(),
+        ]
     })
     .await?;
     node.each(&changes.removed, bench.at_once, |id| {

@@ -87,7 +87,10 @@ pub async fn run(args: ReconcileBenchArgs) -> Result<ExitCode, CliError> {
         .collect();
     if !problems.is_empty() {
         return Err(CliError::Bench(BenchError::Failed {
-            what: format!("the reconciles did not record what changed:\n{}", problems.join("\n")),
+            what: format!(
+                "the reconciles did not record what changed:\n{}",
+                problems.join("\n")
+            ),
         }));
     }
     Ok(ExitCode::SUCCESS)
@@ -255,7 +258,11 @@ fn print_targets(rounds: &[Round], raw: Duration) {
          (slowest start of the slowest round {}, median {}; {} the raw list_node).",
         TIME_TARGET.as_secs(),
         SETTLE.as_secs(),
-        if worst < TIME_TARGET { "met" } else { "NOT met" },
+        if worst < TIME_TARGET {
+            "met"
+        } else {
+            "NOT met"
+        },
         time(worst),
         time(median),
         ratio(median, raw),
