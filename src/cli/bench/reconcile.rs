@@ -148,7 +148,7 @@ fn print_table(bench: &ReconcileBench, results: &Results) {
     println!(
         "A node of {} containers ({} with a running task) and {} image in namespace {NAMESPACE:?}, \
          filled with ctr in {:.0} s. Each round, while the gateway was down: {} containers created, \
-         {} relabelled, {} removed, {} tasks killed. Median of {} round(s).\n",
+         {} relabelled, {} removed, {} tasks killed. Median of {}.\n",
         last.list.containers,
         last.list.tasks,
         1,
@@ -157,7 +157,10 @@ fn print_table(bench: &ReconcileBench, results: &Results) {
         bench.changed - 2 * removed,
         removed,
         bench.killed,
-        rounds.len(),
+        match rounds.len() {
+            1 => "1 round".to_owned(),
+            n => format!("{n} rounds"),
+        },
     );
     println!(
         "| | measured | time | / raw list_node | with the {} s settle | list_duration (marker) | events recorded (expected) | gateway CPU | peak RSS | RSS before |",
