@@ -32,6 +32,9 @@ impl Daemon {
         })?;
         let mut command = Command::new(binary);
         command.arg("--config").arg(&config);
+        // Out of the terminal's process group: a Ctrl-C meant for the benchmark must
+        // not stop containerd before the benchmark has removed its tasks through it.
+        command.process_group(0);
         Self::spawn("containerd", command, socket, dir.join("containerd.log")).await
     }
 
@@ -136,10 +139,19 @@ impl Daemon {
 
     /// Peak resident memory so far (VmHWM), in bytes.
     pub fn peak_rss(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        memory(&self.pid()?.to_string(), "VmHWM")
+    }
+
+    /// Resident memory now (VmRSS), in bytes.
+    pub fn rss(&self) -> Option<u64> {
+        memory(&self.pid()?.to_string(), "VmRSS")
+    }
+
+    /// Makes the peak (VmHWM) start again from the current RSS, so that
+    /// [`Daemon::peak_rss`] is the peak from now on. Needs root or the process's
+    /// owner; false when it could not be done (the peak then counts from the start).
+    pub fn reset_peak_rss(&self) -> bool {
+        self.pid().is_some_and(|pid| reset_peak(&pid.to_string()))
     }
 
     /// CPU time (user + system) the daemon has used so far.
@@ -214,6 +226,22 @@ pub fn own_cpu_time() -> Duration {
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// A memory figure of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in bytes; `pid` may
+/// be `self`.
+pub fn memory(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rest = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))?;
+    let kib: u64 = rest.split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Resets a process's VmHWM to its current RSS (`clear_refs` mode 5).
+pub fn reset_peak(pid: &str) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
 /// The last lines of a daemon's log, for error messages.

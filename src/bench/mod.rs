@@ -4,8 +4,11 @@
 pub mod daemon;
 pub mod exchange;
 pub mod forwarder;
+pub mod image;
 pub mod load;
+pub mod node;
 pub mod query;
+pub mod reconcile;
 pub mod replay;
 mod sinks;
 pub mod spool;

@@ -189,7 +189,7 @@ async fn reload_on_hangup(mut hangup: Signal, reloader: Arc<Reloader>) {
 /// Installs the SIGINT and SIGTERM handlers now and returns a future that resolves on
 /// either. If a handler cannot be installed the gateway still runs; it just cannot be
 /// stopped gracefully by that signal.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     let install = |kind: SignalKind, name: &'static str| match signal(kind) {
         Ok(signal) => Some(signal),
         Err(error) => {

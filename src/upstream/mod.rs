@@ -25,6 +25,7 @@ use tokio::sync::watch as state;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use reconciler::SETTLE;
 pub use settings::{ReconnectSettings, UpstreamSpec};
 pub use status::{UpstreamState, UpstreamStatus, UpstreamWatch};
 

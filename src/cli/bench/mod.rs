@@ -3,6 +3,7 @@
 mod exchange;
 mod forwarder;
 mod query;
+mod reconcile;
 mod replay;
 mod spool;
 
@@ -37,6 +38,9 @@ pub enum Which {
     /// `replay --to-address` into a running eventgate at several --in-flight values,
     /// next to plain Forward calls with the same concurrency in the same run.
     Replay(replay::ReplayBenchArgs),
+    /// Reconciling a node of 2,000 containers and 100 tasks through the gateway, next
+    /// to containerd's own List calls in the same run (needs root for containerd).
+    Reconcile(reconcile::ReconcileBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -46,6 +50,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Spool(args) => spool::run(args).await,
         Which::Query(args) => query::run(args).await,
         Which::Replay(args) => replay::run(args).await,
+        Which::Reconcile(args) => reconcile::run(args).await,
     }
 }
 

@@ -1,0 +1,152 @@
+//! `eventgate bench reconcile` on a small node, so it cannot rot: it fills a private
+//! containerd, reconciles through the real gateway, checks what was recorded, prints
+//! its table, and leaves no containerd, shim, task or gateway behind, also when it
+//! is interrupted.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use support::*;
+
+const SMALL: [&str; 12] = [
+    "--containers",
+    "50",
+    "--tasks",
+    "5",
+    "--changed",
+    "9",
+    "--killed",
+    "2",
+    "--rounds",
+    "1",
+    "--at-once",
+    "4",
+];
+
+fn bench() -> Command {
+    let mut command = eventgate();
+    command.args(["bench", "reconcile"]).args(SMALL);
+    command
+}
+
+/// The benchmark's working directory, from its first line.
+fn working_dir(line: &str) -> String {
+    line.strip_prefix("working in ")
+        .unwrap_or_else(|| panic!("first line is not the working directory: {line:?}"))
+        .to_owned()
+}
+
+/// Processes whose command line names `dir` (containerd, its shims, the gateway) or
+/// whose cgroup names a task of the benchmark with process id `bench` (the
+/// containers' own processes, which a shim killed abruptly would leave running).
+fn left_running(dir: &str, bench: u32) -> Vec<String> {
+    let task_cgroup = format!("/egb{bench}-");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline"))
+            .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+            .unwrap_or_default();
+        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+        if cmdline.contains(dir) || cgroup.contains(&task_cgroup) {
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static (and root); run tests/run.sh"]
+fn the_reconcile_benchmark_checks_what_was_recorded_and_prints_its_table() {
+    let child = bench()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn eventgate bench reconcile");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("bench output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no row {name}:\n{table}"))
+    };
+    assert!(
+        table.contains("A node of 50 containers (5 with a running task)"),
+        "{table}"
+    );
+    // The first start takes the node as its starting point; the second records the
+    // changes made while it was down: 3 created, 3 relabelled, 3 removed, 2 exits.
+    assert!(row("2a").contains("| 0 (0) |"), "{table}");
+    assert!(row("2b").contains("| 11 (11) |"), "{table}");
+    assert!(row("3b").contains("| 11 |"), "{table}");
+    for name in ["1a", "1b", "3a"] {
+        assert!(row(name).contains("x |"), "{table}");
+    }
+    for target in [
+        "Target: reconcile under 1 s",
+        "Target: memory under 64.0 MiB",
+    ] {
+        assert!(table.contains(target), "{table}");
+    }
+
+    let dir = working_dir(stderr.lines().next().unwrap_or_default());
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "{dir} was not removed"
+    );
+    let left = left_running(&dir, pid);
+    assert!(left.is_empty(), "still running: {left:#?}");
+}
+
+#[test]
+#[ignore = "needs containerd, ctr, runc and busybox-static (and root); run tests/run.sh"]
+fn an_interrupted_reconcile_benchmark_stops_its_tasks_containerd_and_gateway() {
+    let mut child = bench()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn eventgate bench reconcile");
+    let pid = child.id();
+    let stderr = Lines::new(child.stderr.take().expect("stderr"));
+    let dir = working_dir(&stderr.next(DEADLINE).expect("the working directory"));
+
+    // Interrupted while everything it starts is running: containerd, 5 shims and
+    // their tasks, and a gateway reconciling.
+    let running = wait_for("the benchmark's gateway to start", DEADLINE * 3, || {
+        let running = left_running(&dir, pid);
+        running
+            .iter()
+            .any(|p| p.contains(" serve ") && p.contains("--upstream"))
+            .then_some(running)
+    });
+    assert!(
+        running.iter().any(|p| p.contains("containerd --config")),
+        "{running:#?}"
+    );
+    assert!(
+        running.iter().filter(|p| p.contains("sleep")).count() >= 5,
+        "the tasks' processes are found by their cgroup: {running:#?}"
+    );
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let status = wait_exit(&mut child, DEADLINE * 3);
+    let mut stderr = stderr;
+    let said = stderr.drain();
+    assert!(!status.success(), "{said}");
+    assert!(said.contains("interrupted"), "{said}");
+    let left = left_running(&dir, pid);
+    assert!(
+        left.is_empty(),
+        "still running after the benchmark exited: {left:#?}"
+    );
+}
