@@ -9,7 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use super::super::BenchError;
 use super::super::daemon::{memory, reset_peak};
 use super::Changes;
-use crate::reconcile::diff::{diff, merged};
+use crate::reconcile::diff::diff;
+use crate::reconcile::merge::merged;
 use crate::reconcile::snapshot::Snapshot;
 use crate::reconcile::{NodeState, TaskState, TaskStatus};
 
