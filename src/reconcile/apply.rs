@@ -2,11 +2,10 @@
 //! the daemon's state. Events of other topics, and payloads that do not decode as the
 //! topic's type, leave the state as it is (they are kept in the record regardless).
 
-use std::time::SystemTime;
-
 use prost::Message;
-use prost_types::{Any, Timestamp};
+use prost_types::Any;
 
+use super::list::daemon_time;
 use super::state::{ContainerState, ImageState, NamespaceState, NodeState, TaskState, TaskStatus};
 use crate::proto::containerd::events as ev;
 use crate::proto::containerd::services::images::v1 as img;
@@ -19,15 +18,6 @@ pub enum Object {
     Container(String, String),
     Task(String, String),
     Image(String, String),
-}
-
-/// The zero timestamp containerd writes for "not set" is not a time.
-pub fn time(timestamp: Option<&Timestamp>) -> Option<SystemTime> {
-    let t = timestamp?;
-    if t.seconds == 0 && t.nanos == 0 {
-        return None;
-    }
-    SystemTime::try_from(*t).ok()
 }
 
 fn decode<M: Message + Default>(any: &Any, type_url: &str) -> Option<M> {
@@ -130,7 +120,7 @@ impl NodeState {
                     });
                 task.status = TaskStatus::Stopped;
                 task.exit_status = Some(m.exit_status);
-                task.exited_at = time(m.exited_at.as_ref());
+                task.exited_at = daemon_time(m.exited_at);
                 Some(Object::Task(namespace.to_owned(), m.container_id))
             }
             "/tasks/delete" => {
