@@ -215,7 +215,18 @@ impl Snapshot {
     }
 
     /// Writes the file (atomically, synced), then lets the spool forget what it holds.
+    /// A snapshot no reconcile has completed is not written: it holds only what the
+    /// stream said since this process started, and taken for the whole record it
+    /// would make the next reconcile tell everything else as news.
     pub fn save(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+        if !self.known {
+            self.dirty = false;
+            self.saved_at = Instant::now();
+            if let Some(spool) = spool {
+                spool.set_cursor(&cursor_name(&self.upstream), self.next_seq);
+            }
+            return Ok(());
+        }
         let saved = Saving {
             version: VERSION,
             upstream: &self.upstream,

@@ -73,6 +73,10 @@ async fn a_saved_snapshot_opens_as_it_was_and_only_its_upstream_moves_it() {
         create("other"),
     ));
     assert_eq!(containers(&snapshot), ["a"]);
+    // Until a reconcile has seen the daemon, there is nothing worth keeping.
+    snapshot.save(None).unwrap();
+    assert!(!path(dir.path(), "node").exists());
+    snapshot.known = true;
     snapshot.save(None).unwrap();
     let reopened = Snapshot::open(dir.path(), "node", None).await.unwrap();
     assert!(reopened.known);
