@@ -127,6 +127,7 @@ pub fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Object>) -
     phases
         .task_exits
         .sort_by_key(|c| (c.daemon_time.is_none(), c.daemon_time));
+    // Destructured, not read field by field: a phase added later cannot be left out.
     let Phases {
         namespaces,
         images,
