@@ -30,6 +30,17 @@ const LIFECYCLE: [&str; 6] = [
 const CONNECTED: &str = "/eventgate/upstream/connected";
 const DISCONNECTED: &str = "/eventgate/upstream/disconnected";
 
+/// Runs a container that exits 0 and waits until its whole lifecycle is stored, in
+/// order; every row then.
+fn run_and_record(containerd: &Containerd, db: &Path, id: &str) -> Vec<Row> {
+    assert_eq!(containerd.run(id, "exit 0"), 0);
+    let rows = wait_stored(db, "the container's delete event", |r| {
+        r.topic == "/containers/delete" && r.container() == Some(id)
+    });
+    assert_eq!(topics(&lifecycle_of(&rows, id)), LIFECYCLE);
+    rows
+}
+
 /// The topics of one container's events, in stored order.
 fn lifecycle_of<'a>(rows: &'a [Row], container: &str) -> Vec<&'a Row> {
     rows.iter()
@@ -218,12 +229,8 @@ fn containerd_and_eventgate_restarts_are_recorded_and_capture_resumes() {
     assert_eq!(up.event["gap_started_at"], down.event["disconnected_at"]);
 
     let id = container_id("restart");
-    assert_eq!(containerd.run(&id, "exit 0"), 0);
-    let rows = wait_stored(&db, "the container's delete event", |r| {
-        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
-    });
+    let rows = run_and_record(&containerd, &db, &id);
     let lifecycle = lifecycle_of(&rows, &id);
-    assert_eq!(topics(&lifecycle), LIFECYCLE);
     assert!(lifecycle.iter().all(|r| r.row_id > up.row_id));
 
     // eventgate's own restart: the stop is recorded, and the new process's first
@@ -242,11 +249,7 @@ fn containerd_and_eventgate_restarts_are_recorded_and_capture_resumes() {
         "the new process started after the old one stopped: {again:?} {stop:?}"
     );
     let id = container_id("after-restart");
-    assert_eq!(containerd.run(&id, "exit 0"), 0);
-    let rows = wait_stored(&db, "the next container's delete event", |r| {
-        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
-    });
-    assert_eq!(topics(&lifecycle_of(&rows, &id)), LIFECYCLE);
+    run_and_record(&containerd, &db, &id);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
 
@@ -273,11 +276,7 @@ fn eventgate_started_before_containerd_connects_when_it_comes_up() {
     containerd.import_busybox();
     wait_stored(&db, "the connected marker", |r| r.topic == CONNECTED);
     let id = container_id("late");
-    assert_eq!(containerd.run(&id, "exit 0"), 0);
-    let rows = wait_stored(&db, "the container's delete event", |r| {
-        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
-    });
-    assert_eq!(topics(&lifecycle_of(&rows, &id)), LIFECYCLE);
+    run_and_record(&containerd, &db, &id);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
 
@@ -406,11 +405,7 @@ fn a_restarted_containerd_is_resubscribed_as_soon_as_its_socket_accepts() {
     // Capture goes on after the directories were made again.
     containerd.import_busybox();
     let id = container_id("socket-watch");
-    assert_eq!(containerd.run(&id, "exit 0"), 0);
-    let rows = wait_stored(&db, "the container's delete event", |r| {
-        r.topic == "/containers/delete" && r.container() == Some(id.as_str())
-    });
-    assert_eq!(topics(&lifecycle_of(&rows, &id)), LIFECYCLE);
+    run_and_record(&containerd, &db, &id);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
 
