@@ -9,6 +9,7 @@ pub mod query;
 pub mod replay;
 mod sinks;
 pub mod spool;
+pub mod upstream;
 pub mod wire;
 
 use std::time::Duration;

@@ -5,6 +5,7 @@ mod forwarder;
 mod query;
 mod replay;
 mod spool;
+mod upstream;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +38,10 @@ pub enum Which {
     /// `replay --to-address` into a running eventgate at several --in-flight values,
     /// next to plain Forward calls with the same concurrency in the same run.
     Replay(replay::ReplayBenchArgs),
+    /// A real containerd takes a burst of Publish calls while eventgate, subscribed
+    /// to it with its defaults, stores them: containerd's accepted/s next to
+    /// eventgate's stored/s in the same run.
+    Upstream(upstream::UpstreamBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -46,6 +51,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Spool(args) => spool::run(args).await,
         Which::Query(args) => query::run(args).await,
         Which::Replay(args) => replay::run(args).await,
+        Which::Upstream(args) => upstream::run(args).await,
     }
 }
 
