@@ -10,10 +10,12 @@
 //! and records the differences (see `reconciler` and [`crate::reconcile`]).
 
 mod backoff;
+mod inflight;
 pub mod markers;
 mod reconciler;
 mod settings;
 mod status;
+mod stream;
 mod task;
 mod transport;
 mod watch;
