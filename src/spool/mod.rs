@@ -15,6 +15,8 @@
 mod backlog;
 mod cursors;
 mod files;
+#[cfg(test)]
+mod gate;
 mod open;
 mod reader;
 pub(crate) mod record;
@@ -37,6 +39,8 @@ use thiserror::Error;
 
 use crate::event::Event;
 pub use files::write_atomic;
+#[cfg(test)]
+pub(crate) use gate::Gate;
 pub use reader::{Gap, ReadBatch, Reader};
 pub use recovery::Recovery;
 pub use settings::{Fsync, FullPolicy, SpoolSettings};
@@ -316,6 +320,12 @@ impl Spool {
     /// Resolves once the ticket's record is durable per the fsync mode.
     pub async fn durable(&self, ticket: Ticket) -> Result<(), SpoolError> {
         ticket.await
+    }
+
+    /// Tests only: holds the writer's next fdatasyncs, fails them, or lets them pass.
+    #[cfg(test)]
+    pub(crate) fn gate_syncs(&self, gate: Gate) {
+        self.shared().gate.set(gate);
     }
 
     /// Reads durable records with seq >= `from_seq`, in order.

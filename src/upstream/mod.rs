@@ -133,4 +133,6 @@ impl Upstreams {
 }
 
 #[cfg(test)]
+mod durable_tests;
+#[cfg(test)]
 mod tests;
