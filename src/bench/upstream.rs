@@ -13,7 +13,7 @@ use tonic::metadata::MetadataValue;
 
 use super::BenchError;
 use super::daemon::Daemon;
-use super::load::{lifecycle, publish_all, wait_until};
+use super::load::{lifecycle, publish_all};
 use super::wire::{WireClient, publish_request};
 use crate::proto::containerd::events::TaskExit;
 use crate::store;
@@ -42,8 +42,8 @@ pub struct UpstreamBench {
 pub struct Round {
     /// First publish until containerd had answered every call.
     pub accepted: Duration,
-    /// First publish until the audit store held every event; `None` when it did not
-    /// within the timeout.
+    /// First publish until the audit store held every event (to within one look at
+    /// it, every 5 ms); `None` when it did not within the timeout.
     pub stored: Option<Duration>,
     /// Events in the store at the end (all of them, unless the timeout passed).
     pub stored_events: u64,
@@ -119,16 +119,23 @@ pub async fn round(
     )
     .await?;
     let expected = items.len() as u64;
-    let behind_when_accepted = expected.saturating_sub(counter.count()?);
-    let remaining = bench.timeout.saturating_sub(start.elapsed());
-    let mut held = 0;
-    let waited = wait_until("", remaining, || {
-        held = counter.count()?;
-        Ok(held >= expected)
-    })
-    .await;
-    let watched = start.elapsed();
-    let stored = waited.is_ok().then_some(watched);
+    // Each look is timed from before its query: the store held what it counts by then.
+    let deadline = start + bench.timeout;
+    let mut behind_when_accepted = None;
+    let (held, stored) = loop {
+        let at = start.elapsed();
+        let held = counter.count()?;
+        behind_when_accepted.get_or_insert(expected.saturating_sub(held));
+        if held >= expected {
+            break (held, Some(at));
+        }
+        if Instant::now() > deadline {
+            break (held, None);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let watched = stored.unwrap_or_else(|| start.elapsed());
+    let behind_when_accepted = behind_when_accepted.unwrap_or(expected);
     if stored.is_none() {
         eprintln!(
             "  the store held {held} of {expected} events after {:?}; see {}",

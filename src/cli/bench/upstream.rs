@@ -96,7 +96,7 @@ fn print_table(args: &UpstreamBenchArgs, results: Vec<(SpoolFsync, Vec<Round>)>)
         };
         let (accepted, stored) = (row.accepted_per_sec(events), row.stored_per_sec());
         println!(
-            "| defaults, spool.fsync = \"{}\" | {:.0} | {:.0} | {:.2} | >= 1.00 | {} | {} | {} of {} | {} |",
+            "| defaults, spool.fsync = \"{}\" | {:.0} | {:.0} | {:.3} | >= 1.00 | {} | {} | {} of {} | {} |",
             fsync.toml(),
             accepted,
             stored,
@@ -104,8 +104,8 @@ fn print_table(args: &UpstreamBenchArgs, results: Vec<(SpoolFsync, Vec<Round>)>)
             row.behind_when_accepted,
             row.lag()
                 .map_or(format!("> {:?}", args.timeout), |d| format!(
-                    "{:.2} s",
-                    d.as_secs_f64()
+                    "{} ms",
+                    d.as_millis()
                 )),
             row.stored_events,
             events,
