@@ -163,3 +163,24 @@ fn a_burst_from_four_clients_is_stored_whole_and_in_containerds_order() {
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
     runtime.shutdown_timeout(Duration::from_secs(1));
 }
+
+/// `bench upstream` end to end at a small size: it starts its own containerd and
+/// gateway, and its row says every event was stored.
+#[test]
+#[ignore = "needs containerd; run tests/run.sh"]
+fn the_upstream_benchmark_prints_its_table() {
+    assert!(have("containerd"), "containerd must be installed");
+    let out = eventgate()
+        .args(["bench", "upstream", "--events", "600", "--rounds", "1"])
+        .args(["--timeout", "60s"])
+        .output()
+        .expect("run eventgate bench upstream");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("| defaults, spool.fsync = \"batch\" |"))
+        .unwrap_or_else(|| panic!("no batch row in:\n{table}\n{stderr}"));
+    assert!(row.contains("| 600 of 600 |"), "{row}");
+}

@@ -102,11 +102,13 @@ fn print_table(args: &UpstreamBenchArgs, results: Vec<(SpoolFsync, Vec<Round>)>)
             stored,
             row.ratio(events),
             row.behind_when_accepted,
-            row.lag()
-                .map_or(format!("> {:?}", args.timeout), |d| format!(
-                    "{} ms",
-                    d.as_millis()
-                )),
+            row.lag().map_or(
+                format!(
+                    "> {} s (not within the round)",
+                    row.watched.saturating_sub(row.accepted).as_secs()
+                ),
+                |d| format!("{} ms", d.as_millis())
+            ),
             row.stored_events,
             events,
             row.peak_rss
