@@ -193,3 +193,43 @@ async fn the_snapshot_records_an_upstream_event_only_once_the_spool_has_it() {
     s.upstreams.stop(DEADLINE).await;
     s.server.stop().await;
 }
+
+#[tokio::test]
+async fn a_subscription_that_ends_makes_its_events_durable_before_the_disconnected_marker() {
+    let mut s = setup().await;
+    s.spool.gate_syncs(Gate::Held);
+    for id in ["a", "b", "c"] {
+        s.upstream
+            .accept(Source::Forward, create(id))
+            .await
+            .unwrap();
+    }
+    let mut last = 0;
+    for _ in 0..3 {
+        last = next(&mut s.sub).await.seq;
+    }
+    let stop = s.upstreams.stop(DEADLINE);
+    tokio::pin!(stop);
+    let spool = s.spool.clone();
+    let marker = async {
+        // While the syncs are held the marker must not come; given a moment to show
+        // up if it did, then the syncs go on.
+        let early = tokio::time::timeout(Duration::from_millis(300), next(&mut s.sub)).await;
+        let marker = match early {
+            Ok(marker) => marker,
+            Err(_) => {
+                spool.gate_syncs(Gate::Open);
+                next(&mut s.sub).await
+            }
+        };
+        (marker, spool.stats().durable_seq)
+    };
+    let ((marker, durable_then), ()) = tokio::join!(marker, &mut stop);
+    assert_eq!(marker.envelope.topic, "/eventgate/upstream/disconnected");
+    assert!(
+        durable_then >= last,
+        "the marker came while event {last} was not durable (durable through {durable_then})"
+    );
+    s.server.stop().await;
+    s.spool.close().await.unwrap();
+}
