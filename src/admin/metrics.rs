@@ -410,6 +410,11 @@ fn describe() {
             Count,
             "1 while subscribed to the upstream, else 0.",
         ),
+        (
+            "eventgate_upstream_inflight_events",
+            Count,
+            "Events of the upstream appended to the spool and not yet durable (at most 4096, or 16 MiB of them; at the bound the stream is held).",
+        ),
     ];
     for (name, unit, help) in gauges {
         describe_gauge!(*name, *unit, *help);

@@ -12,6 +12,7 @@ pub mod reconcile;
 pub mod replay;
 mod sinks;
 pub mod spool;
+pub mod upstream;
 pub mod wire;
 
 use std::time::Duration;

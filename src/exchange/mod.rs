@@ -13,6 +13,7 @@
 //! - Forward rejects a missing timestamp (as containerd 1.6 does; 2.x silently turns it
 //!   into 1970-01-01).
 
+mod append;
 mod dropped;
 pub mod limits;
 mod matching;
@@ -29,6 +30,7 @@ use prost_types::{Any, Timestamp};
 use thiserror::Error;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
+pub use append::{Appended, Durable};
 pub use limits::{Limit, LimitSettings};
 pub use routes::EventsRoutes;
 pub use service::{EventsService, NAMESPACE_HEADER};
@@ -380,59 +382,11 @@ impl Exchange {
         self.accept_event(event).await
     }
 
-    /// The one way in: `event` (whose seq and id are not assigned yet) takes its place.
-    async fn accept_event(&self, mut event: Event) -> Result<Arc<Event>, AcceptError> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(AcceptError::Closed);
-        }
-        let mut dropped = Vec::new();
-        if let Some(spool) = &self.inner.spool {
-            spool
-                .check_space()
-                .map_err(|low| self.rejected(AcceptError::DiskLow(low)))?;
-            dropped = spool
-                .reserve(event.envelope.encoded_len())
-                .await
-                .map_err(|full| self.rejected(AcceptError::SpoolFull(full)))?;
-        }
-        if let Err(full) = self.inner.router.admit(&event).await {
-            return Err(self.rejected(AcceptError::QueueFull(full)));
-        }
-        let (event, ticket) = {
-            let mut state = self.lock();
-            if self.inner.closed.load(Ordering::Acquire) {
-                return Err(AcceptError::Closed);
-            }
-            // Sequence and id are taken together under the lock, so id order (UUIDv7
-            // is time-ordered) follows sequence order, and the spool holds events in
-            // the order everyone sees them.
-            event.seq = state.next_seq;
-            event.id = EventId::generate();
-            let ticket = match &self.inner.spool {
-                Some(spool) => Some(
-                    spool
-                        .append(&event)
-                        .map_err(|e| self.rejected(AcceptError::Spool(e)))?,
-                ),
-                None => None,
-            };
-            state.next_seq += 1;
-            let event = Arc::new(event);
-            self.inner.counters.received[event.source.index()].increment(1);
-            self.inner.router.route(&event);
-            self.fan_out(&mut state, &event);
-            (event, ticket)
-        };
-        if !dropped.is_empty() {
-            self.record_dropped(dropped);
-        }
-        if let (Some(spool), Some(ticket)) = (&self.inner.spool, ticket) {
-            spool
-                .durable(ticket)
-                .await
-                .map_err(|e| self.rejected(AcceptError::Spool(e)))?;
-        }
-        self.inner.counters.accepted[event.source.index()].increment(1);
+    /// The one way in: `event` (whose seq and id are not assigned yet) takes its
+    /// place and is acknowledged once durable.
+    async fn accept_event(&self, event: Event) -> Result<Arc<Event>, AcceptError> {
+        let Appended { event, durable } = self.append_event(event).await?;
+        durable.await?;
         Ok(event)
     }
 
@@ -547,14 +501,18 @@ impl Exchange {
     }
 
     fn rejected(&self, error: AcceptError) -> AcceptError {
-        metrics::counter!("eventgate_events_rejected_total", "reason" => error.reason())
-            .increment(1);
-        if let AcceptError::TooLarge { .. } = error {
-            metrics::counter!("eventgate_limit_rejections_total", "limit" => Limit::EventBytes.label())
-                .increment(1);
-        }
-        error
+        rejected(error)
     }
+}
+
+/// Counts a refusal by its reason.
+fn rejected(error: AcceptError) -> AcceptError {
+    metrics::counter!("eventgate_events_rejected_total", "reason" => error.reason()).increment(1);
+    if let AcceptError::TooLarge { .. } = error {
+        metrics::counter!("eventgate_limit_rejections_total", "limit" => Limit::EventBytes.label())
+            .increment(1);
+    }
+    error
 }
 
 impl Inner {

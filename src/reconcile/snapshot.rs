@@ -199,13 +199,20 @@ impl Snapshot {
         self.save(spool)
     }
 
-    /// Saves now and then. Called between the upstream's own events (none is in
-    /// flight), so every event the spool has numbered that the snapshot has not seen
-    /// is someone else's: the snapshot is good up to the spool's next seq, and saying
-    /// so releases those events from the spool too.
-    pub fn tick(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+    /// Saves now and then. `in_flight` is the seq of the oldest of the upstream's own
+    /// events the spool has numbered and the snapshot has not seen yet (they are
+    /// recorded once durable, in order); every event before it that the snapshot has
+    /// not seen is someone else's, so the snapshot is good up to there, or up to the
+    /// spool's next seq when none is in flight. Saying so releases those events from
+    /// the spool too; an event in flight stays in the spool for the next start.
+    pub fn tick(
+        &mut self,
+        spool: Option<&Spool>,
+        in_flight: Option<u64>,
+    ) -> Result<(), SnapshotError> {
         if let Some(spool) = spool {
-            self.next_seq = self.next_seq.max(spool.next_seq());
+            let good_to = in_flight.unwrap_or_else(|| spool.next_seq());
+            self.next_seq = self.next_seq.max(good_to);
         }
         let elapsed = self.saved_at.elapsed();
         if (self.dirty && elapsed >= SAVE_EVERY) || elapsed >= HOLD_AT_MOST {

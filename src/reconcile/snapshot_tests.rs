@@ -143,3 +143,49 @@ async fn events_after_the_last_save_are_read_back_from_the_spool() {
     assert_eq!(reopened.state, snapshot.state);
     spool.close().await.unwrap();
 }
+
+/// A save between the upstream's events claims only what was recorded: an event of
+/// the upstream already numbered by the spool but still on its way to the disk (in
+/// flight, not recorded) is read back from the spool after a crash, not skipped.
+#[tokio::test]
+async fn a_save_while_an_event_is_in_flight_leaves_that_event_to_the_spool() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    let cursor = cursor_name("node");
+    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
+    let mut snapshot = Snapshot::open(dir.path(), "node", Some(&spool))
+        .await
+        .unwrap();
+    snapshot.reset(NodeState::default(), Some(&spool)).unwrap();
+    let append = |source: Source, id: &str| {
+        let event = event(spool.next_seq(), source, create(id));
+        let ticket = spool.append(&event).unwrap();
+        (event, ticket)
+    };
+    let (before, ticket) = append(Source::Publish, "published before");
+    spool.durable(ticket).await.unwrap();
+    snapshot.record(&before);
+    let (in_flight, in_flight_ticket) = append(node(), "in flight");
+    let (after, after_ticket) = append(Source::Publish, "published after");
+
+    snapshot.tick(Some(&spool), Some(in_flight.seq)).unwrap();
+    snapshot.save(Some(&spool)).unwrap();
+    assert_eq!(spool.cursor(&cursor), in_flight.seq, "the spool keeps it");
+    spool.durable(in_flight_ticket).await.unwrap();
+    spool.durable(after_ticket).await.unwrap();
+    // Nothing saved it into the snapshot before the crash.
+    spool.close().await.unwrap();
+    drop(spool);
+
+    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
+    let reopened = Snapshot::open(dir.path(), "node", Some(&spool))
+        .await
+        .unwrap();
+    assert_eq!(containers(&reopened), ["in flight"]);
+    // Nothing in flight: the snapshot is good up to the spool's end.
+    let mut reopened = reopened;
+    reopened.tick(Some(&spool), None).unwrap();
+    reopened.save(Some(&spool)).unwrap();
+    assert_eq!(spool.cursor(&cursor), after.seq + 1);
+    spool.close().await.unwrap();
+}

@@ -15,6 +15,8 @@
 mod backlog;
 mod cursors;
 mod files;
+#[cfg(test)]
+mod gate;
 mod open;
 mod reader;
 pub(crate) mod record;
@@ -37,6 +39,8 @@ use thiserror::Error;
 
 use crate::event::Event;
 pub use files::write_atomic;
+#[cfg(test)]
+pub(crate) use gate::Gate;
 pub use reader::{Gap, ReadBatch, Reader};
 pub use recovery::Recovery;
 pub use settings::{Fsync, FullPolicy, SpoolSettings};
@@ -93,7 +97,9 @@ pub struct Dropped {
     pub count: u64,
 }
 
-/// Proof of an append, redeemed with [`Spool::durable`].
+/// Proof of an append, redeemed with [`Spool::durable`], or awaited itself: it
+/// resolves once the record is durable per the fsync mode. Awaiting it is cancel-safe,
+/// so a caller can keep many in flight and poll the oldest.
 #[derive(Debug)]
 #[must_use]
 pub struct Ticket {
@@ -101,6 +107,20 @@ pub struct Ticket {
     /// Answered by the writer alone for this record, so a sync wakes exactly the
     /// publishers it made durable.
     done: tokio::sync::oneshot::Receiver<Result<(), SpoolError>>,
+}
+
+impl std::future::Future for Ticket {
+    type Output = Result<(), SpoolError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        // A writer gone without answering has stopped: the record's fate is unknown.
+        std::pin::Pin::new(&mut self.done)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or(Err(SpoolError::Closed)))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -299,7 +319,13 @@ impl Spool {
 
     /// Resolves once the ticket's record is durable per the fsync mode.
     pub async fn durable(&self, ticket: Ticket) -> Result<(), SpoolError> {
-        ticket.done.await.map_err(|_| SpoolError::Closed)?
+        ticket.await
+    }
+
+    /// Tests only: holds the writer's next fdatasyncs, fails them, or lets them pass.
+    #[cfg(test)]
+    pub(crate) fn gate_syncs(&self, gate: Gate) {
+        self.shared().gate.set(gate);
     }
 
     /// Reads durable records with seq >= `from_seq`, in order.

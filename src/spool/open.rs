@@ -98,6 +98,8 @@ pub fn open(
         room: Notify::new(),
         groups: AtomicU64::new(0),
         fsyncs: AtomicU64::new(0),
+        #[cfg(test)]
+        gate: super::gate::SyncGate::new(),
     });
     let writer = writer::Writer {
         shared: Arc::clone(&shared),

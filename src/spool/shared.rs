@@ -29,6 +29,8 @@ pub struct Shared {
     /// Groups written and fdatasyncs done, for stats (group commit's effect).
     pub groups: AtomicU64,
     pub fsyncs: AtomicU64,
+    #[cfg(test)]
+    pub gate: super::gate::SyncGate,
 }
 
 /// What the writer has made durable; readers and `durable` wait on it.

@@ -215,6 +215,8 @@ impl Writer {
     }
 
     fn sync(&self) -> io::Result<()> {
+        #[cfg(test)]
+        self.shared.gate.pass()?;
         let start = Instant::now();
         self.file.sync_data()?;
         self.metrics.fsyncs.increment(1);

@@ -8,12 +8,18 @@
 //! both in namespace `eventgate` (see `markers`). After every connection, and every
 //! `reconcile_interval`, the task compares the daemon's state with what was recorded
 //! and records the differences (see `reconciler` and [`crate::reconcile`]).
+//!
+//! A subscription's events are appended in the stream's order as they arrive and made
+//! durable in groups, a bounded number waiting for the disk at once (see `stream` and
+//! `inflight`); what depends on durability (the snapshot) follows in the same order.
 
 mod backoff;
+mod inflight;
 pub mod markers;
 mod reconciler;
 mod settings;
 mod status;
+mod stream;
 mod task;
 mod transport;
 mod watch;
@@ -131,5 +137,7 @@ impl Upstreams {
     }
 }
 
+#[cfg(test)]
+mod durable_tests;
 #[cfg(test)]
 mod tests;

@@ -160,15 +160,28 @@ impl Reconciler {
         self.snapshot.record(event);
     }
 
+    /// Whether a reconcile has settled and waits for the task to be quiet (see
+    /// [`Reconciler::ready`]): the task reads no more of the stream until it is.
+    pub fn settled(&self) -> bool {
+        matches!(&self.phase, Phase::Settling { until, .. } if tokio::time::Instant::now() >= *until)
+    }
+
     /// Runs until a reconcile is ready to be recorded. Saves the snapshot now and
     /// then meanwhile, and starts the periodic reconcile when it is due. Safe to drop
     /// at any await (the task selects it against the stream).
-    pub async fn ready(&mut self) -> Plan {
+    ///
+    /// The task passes where its own events stand: `in_flight`, the seq of the
+    /// oldest it has appended that is not durable and recorded yet (the snapshot is
+    /// saved as good up to there only), and `quiet`, true when every event the stream
+    /// delivered is recorded. A settled reconcile is planned only when quiet: an event
+    /// still on its way to the disk would look like a change the stream missed, and be
+    /// recorded twice.
+    pub async fn ready(&mut self, in_flight: Option<u64>, quiet: bool) -> Plan {
         loop {
             let now = tokio::time::Instant::now();
             if now >= self.next_tick {
                 self.next_tick = now + SAVE_EVERY;
-                if let Err(error) = self.snapshot.tick(self.spool.as_ref()) {
+                if let Err(error) = self.snapshot.tick(self.spool.as_ref(), in_flight) {
                     self.failed("save", &crate::errors::chain(&error));
                 }
             }
@@ -222,9 +235,14 @@ impl Reconciler {
                     }
                 }
                 Phase::Settling { until, .. } => {
-                    let until = (*until).min(self.next_tick);
+                    // Not quiet: the task holds the stream once settled, and calls
+                    // again when what is in flight is recorded.
+                    let until = match quiet {
+                        true => (*until).min(self.next_tick),
+                        false => self.next_tick,
+                    };
                     tokio::time::sleep_until(until).await;
-                    if let Some(plan) = self.plan() {
+                    if quiet && let Some(plan) = self.plan() {
                         return plan;
                     }
                 }

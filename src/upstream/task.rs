@@ -13,14 +13,14 @@ use tonic::{Response, Status, Streaming};
 
 use super::backoff::Backoff;
 use super::markers::{self, Connected, Disconnected};
-use super::reconciler::{Plan, Reconciler, Trigger};
+use super::reconciler::{Reconciler, Trigger};
 use super::settings::UpstreamSpec;
 use super::status::{UpstreamState, UpstreamStatus};
 use super::transport::NotifySent;
 use super::watch::SocketWake;
 use crate::client;
 use crate::errors;
-use crate::event::{Event, Origin, Source};
+use crate::event::{Origin, Source};
 use crate::exchange::{AcceptError, Exchange};
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::proto::containerd::services::events::v1::events_client::EventsClient;
@@ -30,13 +30,13 @@ type SubscribeCall =
     Pin<Box<dyn Future<Output = Result<Response<Streaming<Envelope>>, Status>> + Send>>;
 
 /// A subscription whose request is on the wire; the response may not have started.
-enum Opened {
+pub(super) enum Opened {
     Waiting(SubscribeCall),
     Streaming(Box<Streaming<Envelope>>),
 }
 
 /// How a subscription ended.
-enum Ended {
+pub(super) enum Ended {
     Broke(String),
     /// Shutdown was requested.
     Cancelled,
@@ -240,125 +240,18 @@ impl Task {
         }
     }
 
-    async fn stream(
-        &self,
-        opened: Opened,
-        received: &mut u64,
-        mut reconciler: Option<&mut Reconciler>,
-    ) -> Ended {
-        // containerd answers Subscribe only with its first event: a reconcile runs
-        // while that answer is awaited, as while events stream.
-        let mut stream = match opened {
-            Opened::Streaming(stream) => *stream,
-            Opened::Waiting(mut call) => loop {
-                tokio::select! {
-                    () = self.cancel.cancelled() => return Ended::Cancelled,
-                    plan = next_plan(reconciler.as_deref_mut()) => {
-                        if let Err(ended) = self.record_plan(plan, reconciler.as_deref_mut()).await {
-                            return ended;
-                        }
-                    }
-                    response = &mut call => match response {
-                        Ok(response) => break response.into_inner(),
-                        Err(status) => return Ended::Broke(describe(&status)),
-                    },
-                }
-            },
-        };
-        loop {
-            let message = tokio::select! {
-                () = self.cancel.cancelled() => return Ended::Cancelled,
-                plan = next_plan(reconciler.as_deref_mut()) => {
-                    if let Err(ended) = self.record_plan(plan, reconciler.as_deref_mut()).await {
-                        return ended;
-                    }
-                    continue;
-                }
-                message = stream.message() => message,
-            };
-            let envelope = match message {
-                Ok(Some(envelope)) => envelope,
-                Ok(None) => return Ended::Broke("the upstream ended the subscription".into()),
-                Err(status) => return Ended::Broke(describe(&status)),
-            };
-            *received += 1;
-            metrics::counter!("eventgate_upstream_events_total", "upstream" => self.label())
-                .increment(1);
-            if let Err(error) = self.exchange.check_envelope(&envelope) {
-                // Kept out of the pipeline like an invalid Forward, but never silently.
-                metrics::counter!("eventgate_upstream_events_rejected_total", "upstream" => self.label(), "reason" => error.reason())
-                    .increment(1);
-                tracing::warn!(
-                    upstream = %self.name,
-                    namespace = %envelope.namespace,
-                    topic = %envelope.topic,
-                    %error,
-                    "upstream sent an envelope eventgate cannot accept; skipped"
-                );
-                continue;
-            }
-            match self
-                .accept(Source::Upstream(Arc::clone(&self.name)), envelope)
-                .await
-            {
-                Ok(Some(event)) => {
-                    if let Some(reconciler) = reconciler.as_deref_mut() {
-                        reconciler.record(&event);
-                    }
-                }
-                Ok(None) => {}
-                Err(ended) => return ended,
-            }
-        }
-    }
-
-    /// Records a reconcile's events as the upstream's own (they are what it would
-    /// have published), then its marker.
-    async fn record_plan(
-        &self,
-        plan: Plan,
-        reconciler: Option<&mut Reconciler>,
-    ) -> Result<(), Ended> {
-        let Some(reconciler) = reconciler else {
-            return Ok(());
-        };
-        for (envelope, clock) in &plan.events {
-            let source = Source::Upstream(Arc::clone(&self.name));
-            let origin = Origin::Reconciled { clock: *clock };
-            if let Some(event) = self.accept_with(source, envelope.clone(), origin).await? {
-                reconciler.record(&event);
-            }
-        }
-        self.accept(Source::Internal, plan.marker.clone()).await?;
-        reconciler.recorded(plan);
-        Ok(())
-    }
-
-    /// Accepts an event, waiting out full `block` queues, a full spool and a disk
-    /// below `spool.min_free`: an upstream event has nowhere else to go, and while we
-    /// wait the upstream holds the rest for us.
-    async fn accept(
-        &self,
-        source: Source,
-        envelope: Envelope,
-    ) -> Result<Option<Arc<Event>>, Ended> {
-        self.accept_with(source, envelope, Origin::Live).await
-    }
-
-    async fn accept_with(
-        &self,
-        source: Source,
-        envelope: Envelope,
-        origin: Origin,
-    ) -> Result<Option<Arc<Event>>, Ended> {
+    /// Accepts a gap marker and waits until it is durable, waiting out full `block`
+    /// queues, a full spool and a disk below `spool.min_free` as events do. Only
+    /// between subscriptions, when nothing of the upstream is in flight.
+    async fn accept(&self, source: Source, envelope: Envelope) -> Result<(), Ended> {
         let mut warned = false;
         loop {
             let accepted = self
                 .exchange
-                .accept_with(source.clone(), envelope.clone(), origin)
+                .accept_with(source.clone(), envelope.clone(), Origin::Live)
                 .await;
             match accepted {
-                Ok(event) => return Ok(Some(event)),
+                Ok(_) => return Ok(()),
                 Err(
                     full @ (AcceptError::QueueFull(_)
                     | AcceptError::SpoolFull(_)
@@ -374,18 +267,10 @@ impl Task {
                     }
                 }
                 Err(AcceptError::Closed) => return Err(Ended::ExchangeClosed),
-                Err(AcceptError::Spool(error)) => {
-                    // The disk failed: the event cannot be kept. Say so, and say
-                    // where the record breaks, rather than pretend.
-                    tracing::error!(upstream = %self.name, %error, "cannot spool an upstream event; ending the subscription");
-                    return Err(Ended::Broke(format!(
-                        "eventgate cannot write its spool: {error}"
-                    )));
-                }
+                Err(error @ AcceptError::Spool(_)) => return Err(self.spool_failed(error)),
                 Err(error) => {
-                    // check_envelope ran first, so this is not expected; say so loudly.
-                    tracing::error!(upstream = %self.name, %error, "upstream event refused");
-                    return Ok(None);
+                    tracing::error!(upstream = %self.name, %error, "gap marker refused");
+                    return Ok(());
                 }
             }
         }
@@ -431,16 +316,8 @@ impl Task {
         self.status.send_modify(|status| status.state = state);
     }
 
-    fn label(&self) -> String {
+    pub(super) fn label(&self) -> String {
         self.name.to_string()
-    }
-}
-
-/// The next reconcile ready to be recorded; never, for an upstream without one.
-async fn next_plan(reconciler: Option<&mut Reconciler>) -> Plan {
-    match reconciler {
-        Some(reconciler) => reconciler.ready().await,
-        None => std::future::pending().await,
     }
 }
 
@@ -449,7 +326,7 @@ fn whole_ms(d: Duration) -> Duration {
 }
 
 /// "Unavailable: connection reset" rather than tonic's Debug dump.
-fn describe(status: &Status) -> String {
+pub(super) fn describe(status: &Status) -> String {
     let head = format!("{:?}: {}", status.code(), status.message());
     errors::with_sources(head, std::error::Error::source(status))
 }

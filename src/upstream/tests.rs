@@ -27,16 +27,16 @@ use crate::proto::containerd::services::events::v1::{
 use crate::proto::containerd::types::Envelope;
 use crate::proto::eventgate::events::v1::{UpstreamConnected, UpstreamDisconnected};
 
-const DEADLINE: Duration = Duration::from_secs(10);
+pub(super) const DEADLINE: Duration = Duration::from_secs(10);
 
 /// An Events server on a unix socket, stopped by `stop`.
-struct Server_ {
+pub(super) struct Server_ {
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Server_ {
-    fn start(router: tonic::transport::server::Router, path: &Path) -> Self {
+    pub(super) fn start(router: tonic::transport::server::Router, path: &Path) -> Self {
         let _ = std::fs::remove_file(path);
         let listener = tokio::net::UnixListener::bind(path).unwrap();
         let cancel = CancellationToken::new();
@@ -49,13 +49,13 @@ impl Server_ {
         Self { cancel, task }
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.cancel.cancel();
         let _ = self.task.await;
     }
 }
 
-fn spec(path: &Path) -> UpstreamSpec {
+pub(super) fn spec(path: &Path) -> UpstreamSpec {
     let mut spec = UpstreamSpec::new(path.to_str().unwrap());
     spec.name = "node".into();
     spec.reconnect = ReconnectSettings {
@@ -82,7 +82,7 @@ fn task_exit(container: &str, status: u32) -> prost_types::Any {
 }
 
 /// The next event a subscription delivers, within the deadline.
-async fn next(sub: &mut Subscription) -> Arc<Event> {
+pub(super) async fn next(sub: &mut Subscription) -> Arc<Event> {
     tokio::time::timeout(DEADLINE, sub.next())
         .await
         .expect("an event within the deadline")
@@ -94,7 +94,7 @@ fn decode<M: Message + Default>(event: &Event) -> M {
     M::decode(event.envelope.event.as_ref().unwrap().value.as_slice()).unwrap()
 }
 
-fn socket(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+pub(super) fn socket(dir: &tempfile::TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
 
@@ -108,7 +108,7 @@ fn downstream() -> (Exchange, Subscription) {
 }
 
 /// An eventgate exchange serving as the upstream on `path`.
-fn serve_exchange(path: &Path) -> (Exchange, Server_) {
+pub(super) fn serve_exchange(path: &Path) -> (Exchange, Server_) {
     let upstream = Exchange::new(ExchangeConfig::default());
     let service = EventsService::new(upstream.clone()).into_server();
     (
@@ -133,7 +133,7 @@ async fn subscribed(
     upstreams
 }
 
-async fn connected(upstreams: &Upstreams) -> UpstreamStatus {
+pub(super) async fn connected(upstreams: &Upstreams) -> UpstreamStatus {
     upstreams
         .wait_for("node", DEADLINE, |s| {
             matches!(s, UpstreamState::Connected { .. })

@@ -6,6 +6,7 @@ mod query;
 mod reconcile;
 mod replay;
 mod spool;
+mod upstream;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,6 +42,10 @@ pub enum Which {
     /// Reconciling a node of 2,000 containers and 100 tasks through the gateway, next
     /// to containerd's own List calls in the same run (needs root for containerd).
     Reconcile(reconcile::ReconcileBenchArgs),
+    /// A real containerd takes a burst of Publish calls while eventgate, subscribed
+    /// to it with its defaults, stores them: containerd's accepted/s next to
+    /// eventgate's stored/s in the same run.
+    Upstream(upstream::UpstreamBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -51,6 +56,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Query(args) => query::run(args).await,
         Which::Replay(args) => replay::run(args).await,
         Which::Reconcile(args) => reconcile::run(args).await,
+        Which::Upstream(args) => upstream::run(args).await,
     }
 }
 
