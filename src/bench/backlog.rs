@@ -144,8 +144,7 @@ pub async fn run(eventgate: &Path, dir: &Path, bench: &BacklogBench) -> Result<R
         mib(restarted.peak)
     );
 
-    let (restart_ready, more_events) =
-        watch(&gateway, &address, &admin, starting, bench).await?;
+    let (restart_ready, more_events) = watch(&gateway, &address, &admin, starting, bench).await?;
     let after_restart = Memory {
         peak: gateway.peak_rss(),
         end: gateway.rss(),
@@ -159,7 +158,9 @@ pub async fn run(eventgate: &Path, dir: &Path, bench: &BacklogBench) -> Result<R
 
     let expected = (bench.events + 1 + more_events) as u64;
     let drain = match &bench.tansu {
-        Some(tansu) => Some(drain(&gateway, &admin, tansu, dir, broker_port, expected, bench).await?),
+        Some(tansu) => {
+            Some(drain(&gateway, &admin, tansu, dir, broker_port, expected, bench).await?)
+        }
         None => None,
     };
     gateway.stop(Duration::from_secs(60)).await;

@@ -35,7 +35,12 @@ impl Overflow {
     }
 }
 
-/// `queue = { events = 100000, bytes = "64MiB", overflow = "spill", block_timeout = "5s" }`
+/// `queue = { events = 10000, bytes = "4MiB", overflow = "spill", block_timeout = "5s" }`
+///
+/// A queued event costs about 2 KiB of memory (the event, its decoded payload and its
+/// JSON, both cached for every forwarder), many times its encoded size, so the
+/// defaults hold a forwarder to about 20 MiB: with `spill` the spool holds the rest,
+/// and a sink that is down does not cost the gateway its memory.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueueSettings {
@@ -52,8 +57,8 @@ pub struct QueueSettings {
 impl Default for QueueSettings {
     fn default() -> Self {
         Self {
-            events: 100_000,
-            bytes: ByteSize(64 << 20),
+            events: 10_000,
+            bytes: ByteSize(4 << 20),
             overflow: Overflow::Spill,
             block_timeout: Duration::from_secs(5),
         }

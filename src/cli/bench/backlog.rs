@@ -102,15 +102,20 @@ fn print_table(bench: &BacklogBench, r: &Report) {
     row(&filling, "peak RSS", mark(r.filling.peak), &target);
     row(&filling, "RSS at the end", mib(r.filling.end), "");
     row(&filling, "spool on disk", mib(Some(r.spool_bytes)), "");
+    row("stop (SIGTERM)", "until exited", secs(r.stop), "");
+    let restart = "restart with the backlog on disk";
     row(
-        "stop (SIGTERM)",
-        "until exited",
-        secs(r.stop),
+        restart,
+        "until the socket accepts",
+        secs(r.restart_socket),
         "",
     );
-    let restart = "restart with the backlog on disk";
-    row(restart, "until the socket accepts", secs(r.restart_socket), "");
-    row(restart, "until a Publish is acknowledged", secs(r.restart_publish), "");
+    row(
+        restart,
+        "until a Publish is acknowledged",
+        secs(r.restart_publish),
+        "",
+    );
     row(
         restart,
         "until /readyz says ready",
@@ -119,12 +124,22 @@ fn print_table(bench: &BacklogBench, r: &Report) {
         "",
     );
     row(restart, "RSS when serving", mib(r.restarted.end), &target);
-    row(restart, "peak RSS until serving", mark(r.restarted.peak), &target);
+    row(
+        restart,
+        "peak RSS until serving",
+        mark(r.restarted.peak),
+        &target,
+    );
     let after = format!(
         "{:?} after the restart, retrying the dead broker, {} more events published",
         bench.after_restart, r.more_events
     );
-    row(&after, "peak RSS (from the start)", mark(r.after_restart.peak), &target);
+    row(
+        &after,
+        "peak RSS (from the start)",
+        mark(r.after_restart.peak),
+        &target,
+    );
     row(&after, "RSS at the end", mib(r.after_restart.end), "");
     if let Some(drain) = &r.drain {
         let phase = "the broker comes up: the backlog drains";
@@ -143,7 +158,12 @@ fn print_table(bench: &BacklogBench, r: &Report) {
             ),
             "",
         );
-        row(phase, "peak RSS while draining", mark(drain.memory.peak), &target);
+        row(
+            phase,
+            "peak RSS while draining",
+            mark(drain.memory.peak),
+            &target,
+        );
         row(phase, "RSS at the end", mib(drain.memory.end), "");
     }
     let all = [r.filling, r.restarted, r.after_restart]
