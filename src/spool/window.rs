@@ -153,6 +153,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)]
     fn complement_keeps_what_is_not_cut() {
         assert_eq!(complement(10, &[]), [0..10]);
         assert_eq!(complement(10, &[0..2, 5..6]), [2..5, 6..10]);
