@@ -37,10 +37,12 @@ impl Overflow {
 
 /// `queue = { events = 10000, bytes = "4MiB", overflow = "spill", block_timeout = "5s" }`
 ///
-/// A queued event costs about 2 KiB of memory (the event, its decoded payload and its
-/// JSON, both cached for every forwarder), many times its encoded size, so the
-/// defaults hold a forwarder to about 20 MiB: with `spill` the spool holds the rest,
-/// and a sink that is down does not cost the gateway its memory.
+/// A queued event costs up to about 2 KiB of memory, many times its encoded size: the
+/// event (0.55 KiB for a `TaskExit`), its JSON once a forwarder has rendered it (0.2
+/// KiB) and, once a filter on event fields or Kafka's message key has needed it, its
+/// decoded payload (1.1 KiB). The defaults hold a forwarder to about 20 MiB at most:
+/// with `spill` the spool holds the rest, and a sink that is down does not cost the
+/// gateway its memory.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueueSettings {
