@@ -345,7 +345,7 @@ mod tests {
             event.decoded.get().is_none(),
             "the decoded message was kept"
         );
-        let decoded = event.decoded().map(|m| to_json_string(m));
+        let decoded = event.decoded().map(to_json_string);
         assert_eq!(decoded, rendered);
 
         // Decoded first (a filter on event fields): the JSON is rendered from it.
