@@ -22,8 +22,8 @@
 //! per-forwarder cursors from this.
 
 mod attempts;
-mod checkpoint;
 pub mod backlog;
+mod checkpoint;
 pub mod deadletter;
 pub mod health;
 mod inflight;
@@ -484,6 +484,8 @@ pub struct Parts {
 
 #[cfg(test)]
 mod backlog_tests;
+#[cfg(test)]
+mod checkpoint_tests;
 #[cfg(test)]
 mod deadletter_tests;
 #[cfg(test)]

@@ -170,9 +170,8 @@ impl Worker {
                     continue;
                 }
                 Next::Idle => {
-                    // Nothing arrived for a while: make what was sent durable now
-                    // rather than at the next batch.
-                    self.checkpoint_now().await;
+                    // The wait ends when the checkpoint is due, traffic or not.
+                    self.checkpoint_if_due().await;
                     let position = self
                         .state
                         .cursor_after(self.cursor.saturating_sub(1), &self.queue);

@@ -139,7 +139,10 @@ pub fn parse(bytes: &[u8]) -> Result<Record, String> {
             .ok_or_else(|| format!("line {line:?} is not `{key} ...`"))?;
         values
             .split(' ')
-            .map(|v| v.parse::<u64>().map_err(|_| format!("bad number in {line:?}")))
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("bad number in {line:?}"))
+            })
             .collect()
     };
     let next = field("next")?;

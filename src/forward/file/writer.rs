@@ -392,7 +392,12 @@ impl Writer {
     /// Makes everything written so far (the lines of `ids`, which it empties; `max`
     /// is their highest seq) count as delivered, syncing first as the policy asks.
     /// `closing`: the file is about to be rotated away.
-    fn commit(&mut self, ids: &mut Vec<EventId>, max: u64, closing: bool) -> Result<(), WriteError> {
+    fn commit(
+        &mut self,
+        ids: &mut Vec<EventId>,
+        max: u64,
+        closing: bool,
+    ) -> Result<(), WriteError> {
         let sync = match self.options.fsync {
             Fsync::Always | Fsync::Batch => true,
             Fsync::Interval => {
