@@ -187,6 +187,7 @@ impl Worker {
                 .record(batch.bytes() as f64);
             self.health
                 .batch_started(batch.events().first().map(|e| e.received_at));
+            let delivered_before = report.delivered;
             let finished = self.deliver_isolating(batch, report).await;
             let (depth, bytes) = self.queue.depth();
             metrics::gauge!("eventgate_forwarder_queue_events", "forwarder" => label.clone())
@@ -202,7 +203,12 @@ impl Worker {
                 Some(position) => position,
                 None => self.state.cursor_after(last, &self.queue),
             };
-            self.sent(position, batch_bytes);
+            if report.delivered > delivered_before {
+                self.sent(position, batch_bytes);
+            } else {
+                // All dead-lettered: the dead-letter store holds them, the sink nothing.
+                self.advance(position);
+            }
             self.checkpoint_if_due().await;
         }
         // Closing: what was sent becomes durable before the cursor says so.

@@ -77,9 +77,8 @@ pub struct Writer {
     /// The highest sequence number written since open (a rotation's record resumes
     /// after it).
     max_seq: u64,
-    /// A record from an earlier run exists and the pipeline has not said where it
-    /// resumes: no rotation by age until it has (it would seal lines that are about
-    /// to be cut).
+    /// The pipeline has not said where it resumes: no rotation by age until it has
+    /// (it would seal lines that are about to be cut).
     awaiting_resume: bool,
     #[cfg(test)]
     pub faults: Faults,
@@ -99,19 +98,41 @@ impl Writer {
     ) -> Result<Self, WriteError> {
         let now = clock.now();
         let (file, len) = open_active(&name, &path)?;
-        let record = match checkpoint::load(&record_path) {
+        let record_error = |source| WriteError::Checkpoint {
+            path: record_path.clone(),
+            source,
+        };
+        let loaded = match checkpoint::load(&record_path) {
             Ok(Ok(record)) => record,
             Ok(Err(problem)) => {
-                tracing::error!(forwarder = %name, path = %record_path.display(), %problem, "the checkpoint record cannot be trusted; the file is not cut back and events after the spool cursor may be written twice");
+                tracing::error!(forwarder = %name, path = %record_path.display(), %problem, "the checkpoint record cannot be trusted; the file is kept as it is and events after the spool cursor may be written twice");
                 None
             }
-            Err(source) => {
-                return Err(WriteError::Checkpoint {
-                    path: record_path,
-                    source,
-                });
-            }
+            Err(source) => return Err(record_error(source)),
         };
+        // No checkpoint yet: what the file holds now is the baseline (an earlier
+        // version's lines, synced per batch), and what this run writes before its
+        // first checkpoint is cut back after a crash like anything later. Not fatal
+        // when it cannot be recorded (a device such as /dev/full cannot be synced):
+        // the writes will say what is wrong.
+        let record = loaded.or_else(|| {
+            let baseline = file.sync_data().and_then(|()| {
+                let baseline = Record {
+                    next: 0,
+                    file: FileId::of(&file.metadata()?),
+                    len,
+                    sealed: false,
+                };
+                checkpoint::save(&record_path, &baseline).map(|()| baseline)
+            });
+            match baseline {
+                Ok(baseline) => Some(baseline),
+                Err(error) => {
+                    tracing::warn!(forwarder = %name, path = %path.display(), record = %record_path.display(), %error, "cannot record the file's starting point; until the first checkpoint, a crash may write lines twice");
+                    None
+                }
+            }
+        });
         let first_line_at = (len > 0).then(|| {
             file.metadata()
                 .and_then(|m| m.created().or_else(|_| m.modified()))
@@ -134,7 +155,7 @@ impl Writer {
             first_line_at,
             warned_raw: false,
             record_path,
-            awaiting_resume: record.is_some(),
+            awaiting_resume: true,
             record,
             checkpoint_len: len,
             max_seq: 0,
