@@ -130,8 +130,9 @@ pub trait Forwarder: Send + Sync + 'static {
 
     /// Makes everything sent so far durable. `next` is the spool position the
     /// pipeline will persist as this forwarder's cursor once this returns `Ok`: every
-    /// event before it that the forwarder is meant to have is in what was sent. A
-    /// sink may record it with its durable state (see [`Forwarder::resume`]). On
+    /// event before it that the forwarder is meant to have is in what was sent (0: a
+    /// pipeline without a spool, which has no positions). A sink may record it with
+    /// its durable state (see [`Forwarder::resume`]). On
     /// error the sink must be back at its last checkpoint (what was sent since may be
     /// gone); the pipeline sends it all again.
     fn checkpoint(&self, next: u64) -> BoxFuture<'_, Result<(), ForwardError>> {

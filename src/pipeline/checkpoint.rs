@@ -47,6 +47,9 @@ impl Worker {
             self.persist(next);
             return;
         }
+        if let Some(backlog) = &self.backlog {
+            backlog.set_delivered(&self.name, next);
+        }
         match &mut self.pending {
             Some(pending) => {
                 pending.next = pending.next.max(next);
@@ -201,8 +204,8 @@ impl Forwarder for SyncEachBatch {
     fn send<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), ForwardError>> {
         Box::pin(async move {
             self.0.send(batch).await?;
-            let (_, last) = batch.seq_range();
-            self.0.checkpoint(last + 1).await
+            // No spool, so no position to record.
+            self.0.checkpoint(0).await
         })
     }
 
