@@ -335,9 +335,9 @@ impl Worker {
                 self.sent(self.cursor, redelivered.bytes);
                 if self.checkpoint_now().await {
                     self.dead_letters.resolve(redelivered).await;
-                }
-                if self.state.spilled_from().is_some() {
-                    // A failed checkpoint sent the worker back to the spool.
+                } else {
+                    // They stay queued in the store, for the next start. A failed
+                    // checkpoint sent the worker back to the spool: read it first.
                     return Some(Next::Idle);
                 }
             }
