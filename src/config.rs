@@ -12,7 +12,7 @@ use crate::admin::AdminSettings;
 use crate::exchange::{ExchangeConfig, LimitSettings};
 use crate::filter::Filter;
 use crate::forward::{Kinds, Options};
-use crate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
+use crate::pipeline::settings::{BatchSettings, CheckpointSettings, QueueSettings, RetrySettings};
 use crate::spool::SpoolSettings;
 use crate::tls::TlsSettings;
 use crate::upstream::UpstreamSpec;
@@ -116,7 +116,7 @@ impl Default for Config {
 }
 
 /// One `[[forwarder]]` table: the pipeline's keys (`name`, `kind`, `filters`, `queue`,
-/// `batch`, `retry`) and everything else, which belongs to the kind.
+/// `batch`, `retry`, `checkpoint`) and everything else, which belongs to the kind.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForwarderSpec {
     pub name: String,
@@ -126,6 +126,7 @@ pub struct ForwarderSpec {
     pub queue: QueueSettings,
     pub batch: BatchSettings,
     pub retry: RetrySettings,
+    pub checkpoint: CheckpointSettings,
     pub options: Options,
 }
 
@@ -150,6 +151,7 @@ impl ForwarderSpec {
             queue: QueueSettings::default(),
             batch: BatchSettings::default(),
             retry: RetrySettings::default(),
+            checkpoint: CheckpointSettings::default(),
             options,
         }
     }
@@ -176,6 +178,7 @@ impl ForwarderSpec {
         self.queue.validate()?;
         self.batch.validate()?;
         self.retry.validate()?;
+        self.checkpoint.validate()?;
         Ok(())
     }
 }
@@ -218,6 +221,9 @@ impl<'de> Deserialize<'de> for ForwarderSpec {
             retry: take(&mut table, "retry")
                 .map_err(in_forwarder)?
                 .unwrap_or_default(),
+            checkpoint: take(&mut table, "checkpoint")
+                .map_err(in_forwarder)?
+                .unwrap_or_default(),
             options: table,
             name,
             kind,
@@ -238,6 +244,7 @@ impl Serialize for ForwarderSpec {
         map.serialize_entry("queue", &self.queue)?;
         map.serialize_entry("batch", &self.batch)?;
         map.serialize_entry("retry", &self.retry)?;
+        map.serialize_entry("checkpoint", &self.checkpoint)?;
         map.end()
     }
 }

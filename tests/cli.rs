@@ -250,6 +250,30 @@ request_timeout = \"1000000000y\"\n",
             );
         }
     }
+
+    // A checkpoint that never comes would leave the sink's copy unbounded in age.
+    for (checkpoint, key) in [
+        (r#"{ interval = "0s" }"#, "`checkpoint.interval`"),
+        (r#"{ interval = "2h" }"#, "`checkpoint.interval`"),
+        (r#"{ bytes = 0 }"#, "`checkpoint.bytes`"),
+        (r#"{ every = "1s" }"#, "every"),
+    ] {
+        std::fs::write(
+            &bad,
+            format!("[[forwarder]]\nname = \"log\"\nkind = \"file\"\ncheckpoint = {checkpoint}\n"),
+        )
+        .expect("write");
+        for command in ["check-config", "serve --config"] {
+            let mut cmd = eventgate();
+            cmd.args(command.split(' ')).arg(&bad);
+            let (ok, _, err) = run(&mut cmd);
+            assert!(!ok, "{command} accepted checkpoint = {checkpoint}");
+            assert!(
+                err.contains(key) && err.contains("log") && !err.contains("panicked"),
+                "{command}: {err}"
+            );
+        }
+    }
 }
 
 #[test]

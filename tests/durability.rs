@@ -1,6 +1,6 @@
 //! The durability promise, end to end through the real binary: once Publish returned
 //! OK, the event reaches every forwarder, whatever crashes in between; the SQLite
-//! store holds it exactly once. Crashes are SIGKILL; the Kafka outage is a frozen
+//! store and the log file hold it exactly once. Crashes are SIGKILL; the Kafka outage is a frozen
 //! (SIGSTOPped) tansu broker, whose data survives it.
 
 mod support;
@@ -179,14 +179,19 @@ async fn sigkill_at_random_points_loses_no_acknowledged_event() {
     assert!(doubled.is_empty(), "stored more than once: {doubled:?}");
 
     let log = data.join("events.jsonl");
-    wait_for(
+    let lines = wait_for(
         "every acknowledged event in the log",
         Duration::from_secs(60),
         || {
-            let lines: HashSet<String> = logged(&log).into_iter().collect();
-            acked.iter().all(|id| lines.contains(id)).then_some(())
+            let lines = logged(&log);
+            let set: HashSet<&String> = lines.iter().collect();
+            acked.iter().all(|id| set.contains(id)).then_some(lines)
         },
     );
+    // Cut back to its last checkpoint at each start, the log has no line twice.
+    let mut seen = HashSet::new();
+    let twice: Vec<&String> = lines.iter().filter(|id| !seen.insert(*id)).collect();
+    assert!(twice.is_empty(), "in the log more than once: {twice:?}");
     let brokers = tansu.brokers();
     let n = acked.len();
     let kafka: HashSet<String> = match std::panic::catch_unwind(move || in_kafka(&brokers, n)) {

@@ -354,7 +354,10 @@ async fn send_all(forwarder: &dyn Forwarder, events: &[Arc<Event>], per_batch: u
 fn read_set(dir: &Path, active: &str) -> Vec<(String, Vec<u8>)> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .map(|e| e.unwrap())
+        // The forwarder's checkpoint record lives in `checkpoints/` of the data dir.
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| e.file_name().into_string().unwrap())
         .filter(|n| n != active)
         .collect();
     names.sort();

@@ -563,6 +563,7 @@ async fn mock_faults_through_the_pipeline_deliver_everything_after_they_clear() 
             max: Duration::from_millis(200),
             ..RetrySettings::default()
         },
+        checkpoint: Default::default(),
         dead_letters: None,
     }]);
     let router = pipeline.router();
@@ -775,6 +776,7 @@ async fn mock_kafka_down_never_stalls_the_sqlite_audit_trail() {
             ..BatchSettings::default()
         },
         retry: retry.clone(),
+        checkpoint: Default::default(),
         dead_letters: None,
     };
     let pipeline = Pipeline::from_forwarders([parts("audit", sqlite), parts("kafka", kafka)]);

@@ -204,6 +204,10 @@ fn describe() {
             "Forwarder workers restarted after a panic outside a delivery.",
         ),
         (
+            "eventgate_forwarder_checkpoint_failures_total",
+            "Checkpoints that could not make a forwarder's output durable; what they covered is sent again from the spool.",
+        ),
+        (
             "eventgate_forwarder_poison_events_total",
             "Events set aside as dead letters because the forwarder panicked on them (panicked) or the process died on them twice (crashed).",
         ),
@@ -459,6 +463,11 @@ fn describe() {
             "eventgate_file_fsync_seconds",
             Seconds,
             "Duration of one file forwarder fsync.",
+        ),
+        (
+            "eventgate_forwarder_checkpoint_seconds",
+            Seconds,
+            "Duration of one checkpoint: making a forwarder's output durable before its cursor moves.",
         ),
         (
             "eventgate_file_compress_seconds",

@@ -92,6 +92,7 @@ pub async fn pipeline(
             ..BatchSettings::default()
         },
         retry: RetrySettings::default(),
+        checkpoint: Default::default(),
         dead_letters: None,
     }]);
     let router = pipeline.router();

@@ -111,16 +111,46 @@ impl ForwardError {
 
 /// A destination for events.
 ///
-/// `send` returns `Ok` only when the whole batch is delivered as far as this
-/// forwarder promises (written and synced per policy, committed, acknowledged by the
-/// broker): the pipeline then counts those events as done and moves on. On error the
-/// pipeline sends the *same* batch again (retryable) or gives up on it (permanent), so
-/// a forwarder may see a batch, or part of one, more than once: sinks deduplicate by
-/// event id where they can.
+/// `send` returns `Ok` once the whole batch is handed to the sink (written, committed,
+/// acknowledged by the broker), not necessarily durable: the pipeline then moves on.
+/// On error the pipeline sends the *same* batch again (retryable) or gives up on it
+/// (permanent), so a forwarder may see a batch, or part of one, more than once: sinks
+/// deduplicate by event id where they can.
+///
+/// Durability is a checkpoint: now and then (`checkpoint` in the forwarder's table)
+/// the pipeline calls [`Forwarder::checkpoint`], and only once it returns `Ok` does it
+/// persist the forwarder's spool cursor past what was sent. The spool keeps
+/// everything after the last checkpoint, so a sink that loses what it had not made
+/// durable (a power loss) is sent it again from there. A sink whose `send` is
+/// durable already (a broker's acknowledgement) keeps the default, which does nothing.
 ///
 /// The pipeline calls `send` for one batch at a time per forwarder, in order.
 pub trait Forwarder: Send + Sync + 'static {
     fn send<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), ForwardError>>;
+
+    /// Makes everything sent so far durable. `next` is the spool position the
+    /// pipeline will persist as this forwarder's cursor once this returns `Ok`: every
+    /// event before it that the forwarder is meant to have is in what was sent (0: a
+    /// pipeline without a spool, which has no positions). A sink may record it with
+    /// its durable state (see [`Forwarder::resume`]). On
+    /// error the sink must be back at its last checkpoint (what was sent since may be
+    /// gone); the pipeline sends it all again.
+    fn checkpoint(&self, next: u64) -> BoxFuture<'_, Result<(), ForwardError>> {
+        let _ = next;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The pipeline is about to send again everything from `cursor` on (at a start
+    /// with a spool whose next position is `end`, after a panic, after a failed
+    /// checkpoint). A sink that cannot drop duplicates by itself drops what it holds
+    /// past its last checkpoint and may answer a later position, the `next` of that
+    /// checkpoint, when it has everything before it durably (the cursor is persisted
+    /// after the checkpoint, so a crash in between leaves the cursor behind). The
+    /// default resends from `cursor`.
+    fn resume(&self, cursor: u64, end: u64) -> BoxFuture<'_, Result<u64, ForwardError>> {
+        let _ = end;
+        Box::pin(async move { Ok(cursor) })
+    }
 
     /// Called once after the last batch at shutdown: flush and release resources.
     fn close(&self) -> BoxFuture<'_, Result<(), ForwardError>> {

@@ -51,6 +51,11 @@ pub trait Backlog: Send + Sync + 'static {
     /// Every event before `next` is processed (delivered, dead-lettered or not
     /// matched); records every cursor has passed can be discarded.
     fn set_cursor(&self, forwarder: &str, next: u64);
+    /// The forwarder's sink has everything before `next`, not durably yet: its
+    /// cursor follows at the next checkpoint. A hint for reporting losses.
+    fn set_delivered(&self, forwarder: &str, next: u64) {
+        let _ = (forwarder, next);
+    }
     /// A forwarder added while running: its cursor starts at `next` (it is not
     /// handed anything before).
     fn register(&self, forwarder: &str, next: u64);

@@ -35,6 +35,7 @@ fn start(specs: Vec<(Spec, Arc<Recorder>)>, backlog: &MemoryBacklog, start_seq: 
         queue: spec.queue,
         batch: spec.batch,
         retry: spec.retry,
+        checkpoint: spec.checkpoint,
         dead_letters: None,
     });
     Pipeline::from_forwarders_with(

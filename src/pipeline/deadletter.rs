@@ -3,8 +3,9 @@
 //! acknowledging them) and [`Hook::redeliver_if_due`] between batches.
 //!
 //! Redelivery: entries `eventgate dlq retry` marked as requested are taken (marked
-//! queued), sent as one batch through the forwarder's own retry stack, deleted when
-//! delivered, and recorded dead again (attempts added) when they fail again. The
+//! queued), sent as one batch through the forwarder's own retry stack, deleted once
+//! delivered and made durable by a checkpoint (the worker calls [`Hook::resolve`]),
+//! and recorded dead again (attempts added) when they fail again. The
 //! worker looks at most every `poll_interval`, and goes on looking at once while it
 //! finds full batches, interleaved with the live queue so neither starves.
 
@@ -33,6 +34,15 @@ pub struct DeadLetters {
     pub store: Store,
     /// How often a worker looks for entries requested for redelivery.
     pub poll_interval: Duration,
+}
+
+/// Dead letters sent again, to be removed from the store once the sink holds them
+/// durably.
+#[must_use = "redelivered entries stay in the store until resolved"]
+pub(super) struct Redelivered {
+    ids: Vec<i64>,
+    /// Their encoded size.
+    pub bytes: usize,
 }
 
 /// One forwarder's dead-letter hook. Without a store both methods do nothing: the
@@ -172,14 +182,17 @@ impl Hook {
     }
 
     /// Between batches: when due, redelivers one batch of this forwarder's requested
-    /// entries through `stack`. Entries still in flight when `stop` fires stay
-    /// queued; the next start requests them again.
-    pub async fn redeliver_if_due(&mut self, stack: &mut DeliveryStack, stop: &CancellationToken) {
-        let Some(dead_letters) = self.dead_letters.clone() else {
-            return;
-        };
+    /// entries through `stack`; what was delivered is returned, for the worker to
+    /// resolve after its checkpoint. Entries still in flight when `stop` fires, or
+    /// never resolved, stay queued; the next start requests them again.
+    pub async fn redeliver_if_due(
+        &mut self,
+        stack: &mut DeliveryStack,
+        stop: &CancellationToken,
+    ) -> Option<Redelivered> {
+        let dead_letters = self.dead_letters.clone()?;
         if Instant::now() < self.due || stop.is_cancelled() {
-            return;
+            return None;
         }
         self.due = Instant::now() + dead_letters.poll_interval;
         let store = &dead_letters.store;
@@ -187,7 +200,7 @@ impl Hook {
             Ok(entries) => entries,
             Err(error) => {
                 tracing::warn!(forwarder = %self.forwarder, error = %chain(&error), "cannot look for dead letters to redeliver");
-                return;
+                return None;
             }
         };
         let full = entries.len() >= self.batch_events;
@@ -211,35 +224,47 @@ impl Hook {
             }
         }
         if events.is_empty() {
-            return;
+            return None;
         }
         let batch = Batch::new(events, bytes);
         let outcome = tokio::select! {
             biased;
             outcome = retry::deliver(stack, batch.clone()) => outcome,
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return None,
         };
+        if full {
+            // More may be waiting: look again at the next gap between batches.
+            self.due = Instant::now();
+        }
         match outcome {
             (Ok(()), attempts) => {
                 metrics::counter!("eventgate_dead_letter_redelivered_total", "forwarder" => self.forwarder.to_string())
                     .increment(batch.len() as u64);
                 tracing::info!(forwarder = %self.forwarder, events = batch.len(), attempts = attempts.count, "dead letters redelivered");
-                if let Err(error) = store.delete(ids).await {
-                    // They stay queued and go out again after the next start: a
-                    // duplicate, never a loss.
-                    tracing::error!(forwarder = %self.forwarder, error = %chain(&error), "cannot remove redelivered dead letters");
-                }
+                Some(Redelivered {
+                    ids,
+                    bytes: batch.bytes(),
+                })
             }
             (Err(error), attempts) => {
                 tracing::warn!(forwarder = %self.forwarder, events = batch.len(), attempts = attempts.count, error = %error, "redelivering dead letters failed; recorded dead again");
                 // If even that fails the entries stay queued in the store, and the
                 // next start requests them again: not lost either way.
                 self.bury(&batch, &error, attempts).await;
+                None
             }
         }
-        if full {
-            // More may be waiting: look again at the next gap between batches.
-            self.due = Instant::now();
+    }
+
+    /// Removes redelivered entries from the store: the sink holds them durably.
+    pub async fn resolve(&self, redelivered: Redelivered) {
+        let Some(dead_letters) = &self.dead_letters else {
+            return;
+        };
+        if let Err(error) = dead_letters.store.delete(redelivered.ids).await {
+            // They stay queued and go out again after the next start: a duplicate,
+            // never a loss.
+            tracing::error!(forwarder = %self.forwarder, error = %chain(&error), "cannot remove redelivered dead letters");
         }
     }
 }

@@ -23,6 +23,7 @@
 
 mod attempts;
 pub mod backlog;
+mod checkpoint;
 pub mod deadletter;
 pub mod health;
 mod inflight;
@@ -243,6 +244,7 @@ impl Pipeline {
             queue: spec.queue.clone(),
             batch,
             retry: spec.retry.clone(),
+            checkpoint: spec.checkpoint.clone(),
             dead_letters,
         })
     }
@@ -326,6 +328,11 @@ impl Pipeline {
         let closing = self.closing.child_token();
         let stop = self.stop.child_token();
         let inflight = self.inflight(&name);
+        // Without a backlog nothing could be sent again after a lost checkpoint.
+        let forwarder: Arc<dyn Forwarder> = match &self.backlog {
+            Some(_) => part.forwarder,
+            None => Arc::new(checkpoint::SyncEachBatch(part.forwarder)),
+        };
         let task = tokio::spawn(
             worker::Worker {
                 name: Arc::clone(&name),
@@ -334,12 +341,12 @@ impl Pipeline {
                 filter: part.filter.clone(),
                 backlog: self.backlog.as_ref().map(|b| Arc::clone(&b.backlog)),
                 stack: retry::stack_reporting(
-                    Arc::clone(&part.forwarder),
+                    Arc::clone(&forwarder),
                     &name,
                     &part.retry,
                     Arc::clone(&health),
                 ),
-                forwarder: part.forwarder,
+                forwarder,
                 batch: part.batch,
                 acked: acked_tx,
                 closing: closing.clone(),
@@ -348,6 +355,11 @@ impl Pipeline {
                 health: Arc::clone(&health),
                 inflight,
                 panic_backoff: Duration::from_millis(100),
+                checkpoint: part.checkpoint,
+                cursor: 1,
+                pending: None,
+                checkpoint_failures: 0,
+                reader: None,
             }
             .run(),
         );
@@ -465,12 +477,15 @@ pub struct Parts {
     pub queue: settings::QueueSettings,
     pub batch: settings::BatchSettings,
     pub retry: settings::RetrySettings,
+    pub checkpoint: settings::CheckpointSettings,
     /// Where batches given up on are recorded; `None`: only logged.
     pub dead_letters: Option<DeadLetters>,
 }
 
 #[cfg(test)]
 mod backlog_tests;
+#[cfg(test)]
+mod checkpoint_tests;
 #[cfg(test)]
 mod deadletter_tests;
 #[cfg(test)]

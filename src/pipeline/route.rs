@@ -62,6 +62,24 @@ impl RouteState {
         inner.spilled_from = Some(from);
     }
 
+    /// The next sequence number routing will see: the backlog holds everything
+    /// before it.
+    pub fn next_to_route(&self) -> u64 {
+        self.lock().last_routed + 1
+    }
+
+    /// A spilled forwarder's sink already holds everything before `next` durably:
+    /// it reads the backlog from there instead.
+    pub fn skip_to(&self, next: u64) {
+        let mut inner = self.lock();
+        if let Some(from) = inner.spilled_from
+            && from < next
+            && next <= inner.last_routed + 1
+        {
+            inner.spilled_from = Some(next);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -91,6 +91,48 @@ impl Default for BatchSettings {
     }
 }
 
+/// `checkpoint = { interval = "1s", bytes = "16MiB" }`: how often the forwarder's
+/// output is made durable (an fdatasync, a synced SQLite commit) and its spool
+/// cursor persisted after it. Between checkpoints batches are written without
+/// waiting for the disk; what follows the last checkpoint stays in the spool.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointSettings {
+    /// At most this long after the first batch not yet made durable.
+    #[serde(with = "crate::config::duration_text")]
+    pub interval: Duration,
+    /// At most this many encoded bytes sent since the last checkpoint.
+    pub bytes: ByteSize,
+}
+
+impl Default for CheckpointSettings {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            bytes: ByteSize(16 << 20),
+        }
+    }
+}
+
+/// The longest checkpoint interval accepted: the spool holds everything after the
+/// last checkpoint, and a sink's copy is only as old as this after a power loss.
+pub const MAX_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(3600);
+
+impl CheckpointSettings {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() || self.interval > MAX_CHECKPOINT_INTERVAL {
+            return Err(format!(
+                "`checkpoint.interval` must be more than 0s and at most {}",
+                humantime::format_duration(MAX_CHECKPOINT_INTERVAL)
+            ));
+        }
+        if self.bytes.0 == 0 {
+            return Err("`checkpoint.bytes` must be more than 0".into());
+        }
+        Ok(())
+    }
+}
+
 /// `retry = { timeout = "30s", initial = "100ms", max = "30s", attempts = 0, elapsed = "0s" }`
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]

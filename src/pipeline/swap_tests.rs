@@ -16,6 +16,7 @@ fn parts(name: &'static str, sink: &Arc<Recorder>) -> Parts {
         queue: spec.queue,
         batch: spec.batch,
         retry: spec.retry,
+        checkpoint: spec.checkpoint,
         dead_letters: None,
     }
 }

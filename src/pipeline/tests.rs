@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
-use super::settings::{BatchSettings, ByteSize, Overflow, QueueSettings, RetrySettings};
+use super::settings::{
+    BatchSettings, ByteSize, CheckpointSettings, Overflow, QueueSettings, RetrySettings,
+};
 use super::*;
 use crate::event::{Event, EventId, Source};
 use crate::forward::{Batch, ForwardError};
@@ -109,6 +111,7 @@ pub(super) struct Spec {
     pub queue: QueueSettings,
     pub batch: BatchSettings,
     pub retry: RetrySettings,
+    pub checkpoint: CheckpointSettings,
 }
 
 pub(super) fn spec(name: &'static str) -> Spec {
@@ -128,6 +131,7 @@ pub(super) fn spec(name: &'static str) -> Spec {
             attempts: 0,
             elapsed: Duration::ZERO,
         },
+        checkpoint: CheckpointSettings::default(),
     }
 }
 
@@ -146,6 +150,7 @@ pub(super) fn pipeline_with(
         queue: spec.queue,
         batch: spec.batch,
         retry: spec.retry,
+        checkpoint: spec.checkpoint,
         dead_letters: dead_letters.clone(),
     }))
 }

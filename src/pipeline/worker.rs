@@ -15,13 +15,14 @@ use futures::FutureExt as _;
 use std::panic::AssertUnwindSafe;
 
 use super::backlog::{Backlog, BacklogReader};
+use super::checkpoint::Pending;
 use super::deadletter::Hook;
 use super::health::{CloseOnDrop, Health};
 use super::inflight::Inflight;
 use super::queue::Queue;
 use super::retry::DeliveryStack;
 use super::route::RouteState;
-use super::settings::BatchSettings;
+use super::settings::{BatchSettings, CheckpointSettings};
 use crate::event::Event;
 use crate::filter::Filter;
 use crate::forward::{Batch, Forwarder};
@@ -61,6 +62,15 @@ pub(super) struct Worker {
     pub inflight: Inflight,
     /// The pause before calling the forwarder again after its next panic.
     pub panic_backoff: Duration,
+    pub checkpoint: CheckpointSettings,
+    /// The next sequence number not processed as far as the spool knows: persisted,
+    /// and never past what the sink holds durably.
+    pub cursor: u64,
+    /// Sent since the last checkpoint.
+    pub pending: Option<Pending>,
+    pub checkpoint_failures: u32,
+    /// Reading the backlog: the reader and its position.
+    pub reader: Option<(Box<dyn BacklogReader>, u64)>,
 }
 
 /// Where the next events come from.
@@ -89,15 +99,16 @@ impl Worker {
             undelivered: 0,
             kept_in_spool: self.backlog.is_some(),
         };
-        let mut cursor = self
+        self.cursor = self
             .backlog
             .as_ref()
             .map_or(1, |backlog| backlog.cursor(&self.name));
+        self.resume().await;
         let mut restarts: u32 = 0;
         // Panics in the forwarder's own code are isolated per event (`isolate`); one
         // anywhere else in this loop restarts it, with backoff, from the cursor.
         loop {
-            let pass = AssertUnwindSafe(self.deliver_until_closed(&mut report, &mut cursor))
+            let pass = AssertUnwindSafe(self.deliver_until_closed(&mut report))
                 .catch_unwind()
                 .await;
             let Err(panic) = pass else { break };
@@ -105,6 +116,10 @@ impl Worker {
             let pause = Duration::from_millis(100 * 2u64.pow(restarts.min(7)));
             metrics::counter!("eventgate_forwarder_restarts_total", "forwarder" => self.name.to_string())
                 .increment(1);
+            let cursor = self.cursor;
+            // What was sent since the last checkpoint is sent again from the spool.
+            self.pending = None;
+            self.reader = None;
             let lost = self.restart_from(cursor);
             self.health
                 .attempt_failed(restarts, "the worker panicked; restarting".to_owned());
@@ -122,14 +137,15 @@ impl Worker {
                 () = self.stop.cancelled() => break,
                 () = tokio::time::sleep(pause) => {}
             }
+            self.resume().await;
         }
-        self.finish(report, cursor).await
+        self.finish(report).await
     }
 
     /// After a panic outside a delivery: the events it had taken from its queue are
     /// read again from the backlog at the cursor (the queue is emptied, as they all
     /// come after it). Without a backlog they are lost; returns how many.
-    fn restart_from(&self, cursor: u64) -> usize {
+    pub(super) fn restart_from(&self, cursor: u64) -> usize {
         if self.backlog.is_some() {
             self.state.resume_at(cursor);
             self.queue.drain_all();
@@ -142,32 +158,36 @@ impl Worker {
 
     /// Takes batches and delivers them until shutdown (queue closed and drained, or
     /// the deadline).
-    async fn deliver_until_closed(&mut self, report: &mut Report, cursor: &mut u64) {
+    async fn deliver_until_closed(&mut self, report: &mut Report) {
         let label = self.name.to_string();
-        let mut reader: Option<(Box<dyn BacklogReader>, u64)> = None;
-        while let Some(next) = self.next(&mut reader).await {
+        while let Some(next) = self.next().await {
             let (batch, from_backlog) = match next {
                 Next::Queued(batch) => (batch, None),
                 Next::Backlog(batch, position) => (batch, Some(position)),
                 Next::Skipped(position) => {
-                    self.advance(cursor, position);
+                    self.advance(position);
+                    self.checkpoint_if_due().await;
                     continue;
                 }
                 Next::Idle => {
+                    // The wait ends when the checkpoint is due, traffic or not.
+                    self.checkpoint_if_due().await;
                     let position = self
                         .state
-                        .cursor_after(cursor.saturating_sub(1), &self.queue);
-                    self.advance(cursor, position);
+                        .cursor_after(self.cursor.saturating_sub(1), &self.queue);
+                    self.advance(position);
                     continue;
                 }
             };
             let (_, last) = batch.seq_range();
+            let batch_bytes = batch.bytes();
             metrics::histogram!("eventgate_forwarder_batch_events", "forwarder" => label.clone())
                 .record(batch.len() as f64);
             metrics::histogram!("eventgate_forwarder_batch_bytes", "forwarder" => label.clone())
                 .record(batch.bytes() as f64);
             self.health
                 .batch_started(batch.events().first().map(|e| e.received_at));
+            let delivered_before = report.delivered;
             let finished = self.deliver_isolating(batch, report).await;
             let (depth, bytes) = self.queue.depth();
             metrics::gauge!("eventgate_forwarder_queue_events", "forwarder" => label.clone())
@@ -183,12 +203,21 @@ impl Worker {
                 Some(position) => position,
                 None => self.state.cursor_after(last, &self.queue),
             };
-            self.advance(cursor, position);
+            if report.delivered > delivered_before {
+                self.sent(position, batch_bytes);
+            } else {
+                // All dead-lettered: the dead-letter store holds them, the sink nothing.
+                self.advance(position);
+            }
+            self.checkpoint_if_due().await;
         }
+        // Closing: what was sent becomes durable before the cursor says so.
+        self.checkpoint_now().await;
     }
 
     /// Closes the forwarder and says what was left undelivered.
-    async fn finish(self, mut report: Report, cursor: u64) -> Report {
+    async fn finish(self, mut report: Report) -> Report {
+        let cursor = self.cursor;
         report.undelivered += self.queue.drain_all().len() as u64;
         let close = tokio::select! {
             biased;
@@ -220,25 +249,16 @@ impl Worker {
     /// How long to wait for events before looking at the cursor and at dead letters
     /// due for redelivery again.
     fn idle_wait(&self) -> Duration {
-        self.dead_letters
-            .until_due()
-            .map_or(IDLE_CURSOR_INTERVAL, |due| due.min(IDLE_CURSOR_INTERVAL))
-    }
-
-    /// Moves the cursor forward (never back) and tells the backlog.
-    fn advance(&self, cursor: &mut u64, position: u64) {
-        if position > *cursor {
-            *cursor = position;
-            if let Some(backlog) = &self.backlog {
-                backlog.set_cursor(&self.name, position);
-            }
-        }
+        [self.dead_letters.until_due(), self.until_checkpoint()]
+            .into_iter()
+            .flatten()
+            .fold(IDLE_CURSOR_INTERVAL, Duration::min)
     }
 
     /// The queue first: while spilled it only holds events from before the spill
     /// point. Once it is empty, a spilled forwarder reads the backlog until it can
     /// rejoin. `None` at shutdown (queue closed and drained) or at the deadline.
-    async fn next(&mut self, reader: &mut Option<(Box<dyn BacklogReader>, u64)>) -> Option<Next> {
+    async fn next(&mut self) -> Option<Next> {
         loop {
             if let Some(backlog) = &self.backlog
                 && self.queue.depth().0 == 0
@@ -248,12 +268,13 @@ impl Worker {
                     // The rest stays in the spool; the cursor says where to resume.
                     return None;
                 }
-                let (backlog_reader, position) =
-                    reader.get_or_insert_with(|| (backlog.reader(from), from));
+                let (backlog_reader, position) = self
+                    .reader
+                    .get_or_insert_with(|| (backlog.reader(from), from));
                 if self.state.try_rejoin(*position) {
                     self.health.rejoined();
                     tracing::info!(forwarder = %self.name, at_seq = *position, "caught up with the spool; back on the live queue");
-                    *reader = None;
+                    self.reader = None;
                     continue;
                 }
                 let max_events = self.batch.events.max(1);
@@ -305,9 +326,21 @@ impl Worker {
         let mut events: Vec<Arc<Event>> = Vec::new();
         let mut bytes = 0;
         while events.is_empty() {
-            self.dead_letters
+            if let Some(redelivered) = self
+                .dead_letters
                 .redeliver_if_due(&mut self.stack, &self.stop)
-                .await;
+                .await
+            {
+                // Removed from the store only once the sink holds them durably.
+                self.sent(self.cursor, redelivered.bytes);
+                if self.checkpoint_now().await {
+                    self.dead_letters.resolve(redelivered).await;
+                } else {
+                    // They stay queued in the store, for the next start. A failed
+                    // checkpoint sent the worker back to the spool: read it first.
+                    return Some(Next::Idle);
+                }
+            }
             tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return None,

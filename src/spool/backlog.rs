@@ -19,6 +19,10 @@ impl Backlog for Spool {
         Spool::set_cursor(self, forwarder, next);
     }
 
+    fn set_delivered(&self, forwarder: &str, next: u64) {
+        Spool::set_delivered(self, forwarder, next);
+    }
+
     fn register(&self, forwarder: &str, next: u64) {
         Spool::add_cursor(self, forwarder, next);
     }

@@ -388,9 +388,19 @@ impl Spool {
 
     /// Removes a forwarder's cursor (the forwarder was removed while running): the
     /// records only it still needed no longer hold their segments.
+    /// Records that `forwarder`'s sink has everything below `next_seq`, not durably
+    /// yet (its cursor follows at the next checkpoint). Only `drop_oldest` asks.
+    pub fn set_delivered(&self, forwarder: &str, next_seq: u64) {
+        let shared = self.shared();
+        let mut state = shared.lock();
+        let delivered = state.delivered.entry(forwarder.to_owned()).or_insert(0);
+        *delivered = (*delivered).max(next_seq);
+    }
+
     pub fn remove_cursor(&self, forwarder: &str) {
         let shared = self.shared();
         let mut state = shared.lock();
+        state.delivered.remove(forwarder);
         if state.cursors.remove(forwarder).is_none() {
             return;
         }

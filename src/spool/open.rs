@@ -63,6 +63,7 @@ pub fn open(
         total_bytes,
         cursors,
         cursors_dirty: true,
+        delivered: Default::default(),
         doomed: Vec::new(),
         closing: false,
         writer_idle: false,

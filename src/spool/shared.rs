@@ -67,6 +67,10 @@ pub struct State {
     pub total_bytes: u64,
     pub cursors: Cursors,
     pub cursors_dirty: bool,
+    /// Where each forwarder's sink has got, ahead of its cursor until its next
+    /// checkpoint makes it durable. In memory only: what `drop_oldest` reports as
+    /// lost is what a forwarder's sink never received.
+    pub delivered: Cursors,
     /// Segment files to delete (on the writer thread, off the callers' path).
     pub doomed: Vec<PathBuf>,
     pub closing: bool,
@@ -140,7 +144,11 @@ impl State {
         let mut dropped = Vec::new();
         for (name, cursor) in &mut self.cursors {
             if *cursor < segment.end_seq {
-                let first = (*cursor).max(segment.first_seq);
+                let reached = self
+                    .delivered
+                    .get(name)
+                    .map_or(*cursor, |d| (*d).max(*cursor));
+                let first = reached.max(segment.first_seq);
                 if first < segment.end_seq {
                     dropped.push(Dropped {
                         forwarder: name.clone(),

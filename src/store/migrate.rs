@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_origin.sql",
         sql: include_str!("../../migrations/0006_origin.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_checkpoints.sql",
+        sql: include_str!("../../migrations/0007_checkpoints.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

@@ -121,7 +121,7 @@ pub enum Synchronous {
 }
 
 impl Synchronous {
-    fn pragma(self) -> &'static str {
+    pub fn pragma(self) -> &'static str {
         match self {
             Synchronous::Normal => "NORMAL",
             Synchronous::Full => "FULL",

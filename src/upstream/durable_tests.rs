@@ -75,6 +75,17 @@ async fn setup() -> Setup {
     let mut sub = exchange
         .subscribe(Filter::parse_all::<&str>(&[]).unwrap())
         .unwrap();
+    // A snapshot an earlier reconcile left: only then are saves written (a reconcile
+    // against this in-process upstream cannot list a daemon, so none completes here).
+    let seeded = serde_json::json!({
+        "version": 1,
+        "upstream": "node",
+        "next_seq": 1,
+        "state": NodeState::default(),
+    });
+    let state_file = snapshot::path(&data_dir, "node");
+    std::fs::create_dir_all(state_file.parent().unwrap()).unwrap();
+    std::fs::write(&state_file, seeded.to_string()).unwrap();
     let (upstream, server) = serve_exchange(&path);
     let upstreams = Upstreams::start(&[spec(&path)], &exchange, &data_dir, Some(spool.clone()));
     assert_eq!(

@@ -38,6 +38,12 @@ pub enum WriteError {
         #[source]
         source: io::Error,
     },
+    #[error("cannot record the checkpoint in {}", path.display())]
+    Checkpoint {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot rotate {} to {}", path.display(), to.display())]
     Rotate {
         path: PathBuf,
@@ -55,6 +61,7 @@ impl WriteError {
             | WriteError::Write { source, .. }
             | WriteError::Sync { source, .. }
             | WriteError::Repair { source, .. }
+            | WriteError::Checkpoint { source, .. }
             | WriteError::Rotate { source, .. } => source,
         }
     }
@@ -83,6 +90,8 @@ pub struct Faults {
     pub writes_before_fault: usize,
     /// The next sync fails with EIO.
     pub sync: bool,
+    /// The next save of the checkpoint record fails with ENOSPC.
+    pub record: bool,
 }
 
 pub fn write_all(

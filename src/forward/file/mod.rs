@@ -23,6 +23,7 @@
 //! shared with the periodic tick and shutdown).
 
 mod archive;
+mod checkpoint;
 mod disk;
 mod options;
 mod writer;
@@ -67,12 +68,22 @@ impl Kind for FileKind {
             let options = FileOptions::parse(options)?;
             let path = context.resolve(&options.path);
             let name: Arc<str> = context.name.as_str().into();
-            let forwarder = tokio::task::spawn_blocking(move || open(name, path, options))
+            let record = record_path(context);
+            let forwarder = tokio::task::spawn_blocking(move || open(name, path, options, record))
                 .await
                 .map_err(|e| BuildError::start("opening the file forwarder failed", e))??;
             Ok(Arc::new(forwarder) as Arc<dyn Forwarder>)
         })
     }
+}
+
+/// Where a file forwarder keeps its checkpoint record: with the gateway's state, not
+/// next to the file, where pruning and readers of the directory would see it.
+pub fn record_path(context: &Context) -> PathBuf {
+    context
+        .data_dir
+        .join("checkpoints")
+        .join(format!("{}.file", context.name))
 }
 
 /// Renders one event as the line the forwarder writes, newline included. Returns
@@ -113,7 +124,12 @@ pub struct FileForwarder {
     ticker: CancellationToken,
 }
 
-fn open(name: Arc<str>, path: PathBuf, options: FileOptions) -> Result<FileForwarder, BuildError> {
+fn open(
+    name: Arc<str>,
+    path: PathBuf,
+    options: FileOptions,
+    record: PathBuf,
+) -> Result<FileForwarder, BuildError> {
     if let Some(dir) = path.parent() {
         create_dirs(dir).map_err(|e| {
             BuildError::start(format!("cannot create the directory {}", dir.display()), e)
@@ -137,6 +153,7 @@ fn open(name: Arc<str>, path: PathBuf, options: FileOptions) -> Result<FileForwa
         archive,
         Box::new(move || nudge.nudge()),
         Arc::new(SystemClock),
+        record,
     );
     let writer = match writer {
         Ok(writer) => writer,
@@ -215,6 +232,16 @@ impl Forwarder for FileForwarder {
         })
     }
 
+    fn checkpoint(&self, next: u64) -> BoxFuture<'_, Result<(), ForwardError>> {
+        let writer = Arc::clone(&self.writer);
+        self.blocking(move || lock(&writer).checkpoint(next))
+    }
+
+    fn resume(&self, cursor: u64, end: u64) -> BoxFuture<'_, Result<u64, ForwardError>> {
+        let writer = Arc::clone(&self.writer);
+        self.blocking(move || lock(&writer).resume(cursor, end))
+    }
+
     fn close(&self) -> BoxFuture<'_, Result<(), ForwardError>> {
         self.ticker.cancel();
         let writer = Arc::clone(&self.writer);
@@ -232,6 +259,26 @@ impl Forwarder for FileForwarder {
                 Err(error) => {
                     Err(ForwardError::retryable("closing the file failed").with_source(error))
                 }
+            }
+        })
+    }
+}
+
+impl FileForwarder {
+    /// Runs one of the writer's calls on a blocking thread; its errors are retryable.
+    fn blocking<T: Send + 'static>(
+        &self,
+        call: impl FnOnce() -> Result<T, writer::WriteError> + Send + 'static,
+    ) -> BoxFuture<'_, Result<T, ForwardError>> {
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(call).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(ForwardError::retryable(chain(&error)).with_source(error)),
+                Err(error) => Err(ForwardError::retryable(format!(
+                    "forwarder {:?}: the file task failed: {error}",
+                    self.name
+                ))
+                .with_source(error)),
             }
         })
     }

@@ -18,16 +18,21 @@ pub enum Format {
     Ctr,
 }
 
-/// When written lines are forced to stable storage.
+/// When written lines are forced to stable storage. Whatever the mode, the
+/// forwarder's spool cursor moves only at the pipeline's checkpoints (`checkpoint`
+/// in the forwarder's table), after what they cover is synced (except with `never`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fsync {
+    /// At the pipeline's checkpoints only: one fdatasync for many batches.
+    Checkpoint,
     /// After every line.
     Always,
     /// Once per batch, before the batch is acknowledged.
     Batch,
-    /// At most once per `fsync_interval`; a batch is acknowledged once written.
+    /// At most once per `fsync_interval`, and at checkpoints.
     Interval,
-    /// Never; the kernel writes back when it likes.
+    /// Never; the kernel writes back when it likes. A power loss can lose lines the
+    /// cursor has passed.
     Never,
 }
 
@@ -56,7 +61,7 @@ impl Default for FileOptions {
             max_age: Duration::ZERO,
             keep: 10,
             compress: false,
-            fsync: Fsync::Batch,
+            fsync: Fsync::Checkpoint,
             fsync_interval: Duration::from_secs(1),
         }
     }
@@ -96,13 +101,14 @@ impl FileOptions {
                 "compress" => parsed.compress = typed(value).map_err(bad)?,
                 "fsync" => {
                     parsed.fsync = match typed::<String>(value).map_err(bad)?.as_str() {
+                        "checkpoint" => Fsync::Checkpoint,
                         "always" => Fsync::Always,
                         "batch" => Fsync::Batch,
                         "interval" => Fsync::Interval,
                         "never" => Fsync::Never,
                         other => {
                             return Err(bad(format!(
-                                "{other:?} is not \"always\", \"batch\", \"interval\" or \"never\""
+                                "{other:?} is not \"checkpoint\", \"always\", \"batch\", \"interval\" or \"never\""
                             )));
                         }
                     }
@@ -150,7 +156,7 @@ mod tests {
         assert_eq!(options, FileOptions::default());
         assert_eq!(options.max_size, 100 * 1024 * 1024);
         assert_eq!(options.keep, 10);
-        assert_eq!(options.fsync, Fsync::Batch);
+        assert_eq!(options.fsync, Fsync::Checkpoint);
     }
 
     #[test]

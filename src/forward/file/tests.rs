@@ -59,6 +59,8 @@ fn events(seqs: std::ops::RangeInclusive<u64>) -> Vec<Arc<Event>> {
 
 struct Setup {
     dir: tempfile::TempDir,
+    /// Where the checkpoint record is kept (not among the files of the set).
+    state: tempfile::TempDir,
     clock: Arc<ManualClock>,
     rotations: Arc<AtomicUsize>,
     archive: Arc<Archive>,
@@ -75,6 +77,7 @@ impl Setup {
         ));
         Self {
             dir,
+            state: tempfile::tempdir().unwrap(),
             clock: Arc::new(ManualClock(Mutex::new(
                 SystemTime::UNIX_EPOCH + Duration::from_secs(1_714_557_600),
             ))),
@@ -98,6 +101,7 @@ impl Setup {
                 rotations.fetch_add(1, Ordering::SeqCst);
             }),
             Arc::clone(&self.clock) as Arc<dyn Clock>,
+            self.state.path().join("t.file"),
         )
         .unwrap()
     }
@@ -235,7 +239,10 @@ fn a_failed_write_is_cut_back_and_the_retry_leaves_no_torn_or_duplicate_line() {
 #[test]
 fn a_failed_sync_is_not_acknowledged_and_the_retry_writes_the_batch_once() {
     let setup = Setup::new();
-    let mut writer = setup.writer(options());
+    let mut writer = setup.writer(FileOptions {
+        fsync: Fsync::Batch,
+        ..options()
+    });
     writer.write_batch(&events(1..=2)).unwrap();
     let batch = events(3..=5);
     writer.faults.sync = true;
@@ -324,4 +331,92 @@ fn interval_sync_does_not_hold_up_a_batch() {
     writer.tick();
     assert!(!writer.faults.sync, "the tick synced");
     assert_eq!(setup.all_seqs(), [1]);
+}
+
+#[test]
+fn batches_wait_for_the_checkpoint_and_a_failed_one_goes_back_to_the_last() {
+    let setup = Setup::new();
+    let mut writer = setup.writer(options());
+    writer.write_batch(&events(1..=2)).unwrap();
+    writer.checkpoint(3).unwrap();
+    writer.write_batch(&events(3..=5)).unwrap();
+    assert_eq!(setup.all_seqs(), [1, 2, 3, 4, 5], "written without a sync");
+    writer.faults.sync = true;
+    let error = writer.checkpoint(6).unwrap_err();
+    assert!(
+        super::chain(&error).contains("Input/output error"),
+        "{error}"
+    );
+    assert_eq!(
+        setup.all_seqs(),
+        [1, 2],
+        "what the failed checkpoint covered is gone, to be sent again"
+    );
+    assert_eq!(writer.resume(3, 6).unwrap(), 3);
+    writer.write_batch(&events(3..=5)).unwrap();
+    writer.checkpoint(6).unwrap();
+    assert_eq!(setup.all_seqs(), [1, 2, 3, 4, 5]);
+
+    // The record could not be saved: as if the sync had failed.
+    writer.write_batch(&events(6..=7)).unwrap();
+    writer.faults.record = true;
+    assert!(writer.checkpoint(8).is_err());
+    assert_eq!(setup.all_seqs(), [1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn a_restart_cuts_the_file_back_to_its_checkpoint_and_resumes_after_it() {
+    let setup = Setup::new();
+    let mut writer = setup.writer(options());
+    writer.write_batch(&events(1..=4)).unwrap();
+    writer.checkpoint(5).unwrap();
+    // Sent after the checkpoint, then the process dies.
+    writer.write_batch(&events(5..=7)).unwrap();
+    drop(writer);
+
+    let mut writer = setup.writer(options());
+    // The spool's cursor had not followed the checkpoint yet (it is persisted after
+    // it): the file's record says where its durable part ends.
+    assert_eq!(writer.resume(2, 8).unwrap(), 5);
+    assert_eq!(setup.all_seqs(), [1, 2, 3, 4]);
+    writer.write_batch(&events(5..=7)).unwrap();
+    assert_eq!(setup.all_seqs(), (1..=7).collect::<Vec<_>>());
+
+    // A spool that ends before the checkpoint is another spool: nothing is cut.
+    drop(writer);
+    let mut writer = setup.writer(options());
+    assert_eq!(writer.resume(1, 3).unwrap(), 1);
+    assert_eq!(setup.all_seqs(), (1..=7).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_rotation_seals_the_rotated_file_so_a_restart_neither_repeats_nor_loses_it() {
+    let setup = Setup::new();
+    let line_len = super::render_line(&event(1), super::Format::Jsonl).len() as u64;
+    let rotating = || FileOptions {
+        max_size: 3 * line_len,
+        ..options()
+    };
+    let mut writer = setup.writer(rotating());
+    writer.write_batch(&events(1..=2)).unwrap();
+    writer.checkpoint(3).unwrap();
+    // Line 3 completes the first file, which is then rotated (synced, sealed);
+    // lines 4 and 5 start the next one; no checkpoint covers them.
+    writer.write_batch(&events(3..=5)).unwrap();
+    assert_eq!(setup.rotations.load(Ordering::SeqCst), 1);
+    drop(writer);
+
+    let mut writer = setup.writer(rotating());
+    assert_eq!(
+        writer.resume(3, 6).unwrap(),
+        4,
+        "the rotated file holds line 3 durably"
+    );
+    assert_eq!(
+        setup.all_seqs(),
+        [1, 2, 3],
+        "lines 4 and 5 go, to be written again"
+    );
+    writer.write_batch(&events(4..=5)).unwrap();
+    assert_eq!(setup.all_seqs(), [1, 2, 3, 4, 5]);
 }

@@ -17,6 +17,14 @@
 //! replayed event carry sequence numbers older than what the file already holds, and
 //! they are written like any other event. A skipped event is counted in
 //! `eventgate_file_duplicates_skipped_total`.
+//!
+//! Checkpoints (see `checkpoint`): the pipeline asks the writer to make what it
+//! wrote durable; it syncs, records the file's durable length with the spool position
+//! in the checkpoint record, and only then may the cursor move. When the pipeline
+//! sends again from its cursor ([`Writer::resume`]: at a start, or after a failed
+//! checkpoint), the file is cut back to the record's length first, so the lines it
+//! sends again are not written twice. A rotation records the whole rotated file
+//! (synced) as a sealed checkpoint before the rename.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -26,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::archive::{self, Archive};
+use super::checkpoint::{self, FileId, Record};
 #[cfg(test)]
 use super::disk::Faults;
 pub use super::disk::{Clock, SystemClock, WriteError};
@@ -59,6 +68,18 @@ pub struct Writer {
     /// When the first line of the active file was written (its age for `max_age`).
     first_line_at: Option<SystemTime>,
     warned_raw: bool,
+    /// Where the checkpoint record is kept.
+    record_path: PathBuf,
+    /// The last checkpoint recorded (loaded at open, or taken since).
+    record: Option<Record>,
+    /// Bytes of the active file the last checkpoint made durable.
+    checkpoint_len: u64,
+    /// The highest sequence number written since open (a rotation's record resumes
+    /// after it).
+    max_seq: u64,
+    /// The pipeline has not said where it resumes: no rotation by age until it has
+    /// (it would seal lines that are about to be cut).
+    awaiting_resume: bool,
     #[cfg(test)]
     pub faults: Faults,
 }
@@ -73,9 +94,45 @@ impl Writer {
         archive: Arc<Archive>,
         rotated: Box<dyn Fn() + Send>,
         clock: Arc<dyn Clock>,
+        record_path: PathBuf,
     ) -> Result<Self, WriteError> {
         let now = clock.now();
         let (file, len) = open_active(&name, &path)?;
+        let record_error = |source| WriteError::Checkpoint {
+            path: record_path.clone(),
+            source,
+        };
+        let loaded = match checkpoint::load(&record_path) {
+            Ok(Ok(record)) => record,
+            Ok(Err(problem)) => {
+                tracing::error!(forwarder = %name, path = %record_path.display(), %problem, "the checkpoint record cannot be trusted; the file is kept as it is and events after the spool cursor may be written twice");
+                None
+            }
+            Err(source) => return Err(record_error(source)),
+        };
+        // No checkpoint yet: what the file holds now is the baseline (an earlier
+        // version's lines, synced per batch), and what this run writes before its
+        // first checkpoint is cut back after a crash like anything later. Not fatal
+        // when it cannot be recorded (a device such as /dev/full cannot be synced):
+        // the writes will say what is wrong.
+        let record = loaded.or_else(|| {
+            let baseline = file.sync_data().and_then(|()| {
+                let baseline = Record {
+                    next: 0,
+                    file: FileId::of(&file.metadata()?),
+                    len,
+                    sealed: false,
+                };
+                checkpoint::save(&record_path, &baseline).map(|()| baseline)
+            });
+            match baseline {
+                Ok(baseline) => Some(baseline),
+                Err(error) => {
+                    tracing::warn!(forwarder = %name, path = %path.display(), record = %record_path.display(), %error, "cannot record the file's starting point; until the first checkpoint, a crash may write lines twice");
+                    None
+                }
+            }
+        });
         let first_line_at = (len > 0).then(|| {
             file.metadata()
                 .and_then(|m| m.created().or_else(|_| m.modified()))
@@ -97,6 +154,11 @@ impl Writer {
             last_sync: now,
             first_line_at,
             warned_raw: false,
+            record_path,
+            awaiting_resume: true,
+            record,
+            checkpoint_len: len,
+            max_seq: 0,
             #[cfg(test)]
             faults: Faults::default(),
         })
@@ -110,6 +172,7 @@ impl Writer {
     /// dead letters and replays may be older), rotating between lines as needed.
     /// `Ok` once every line is written and synced per the fsync policy.
     pub fn write_batch(&mut self, events: &[Arc<Event>]) -> Result<(), WriteError> {
+        self.awaiting_resume = false;
         self.repair()?;
         self.forget_other_batches(events);
         let fresh: Vec<&Arc<Event>> = events
@@ -132,8 +195,9 @@ impl Writer {
         self.ensure_file()?;
 
         let mut pending = Vec::with_capacity(fresh.len() * 256);
-        // The events whose lines are in `pending`.
+        // The events whose lines are in `pending`, and the highest seq among them.
         let mut pending_ids = Vec::with_capacity(fresh.len());
+        let mut pending_max = 0;
         for event in fresh {
             let mark = pending.len();
             if !render_into(&mut pending, event, self.options.format) {
@@ -145,23 +209,125 @@ impl Writer {
                 let rest = pending.split_off(mark);
                 if !pending_ids.is_empty() {
                     self.write_segment(&pending)?;
-                    self.commit(&mut pending_ids, true)?;
+                    self.commit(&mut pending_ids, std::mem::take(&mut pending_max), true)?;
                 }
                 self.rotate("size")?;
                 pending = rest;
             }
             pending_ids.push(event.id);
+            pending_max = pending_max.max(event.seq);
             if self.options.fsync == Fsync::Always {
                 self.write_segment(&pending)?;
-                self.commit(&mut pending_ids, true)?;
+                self.commit(&mut pending_ids, std::mem::take(&mut pending_max), true)?;
                 pending.clear();
             }
         }
         if !pending_ids.is_empty() {
             self.write_segment(&pending)?;
-            self.commit(&mut pending_ids, false)?;
+            self.commit(&mut pending_ids, pending_max, false)?;
         }
         Ok(())
+    }
+
+    /// Makes everything written durable (per the fsync policy) and records it with
+    /// `next`, the spool position the pipeline persists once this returns. On error
+    /// the file is cut back to the previous checkpoint: the pipeline sends everything
+    /// after it again.
+    pub fn checkpoint(&mut self, next: u64) -> Result<(), WriteError> {
+        self.repair()?;
+        if self.unsynced
+            && self.options.fsync != Fsync::Never
+            && let Err(error) = self.sync()
+        {
+            self.back_to_checkpoint();
+            return Err(error);
+        }
+        let Some(file) = self.file.as_ref() else {
+            // A rotation could not create the next file: nothing was written since
+            // the rotation, which recorded everything before it.
+            return Ok(());
+        };
+        let id = match file.metadata() {
+            Ok(metadata) => FileId::of(&metadata),
+            Err(source) => return Err(self.checkpoint_failed(source)),
+        };
+        let record = Record {
+            next: self.record.map_or(next, |r| r.next.max(next)),
+            file: id,
+            len: self.len,
+            sealed: false,
+        };
+        if let Err(source) = self.save_record(&record) {
+            return Err(self.checkpoint_failed(source));
+        }
+        self.record = Some(record);
+        self.checkpoint_len = self.len;
+        self.committed_len = self.len;
+        Ok(())
+    }
+
+    /// The pipeline sends again everything from `cursor` on (its spool ends at
+    /// `end`): cuts the file back to the last checkpoint, and answers where to resume
+    /// (the checkpoint's position when it is ahead of the cursor).
+    pub fn resume(&mut self, cursor: u64, end: u64) -> Result<u64, WriteError> {
+        self.awaiting_resume = false;
+        let (Some(record), Some(file)) = (self.record, self.file.as_ref()) else {
+            return Ok(cursor);
+        };
+        let id = match file.metadata() {
+            Ok(metadata) => FileId::of(&metadata),
+            Err(source) => {
+                return Err(WriteError::Open {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        match record.resume(id, self.len, end) {
+            checkpoint::Resume::CutTo { len, next } => {
+                if self.len > len {
+                    tracing::info!(forwarder = %self.name, path = %self.path.display(), removed_bytes = self.len - len, resume_from = next.max(cursor), "cut the file back to its last checkpoint; the lines after it are written again from the spool");
+                    self.committed_len = len;
+                    self.torn = true;
+                    self.repair()?;
+                }
+                self.checkpoint_len = len;
+                self.committed_len = len;
+                self.committed_ids.clear();
+                Ok(next.max(cursor))
+            }
+            checkpoint::Resume::Keep(why) => {
+                tracing::warn!(forwarder = %self.name, path = %self.path.display(), record = %self.record_path.display(), %why, "the checkpoint record does not apply; the file is kept as it is and events after the spool cursor may be written twice");
+                Ok(cursor)
+            }
+        }
+    }
+
+    fn save_record(&mut self, record: &Record) -> io::Result<()> {
+        #[cfg(test)]
+        if std::mem::take(&mut self.faults.record) {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        checkpoint::save(&self.record_path, record)
+    }
+
+    /// After a failed checkpoint: what was written since the last one goes, since
+    /// the pipeline sends it again.
+    fn back_to_checkpoint(&mut self) {
+        self.committed_len = self.checkpoint_len;
+        self.committed_ids.clear();
+        self.cut_back();
+    }
+
+    fn checkpoint_failed(&mut self, source: io::Error) -> WriteError {
+        self.back_to_checkpoint();
+        self.failed(
+            "checkpoint",
+            WriteError::Checkpoint {
+                path: self.record_path.clone(),
+                source,
+            },
+        )
     }
 
     /// Keeps only the committed ids that `batch` holds: a retry of the last batch
@@ -187,6 +353,7 @@ impl Writer {
         }
         if self.age_due(now)
             && !self.torn
+            && !self.awaiting_resume
             && let Err(error) = self.rotate("age")
         {
             self.log_error(&error, "rotation by age failed; will try again");
@@ -243,16 +410,21 @@ impl Writer {
         }
     }
 
-    /// Makes everything written so far (the lines of `ids`, which it empties) count
-    /// as delivered, syncing first as the policy asks. `closing`: the file is about
-    /// to be rotated away.
-    fn commit(&mut self, ids: &mut Vec<EventId>, closing: bool) -> Result<(), WriteError> {
+    /// Makes everything written so far (the lines of `ids`, which it empties; `max`
+    /// is their highest seq) count as delivered, syncing first as the policy asks.
+    /// `closing`: the file is about to be rotated away.
+    fn commit(
+        &mut self,
+        ids: &mut Vec<EventId>,
+        max: u64,
+        closing: bool,
+    ) -> Result<(), WriteError> {
         let sync = match self.options.fsync {
             Fsync::Always | Fsync::Batch => true,
             Fsync::Interval => {
                 closing || elapsed(self.last_sync, self.clock.now()) >= self.options.fsync_interval
             }
-            Fsync::Never => false,
+            Fsync::Checkpoint | Fsync::Never => false,
         };
         if sync && let Err(error) = self.sync() {
             self.cut_back();
@@ -260,6 +432,7 @@ impl Writer {
         }
         self.committed_len = self.len;
         self.committed_ids.extend(ids.drain(..));
+        self.max_seq = self.max_seq.max(max);
         Ok(())
     }
 
@@ -326,6 +499,24 @@ impl Writer {
         if self.unsynced && self.options.fsync != Fsync::Never {
             self.sync()?;
         }
+        // The whole file is durable now: a crash from here on resumes after its last
+        // line, whether or not the rename below happened.
+        let sealed = match self.file.as_ref().map(File::metadata) {
+            Some(Ok(metadata)) => Record {
+                next: self
+                    .record
+                    .map_or(self.max_seq + 1, |r| r.next.max(self.max_seq + 1)),
+                file: FileId::of(&metadata),
+                len: self.len,
+                sealed: true,
+            },
+            Some(Err(source)) => return Err(self.checkpoint_failed(source)),
+            None => return Ok(()),
+        };
+        if let Err(source) = self.save_record(&sealed) {
+            return Err(self.checkpoint_failed(source));
+        }
+        self.record = Some(sealed);
         let to = match self.archive.next_rotated_path(self.clock.now()) {
             Ok(to) => to,
             Err(source) => {
@@ -352,6 +543,7 @@ impl Writer {
         self.file = None;
         self.len = 0;
         self.committed_len = 0;
+        self.checkpoint_len = 0;
         self.first_line_at = None;
         self.unsynced = false;
         metrics::counter!("eventgate_file_rotations_total", "forwarder" => self.name.to_string(), "reason" => reason)

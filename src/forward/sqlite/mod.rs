@@ -1,6 +1,10 @@
 //! The `sqlite` forwarder: every event as one row of the audit store
 //! ([`crate::store`]), one transaction per batch.
 //!
+//! Batches commit with the configured `synchronous` (`normal`: no sync per commit in
+//! WAL mode); the pipeline's checkpoints make them durable with one commit under
+//! `synchronous = FULL` (see `migrations/0007_checkpoints.sql`).
+//!
 //! Exactly one writer: the forwarder owns the only write connection behind a mutex
 //! and runs each batch on the blocking pool. The pipeline sends one batch at a time;
 //! the mutex matters when an attempt timed out but is still running: the retry waits
@@ -106,6 +110,7 @@ pub struct SqliteForwarder {
     conn: Arc<Mutex<Option<Connection>>>,
     /// Taken when closing.
     pruner: Mutex<Option<Pruner>>,
+    synchronous: Synchronous,
 }
 
 impl SqliteForwarder {
@@ -139,6 +144,7 @@ impl SqliteForwarder {
             path: Arc::new(path),
             conn: Arc::new(Mutex::new(Some(conn))),
             pruner: Mutex::new(None),
+            synchronous: options.synchronous,
         })
     }
 
@@ -195,6 +201,22 @@ impl Forwarder for SqliteForwarder {
         })
     }
 
+    fn checkpoint(&self, next: u64) -> BoxFuture<'_, Result<(), ForwardError>> {
+        let conn = Arc::clone(&self.conn);
+        let name = Arc::clone(&self.name);
+        let synchronous = self.synchronous;
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || checkpoint(&name, &conn, next, synchronous))
+                .await
+                .unwrap_or_else(|join| {
+                    Err(
+                        ForwardError::retryable("the audit store checkpoint task failed")
+                            .with_source(join),
+                    )
+                })
+        })
+    }
+
     fn close(&self) -> BoxFuture<'_, Result<(), ForwardError>> {
         let pruner = self
             .pruner
@@ -229,6 +251,51 @@ impl Forwarder for SqliteForwarder {
                 }
             }
         })
+    }
+}
+
+/// Records `next` in a commit that syncs the write-ahead log, and with it every commit
+/// before. Blocking.
+fn checkpoint(
+    name: &str,
+    conn: &Mutex<Option<Connection>>,
+    next: u64,
+    synchronous: Synchronous,
+) -> Result<(), ForwardError> {
+    let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(conn) = guard.as_mut() else {
+        return Err(ForwardError::permanent("the audit store is closed"));
+    };
+    if !conn.is_autocommit()
+        && let Err(error) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::warn!(forwarder = name, %error, "rolling back a leftover transaction failed");
+    }
+    let at =
+        crate::proto::rfc3339_nanos(&prost_types::Timestamp::from(std::time::SystemTime::now()));
+    let full = || -> rusqlite::Result<()> {
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute(
+            "INSERT INTO checkpoints (forwarder, next_seq, at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (forwarder) DO UPDATE SET next_seq = excluded.next_seq, at = excluded.at",
+            rusqlite::params![name, i64::try_from(next).unwrap_or(i64::MAX), at],
+        )?;
+        Ok(())
+    };
+    let result = full();
+    // Back to the configured mode for the batches, whatever happened.
+    let restored = conn.pragma_update(None, "synchronous", synchronous.pragma());
+    match result.and(restored) {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            metrics::counter!("eventgate_sqlite_errors_total", "forwarder" => name.to_owned(), "class" => "retryable")
+                .increment(1);
+            tracing::warn!(forwarder = name, next, %error, "audit store checkpoint failed");
+            Err(
+                ForwardError::retryable(format!("audit store checkpoint failed: {error}"))
+                    .with_source(error),
+            )
+        }
     }
 }
 

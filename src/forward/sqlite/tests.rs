@@ -202,3 +202,52 @@ async fn a_refused_row_is_permanent_and_rolls_back_the_batch() {
     // The writer is usable afterwards: nothing was left open.
     forwarder.send(&batch(5..=6)).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_checkpoint_records_its_position_in_a_synced_commit_and_batches_stay_unsynced() {
+    let dir = tempfile::tempdir().unwrap();
+    let forwarder = SqliteKind
+        .build(&context(dir.path()), &Options::new())
+        .await
+        .unwrap();
+    forwarder.send(&batch(1..=3)).await.unwrap();
+    forwarder.checkpoint(4).await.unwrap();
+    forwarder.send(&batch(4..=5)).await.unwrap();
+    forwarder.checkpoint(9).await.unwrap();
+    forwarder.close().await.unwrap();
+    let conn = Connection::open(dir.path().join("audit.db")).unwrap();
+    let (name, next): (String, i64) = conn
+        .query_row("SELECT forwarder, next_seq FROM checkpoints", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((name.as_str(), next), ("audit", 9), "one row, the latest");
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM events", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(rows, 5);
+}
+
+#[test]
+fn after_a_checkpoint_the_batches_commit_in_the_configured_mode_again() {
+    for (configured, pragma) in [(Synchronous::Normal, 1), (Synchronous::Full, 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let options = WriterOptions {
+            synchronous: configured,
+            ..WriterOptions::default()
+        };
+        let conn = store::open_writer(&dir.path().join("audit.db"), &options).unwrap();
+        let conn = Mutex::new(Some(conn));
+        checkpoint("audit", &conn, 7, configured).unwrap();
+        let guard = conn.lock().unwrap();
+        let conn = guard.as_ref().unwrap();
+        let mode: i64 = conn
+            .pragma_query_value(None, "synchronous", |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, pragma, "{configured:?}");
+        let next: i64 = conn
+            .query_row("SELECT next_seq FROM checkpoints", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(next, 7);
+    }
+}
