@@ -193,12 +193,7 @@ impl Event {
     /// The payload decoded as a known event type; `None` for unknown types, undecodable
     /// bytes or a missing payload (such events still flow, they just cannot be inspected).
     pub fn decoded(&self) -> Option<&DynamicMessage> {
-        self.decoded
-            .get_or_init(|| {
-                let any = self.envelope.event.as_ref()?;
-                Registry::global().decode(any).ok()
-            })
-            .as_ref()
+        self.decoded.get_or_init(|| self.decode()).as_ref()
     }
 
     /// The envelope as subscribers receive it, encoded on first use.
@@ -209,10 +204,27 @@ impl Event {
 
     /// The decoded payload as canonical JSON ([`crate::proto::write_json`]); `None`
     /// exactly when [`Event::decoded`] is.
+    ///
+    /// Rendering it does not keep the decoded message unless something already asked
+    /// for it: events wait in forwarders' queues with their JSON, and a decoded
+    /// message is several times larger (about 1.1 KiB for a `TaskExit`, whose JSON is
+    /// 0.2 KiB); filters on event fields, Kafka's message key and ctr lines decode
+    /// and keep it when they need it.
     pub fn payload_json(&self) -> Option<&str> {
         self.payload_json
-            .get_or_init(|| self.decoded().map(|m| to_json_string(m).into_boxed_str()))
+            .get_or_init(|| {
+                let render = |m: &DynamicMessage| to_json_string(m).into_boxed_str();
+                match self.decoded.get() {
+                    Some(decoded) => decoded.as_ref().map(render),
+                    None => self.decode().as_ref().map(render),
+                }
+            })
             .as_deref()
+    }
+
+    fn decode(&self) -> Option<DynamicMessage> {
+        let any = self.envelope.event.as_ref()?;
+        Registry::global().decode(any).ok()
     }
 }
 
@@ -315,5 +327,38 @@ mod tests {
             assert_eq!(event.field(&path("origin")), None);
             assert_eq!(event.field(&path("origin_clock")), None);
         }
+    }
+
+    /// A forwarder that renders JSON leaves the event holding its JSON, not the
+    /// decoded message (several times larger), which is still there on request and
+    /// renders the same JSON.
+    #[test]
+    fn rendering_json_keeps_the_json_and_not_the_decoded_message() {
+        let json = r#"{"containerId":"c1","id":"c1","pid":42,"exitStatus":3}"#;
+        let event = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", json);
+        let rendered = event.payload_json().map(str::to_owned);
+        assert!(
+            rendered.as_deref().is_some_and(|j| j.contains("\"c1\"")),
+            "{rendered:?}"
+        );
+        assert!(
+            event.decoded.get().is_none(),
+            "the decoded message was kept"
+        );
+        let decoded = event.decoded().map(to_json_string);
+        assert_eq!(decoded, rendered);
+
+        // Decoded first (a filter on event fields): the JSON is rendered from it.
+        let event = sample(2, 0, "/tasks/exit", "containerd.events.TaskExit", json);
+        assert!(event.decoded().is_some());
+        assert_eq!(event.payload_json().map(str::to_owned), rendered);
+
+        // An undecodable payload has neither, and nothing is kept either way.
+        let mut broken = sample(3, 0, "/tasks/exit", "containerd.events.TaskExit", json);
+        if let Some(any) = broken.envelope.event.as_mut() {
+            any.value = vec![0xff; 3];
+        }
+        assert_eq!(broken.payload_json(), None);
+        assert!(broken.decoded().is_none());
     }
 }

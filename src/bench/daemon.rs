@@ -40,6 +40,17 @@ impl Daemon {
 
     /// Starts `eventgate serve` with its data directory under `dir`.
     pub async fn eventgate(binary: &Path, dir: &Path, extra: &[&str]) -> Result<Self, BenchError> {
+        Self::eventgate_within(binary, dir, extra, Duration::from_secs(30)).await
+    }
+
+    /// [`Daemon::eventgate`], waiting up to `ready` for its socket (a gateway opening
+    /// a large spool takes longer).
+    pub async fn eventgate_within(
+        binary: &Path,
+        dir: &Path,
+        extra: &[&str],
+        ready: Duration,
+    ) -> Result<Self, BenchError> {
         let data = dir.join("eventgate");
         let socket = data.join("eventgate.sock");
         let mut command = Command::new(binary);
@@ -51,19 +62,30 @@ impl Daemon {
         command.env("EVENTGATE_LOG", "warn");
         // Side by side with any other gateway on the machine.
         command.env("EVENTGATE_ADMIN", "127.0.0.1:0");
-        Self::spawn("eventgate", command, socket, dir.join("eventgate.log")).await
+        Self::spawn_ready(
+            "eventgate",
+            command,
+            socket,
+            None,
+            dir.join("eventgate.log"),
+            ready,
+        )
+        .await
     }
 
     /// Starts a tansu Kafka-protocol broker with in-memory storage on a free loopback
     /// port; returns it with its bootstrap address.
     pub async fn tansu(binary: &Path, dir: &Path) -> Result<(Self, String), BenchError> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|source| BenchError::Io {
-                context: "cannot find a free port".into(),
-                source,
-            })?
-            .port();
+        Self::tansu_on(binary, dir, free_port()?).await
+    }
+
+    /// [`Daemon::tansu`] on a given loopback port (one a gateway was already told to
+    /// use while nothing listened there).
+    pub async fn tansu_on(
+        binary: &Path,
+        dir: &Path,
+        port: u16,
+    ) -> Result<(Self, String), BenchError> {
         let url = format!("tcp://127.0.0.1:{port}");
         let mut command = Command::new(binary);
         command
@@ -81,6 +103,7 @@ impl Daemon {
             PathBuf::new(),
             Some(addr),
             dir.join("tansu.log"),
+            Duration::from_secs(30),
         )
         .await?;
         Ok((daemon, format!("127.0.0.1:{port}")))
@@ -92,7 +115,7 @@ impl Daemon {
         socket: PathBuf,
         log: PathBuf,
     ) -> Result<Self, BenchError> {
-        Self::spawn_ready(name, command, socket, None, log).await
+        Self::spawn_ready(name, command, socket, None, log, Duration::from_secs(30)).await
     }
 
     async fn spawn_ready(
@@ -101,6 +124,7 @@ impl Daemon {
         socket: PathBuf,
         tcp: Option<std::net::SocketAddr>,
         log: PathBuf,
+        ready: Duration,
     ) -> Result<Self, BenchError> {
         let log_file = std::fs::File::create(&log).map_err(|source| BenchError::Io {
             context: format!("cannot create {}", log.display()),
@@ -125,7 +149,7 @@ impl Daemon {
             tcp,
             log,
         };
-        daemon.wait_ready(Duration::from_secs(30)).await?;
+        daemon.wait_ready(ready).await?;
         Ok(daemon)
     }
 
@@ -209,6 +233,17 @@ impl Daemon {
             let _ = self.child.kill().await;
         }
     }
+}
+
+/// A loopback TCP port nothing listens on right now.
+pub fn free_port() -> Result<u16, BenchError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|addr| addr.port())
+        .map_err(|source| BenchError::Io {
+            context: "cannot find a free port".into(),
+            source,
+        })
 }
 
 fn clock_ticks() -> f64 {

@@ -1,6 +1,7 @@
 //! Rerunnable benchmarks. Every figure is measured next to its peer in the same run
 //! (eventgate next to a real containerd), and reported as a ratio.
 
+pub mod backlog;
 pub mod daemon;
 pub mod exchange;
 pub mod forwarder;

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::settings::Overflow;
+use super::settings::{Overflow, QueueSettings};
 use super::tests::{Recorder, Spec, event, spec, until};
 use super::*;
 
@@ -85,6 +85,40 @@ async fn a_full_queue_spills_to_the_backlog_and_rejoins_without_loss_or_doubles(
     .await;
     let reports = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!(reports[0].delivered, 210);
+}
+
+/// The defaults bound what a forwarder whose sink is down keeps in memory: its queue
+/// stops at 10,000 events (about 20 MiB) and the rest of the outage waits in the
+/// backlog, from which it is delivered, in order and once, when the sink is back.
+#[tokio::test(start_paused = true)]
+async fn with_the_default_queue_a_stalled_sink_holds_at_most_ten_thousand_events() {
+    let backlog = MemoryBacklog::default();
+    let sink = Arc::new(Recorder::default());
+    sink.hold();
+    let defaults = spec("kafka");
+    assert_eq!(defaults.queue, QueueSettings::default());
+    let p = start(vec![(defaults, sink.clone())], &backlog, 1);
+    let router = p.router();
+    accept(&backlog, &router, 1, "/t");
+    until("the first batch in flight", || {
+        sink.calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let last = 30_001;
+    for seq in 2..=last {
+        accept(&backlog, &router, seq, "/t");
+    }
+    let (events, bytes) = p.forwarder("kafka").unwrap().depth();
+    assert_eq!(events, 10_000, "queued in memory while the sink is stalled");
+    assert!(bytes <= 4 << 20, "{bytes} bytes queued");
+    sink.unhold();
+    acked(&p, "kafka", last).await;
+    assert_eq!(
+        sink.seqs(),
+        (1..=last).collect::<Vec<_>>(),
+        "each once, in order"
+    );
+    p.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test(start_paused = true)]

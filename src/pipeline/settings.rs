@@ -35,7 +35,14 @@ impl Overflow {
     }
 }
 
-/// `queue = { events = 100000, bytes = "64MiB", overflow = "spill", block_timeout = "5s" }`
+/// `queue = { events = 10000, bytes = "4MiB", overflow = "spill", block_timeout = "5s" }`
+///
+/// A queued event costs up to about 2 KiB of memory, many times its encoded size: the
+/// event (0.55 KiB for a `TaskExit`), its JSON once a forwarder has rendered it (0.2
+/// KiB) and, once a filter on event fields or Kafka's message key has needed it, its
+/// decoded payload (1.1 KiB). The defaults hold a forwarder to about 20 MiB at most:
+/// with `spill` the spool holds the rest, and a sink that is down does not cost the
+/// gateway its memory.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueueSettings {
@@ -52,8 +59,8 @@ pub struct QueueSettings {
 impl Default for QueueSettings {
     fn default() -> Self {
         Self {
-            events: 100_000,
-            bytes: ByteSize(64 << 20),
+            events: 10_000,
+            bytes: ByteSize(4 << 20),
             overflow: Overflow::Spill,
             block_timeout: Duration::from_secs(5),
         }

@@ -51,22 +51,37 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new file:
 /// temp file, fsync, rename, fsync of the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, |file| file.write_all(bytes))
+}
+
+/// [`write_atomic`] with the content written by `write`, so it need not be in memory.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
+) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let mut file = File::create(&tmp)?;
-    file.write_all(bytes)?;
+    let mut out = io::BufWriter::new(File::create(&tmp)?);
+    write(&mut out)?;
+    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     file.sync_all()?;
     drop(file);
     fs::rename(&tmp, path)?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
-/// Keeps bad bytes for inspection: `<corrupt>/<name>`, never overwriting an earlier one.
-pub fn quarantine(corrupt: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+/// Keeps bad bytes, written by `write`, for inspection: `<corrupt>/<name>`, never
+/// overwriting an earlier one.
+pub fn quarantine_with(
+    corrupt: &Path,
+    name: &str,
+    write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
+) -> io::Result<PathBuf> {
     let path = free_name(corrupt, name);
-    let mut file = File::create(&path)?;
-    file.write_all(bytes)?;
+    let mut out = io::BufWriter::new(File::create(&path)?);
+    write(&mut out)?;
+    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     file.sync_all()?;
     sync_dir(corrupt)?;
     Ok(path)

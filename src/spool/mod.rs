@@ -24,6 +24,7 @@ mod recovery;
 pub mod settings;
 mod shared;
 pub mod space;
+mod window;
 mod writer;
 
 #[cfg(test)]

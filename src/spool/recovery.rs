@@ -2,8 +2,12 @@
 //! checksum, increasing seq). A torn tail of the last segment is cut off; any other
 //! bad bytes are copied into `corrupt/` and cut out of the segment, keeping every
 //! intact record around them. Content never makes the spool refuse to open.
+//!
+//! Segments are read through a bounded [`Window`] and repaired by copying ranges, so
+//! opening a spool with a large backlog holds a chunk of it in memory, not whole
+//! segments, and nothing per record.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -11,6 +15,7 @@ use std::path::{Path, PathBuf};
 use super::files::{self, Dirs};
 use super::record::{self, Check, HEADER, MIN_BODY};
 use super::shared::Segment;
+use super::window::{self, CHUNK, Window};
 
 /// What recovery found and did, for the log and the caller.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -52,10 +57,22 @@ impl Recovery {
 pub struct Recovered {
     pub segments: Vec<Segment>,
     pub last_seq: u64,
+    /// The most bytes of segment files held in memory at once while scanning them.
+    #[cfg(test)]
+    pub read_peak: usize,
 }
 
 /// Scans `dirs.segments`; only failing to list the directory is an error.
 pub fn recover(dirs: &Dirs, report: &mut Recovery) -> io::Result<Recovered> {
+    recover_in_chunks(dirs, report, CHUNK)
+}
+
+/// [`recover`], reading `chunk` bytes of a segment at a time.
+pub(super) fn recover_in_chunks(
+    dirs: &Dirs,
+    report: &mut Recovery,
+    chunk: usize,
+) -> io::Result<Recovered> {
     let mut named = Vec::new();
     for entry in fs::read_dir(&dirs.segments)? {
         let entry = entry?;
@@ -74,33 +91,41 @@ pub fn recover(dirs: &Dirs, report: &mut Recovery) -> io::Result<Recovered> {
     named.sort();
     let mut segments = Vec::new();
     let mut last_seq = 0;
+    #[cfg(test)]
+    let mut read_peak = 0;
     let count = named.len();
     for (i, (first_seq, path)) in named.into_iter().enumerate() {
         let is_last = i + 1 == count;
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
+        let floor = last_seq.max(first_seq.saturating_sub(1));
+        let scanned = File::open(&path).and_then(|file| {
+            let len = file.metadata()?.len();
+            let mut window = Window::new(&file, len, chunk);
+            let scan = scan(&mut window, floor);
+            #[cfg(test)]
+            {
+                read_peak = read_peak.max(window.peak());
+            }
+            Ok((file, len, scan?))
+        });
+        let (file, len, scan) = match scanned {
+            Ok(scanned) => scanned,
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "cannot read a spool segment; moving it aside");
                 set_aside(dirs, &path, &files::segment_name(first_seq), report);
                 continue;
             }
         };
-        let floor = last_seq.max(first_seq.saturating_sub(1));
-        let scan = scan(&bytes, floor);
         let name = files::segment_name(first_seq);
-        let Some(kept) = repair(dirs, &path, &name, &bytes, &scan, is_last, report) else {
+        let kept = repair(dirs, &path, &name, &file, len, &scan, is_last, report);
+        drop(file);
+        let Some(kept) = kept else {
             continue;
         };
-        if let Some(&(_, seq)) = scan.good.last() {
-            report.missing_records += scan.good.first().map_or(0, |(_, first)| first - floor - 1);
-            report.missing_records += scan
-                .good
-                .windows(2)
-                .map(|w| w[1].1 - w[0].1 - 1)
-                .sum::<u64>();
+        if let Some(seq) = scan.last_seq {
+            report.missing_records += scan.missing;
             last_seq = seq;
         }
-        report.records += scan.good.len() as u64;
+        report.records += scan.records;
         if kept == 0 && !is_last {
             remove(&path);
             continue;
@@ -113,134 +138,156 @@ pub fn recover(dirs: &Dirs, report: &mut Recovery) -> io::Result<Recovered> {
         });
     }
     report.segments = segments.len();
-    Ok(Recovered { segments, last_seq })
+    Ok(Recovered {
+        segments,
+        last_seq,
+        #[cfg(test)]
+        read_peak,
+    })
 }
 
-/// A segment's intact records and its bad ranges.
+/// What a segment holds: intact records (counted, not kept) and bad ranges; the
+/// intact records are everything outside `bad` and `tail`.
 struct Scan {
-    /// (byte range, seq) of each intact record, in order.
-    good: Vec<(Range<usize>, u64)>,
+    records: u64,
+    /// The last intact record's seq.
+    last_seq: Option<u64>,
+    /// Seqs missing between the floor and the intact records, and between them.
+    missing: u64,
     /// Bad bytes with intact records after them.
-    bad: Vec<Range<usize>>,
+    bad: Vec<Range<u64>>,
     /// Bad bytes running to the end of the file, and whether they are merely an
     /// unfinished record (a torn write) rather than a complete bad one.
-    tail: Option<(Range<usize>, bool)>,
+    tail: Option<(Range<u64>, bool)>,
 }
 
-fn scan(bytes: &[u8], floor: u64) -> Scan {
+fn scan(window: &mut Window<'_>, floor: u64) -> io::Result<Scan> {
     let mut scan = Scan {
-        good: Vec::new(),
+        records: 0,
+        last_seq: None,
+        missing: 0,
         bad: Vec::new(),
         tail: None,
     };
+    let len = window.len();
     let mut last = floor;
     let mut at = 0;
-    while at < bytes.len() {
-        let check = record::check(&bytes[at..]);
+    while at < len {
+        let check = record::check(window.record(at)?);
         if let Check::Valid { seq, len } = check
             && seq > last
         {
-            scan.good.push((at..at + len, seq));
+            scan.records += 1;
+            scan.missing += seq - last - 1;
+            scan.last_seq = Some(seq);
             last = seq;
-            at += len;
+            at += len as u64;
             continue;
         }
-        match resync(bytes, at, last) {
+        match resync(window, at, last)? {
             Some(next) => {
                 scan.bad.push(at..next);
                 at = next;
             }
             None => {
-                scan.tail = Some((at..bytes.len(), check == Check::Incomplete));
+                scan.tail = Some((at..len, check == Check::Incomplete));
                 break;
             }
         }
     }
-    scan
+    Ok(scan)
 }
 
 /// The next offset after `bad` where an intact record with a plausible seq starts:
 /// larger than `last`, and no larger than the bad bytes could have held records.
-fn resync(bytes: &[u8], bad: usize, last: u64) -> Option<usize> {
-    (bad + 1..bytes.len()).find(|&at| {
-        let Some(seq) = record::claimed_seq(&bytes[at..]) else {
-            return false;
+fn resync(window: &mut Window<'_>, bad: u64, last: u64) -> io::Result<Option<u64>> {
+    for at in bad + 1..window.len() {
+        let Some(seq) = record::claimed_seq(window.get(at, HEADER + 8)?) else {
+            continue;
         };
-        let most = last + 1 + ((at - bad) / (HEADER + MIN_BODY)) as u64;
-        seq > last
+        let most = last + 1 + (at - bad) / (HEADER + MIN_BODY) as u64;
+        if seq > last
             && seq <= most
-            && matches!(record::check(&bytes[at..]), Check::Valid { seq: s, .. } if s == seq)
-    })
+            && matches!(record::check(window.record(at)?), Check::Valid { seq: s, .. } if s == seq)
+        {
+            return Ok(Some(at));
+        }
+    }
+    Ok(None)
 }
 
 /// Applies a scan to the file; returns the bytes kept, or `None` when the whole file
 /// was moved aside.
+#[allow(clippy::too_many_arguments)]
 fn repair(
     dirs: &Dirs,
     path: &Path,
     name: &str,
-    bytes: &[u8],
+    file: &File,
+    len: u64,
     scan: &Scan,
     is_last: bool,
     report: &mut Recovery,
 ) -> Option<u64> {
     let intact = scan.bad.is_empty() && scan.tail.is_none();
     if intact {
-        return Some(bytes.len() as u64);
+        return Some(len);
     }
     let torn = match &scan.tail {
         Some((range, true)) if is_last => Some(range.clone()),
         _ => None,
     };
-    if scan.good.is_empty() && torn.as_ref().is_none_or(|r| r.start != 0) {
-        tracing::warn!(path = %path.display(), bytes = bytes.len(), "spool segment holds no intact record; moving it aside");
+    if scan.records == 0 && torn.as_ref().is_none_or(|r| r.start != 0) {
+        tracing::warn!(path = %path.display(), bytes = len, "spool segment holds no intact record; moving it aside");
         set_aside(dirs, path, name, report);
-        report.corrupt_bytes += bytes.len() as u64;
+        report.corrupt_bytes += len;
         return None;
     }
-    let mut bad: Vec<Range<usize>> = scan.bad.clone();
+    let mut bad: Vec<Range<u64>> = scan.bad.clone();
     match (&scan.tail, &torn) {
         (Some((range, _)), None) => bad.push(range.clone()),
         (_, Some(range)) => {
-            tracing::warn!(path = %path.display(), offset = range.start, bytes = range.len(), "cutting an unfinished record off the spool's last segment");
-            report.truncated_bytes += range.len() as u64;
+            tracing::warn!(path = %path.display(), offset = range.start, bytes = range.end - range.start, "cutting an unfinished record off the spool's last segment");
+            report.truncated_bytes += range.end - range.start;
         }
         (None, None) => {}
     }
     for range in &bad {
-        tracing::warn!(path = %path.display(), offset = range.start, bytes = range.len(), "corrupt bytes in a spool segment; moving them aside");
+        tracing::warn!(path = %path.display(), offset = range.start, bytes = range.end - range.start, "corrupt bytes in a spool segment; moving them aside");
         report.corrupt_ranges += 1;
-        report.corrupt_bytes += range.len() as u64;
-        match files::quarantine(
+        report.corrupt_bytes += range.end - range.start;
+        match files::quarantine_with(
             &dirs.corrupt,
             &format!("{name}.{:012}", range.start),
-            &bytes[range.clone()],
+            |out| window::copy_range(file, range.clone(), out),
         ) {
             Ok(kept) => report.quarantined.push(kept),
             // Losing the copy is better than refusing to start.
             Err(error) => tracing::error!(%error, "cannot keep corrupt spool bytes in corrupt/"),
         }
     }
-    let kept: Vec<u8> = scan
-        .good
-        .iter()
-        .flat_map(|(range, _)| bytes[range.clone()].iter().copied())
-        .collect();
+    let mut cut = bad;
+    cut.extend(torn);
+    let kept = window::complement(len, &cut);
+    let kept_bytes: u64 = kept.iter().map(|r| r.end - r.start).sum();
     let result = if scan.bad.is_empty() {
         // Only the end goes: cutting it in place is enough.
         fs::OpenOptions::new()
             .write(true)
             .open(path)
-            .and_then(|f| f.set_len(kept.len() as u64).and_then(|()| f.sync_all()))
+            .and_then(|f| f.set_len(kept_bytes).and_then(|()| f.sync_all()))
     } else {
-        files::write_atomic(path, &kept)
+        files::write_atomic_with(path, |out| {
+            kept.iter()
+                .try_for_each(|range| window::copy_range(file, range.clone(), out))
+        })
     };
     if let Err(error) = result {
         tracing::error!(path = %path.display(), %error, "cannot repair a spool segment; moving it aside");
         set_aside(dirs, path, name, report);
         return None;
     }
-    Some(kept.len() as u64)
+    Some(kept_bytes)
 }
 
 fn set_aside(dirs: &Dirs, path: &Path, name: &str, report: &mut Recovery) {

@@ -110,7 +110,7 @@ pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
 }
 
 /// `tansu` on PATH, else where `cargo install` puts it.
-fn find_tansu(given: &PathBuf) -> PathBuf {
+pub(super) fn find_tansu(given: &PathBuf) -> PathBuf {
     if given.components().count() > 1 {
         return given.clone();
     }

@@ -1,5 +1,6 @@
 //! `eventgate bench`: rerunnable benchmarks that print a README-ready table.
 
+mod backlog;
 mod exchange;
 mod forwarder;
 mod query;
@@ -46,6 +47,10 @@ pub enum Which {
     /// to it with its defaults, stores them: containerd's accepted/s next to
     /// eventgate's stored/s in the same run.
     Upstream(upstream::UpstreamBenchArgs),
+    /// Resident memory while a million events pile up in the spool for a kafka
+    /// forwarder whose broker is down, after a restart with that backlog, and while
+    /// it drains once a broker is up.
+    Backlog(backlog::BacklogBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -57,6 +62,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Replay(args) => replay::run(args).await,
         Which::Reconcile(args) => reconcile::run(args).await,
         Which::Upstream(args) => upstream::run(args).await,
+        Which::Backlog(args) => backlog::run(args).await,
     }
 }
 

@@ -89,7 +89,13 @@ pub fn record_path(context: &Context) -> PathBuf {
 /// Renders one event as the line the forwarder writes, newline included. Returns
 /// `false` when the payload could not be decoded (the line then carries it as base64).
 pub fn render_into(out: &mut Vec<u8>, event: &Event, format: Format) -> bool {
-    let decoded = event.envelope.event.is_none() || event.decoded().is_some();
+    // Through what the format renders, so that a JSON line keeps no decoded message
+    // on the event (see `Event::payload_json`).
+    let decoded = event.envelope.event.is_none()
+        || match format {
+            Format::Jsonl => event.payload_json().is_some(),
+            Format::Ctr => event.decoded().is_some(),
+        };
     match format {
         Format::Jsonl => render::write_event_json(out, event),
         Format::Ctr => match render::event_ctr_line(event) {

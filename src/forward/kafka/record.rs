@@ -221,6 +221,9 @@ impl RecordEncoder {
     }
 
     pub fn encode(&self, event: &Event) -> Record {
+        // The key first: it decodes the payload and keeps it, and a JSON value is
+        // then rendered from that, not decoded a second time.
+        let key = message_key(event);
         let value = match self.format {
             ValueFormat::Protobuf => event.envelope.encode_to_vec(),
             ValueFormat::Json => {
@@ -245,7 +248,7 @@ impl RecordEncoder {
         }
         Record {
             topic: self.topic_for(event),
-            key: message_key(event),
+            key,
             value,
             headers,
         }

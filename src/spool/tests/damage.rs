@@ -145,9 +145,3 @@ async fn a_damaged_cursors_file_means_redelivery_not_loss() {
     assert_eq!(corrupt_files(dir.path()).len(), 1);
     spool.close().await.unwrap();
 }
-
-fn flip(path: &Path, at: usize, mask: u8) {
-    let mut bytes = std::fs::read(path).unwrap();
-    bytes[at] ^= mask;
-    std::fs::write(path, bytes).unwrap();
-}

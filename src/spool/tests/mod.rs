@@ -1,6 +1,7 @@
 //! Spool tests on real files in temporary directories.
 
 mod basic;
+mod chunks;
 mod damage;
 mod full;
 mod props;
@@ -105,4 +106,10 @@ fn records_in(path: &Path) -> Vec<(usize, usize)> {
 
 fn range(first: u64, last: u64) -> Vec<u64> {
     (first..=last).collect()
+}
+
+fn flip(path: &Path, at: usize, mask: u8) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= mask;
+    std::fs::write(path, bytes).unwrap();
 }
