@@ -75,13 +75,15 @@ pub async fn round(
     let (raw, pipeline) = match sink {
         Sink::None => (None, None),
         _ => {
-            let events = as_events(&items);
+            // Events of their own for each: an event keeps its decoded payload and
+            // JSON once rendered, and the gateway receives events with neither.
             let raw_dir = run_dir.join("raw");
             create_dir(&raw_dir)?;
-            let raw = sinks::raw(sink, &raw_dir, &events, bench.batch, round).await?;
+            let raw = sinks::raw(sink, &raw_dir, &as_events(&items), bench.batch, round).await?;
             let pipeline_dir = run_dir.join("pipeline");
             create_dir(&pipeline_dir)?;
             // A topic of its own, so counting the gateway's messages stays exact.
+            let events = as_events(&items);
             let pipeline =
                 sinks::pipeline(sink, &pipeline_dir, &events, bench.batch, round + 1000).await?;
             (Some(raw), Some(pipeline))

@@ -4,6 +4,7 @@
 pub mod daemon;
 pub mod exchange;
 pub mod forwarder;
+pub mod gateway_round;
 pub mod image;
 pub mod load;
 pub mod node;

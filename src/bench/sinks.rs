@@ -134,8 +134,10 @@ pub async fn raw(
     }
 }
 
-/// Plain buffered writes of the same lines (rendered before the clock starts),
-/// synced once per batch like the forwarder's default `fsync = "batch"`.
+/// Plain buffered writes of the same lines, synced once per batch like the
+/// forwarder's default `fsync = "batch"`. Each line is rendered inside the clock with
+/// the forwarder's own renderer, from events that have not been rendered before (as
+/// the gateway's are when they arrive), so both sides pay for the JSON.
 fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration, BenchError> {
     use std::io::Write;
     let path = dir.join("events.jsonl");
@@ -143,16 +145,15 @@ fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration,
         context: format!("writing {}", path.display()),
         source,
     };
-    let lines: Vec<Vec<u8>> = events
-        .iter()
-        .map(|e| file::render_line(e, file::Format::Jsonl))
-        .collect();
     let out = std::fs::File::create(&path).map_err(io)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+    let mut line = Vec::with_capacity(512);
     let start = Instant::now();
-    for chunk in lines.chunks(batch.max(1)) {
-        for line in chunk {
-            out.write_all(line).map_err(io)?;
+    for chunk in events.chunks(batch.max(1)) {
+        for event in chunk {
+            line.clear();
+            file::render_into(&mut line, event, file::Format::Jsonl);
+            out.write_all(&line).map_err(io)?;
         }
         out.flush().map_err(io)?;
         out.get_ref().sync_data().map_err(io)?;
@@ -180,7 +181,9 @@ fn count_lines(path: &Path, offset: &mut u64, lines: &mut u64) -> Result<u64, Be
 
 /// Plain librdkafka: the same records (encoded before the clock starts) produced
 /// with a FutureProducer configured like the forwarder's, to a topic of their own,
-/// every delivery report awaited.
+/// every delivery report awaited. The producer is warmed before the clock (topic
+/// metadata fetched, one record produced and acknowledged, which also gets the
+/// idempotent producer its id), as the forwarder's is by the time events arrive.
 async fn raw_kafka(
     brokers: &str,
     dir: &Path,
@@ -210,6 +213,7 @@ async fn raw_kafka(
         .map_err(build_error)?
         .create()
         .map_err(kafka_error)?;
+    warm(&producer, &records).await?;
     let start = Instant::now();
     let mut pending = std::collections::VecDeque::new();
     for record in &records {
@@ -244,6 +248,35 @@ async fn raw_kafka(
         .await
         .ok();
     Ok(elapsed)
+}
+
+/// Fetches the topic's metadata and produces one record (a copy of the first,
+/// outside the clock and not counted), waiting for its acknowledgement.
+async fn warm(
+    producer: &rdkafka::producer::FutureProducer,
+    records: &[kafka::Record],
+) -> Result<(), BenchError> {
+    use rdkafka::producer::Producer;
+    let Some(first) = records.first() else {
+        return Ok(());
+    };
+    let client = producer.clone();
+    let topic = first.topic.clone();
+    tokio::task::spawn_blocking(move || {
+        client
+            .client()
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map(drop)
+    })
+    .await
+    .map_err(|e| BenchError::Timeout {
+        what: format!("fetching Kafka metadata failed: {e}"),
+    })?
+    .map_err(kafka_error)?;
+    let delivery = producer
+        .send_result(first.future_record())
+        .map_err(|(error, _)| kafka_error(error))?;
+    delivered(delivery.await)
 }
 
 fn delivered(

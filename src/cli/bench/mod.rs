@@ -1,6 +1,7 @@
 //! `eventgate bench`: rerunnable benchmarks that print a README-ready table.
 
 mod exchange;
+mod exchange_table;
 mod forwarder;
 mod query;
 mod reconcile;
