@@ -78,7 +78,8 @@ fn sum(text: &str, name: &str) -> f64 {
             };
             value.split_whitespace().next()?.parse::<f64>().ok()
         })
-        .sum()
+        // Not `sum()`, which starts from -0.0 and prints "-0" when nothing matched.
+        .fold(0.0, |total, v| total + v)
 }
 
 /// Waits until the default forwarders in `data_dir` (`log`: `events.jsonl`, `audit`:

@@ -1,6 +1,8 @@
 //! The README-ready tables and ratios of `eventgate bench exchange`.
 
-use super::exchange::{ExchangeArgs, Row, SpoolFsync, System};
+use std::time::Duration;
+
+use super::exchange::{ExchangeArgs, RawRun, Row, SpoolFsync, System};
 use super::median;
 use crate::bench::micros;
 use crate::bench::spool::Figures;
@@ -13,7 +15,7 @@ pub(super) fn print_table(
     systems: &[System],
     group: usize,
     rows: Vec<Row>,
-    disk: Vec<Figures>,
+    disk: Vec<RawRun>,
 ) {
     println!(
         "{} publishers x {} in flight x {} subscribers, {} events per publisher, median of {} rounds\n",
@@ -46,7 +48,7 @@ pub(super) fn print_table(
     }
     if let Some(f) = median_disk(&disk) {
         println!(
-            "| raw disk | 1 thread, the same records, 1 write + 1 fdatasync per {group} (publishers x in flight); latency per group | - | {:.0} | {} | {} | {} | - | - | - | - |",
+            "| raw disk | 1 thread, the same records, 1 write + 1 fdatasync per {group} (publishers x in flight), run before each durable eventgate row; latency per group | - | {:.0} | {} | {} | {} | - | - | - | - |",
             f.events_per_sec(),
             micros(f.latency.value_at_quantile(0.5)),
             micros(f.latency.value_at_quantile(0.99)),
@@ -72,7 +74,8 @@ fn configuration(args: &ExchangeArgs, system: System) -> String {
 }
 
 /// How each gateway row used the disk, from its metrics (its whole life, warm-up
-/// included), and when the defaults' forwarders held every event.
+/// included), and when the defaults' forwarders held every event. A row's time per
+/// spool group against its mean fdatasync says how much of the row the disk took.
 fn print_disk_table(systems: &[System], rows: &[Row]) {
     let gateways: Vec<&Row> = systems
         .iter()
@@ -83,34 +86,38 @@ fn print_disk_table(systems: &[System], rows: &[Row]) {
         return;
     }
     println!(
-        "\n| row | records per spool fdatasync | spool fdatasync mean | file forwarder fdatasyncs | file fdatasync mean | log + audit hold every event after |"
+        "\n| row | records per spool fdatasync | time per spool group | spool fdatasync mean | file forwarder fdatasyncs | file fdatasync mean | log + audit hold every event after |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for row in gateways {
         let disk = row.disk.clone().unwrap_or_default();
         let held = match (row.system, row.held) {
             (System::Defaults, Some(held)) => format!(
-                "{} ({:.2}x the delivery clock)",
-                micros(held.as_micros() as u64),
+                "{:.2} s ({:.2}x the delivery clock)",
+                held.as_secs_f64(),
                 held.as_secs_f64() / row.m.elapsed.as_secs_f64().max(1e-9)
             ),
             (System::Defaults, None) => "not within the drain timeout".into(),
             _ => "-".into(),
         };
-        let mean = |d: Option<std::time::Duration>| d.map_or("-".into(), |d| micros(d.as_micros() as u64));
+        let us = |d: Duration| micros(d.as_micros() as u64);
+        let per_group = disk
+            .spool_group_mean
+            .map(|g| Duration::from_secs_f64(g / row.m.published_per_sec().max(1e-9)));
         println!(
-            "| {} | {} | {} | {:.0} | {} | {held} |",
+            "| {} | {} | {} | {} | {:.0} | {} | {held} |",
             row.system.label(),
             disk.spool_group_mean
                 .map_or("-".into(), |g| format!("{g:.2}")),
-            mean(disk.spool_fsync_mean),
+            per_group.map_or("-".into(), us),
+            disk.spool_fsync_mean.map_or("-".into(), us),
             disk.file_fsyncs,
-            mean(disk.file_fsync_mean),
+            disk.file_fsync_mean.map_or("-".into(), us),
         );
     }
 }
 
-fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[Figures]) {
+fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]) {
     println!("\nRatios: median of the per-round ratios (rows of a round run back to back).");
     let batch = args.spool_fsync == SpoolFsync::Batch;
     let per_round = |ours: System, f: &dyn Fn(&Row, u32) -> Option<f64>| -> Option<f64> {
@@ -121,10 +128,8 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[Figures
             .collect();
         (!ratios.is_empty()).then(|| median(ratios))
     };
-    let same_round = |system: System, round: u32| {
-        rows.iter()
-            .find(|r| r.system == system && r.round == round)
-    };
+    let same_round =
+        |system: System, round: u32| rows.iter().find(|r| r.system == system && r.round == round);
     let verdict = |ratio: f64, target: f64| {
         if ratio >= target {
             format!("target >= {target:.2}: met")
@@ -152,20 +157,20 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[Figures
     // many subscribers receive it.
     let vs_disk = |system: System| {
         per_round(system, &|r, round| {
-            let raw = disk.get(round as usize)?;
-            Some(r.m.published_per_sec() / raw.events_per_sec().max(1e-9))
+            let raw = disk
+                .iter()
+                .find(|d| d.round == round && d.before == system)?;
+            Some(r.m.published_per_sec() / raw.figures.events_per_sec().max(1e-9))
         })
     };
     if batch && let Some(b) = vs_disk(System::Exchange) {
         println!(
-            "- (b) exchange only, `spool.fsync = \"batch\"` / raw disk at {group} records per fdatasync, events/s: **{b:.2}x** ({})",
+            "- (b) exchange only, `spool.fsync = \"batch\"` / raw disk at {group} records per fdatasync (run just before it), events/s: **{b:.2}x** ({})",
             verdict(b, TARGET_DISK)
         );
     }
     if let Some(b) = vs_disk(System::Defaults) {
-        println!(
-            "- defaults / raw disk at {group} records per fdatasync, events/s: {b:.2}x"
-        );
+        println!("- defaults / raw disk at {group} records per fdatasync, events/s: {b:.2}x");
     }
     let vs_containerd = |system: System| {
         per_round(system, &|r, round| {
@@ -203,8 +208,8 @@ fn median_row(rows: &[Row], system: System) -> Option<&Row> {
     mine.get(mine.len() / 2).copied()
 }
 
-fn median_disk(disk: &[Figures]) -> Option<&Figures> {
-    let mut sorted: Vec<&Figures> = disk.iter().collect();
+fn median_disk(disk: &[RawRun]) -> Option<&Figures> {
+    let mut sorted: Vec<&Figures> = disk.iter().map(|d| &d.figures).collect();
     sorted.sort_by(|a, b| a.events_per_sec().total_cmp(&b.events_per_sec()));
     sorted.get(sorted.len() / 2).copied()
 }
