@@ -54,7 +54,7 @@ pub struct Round {
     /// Publishing alone (every call answered).
     pub publish: Duration,
     /// The same rows/messages/lines written straight to the sink.
-    pub raw: Option<Duration>,
+    pub raw: Option<sinks::Raw>,
     /// The same events through the pipeline and forwarder in-process (no gRPC).
     pub pipeline: Option<Duration>,
     pub peak_rss: Option<u64>,

@@ -115,19 +115,31 @@ fn build_error(error: crate::forward::BuildError) -> BenchError {
     }
 }
 
-/// Writes `events` straight to the sink, `batch` at a time; returns the time taken.
+/// A raw baseline's figures.
+#[derive(Clone, Copy, Debug)]
+pub struct Raw {
+    /// The clock: writing to the sink (and, for the file, rendering each line).
+    pub elapsed: Duration,
+    /// Preparing what is written, before the clock started: SQLite rows (their JSON
+    /// included) and Kafka records. The gateway's forwarders do this inside theirs.
+    pub prepared: Duration,
+}
+
+/// Writes `events` straight to the sink, `batch` at a time.
 pub async fn raw(
     sink: &Sink,
     dir: &Path,
     events: &[Arc<Event>],
     batch: usize,
     round: usize,
-) -> Result<Duration, BenchError> {
-    let _ = round;
+) -> Result<Raw, BenchError> {
     let dir = dir.to_path_buf();
     let events = events.to_vec();
     match sink {
-        Sink::None => Ok(Duration::ZERO),
+        Sink::None => Ok(Raw {
+            elapsed: Duration::ZERO,
+            prepared: Duration::ZERO,
+        }),
         Sink::Sqlite => blocking(move || raw_sqlite(&dir, &events, batch)).await,
         Sink::Kafka { brokers } => raw_kafka(brokers, &dir, &events, round + 2000).await,
         Sink::File => blocking(move || raw_file(&dir, &events, batch)).await,
@@ -138,7 +150,7 @@ pub async fn raw(
 /// forwarder's default `fsync = "batch"`. Each line is rendered inside the clock with
 /// the forwarder's own renderer, from events that have not been rendered before (as
 /// the gateway's are when they arrive), so both sides pay for the JSON.
-fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration, BenchError> {
+fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Raw, BenchError> {
     use std::io::Write;
     let path = dir.join("events.jsonl");
     let io = |source| BenchError::Io {
@@ -158,7 +170,10 @@ fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration,
         out.flush().map_err(io)?;
         out.get_ref().sync_data().map_err(io)?;
     }
-    Ok(start.elapsed())
+    Ok(Raw {
+        elapsed: start.elapsed(),
+        prepared: Duration::ZERO,
+    })
 }
 
 /// Lines in a file so far (0 while it does not exist).
@@ -189,7 +204,7 @@ async fn raw_kafka(
     dir: &Path,
     events: &[Arc<Event>],
     round: usize,
-) -> Result<Duration, BenchError> {
+) -> Result<Raw, BenchError> {
     use rdkafka::producer::FutureProducer;
     let sink = Sink::Kafka {
         brokers: brokers.to_owned(),
@@ -208,7 +223,9 @@ async fn raw_kafka(
         .map_err(build_error)?;
     let _ = forwarder.close().await;
     let encoder = kafka::RecordEncoder::from_options(&options).map_err(build_error)?;
+    let preparing = Instant::now();
     let records: Vec<_> = events.iter().map(|e| encoder.encode(e)).collect();
+    let prepared = preparing.elapsed();
     let producer: FutureProducer = kafka::client_config("raw", &options)
         .map_err(build_error)?
         .create()
@@ -247,7 +264,7 @@ async fn raw_kafka(
     tokio::task::spawn_blocking(move || drop(producer))
         .await
         .ok();
-    Ok(elapsed)
+    Ok(Raw { elapsed, prepared })
 }
 
 /// Fetches the topic's metadata and produces one record (a copy of the first,
@@ -332,8 +349,8 @@ fn kafka_consume(
 }
 
 async fn blocking(
-    f: impl FnOnce() -> Result<Duration, BenchError> + Send + 'static,
-) -> Result<Duration, BenchError> {
+    f: impl FnOnce() -> Result<Raw, BenchError> + Send + 'static,
+) -> Result<Raw, BenchError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| BenchError::Timeout {
@@ -347,18 +364,23 @@ fn store_error(error: impl std::fmt::Display) -> BenchError {
     }
 }
 
-/// Plain rusqlite: the same rows (rendered before the clock starts) into the same
-/// schema, one transaction and one prepared statement per batch.
-fn raw_sqlite(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration, BenchError> {
+/// Plain rusqlite: the same rows (built, JSON included, before the clock starts)
+/// into the same schema, one transaction and one prepared statement per batch.
+fn raw_sqlite(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Raw, BenchError> {
     let path = dir.join("audit.db");
     let mut conn =
         store::open_writer(&path, &store::WriterOptions::default()).map_err(store_error)?;
+    let preparing = Instant::now();
     let rows: Vec<EventRow<'_>> = events.iter().map(|e| EventRow::from_event(e)).collect();
+    let prepared = preparing.elapsed();
     let start = Instant::now();
     for chunk in rows.chunks(batch.max(1)) {
         store::raw_insert_rows(&mut conn, chunk).map_err(store_error)?;
     }
-    Ok(start.elapsed())
+    Ok(Raw {
+        elapsed: start.elapsed(),
+        prepared,
+    })
 }
 
 /// Counts what the gateway's sink holds so far.

@@ -120,13 +120,19 @@ fn print_disk_table(systems: &[System], rows: &[Row]) {
 fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]) {
     println!("\nRatios: median of the per-round ratios (rows of a round run back to back).");
     let batch = args.spool_fsync == SpoolFsync::Batch;
-    let per_round = |ours: System, f: &dyn Fn(&Row, u32) -> Option<f64>| -> Option<f64> {
-        let ratios: Vec<f64> = rows
+    // The median, and each round's ratio in round order.
+    let per_round = |ours: System, f: &dyn Fn(&Row, u32) -> Option<f64>| -> Option<Ratio> {
+        let mut ratios: Vec<(u32, f64)> = rows
             .iter()
             .filter(|r| r.system == ours)
-            .filter_map(|r| f(r, r.round))
+            .filter_map(|r| Some((r.round, f(r, r.round)?)))
             .collect();
-        (!ratios.is_empty()).then(|| median(ratios))
+        ratios.sort_by_key(|(round, _)| *round);
+        let each: Vec<f64> = ratios.into_iter().map(|(_, x)| x).collect();
+        (!each.is_empty()).then(|| Ratio {
+            median: median(each.clone()),
+            each,
+        })
     };
     let same_round =
         |system: System, round: u32| rows.iter().find(|r| r.system == system && r.round == round);
@@ -144,8 +150,9 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]
         });
         if let Some(a) = a {
             println!(
-                "- (a) defaults / exchange only, both `spool.fsync = \"batch\"`, delivered events/s: **{a:.2}x** ({})",
-                verdict(a, TARGET_DEFAULTS)
+                "- (a) defaults / exchange only, both `spool.fsync = \"batch\"`, delivered events/s: **{:.2}x** ({}; rounds {a})",
+                a.median,
+                verdict(a.median, TARGET_DEFAULTS)
             );
         }
     } else if rows.iter().any(|r| r.system == System::Defaults) {
@@ -165,12 +172,16 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]
     };
     if batch && let Some(b) = vs_disk(System::Exchange) {
         println!(
-            "- (b) exchange only, `spool.fsync = \"batch\"` / raw disk at {group} records per fdatasync (run just before it), events/s: **{b:.2}x** ({})",
-            verdict(b, TARGET_DISK)
+            "- (b) exchange only, `spool.fsync = \"batch\"` / raw disk at {group} records per fdatasync (run just before it), events/s: **{:.2}x** ({}; rounds {b})",
+            b.median,
+            verdict(b.median, TARGET_DISK)
         );
     }
     if let Some(b) = vs_disk(System::Defaults) {
-        println!("- defaults / raw disk at {group} records per fdatasync, events/s: {b:.2}x");
+        println!(
+            "- defaults / raw disk at {group} records per fdatasync, events/s: {:.2}x (rounds {b})",
+            b.median
+        );
     }
     let vs_containerd = |system: System| {
         per_round(system, &|r, round| {
@@ -181,8 +192,9 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]
     for system in [System::Exchange, System::Defaults] {
         if let Some(x) = vs_containerd(system) {
             println!(
-                "- {} / containerd, delivered events/s: {x:.2}x",
-                system.label()
+                "- {} / containerd, delivered events/s: {:.2}x (rounds {x})",
+                system.label(),
+                x.median
             );
         }
     }
@@ -198,6 +210,18 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]
             ours.server_cpu_us / theirs.server_cpu_us,
             ours.peak_rss.unwrap_or(0) as f64 / theirs.peak_rss.unwrap_or(1).max(1) as f64,
         );
+    }
+}
+
+struct Ratio {
+    median: f64,
+    each: Vec<f64>,
+}
+
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let each: Vec<String> = self.each.iter().map(|x| format!("{x:.2}")).collect();
+        write!(f, "{}", each.join(", "))
     }
 }
 
