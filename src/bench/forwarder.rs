@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::daemon::Daemon;
 use super::load::{as_events, lifecycle, publish_all, wait_until};
-use super::{BenchError, sinks};
+use super::{BenchError, sink_count, sinks};
 
 /// Which sink to measure.
 #[derive(Clone, Debug)]
@@ -109,7 +109,7 @@ pub async fn round(
     )
     .await?;
     let expected = items.len() as u64;
-    let mut counter = sinks::Counter::new(sink, &data_dir, round);
+    let mut counter = sink_count::Counter::new(sink, &data_dir, round);
     let mut held = 0;
     let waited = wait_until("", bench.timeout, || {
         held = counter.count()?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::BenchError;
 use super::forwarder::Sink;
-use super::sinks::Counter;
+use super::sink_count::Counter;
 
 /// The disk figures of one gateway's whole life (warm-up included).
 #[derive(Clone, Debug, Default)]

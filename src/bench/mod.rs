@@ -11,6 +11,7 @@ pub mod node;
 pub mod query;
 pub mod reconcile;
 pub mod replay;
+mod sink_count;
 mod sinks;
 pub mod spool;
 pub mod upstream;
