@@ -13,7 +13,10 @@ use tonic::metadata::MetadataValue;
 
 use super::BenchError;
 use super::wire::{WireClient, publish_request};
+use crate::event::{Event, EventId, Source};
 use crate::proto::containerd::events::TaskExit;
+use crate::proto::containerd::types::Envelope;
+use crate::publisher::Publisher;
 
 const WARMUP_PREFIX: &str = "warmup";
 
@@ -39,6 +42,11 @@ pub struct Measurement {
     pub elapsed: Duration,
     /// Publish-to-delivery latency in microseconds, over every delivery.
     pub latency: Histogram<u64>,
+    /// Warm-up events published before the clock started (a gateway with forwarders
+    /// stores these too).
+    pub warmups: u64,
+    /// When the first publish was sent.
+    pub started: Instant,
 }
 
 impl Measurement {
@@ -73,6 +81,7 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
 
     let mut warmup = WireClient::connect(address, timeout).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut warmups = 0;
     while live.load(Ordering::Acquire) < bench.subscribers {
         if Instant::now() > deadline {
             return Err(BenchError::Timeout {
@@ -80,6 +89,7 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
             });
         }
         publish(&mut warmup, WARMUP_PREFIX.into(), 0).await?;
+        warmups += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
@@ -97,7 +107,7 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
             let mut client = client.clone();
             publishing.spawn(async move {
                 for i in 0..events {
-                    publish(&mut client, format!("bench-{p}-{lane}"), i as u32).await?;
+                    publish(&mut client, container_id(p, lane), i as u32).await?;
                 }
                 Ok::<_, BenchError>(events as u64)
             });
@@ -138,6 +148,8 @@ pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement
         expected: expected_each * bench.subscribers as u64,
         elapsed: last.duration_since(start),
         latency,
+        warmups,
+        started: start,
     })
 }
 
@@ -153,27 +165,71 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
         .unwrap_or_else(|_| Histogram::new(3).expect("valid"))
 }
 
+const NAMESPACE: &str = "bench";
+const TOPIC: &str = "/tasks/exit";
+const TYPE_URL: &str = "containerd.events.TaskExit";
+
+fn container_id(publisher: usize, lane: usize) -> String {
+    format!("bench-{publisher}-{lane}")
+}
+
 /// A realistic payload that also carries its send time (in `exited_at`).
-async fn publish(
-    client: &mut WireClient,
-    container_id: String,
-    pid: u32,
-) -> Result<(), BenchError> {
-    let event = TaskExit {
+fn task_exit(container_id: String, pid: u32) -> TaskExit {
+    TaskExit {
         id: container_id.clone(),
         container_id,
         pid,
         exit_status: 0,
         exited_at: Some(Timestamp::from(SystemTime::now())),
-    };
-    let request = publish_request(
-        "/tasks/exit",
-        "containerd.events.TaskExit",
-        &event.encode_to_vec(),
-    );
+    }
+}
+
+async fn publish(
+    client: &mut WireClient,
+    container_id: String,
+    pid: u32,
+) -> Result<(), BenchError> {
+    let value = task_exit(container_id, pid).encode_to_vec();
+    let request = publish_request(TOPIC, TYPE_URL, &value);
     client
-        .publish(&MetadataValue::from_static("bench"), request)
+        .publish(&MetadataValue::from_static(NAMESPACE), request)
         .await
+}
+
+/// The events one round publishes, as the gateway keeps them (namespace from the
+/// header, a receive timestamp, the publishing process): a disk baseline writing
+/// their spool records writes the gateway's bytes.
+pub fn published_events(bench: &ExchangeBench) -> Vec<Event> {
+    let lanes = bench.in_flight.max(1);
+    let me = Publisher::Process {
+        uid: 0,
+        gid: 0,
+        pid: Some(std::process::id()),
+    };
+    let mut seq = 0;
+    let mut events = Vec::with_capacity(bench.publishers * bench.events);
+    for p in 0..bench.publishers {
+        for lane in 0..lanes {
+            let count = bench.events / lanes + usize::from(lane < bench.events % lanes);
+            for i in 0..count {
+                seq += 1;
+                let envelope = Envelope {
+                    timestamp: Some(Timestamp::from(SystemTime::now())),
+                    namespace: NAMESPACE.into(),
+                    topic: TOPIC.into(),
+                    event: Some(prost_types::Any {
+                        type_url: TYPE_URL.into(),
+                        value: task_exit(container_id(p, lane), i as u32).encode_to_vec(),
+                    }),
+                };
+                events.push(
+                    Event::new(seq, EventId::generate(), Source::Publish, envelope)
+                        .with_publisher(Some(me.clone())),
+                );
+            }
+        }
+    }
+    events
 }
 
 async fn subscribe(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::daemon::Daemon;
 use super::load::{as_events, lifecycle, publish_all, wait_until};
-use super::{BenchError, sinks};
+use super::{BenchError, sink_count, sinks};
 
 /// Which sink to measure.
 #[derive(Clone, Debug)]
@@ -54,7 +54,7 @@ pub struct Round {
     /// Publishing alone (every call answered).
     pub publish: Duration,
     /// The same rows/messages/lines written straight to the sink.
-    pub raw: Option<Duration>,
+    pub raw: Option<sinks::Raw>,
     /// The same events through the pipeline and forwarder in-process (no gRPC).
     pub pipeline: Option<Duration>,
     pub peak_rss: Option<u64>,
@@ -75,13 +75,15 @@ pub async fn round(
     let (raw, pipeline) = match sink {
         Sink::None => (None, None),
         _ => {
-            let events = as_events(&items);
+            // Events of their own for each: an event keeps its decoded payload and
+            // JSON once rendered, and the gateway receives events with neither.
             let raw_dir = run_dir.join("raw");
             create_dir(&raw_dir)?;
-            let raw = sinks::raw(sink, &raw_dir, &events, bench.batch, round).await?;
+            let raw = sinks::raw(sink, &raw_dir, &as_events(&items), bench.batch, round).await?;
             let pipeline_dir = run_dir.join("pipeline");
             create_dir(&pipeline_dir)?;
             // A topic of its own, so counting the gateway's messages stays exact.
+            let events = as_events(&items);
             let pipeline =
                 sinks::pipeline(sink, &pipeline_dir, &events, bench.batch, round + 1000).await?;
             (Some(raw), Some(pipeline))
@@ -107,7 +109,7 @@ pub async fn round(
     )
     .await?;
     let expected = items.len() as u64;
-    let mut counter = sinks::Counter::new(sink, &data_dir, round);
+    let mut counter = sink_count::Counter::new(sink, &data_dir, round);
     let mut held = 0;
     let waited = wait_until("", bench.timeout, || {
         held = counter.count()?;

@@ -1,7 +1,7 @@
-//! Per-sink parts of the forwarder benchmark: the forwarder's options, the raw
-//! baseline, and counting what a sink holds.
+//! Per-sink parts of the forwarder benchmark: the forwarder's options and the raw
+//! baseline (counting what a sink holds is in [`super::sink_count`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ pub fn options(sink: &Sink, round: usize) -> Options {
     options
 }
 
-fn topic(round: usize) -> String {
+pub(super) fn topic(round: usize) -> String {
     format!("bench-{}-{round}", std::process::id())
 }
 
@@ -115,78 +115,78 @@ fn build_error(error: crate::forward::BuildError) -> BenchError {
     }
 }
 
-/// Writes `events` straight to the sink, `batch` at a time; returns the time taken.
+/// A raw baseline's figures.
+#[derive(Clone, Copy, Debug)]
+pub struct Raw {
+    /// The clock: writing to the sink (and, for the file, rendering each line).
+    pub elapsed: Duration,
+    /// Preparing what is written, before the clock started: SQLite rows (their JSON
+    /// included) and Kafka records. The gateway's forwarders do this inside theirs.
+    pub prepared: Duration,
+}
+
+/// Writes `events` straight to the sink, `batch` at a time.
 pub async fn raw(
     sink: &Sink,
     dir: &Path,
     events: &[Arc<Event>],
     batch: usize,
     round: usize,
-) -> Result<Duration, BenchError> {
-    let _ = round;
+) -> Result<Raw, BenchError> {
     let dir = dir.to_path_buf();
     let events = events.to_vec();
     match sink {
-        Sink::None => Ok(Duration::ZERO),
+        Sink::None => Ok(Raw {
+            elapsed: Duration::ZERO,
+            prepared: Duration::ZERO,
+        }),
         Sink::Sqlite => blocking(move || raw_sqlite(&dir, &events, batch)).await,
         Sink::Kafka { brokers } => raw_kafka(brokers, &dir, &events, round + 2000).await,
         Sink::File => blocking(move || raw_file(&dir, &events, batch)).await,
     }
 }
 
-/// Plain buffered writes of the same lines (rendered before the clock starts),
-/// synced once per batch like the forwarder's default `fsync = "batch"`.
-fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration, BenchError> {
+/// Plain buffered writes of the same lines, synced once per batch like the
+/// forwarder's default `fsync = "batch"`. Each line is rendered inside the clock with
+/// the forwarder's own renderer, from events that have not been rendered before (as
+/// the gateway's are when they arrive), so both sides pay for the JSON.
+fn raw_file(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Raw, BenchError> {
     use std::io::Write;
     let path = dir.join("events.jsonl");
     let io = |source| BenchError::Io {
         context: format!("writing {}", path.display()),
         source,
     };
-    let lines: Vec<Vec<u8>> = events
-        .iter()
-        .map(|e| file::render_line(e, file::Format::Jsonl))
-        .collect();
     let out = std::fs::File::create(&path).map_err(io)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+    let mut line = Vec::with_capacity(512);
     let start = Instant::now();
-    for chunk in lines.chunks(batch.max(1)) {
-        for line in chunk {
-            out.write_all(line).map_err(io)?;
+    for chunk in events.chunks(batch.max(1)) {
+        for event in chunk {
+            line.clear();
+            file::render_into(&mut line, event, file::Format::Jsonl);
+            out.write_all(&line).map_err(io)?;
         }
         out.flush().map_err(io)?;
         out.get_ref().sync_data().map_err(io)?;
     }
-    Ok(start.elapsed())
-}
-
-/// Lines in a file so far (0 while it does not exist).
-fn count_lines(path: &Path, offset: &mut u64, lines: &mut u64) -> Result<u64, BenchError> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return Ok(0);
-    };
-    let io = |source| BenchError::Io {
-        context: format!("reading {}", path.display()),
-        source,
-    };
-    file.seek(SeekFrom::Start(*offset)).map_err(io)?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).map_err(io)?;
-    *offset += buf.len() as u64;
-    *lines += buf.iter().filter(|&&b| b == b'\n').count() as u64;
-    Ok(*lines)
+    Ok(Raw {
+        elapsed: start.elapsed(),
+        prepared: Duration::ZERO,
+    })
 }
 
 /// Plain librdkafka: the same records (encoded before the clock starts) produced
 /// with a FutureProducer configured like the forwarder's, to a topic of their own,
-/// every delivery report awaited.
+/// every delivery report awaited. The producer is warmed before the clock (topic
+/// metadata fetched, one record produced and acknowledged, which also gets the
+/// idempotent producer its id), as the forwarder's is by the time events arrive.
 async fn raw_kafka(
     brokers: &str,
     dir: &Path,
     events: &[Arc<Event>],
     round: usize,
-) -> Result<Duration, BenchError> {
+) -> Result<Raw, BenchError> {
     use rdkafka::producer::FutureProducer;
     let sink = Sink::Kafka {
         brokers: brokers.to_owned(),
@@ -205,11 +205,14 @@ async fn raw_kafka(
         .map_err(build_error)?;
     let _ = forwarder.close().await;
     let encoder = kafka::RecordEncoder::from_options(&options).map_err(build_error)?;
+    let preparing = Instant::now();
     let records: Vec<_> = events.iter().map(|e| encoder.encode(e)).collect();
+    let prepared = preparing.elapsed();
     let producer: FutureProducer = kafka::client_config("raw", &options)
         .map_err(build_error)?
         .create()
         .map_err(kafka_error)?;
+    warm(&producer, &records).await?;
     let start = Instant::now();
     let mut pending = std::collections::VecDeque::new();
     for record in &records {
@@ -243,7 +246,36 @@ async fn raw_kafka(
     tokio::task::spawn_blocking(move || drop(producer))
         .await
         .ok();
-    Ok(elapsed)
+    Ok(Raw { elapsed, prepared })
+}
+
+/// Fetches the topic's metadata and produces one record (a copy of the first,
+/// outside the clock and not counted), waiting for its acknowledgement.
+async fn warm(
+    producer: &rdkafka::producer::FutureProducer,
+    records: &[kafka::Record],
+) -> Result<(), BenchError> {
+    use rdkafka::producer::Producer;
+    let Some(first) = records.first() else {
+        return Ok(());
+    };
+    let client = producer.clone();
+    let topic = first.topic.clone();
+    tokio::task::spawn_blocking(move || {
+        client
+            .client()
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map(drop)
+    })
+    .await
+    .map_err(|e| BenchError::Timeout {
+        what: format!("fetching Kafka metadata failed: {e}"),
+    })?
+    .map_err(kafka_error)?;
+    let delivery = producer
+        .send_result(first.future_record())
+        .map_err(|(error, _)| kafka_error(error))?;
+    delivered(delivery.await)
 }
 
 fn delivered(
@@ -261,46 +293,15 @@ fn delivered(
     }
 }
 
-fn kafka_error(error: rdkafka::error::KafkaError) -> BenchError {
+pub(super) fn kafka_error(error: rdkafka::error::KafkaError) -> BenchError {
     BenchError::Timeout {
         what: format!("Kafka: {error}"),
     }
 }
 
-/// Consumes what `topic` holds so far from the start of every partition; returns
-/// how many messages arrived in this call.
-fn kafka_consume(
-    consumer: &rdkafka::consumer::BaseConsumer,
-    topic: &str,
-    assigned: &mut bool,
-) -> Result<u64, BenchError> {
-    use rdkafka::consumer::Consumer;
-    if !*assigned {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(5))
-            .map_err(kafka_error)?;
-        let mut list = rdkafka::TopicPartitionList::new();
-        for t in metadata.topics().iter().filter(|t| t.name() == topic) {
-            for partition in t.partitions() {
-                list.add_partition_offset(topic, partition.id(), rdkafka::Offset::Beginning)
-                    .map_err(kafka_error)?;
-            }
-        }
-        consumer.assign(&list).map_err(kafka_error)?;
-        *assigned = true;
-    }
-    let mut got = 0;
-    while let Some(message) = consumer.poll(Duration::from_millis(1)) {
-        if message.is_ok() {
-            got += 1;
-        }
-    }
-    Ok(got)
-}
-
 async fn blocking(
-    f: impl FnOnce() -> Result<Duration, BenchError> + Send + 'static,
-) -> Result<Duration, BenchError> {
+    f: impl FnOnce() -> Result<Raw, BenchError> + Send + 'static,
+) -> Result<Raw, BenchError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| BenchError::Timeout {
@@ -308,96 +309,27 @@ async fn blocking(
         })?
 }
 
-fn store_error(error: impl std::fmt::Display) -> BenchError {
+pub(super) fn store_error(error: impl std::fmt::Display) -> BenchError {
     BenchError::Timeout {
         what: format!("SQLite: {error}"),
     }
 }
 
-/// Plain rusqlite: the same rows (rendered before the clock starts) into the same
-/// schema, one transaction and one prepared statement per batch.
-fn raw_sqlite(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Duration, BenchError> {
+/// Plain rusqlite: the same rows (built, JSON included, before the clock starts)
+/// into the same schema, one transaction and one prepared statement per batch.
+fn raw_sqlite(dir: &Path, events: &[Arc<Event>], batch: usize) -> Result<Raw, BenchError> {
     let path = dir.join("audit.db");
     let mut conn =
         store::open_writer(&path, &store::WriterOptions::default()).map_err(store_error)?;
+    let preparing = Instant::now();
     let rows: Vec<EventRow<'_>> = events.iter().map(|e| EventRow::from_event(e)).collect();
+    let prepared = preparing.elapsed();
     let start = Instant::now();
     for chunk in rows.chunks(batch.max(1)) {
         store::raw_insert_rows(&mut conn, chunk).map_err(store_error)?;
     }
-    Ok(start.elapsed())
-}
-
-/// Counts what the gateway's sink holds so far.
-pub struct Counter {
-    sink: Sink,
-    data_dir: PathBuf,
-    sqlite: Option<rusqlite::Connection>,
-    kafka: Option<rdkafka::consumer::BaseConsumer>,
-    round: usize,
-    file_offset: u64,
-    file_lines: u64,
-    kafka_assigned: bool,
-    kafka_count: u64,
-}
-
-impl Counter {
-    pub fn new(sink: &Sink, data_dir: &Path, round: usize) -> Self {
-        Self {
-            kafka: None,
-            round,
-            file_offset: 0,
-            file_lines: 0,
-            kafka_assigned: false,
-            kafka_count: 0,
-            sink: sink.clone(),
-            data_dir: data_dir.to_path_buf(),
-            sqlite: None,
-        }
-    }
-
-    pub fn count(&mut self) -> Result<u64, BenchError> {
-        match self.sink {
-            Sink::None => Ok(u64::MAX),
-            Sink::Sqlite => {
-                let path = self.data_dir.join("audit.db");
-                if self.sqlite.is_none() && path.exists() {
-                    self.sqlite = store::open_reader(&path, Duration::from_secs(5)).ok();
-                }
-                let Some(conn) = &self.sqlite else {
-                    return Ok(0);
-                };
-                conn.query_row("SELECT count(*) FROM events", [], |row| {
-                    row.get::<_, i64>(0)
-                })
-                .map(|n| n as u64)
-                .map_err(store_error)
-            }
-            Sink::File => count_lines(
-                &self.data_dir.join("events.jsonl"),
-                &mut self.file_offset,
-                &mut self.file_lines,
-            ),
-            Sink::Kafka { ref brokers } => {
-                if self.kafka.is_none() {
-                    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
-                        .set("bootstrap.servers", brokers)
-                        .set("group.id", "eventgate-bench")
-                        .set("enable.auto.commit", "false")
-                        // The other sinks are looked at every 5 ms; a fetch that may
-                        // wait 500 ms (the default) for data would add up to that
-                        // much to the clock once the consumer has caught up.
-                        .set("fetch.wait.max.ms", "5")
-                        .create()
-                        .map_err(kafka_error)?;
-                    self.kafka = Some(consumer);
-                }
-                if let Some(consumer) = &self.kafka {
-                    self.kafka_count +=
-                        kafka_consume(consumer, &topic(self.round), &mut self.kafka_assigned)?;
-                }
-                Ok(self.kafka_count)
-            }
-        }
-    }
+    Ok(Raw {
+        elapsed: start.elapsed(),
+        prepared,
+    })
 }

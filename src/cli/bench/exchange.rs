@@ -1,14 +1,19 @@
-//! `eventgate bench exchange`: eventgate's exchange next to containerd's.
+//! `eventgate bench exchange`: eventgate's exchange next to containerd's, eventgate
+//! with its defaults, and the disk's group-commit limit, all in the same run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 
+use super::exchange_table::print_table;
 use crate::bench::daemon::{Daemon, own_cpu_time};
-use crate::bench::exchange::{ExchangeBench, Measurement, measure};
+use crate::bench::exchange::{ExchangeBench, Measurement, measure, published_events};
+use crate::bench::gateway_round::{DiskFigures, defaults_hold, disk_figures, free_admin_address};
 use crate::bench::micros;
+use crate::bench::spool::{Figures, raw};
 use crate::cli::CliError;
 
 #[derive(Debug, Args)]
@@ -32,22 +37,22 @@ pub struct ExchangeArgs {
     /// The containerd binary to compare against (needs root).
     #[arg(long, default_value = "containerd")]
     pub containerd: PathBuf,
-    /// Measure eventgate alone.
+    /// Leave containerd out.
     #[arg(long)]
     pub no_containerd: bool,
-    /// Run eventgate with its default forwarders (JSON-lines file and SQLite store)
-    /// instead of the exchange alone. containerd keeps nothing, so the default
-    /// compares like with like.
+    /// Leave out eventgate with its defaults (no config file: `spool.fsync = "batch"`
+    /// and the `log` and `audit` forwarders).
     #[arg(long)]
-    pub with_forwarders: bool,
-    /// eventgate's `spool.fsync` for the run. Publish answers once the event is
-    /// durable per this mode; containerd persists nothing, so "none" (events still
-    /// written to the OS, surviving a crash of eventgate) is the closest comparison.
+    pub no_defaults: bool,
+    /// `spool.fsync` of the exchange-only eventgate (`forwarder = []`). Publish
+    /// answers once the event is durable per this mode; containerd persists nothing,
+    /// so "none" (events still written to the OS, surviving a crash of eventgate) is
+    /// the closest comparison. The defaults row always runs with "batch".
     #[arg(long, value_enum, default_value = "batch")]
     pub spool_fsync: SpoolFsync,
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SpoolFsync {
     Always,
     Batch,
@@ -64,13 +69,46 @@ impl SpoolFsync {
     }
 }
 
-struct Row {
-    system: &'static str,
-    m: Measurement,
-    peak_rss: Option<u64>,
-    /// CPU microseconds per delivered event: the daemon's, and the benchmark client's.
-    server_cpu_us: f64,
-    client_cpu_us: f64,
+/// What a row runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum System {
+    /// `eventgate serve` with `forwarder = []` and the given `spool.fsync`.
+    Exchange,
+    /// `eventgate serve` without a config file: what a user gets out of the box.
+    Defaults,
+    Containerd,
+}
+
+impl System {
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            System::Exchange => "eventgate, exchange only",
+            System::Defaults => "eventgate, defaults",
+            System::Containerd => "containerd",
+        }
+    }
+}
+
+pub(super) struct Row {
+    pub system: System,
+    pub round: u32,
+    pub m: Measurement,
+    pub peak_rss: Option<u64>,
+    /// CPU microseconds per delivered event: the daemon's (forwarding included,
+    /// until the forwarders held every event), and the benchmark client's.
+    pub server_cpu_us: f64,
+    pub client_cpu_us: f64,
+    pub disk: Option<DiskFigures>,
+    /// First publish until the default forwarders held every event; `None` if they
+    /// had not within the drain timeout.
+    pub held: Option<Duration>,
+}
+
+/// One run of the disk's group-commit limit, made right before `before`'s row.
+pub(super) struct RawRun {
+    pub round: u32,
+    pub before: System,
+    pub figures: Figures,
 }
 
 pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
@@ -82,131 +120,156 @@ pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
         in_flight: args.in_flight as usize,
         drain_timeout: Duration::from_secs(60),
     };
-    let mut systems: Vec<&'static str> = vec!["eventgate"];
-    if !args.no_containerd {
-        systems.push("containerd");
+    let mut systems = vec![System::Exchange];
+    if !args.no_defaults {
+        systems.push(System::Defaults);
     }
+    if !args.no_containerd {
+        systems.push(System::Containerd);
+    }
+    // Calls that can share one fdatasync: every call in flight at once.
+    let group = bench.publishers * bench.in_flight.max(1);
+    // The disk's limit is run right before each durable eventgate row: the disk's
+    // sync latency on a shared machine moves within seconds, so a row is compared
+    // with the raw run next to it rather than with one run per round.
+    let durable = |system: System| match system {
+        System::Exchange => args.spool_fsync == SpoolFsync::Batch,
+        System::Defaults => true,
+        System::Containerd => false,
+    };
+    let records = Arc::new(if systems.iter().any(|s| durable(*s)) {
+        published_events(&bench)
+    } else {
+        Vec::new()
+    });
     let mut rows: Vec<Row> = Vec::new();
+    let mut disk: Vec<RawRun> = Vec::new();
     for round in 0..args.rounds {
-        // Alternate who goes first so neither always gets the warmer machine.
-        let order: Vec<_> = if round % 2 == 0 {
+        // Alternate who goes first so no one always gets the warmer machine.
+        let order: Vec<System> = if round % 2 == 0 {
             systems.clone()
         } else {
             systems.iter().rev().copied().collect()
         };
         for system in order {
-            let run_dir = dir.path().join(format!("{system}-{round}"));
-            std::fs::create_dir_all(&run_dir).map_err(|source| CliError::Io {
-                context: format!("cannot create {}", run_dir.display()),
-                source,
-            })?;
-            let daemon = match system {
-                "containerd" => Daemon::containerd(&args.containerd, &run_dir).await?,
-                _ => {
-                    let config = run_dir.join("eventgate.toml");
-                    let forwarders = if args.with_forwarders {
-                        ""
-                    } else {
-                        "forwarder = []\n"
-                    };
-                    let text = format!(
-                        "{forwarders}[spool]\nfsync = \"{}\"\n",
-                        args.spool_fsync.toml()
-                    );
-                    std::fs::write(&config, text).map_err(|source| CliError::Io {
-                        context: format!("cannot write {}", config.display()),
-                        source,
-                    })?;
-                    let config = config.display().to_string();
-                    Daemon::eventgate(&eventgate, &run_dir, &["--config", &config]).await?
-                }
-            };
-            let address = daemon.socket().display().to_string();
-            let (server_before, client_before) = (daemon.cpu_time(), own_cpu_time());
-            let result = measure(&address, &bench).await;
-            let client_cpu = own_cpu_time().saturating_sub(client_before);
-            let server_cpu = daemon
-                .cpu_time()
-                .zip(server_before)
-                .map(|(after, before)| after.saturating_sub(before));
-            let peak_rss = daemon.peak_rss();
-            daemon.stop(Duration::from_secs(5)).await;
-            let m = result?;
-            let per_event = |d: Duration| d.as_secs_f64() * 1e6 / m.delivered.max(1) as f64;
-            let server_cpu_us = server_cpu.map_or(f64::NAN, per_event);
-            let client_cpu_us = per_event(client_cpu);
+            if durable(system) {
+                let path = dir.path().join(format!("raw-{round}.log"));
+                let f = raw(path.clone(), Arc::clone(&records), group, true).await?;
+                eprintln!(
+                    "round {} {:>24}: {:>9.0} records/s, p50 {} per group of {group}",
+                    round + 1,
+                    "raw disk",
+                    f.events_per_sec(),
+                    micros(f.latency.value_at_quantile(0.5)),
+                );
+                std::fs::remove_file(&path).map_err(|source| CliError::Io {
+                    context: format!("cannot remove {}", path.display()),
+                    source,
+                })?;
+                disk.push(RawRun {
+                    round,
+                    before: system,
+                    figures: f,
+                });
+            }
+            let run_dir = dir
+                .path()
+                .join(format!("{system:?}-{round}").to_lowercase());
+            let row = run_one(&args, &bench, &eventgate, &run_dir, system, round).await?;
             eprintln!(
-                "round {} {system:>10}: {:>9.0} delivered/s, p99 {}, lost {}, cpu/event server {server_cpu_us:.1} µs client {client_cpu_us:.1} µs",
+                "round {} {:>24}: {:>9.0} delivered/s, p99 {}, lost {}, cpu/event server {:.1} µs client {:.1} µs",
                 round + 1,
-                m.delivered_per_sec(),
-                micros(m.quantile(0.99)),
-                m.lost()
+                system.label(),
+                row.m.delivered_per_sec(),
+                micros(row.m.quantile(0.99)),
+                row.m.lost(),
+                row.server_cpu_us,
+                row.client_cpu_us,
             );
-            rows.push(Row {
-                system,
-                m,
-                peak_rss,
-                server_cpu_us,
-                client_cpu_us,
-            });
+            rows.push(row);
+            // Each round's gateway starts on an empty data directory; the old one
+            // only takes disk space.
+            if system != System::Containerd {
+                let _ = std::fs::remove_dir_all(&run_dir);
+            }
         }
     }
-    print_table(&args, &systems, rows);
+    print_table(&args, &systems, group, rows, disk);
     Ok(ExitCode::SUCCESS)
 }
 
-fn median_row(mut rows: Vec<Row>) -> Option<Row> {
-    rows.sort_by(|a, b| a.m.delivered_per_sec().total_cmp(&b.m.delivered_per_sec()));
-    let mid = rows.len() / 2;
-    rows.into_iter().nth(mid)
-}
-
-fn print_table(args: &ExchangeArgs, systems: &[&'static str], rows: Vec<Row>) {
-    let mut medians = Vec::new();
-    let mut rows = rows;
-    for system in systems {
-        let (mine, rest): (Vec<Row>, Vec<Row>) =
-            rows.into_iter().partition(|r| r.system == *system);
-        rows = rest;
-        if let Some(row) = median_row(mine) {
-            medians.push(row);
+/// One system, one round, in the fresh directory `run_dir`.
+async fn run_one(
+    args: &ExchangeArgs,
+    bench: &ExchangeBench,
+    eventgate: &Path,
+    run_dir: &Path,
+    system: System,
+    round: u32,
+) -> Result<Row, CliError> {
+    std::fs::create_dir_all(run_dir).map_err(|source| CliError::Io {
+        context: format!("cannot create {}", run_dir.display()),
+        source,
+    })?;
+    let admin = free_admin_address()?;
+    let daemon = match system {
+        System::Containerd => Daemon::containerd(&args.containerd, run_dir).await?,
+        System::Exchange => {
+            let config = run_dir.join("eventgate.toml");
+            let text = format!(
+                "forwarder = []\n[spool]\nfsync = \"{}\"\n",
+                args.spool_fsync.toml()
+            );
+            std::fs::write(&config, text).map_err(|source| CliError::Io {
+                context: format!("cannot write {}", config.display()),
+                source,
+            })?;
+            let config = config.display().to_string();
+            let extra = ["--config", &config, "--admin", &admin];
+            Daemon::eventgate(eventgate, run_dir, &extra).await?
         }
-    }
-    println!(
-        "{} publishers x {} subscribers, {} events per publisher, median of {} rounds\n",
-        args.publishers, args.subscribers, args.events, args.rounds
-    );
-    println!(
-        "| system | delivered events/s | published events/s | p50 | p99 | p99.9 | lost | server CPU / delivery | client CPU / delivery | server peak RSS |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for row in &medians {
-        let m = &row.m;
-        println!(
-            "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {:.1} µs | {:.1} µs | {} |",
-            row.system,
-            m.delivered_per_sec(),
-            m.published_per_sec(),
-            micros(m.quantile(0.5)),
-            micros(m.quantile(0.99)),
-            micros(m.quantile(0.999)),
-            m.lost(),
-            row.server_cpu_us,
-            row.client_cpu_us,
-            row.peak_rss
-                .map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
-        );
-    }
-    if let [ours, theirs] = medians.as_slice() {
-        println!(
-            "\neventgate / containerd: {:.2}x delivered events/s; p99 {:.2}x ({} vs {}); \
-             server CPU per delivery {:.2}x; peak RSS {:.2}x",
-            ours.m.delivered_per_sec() / theirs.m.delivered_per_sec().max(1e-9),
-            ours.m.quantile(0.99) as f64 / theirs.m.quantile(0.99).max(1) as f64,
-            micros(ours.m.quantile(0.99)),
-            micros(theirs.m.quantile(0.99)),
-            ours.server_cpu_us / theirs.server_cpu_us,
-            ours.peak_rss.unwrap_or(0) as f64 / theirs.peak_rss.unwrap_or(1).max(1) as f64,
-        );
-    }
+        System::Defaults => Daemon::eventgate(eventgate, run_dir, &["--admin", &admin]).await?,
+    };
+    let address = daemon.socket().display().to_string();
+    let (server_before, client_before) = (daemon.cpu_time(), own_cpu_time());
+    let result = measure(&address, bench).await;
+    let client_cpu = own_cpu_time().saturating_sub(client_before);
+    let m = match result {
+        Ok(m) => m,
+        Err(e) => {
+            daemon.stop(Duration::from_secs(5)).await;
+            return Err(e.into());
+        }
+    };
+    let held = match system {
+        System::Defaults => {
+            let data_dir = run_dir.join("eventgate");
+            let stored = m.published + m.warmups;
+            defaults_hold(&data_dir, stored, bench.drain_timeout)
+                .await?
+                .map(|at| at.duration_since(m.started))
+        }
+        _ => None,
+    };
+    let disk = match system {
+        System::Containerd => None,
+        _ => Some(disk_figures(&admin).await?),
+    };
+    let server_cpu = daemon
+        .cpu_time()
+        .zip(server_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    let peak_rss = daemon.peak_rss();
+    daemon.stop(Duration::from_secs(5)).await;
+    let per_event = |d: Duration| d.as_secs_f64() * 1e6 / m.delivered.max(1) as f64;
+    Ok(Row {
+        system,
+        round,
+        server_cpu_us: server_cpu.map_or(f64::NAN, per_event),
+        client_cpu_us: per_event(client_cpu),
+        m,
+        peak_rss,
+        disk,
+        held,
+    })
 }

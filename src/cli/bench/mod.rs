@@ -2,6 +2,7 @@
 
 mod backlog;
 mod exchange;
+mod exchange_table;
 mod forwarder;
 mod query;
 mod reconcile;

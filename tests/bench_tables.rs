@@ -1,0 +1,130 @@
+//! `bench exchange` and `bench forwarder` at tiny sizes, so the rows the README's
+//! tables come from cannot rot: each row is produced, and says what it ran.
+
+mod support;
+
+use support::tansu::tansu_bin;
+use support::*;
+
+/// The table row whose first cell is `first`, split into its cells.
+fn row<'a>(table: &'a str, first: &str) -> Vec<&'a str> {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {first} |")))
+        .unwrap_or_else(|| panic!("no row {first:?} in:\n{table}"));
+    line.trim_matches('|').split('|').map(str::trim).collect()
+}
+
+fn number(cell: &str) -> f64 {
+    cell.trim_end_matches('%')
+        .parse()
+        .unwrap_or_else(|_| panic!("{cell:?} is not a number"))
+}
+
+fn run(args: &[&str]) -> String {
+    let out = eventgate()
+        .args(args)
+        .output()
+        .expect("run eventgate bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?} failed:\n{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One run measures the exchange alone, eventgate as it comes (no config file), and
+/// the disk's group-commit limit, and gives both ratios from that same run.
+#[test]
+fn the_exchange_benchmark_runs_the_defaults_and_the_disk_next_to_the_exchange() {
+    let table = run(&[
+        "bench",
+        "exchange",
+        "--rounds",
+        "1",
+        "--events",
+        "300",
+        "--no-containerd",
+    ]);
+
+    let exchange = row(&table, "eventgate, exchange only");
+    assert!(exchange[1].contains("`forwarder = []`"), "{exchange:?}");
+    assert!(exchange[1].contains("\"batch\""), "{exchange:?}");
+    assert_eq!(exchange[7], "0", "nothing lost: {exchange:?}");
+    let defaults = row(&table, "eventgate, defaults");
+    assert!(defaults[1].starts_with("no config file"), "{defaults:?}");
+    assert_eq!(defaults[7], "0", "nothing lost: {defaults:?}");
+    let disk = row(&table, "raw disk");
+    assert!(
+        disk[1].contains("per 4 (publishers x in flight)"),
+        "{disk:?}"
+    );
+    assert!(number(disk[3]) > 0.0, "{disk:?}");
+    assert!(
+        !table.lines().any(|l| l.starts_with("| containerd |")),
+        "--no-containerd still ran containerd:\n{table}"
+    );
+
+    // The defaults' forwarders stored every event of the round (the disk table's
+    // last cell is a time, not "not within the drain timeout").
+    let disk_rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| eventgate, defaults |"))
+        .collect();
+    let held = disk_rows
+        .iter()
+        .find(|l| l.contains("the delivery clock"))
+        .unwrap_or_else(|| panic!("no forwarders' time in:\n{table}"));
+    assert!(held.contains(" s ("), "{held}");
+
+    for ratio in ["- (a) defaults / exchange only", "- (b) exchange only"] {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(ratio))
+            .unwrap_or_else(|| panic!("no {ratio:?} in:\n{table}"));
+        let x = line
+            .split("**")
+            .nth(1)
+            .and_then(|r| r.strip_suffix('x'))
+            .unwrap_or_else(|| panic!("no ratio in {line}"));
+        assert!(number(x) > 0.0, "{line}");
+    }
+}
+
+/// Each sink's row has its raw baseline and the in-process pipeline next to the
+/// gateway (the Kafka baseline's producer is warmed first, which needs a broker).
+#[test]
+#[ignore = "needs tansu"]
+fn the_forwarder_benchmark_compares_each_sink_with_its_raw_baseline() {
+    let tansu = tansu_bin();
+    let table = run(&[
+        "bench",
+        "forwarder",
+        "--rounds",
+        "1",
+        "--events",
+        "600",
+        "--sink",
+        "file",
+        "--sink",
+        "sqlite",
+        "--sink",
+        "kafka",
+        "--tansu",
+        path_str(&tansu),
+        "--timeout",
+        "60s",
+    ]);
+    for sink in ["file", "sqlite", "kafka"] {
+        let cells = row(&table, sink);
+        for (i, what) in [(1, "through the gateway"), (2, "raw"), (6, "pipeline")] {
+            assert!(number(cells[i]) > 0.0, "{sink} {what}: {cells:?}");
+        }
+        assert!(number(cells[4]) > 0.0, "{sink} gateway / raw: {cells:?}");
+        // The file's lines are rendered inside the raw clock, as the forwarder does.
+        let prepared = if sink == "file" {
+            "nothing"
+        } else {
+            "µs/event"
+        };
+        assert!(cells[3].contains(prepared), "{sink}: {cells:?}");
+    }
+}
