@@ -108,6 +108,7 @@ pub fn open(
         len,
         has_records: len > 0,
         metrics: writer::WriterMetrics::new(),
+        gather: writer::Gather::default(),
     };
     let thread = std::thread::Builder::new()
         .name("spool-writer".into())

@@ -2,6 +2,15 @@
 //! was appended since its last turn, writes it with one `write_all`, syncs per the
 //! fsync mode and publishes the durable position. Publishers that append while a
 //! sync is running are taken together on the next turn (group commit).
+//!
+//! Gathering: publishers answered by one fdatasync send their next events together,
+//! but microseconds apart, and each waits for its answer before sending again. If the
+//! writer synced as soon as the first of them arrived, the others would wait for the
+//! whole next sync and groups would alternate between one record and the rest
+//! (measured: 1.6 records per sync with 4 publishers). So when fewer records wait than
+//! the last group held, the writer waits for the rest, at most as long as the last
+//! fdatasync took (never more than `GATHER_MAX`): what a late publisher would
+//! otherwise wait anyway. A single publisher never waits: its group was one record.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -19,6 +28,16 @@ use super::space::{REFRESH_MIN, REFRESH_PERIOD};
 /// How often dirty cursors are written at most.
 const CURSOR_PERIOD: Duration = Duration::from_secs(1);
 
+/// The longest wait for the rest of a group, whatever the disk's sync time.
+const GATHER_MAX: Duration = Duration::from_millis(1);
+
+/// The last group, which the next one waits to match (see the module doc).
+#[derive(Default)]
+pub struct Gather {
+    records: usize,
+    sync: Duration,
+}
+
 pub struct Writer {
     pub shared: Arc<Shared>,
     /// The active segment, open for appending.
@@ -28,6 +47,7 @@ pub struct Writer {
     /// Whether the active segment holds any record (a roll never leaves an empty file).
     pub has_records: bool,
     pub metrics: WriterMetrics,
+    pub gather: Gather,
 }
 
 /// Looked up once: each turn records several, and a lookup hashes the key every time.
@@ -134,6 +154,26 @@ impl Writer {
                 .0;
             state.writer_idle = false;
         }
+        if self.shared.settings.fsync == Fsync::Batch
+            && !state.buf.is_empty()
+            && state.ends.len() < self.gather.records
+        {
+            let until = Instant::now() + self.gather.sync.min(GATHER_MAX);
+            while state.ends.len() < self.gather.records && !state.closing {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                state.writer_idle = true;
+                state = self
+                    .shared
+                    .wake
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+                state.writer_idle = false;
+            }
+        }
         std::mem::swap(&mut state.buf, &mut spare.0);
         std::mem::swap(&mut state.ends, &mut spare.1);
         let buf = std::mem::take(&mut spare.0);
@@ -192,7 +232,12 @@ impl Writer {
         match mode {
             Fsync::Always => {}
             Fsync::Batch => {
+                let started = Instant::now();
                 self.sync().map_err(Fault::at("fdatasync"))?;
+                self.gather = Gather {
+                    records: ends.len(),
+                    sync: started.elapsed(),
+                };
                 self.publish(last);
             }
             Fsync::None => self.publish(last),
