@@ -216,20 +216,7 @@ impl Forwarder for FileForwarder {
     fn send<'a>(&'a self, batch: &'a super::Batch) -> BoxFuture<'a, Result<(), ForwardError>> {
         let writer = Arc::clone(&self.writer);
         let batch = batch.clone();
-        Box::pin(async move {
-            let written =
-                tokio::task::spawn_blocking(move || lock(&writer).write_batch(batch.events()))
-                    .await;
-            match written {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(ForwardError::retryable(chain(&error)).with_source(error)),
-                Err(error) => Err(ForwardError::retryable(format!(
-                    "forwarder {:?}: the write task failed: {error}",
-                    self.name
-                ))
-                .with_source(error)),
-            }
-        })
+        self.blocking(move || lock(&writer).write_batch(batch.events()))
     }
 
     fn checkpoint(&self, next: u64) -> BoxFuture<'_, Result<(), ForwardError>> {
