@@ -323,6 +323,8 @@ impl Pipeline {
             .increment(0);
         metrics::counter!("eventgate_forwarder_retries_total", "forwarder" => name.to_string())
             .increment(0);
+        metrics::counter!("eventgate_forwarder_checkpoint_failures_total", "forwarder" => name.to_string())
+            .increment(0);
         let dead_letters =
             deadletter::Hook::new(Arc::clone(&name), part.dead_letters, part.batch.events);
         let closing = self.closing.child_token();
