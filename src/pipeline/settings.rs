@@ -67,7 +67,7 @@ impl Default for QueueSettings {
     }
 }
 
-/// `batch = { events = 1000, bytes = "1MiB", linger = "5ms" }`
+/// `batch = { events = 1000, bytes = "1MiB", linger = "50ms" }`
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BatchSettings {
@@ -77,6 +77,10 @@ pub struct BatchSettings {
     pub bytes: ByteSize,
     /// How long a batch may wait to fill up after its first event arrived. Events
     /// that queue up while a batch is being delivered are batched without waiting.
+    /// 50 ms by default: at a few thousand events a second, fewer and larger batches
+    /// cost the SQLite store far fewer page writes per row (measured with `bench
+    /// exchange`: 21.2 against 24.4 µs of server CPU per delivery with the default
+    /// forwarders, 5 ms before), for 50 ms more before a lone event reaches a sink.
     #[serde(with = "crate::config::duration_text")]
     pub linger: Duration,
 }
@@ -86,7 +90,7 @@ impl Default for BatchSettings {
         Self {
             events: 0,
             bytes: ByteSize(4 << 20),
-            linger: Duration::from_millis(5),
+            linger: Duration::from_millis(50),
         }
     }
 }
