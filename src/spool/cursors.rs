@@ -30,22 +30,7 @@ pub fn load(path: &Path) -> io::Result<Result<Option<Cursors>, String>> {
 }
 
 fn parse(bytes: &[u8]) -> Result<Cursors, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
-    let body_end = text
-        .trim_end_matches('\n')
-        .rfind('\n')
-        .map(|i| i + 1)
-        .ok_or("no checksum line")?;
-    let (body, last) = text.split_at(body_end);
-    let crc = last
-        .trim_end()
-        .strip_prefix("crc32 ")
-        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-        .ok_or("the last line is not `crc32 <hex>`")?;
-    if crc32fast::hash(body.as_bytes()) != crc {
-        return Err("checksum mismatch".into());
-    }
-    let mut lines = body.lines();
+    let mut lines = files::unseal(bytes)?.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("the first line is not {MAGIC:?}"));
     }
@@ -65,9 +50,7 @@ pub fn render(cursors: &Cursors) -> String {
     for (name, seq) in cursors {
         text.push_str(&format!("{name} {seq}\n"));
     }
-    let crc = crc32fast::hash(text.as_bytes());
-    text.push_str(&format!("crc32 {crc:08x}\n"));
-    text
+    files::seal(text)
 }
 
 pub fn save(path: &Path, cursors: &Cursors) -> io::Result<()> {

@@ -48,6 +48,34 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Ends `text` (lines, each with its newline) with `crc32 <hex>` of everything before,
+/// so that a flipped bit in a small state file is found instead of trusted.
+pub fn seal(mut text: String) -> String {
+    let crc = crc32fast::hash(text.as_bytes());
+    text.push_str(&format!("crc32 {crc:08x}\n"));
+    text
+}
+
+/// The lines of a [`seal`]ed text before its checksum line, once the checksum holds.
+pub fn unseal(bytes: &[u8]) -> Result<&str, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+    let body_end = text
+        .trim_end_matches('\n')
+        .rfind('\n')
+        .map(|i| i + 1)
+        .ok_or("no checksum line")?;
+    let (body, last) = text.split_at(body_end);
+    let crc = last
+        .trim_end()
+        .strip_prefix("crc32 ")
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .ok_or("the last line is not `crc32 <hex>`")?;
+    if crc32fast::hash(body.as_bytes()) != crc {
+        return Err("checksum mismatch".into());
+    }
+    Ok(body)
+}
+
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new file:
 /// temp file, fsync, rename, fsync of the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -39,7 +39,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::event::Event;
-pub use files::write_atomic;
+pub use files::{seal, unseal, write_atomic};
 #[cfg(test)]
 pub(crate) use gate::Gate;
 pub use reader::{Gap, ReadBatch, Reader};

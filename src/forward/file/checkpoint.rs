@@ -23,7 +23,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::spool::write_atomic;
+use crate::spool::{seal, unseal, write_atomic};
 
 const MAGIC: &str = "eventgate file checkpoint 1";
 
@@ -98,36 +98,18 @@ impl Record {
 }
 
 pub fn render(record: &Record) -> String {
-    let mut text = format!(
+    seal(format!(
         "{MAGIC}\nnext {}\nfile {} {}\nlen {}\nsealed {}\n",
         record.next,
         record.file.dev,
         record.file.ino,
         record.len,
         u8::from(record.sealed)
-    );
-    let crc = crc32fast::hash(text.as_bytes());
-    text.push_str(&format!("crc32 {crc:08x}\n"));
-    text
+    ))
 }
 
 pub fn parse(bytes: &[u8]) -> Result<Record, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
-    let body_end = text
-        .trim_end_matches('\n')
-        .rfind('\n')
-        .map(|i| i + 1)
-        .ok_or("no checksum line")?;
-    let (body, last) = text.split_at(body_end);
-    let crc = last
-        .trim_end()
-        .strip_prefix("crc32 ")
-        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-        .ok_or("the last line is not `crc32 <hex>`")?;
-    if crc32fast::hash(body.as_bytes()) != crc {
-        return Err("checksum mismatch".into());
-    }
-    let mut lines = body.lines();
+    let mut lines = unseal(bytes)?.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("the first line is not {MAGIC:?}"));
     }
