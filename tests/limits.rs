@@ -175,10 +175,12 @@ async fn event_size_subscribers_and_filters_are_limited_with_clear_statuses() {
 #[tokio::test]
 async fn a_publish_that_waits_too_long_is_deadline_exceeded() {
     // A forwarder that never delivers (its broker is a closed port) with a one-event
-    // queue that blocks publishers for longer than the request timeout.
+    // queue that blocks publishers for longer than the request timeout. No linger:
+    // a batch still filling would take the publishes the queue is meant to hold up.
     let config = "[exchange.limits]\nrequest_timeout = \"300ms\"\n\n\
         [[forwarder]]\nname = \"stuck\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n\
-        topic = \"events\"\nqueue = { events = 1, overflow = \"block\", block_timeout = \"60s\" }\n";
+        topic = \"events\"\nqueue = { events = 1, overflow = \"block\", block_timeout = \"60s\" }\n\
+        batch = { linger = \"0s\" }\n";
     let mut gw = start(tempfile::tempdir().expect("tempdir"), config);
     let mut client = gw.client().await;
     let mut outcome = Vec::new();
