@@ -13,7 +13,6 @@ use std::io::Write;
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
-use serde_json::Value;
 use support::*;
 
 /// Both default forwarders, with checkpoints only at shutdown or when much has been
@@ -40,21 +39,6 @@ async fn publish(gw: &Gateway, ids: std::ops::Range<u32>) {
             .await
             .expect("publish");
     }
-}
-
-/// Container ids of the log's exit lines, in file order.
-fn logged(path: &Path) -> Vec<String> {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["topic"] == "/tasks/exit")
-        .map(|line| {
-            line["event"]["container_id"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned()
-        })
-        .collect()
 }
 
 fn ids(range: std::ops::Range<u32>) -> Vec<String> {
@@ -128,7 +112,7 @@ fn assert_cursors_behind_the_sinks(data: &Path) {
 fn wait_logged(gw: &mut Gateway, path: &Path, expected: &[String]) {
     let deadline = std::time::Instant::now() + DEADLINE;
     loop {
-        let found = logged(path);
+        let found = logged_exits(path);
         if found == expected {
             return;
         }
@@ -190,5 +174,5 @@ async fn crashes_and_a_power_loss_image_leave_every_event_in_the_log_exactly_onc
     assert!(gw.terminate().success(), "{}", gw.stderr_text());
     // A clean stop checkpoints everything: the log's record covers the whole file.
     assert_eq!(record(&data)["len"], fs::metadata(&log).expect("log").len());
-    assert_eq!(logged(&log), ids(0..90));
+    assert_eq!(logged_exits(&log), ids(0..90));
 }

@@ -17,7 +17,6 @@ use prost::Message as _;
 use rand::Rng;
 use rdkafka::message::Message;
 use rusqlite::{Connection, OpenFlags};
-use serde_json::Value;
 use support::tansu::{Tansu, consume};
 use support::*;
 
@@ -69,21 +68,6 @@ fn stored(db: &Path) -> HashMap<String, i64> {
         .expect("query")
         .collect::<Result<_, _>>()
         .unwrap_or_default()
-}
-
-/// Container ids in the JSON-lines log, in file order.
-fn logged(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["topic"] == "/tasks/exit")
-        .map(|line| {
-            line["event"]["container_id"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned()
-        })
-        .collect()
 }
 
 /// Container ids of the Kafka topic's exit events, in partition order.
@@ -183,7 +167,7 @@ async fn sigkill_at_random_points_loses_no_acknowledged_event() {
         "every acknowledged event in the log",
         Duration::from_secs(60),
         || {
-            let lines = logged(&log);
+            let lines = logged_exits(&log);
             let set: HashSet<&String> = lines.iter().collect();
             acked.iter().all(|id| set.contains(id)).then_some(lines)
         },
@@ -241,7 +225,7 @@ async fn a_frozen_broker_holds_back_only_kafka_and_its_backlog_arrives_in_order(
         (stored(&db).len() == ids.len()).then_some(())
     });
     wait_for("the log to keep up during the outage", DEADLINE, || {
-        (logged(&data.join("events.jsonl")) == ids).then_some(())
+        (logged_exits(&data.join("events.jsonl")) == ids).then_some(())
     });
     tansu.resume();
     let brokers = tansu.brokers();

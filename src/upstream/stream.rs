@@ -22,11 +22,11 @@ use crate::exchange::{AcceptError, Appended};
 use crate::proto::containerd::types::Envelope;
 
 /// An event waiting for its place in the order.
-struct Outgoing {
-    source: Source,
-    envelope: Envelope,
-    origin: Origin,
-    then: Then,
+pub(super) struct Outgoing {
+    pub source: Source,
+    pub envelope: Envelope,
+    pub origin: Origin,
+    pub then: Then,
 }
 
 /// The append of the next outgoing event, waiting for room; `None` when the event
@@ -166,7 +166,7 @@ impl Task {
     /// Appends an event, waiting out full `block` queues, a full spool and a disk
     /// below `spool.min_free`: an upstream event has nowhere else to go, and while we
     /// wait the upstream holds the rest for us.
-    async fn append(&self, item: Outgoing) -> Result<Option<(Appended, Then)>, Ended> {
+    pub(super) async fn append(&self, item: Outgoing) -> Result<Option<(Appended, Then)>, Ended> {
         let mut warned = false;
         loop {
             let appended = self
@@ -184,7 +184,10 @@ impl Task {
                         tracing::warn!(upstream = %self.name, error = %full, "no room for upstream events; holding the upstream until there is");
                         warned = true;
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Err(Ended::Cancelled),
+                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
                 }
                 Err(AcceptError::Closed) => return Err(Ended::ExchangeClosed),
                 Err(error @ AcceptError::Spool(_)) => return Err(self.spool_failed(error)),

@@ -12,16 +12,18 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Response, Status, Streaming};
 
 use super::backoff::Backoff;
+use super::inflight::Then;
 use super::markers::{self, Connected, Disconnected};
 use super::reconciler::{Reconciler, Trigger};
 use super::settings::UpstreamSpec;
 use super::status::{UpstreamState, UpstreamStatus};
+use super::stream::Outgoing;
 use super::transport::NotifySent;
 use super::watch::SocketWake;
 use crate::client;
 use crate::errors;
 use crate::event::{Origin, Source};
-use crate::exchange::{AcceptError, Exchange};
+use crate::exchange::Exchange;
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::proto::containerd::services::events::v1::events_client::EventsClient;
 use crate::proto::containerd::types::Envelope;
@@ -244,35 +246,18 @@ impl Task {
     /// queues, a full spool and a disk below `spool.min_free` as events do. Only
     /// between subscriptions, when nothing of the upstream is in flight.
     async fn accept(&self, source: Source, envelope: Envelope) -> Result<(), Ended> {
-        let mut warned = false;
-        loop {
-            let accepted = self
-                .exchange
-                .accept_with(source.clone(), envelope.clone(), Origin::Live)
-                .await;
-            match accepted {
-                Ok(_) => return Ok(()),
-                Err(
-                    full @ (AcceptError::QueueFull(_)
-                    | AcceptError::SpoolFull(_)
-                    | AcceptError::DiskLow(_)),
-                ) => {
-                    if !warned {
-                        tracing::warn!(upstream = %self.name, error = %full, "no room for upstream events; holding the upstream until there is");
-                        warned = true;
-                    }
-                    tokio::select! {
-                        () = self.cancel.cancelled() => return Err(Ended::Cancelled),
-                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
-                    }
-                }
-                Err(AcceptError::Closed) => return Err(Ended::ExchangeClosed),
-                Err(error @ AcceptError::Spool(_)) => return Err(self.spool_failed(error)),
-                Err(error) => {
-                    tracing::error!(upstream = %self.name, %error, "gap marker refused");
-                    return Ok(());
-                }
-            }
+        let item = Outgoing {
+            source,
+            envelope,
+            origin: Origin::Live,
+            then: Then::Record,
+        };
+        match self.append(item).await? {
+            Some((appended, _)) => appended
+                .durable
+                .await
+                .map_err(|error| self.spool_failed(error)),
+            None => Ok(()),
         }
     }
 

@@ -595,3 +595,18 @@ pub fn scrape(gw: &mut Gateway) -> prometheus::Scrape {
     assert_eq!(code, 200, "{body}");
     prometheus::parse(&body)
 }
+
+/// Container ids of the `/tasks/exit` lines in a JSON-lines log, in file order.
+pub fn logged_exits(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["topic"] == "/tasks/exit")
+        .map(|line| {
+            line["event"]["container_id"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}

@@ -254,6 +254,24 @@ impl Forwarder for SqliteForwarder {
     }
 }
 
+/// The open write connection, with no transaction left over. A transaction is only
+/// left open if a rollback itself failed; without this every later BEGIN would fail
+/// and the forwarder would never recover.
+fn writable<'a>(
+    name: &str,
+    conn: &'a mut Option<Connection>,
+) -> Result<&'a mut Connection, ForwardError> {
+    let conn = conn
+        .as_mut()
+        .ok_or_else(|| ForwardError::permanent("the audit store is closed"))?;
+    if !conn.is_autocommit()
+        && let Err(error) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::warn!(forwarder = name, %error, "rolling back a leftover transaction failed");
+    }
+    Ok(conn)
+}
+
 /// Records `next` in a commit that syncs the write-ahead log, and with it every commit
 /// before. Blocking.
 fn checkpoint(
@@ -263,14 +281,7 @@ fn checkpoint(
     synchronous: Synchronous,
 ) -> Result<(), ForwardError> {
     let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(conn) = guard.as_mut() else {
-        return Err(ForwardError::permanent("the audit store is closed"));
-    };
-    if !conn.is_autocommit()
-        && let Err(error) = conn.execute_batch("ROLLBACK")
-    {
-        tracing::warn!(forwarder = name, %error, "rolling back a leftover transaction failed");
-    }
+    let conn = writable(name, &mut guard)?;
     let at =
         crate::proto::rfc3339_nanos(&prost_types::Timestamp::from(std::time::SystemTime::now()));
     let full = || -> rusqlite::Result<()> {
@@ -307,16 +318,7 @@ fn write_batch(
 ) -> Result<(), ForwardError> {
     let (first_seq, last_seq) = batch.seq_range();
     let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(conn) = guard.as_mut() else {
-        return Err(ForwardError::permanent("the audit store is closed"));
-    };
-    // A transaction is only left open if a rollback itself failed; without this
-    // every later BEGIN would fail and the forwarder would never recover.
-    if !conn.is_autocommit()
-        && let Err(error) = conn.execute_batch("ROLLBACK")
-    {
-        tracing::warn!(forwarder = name, %error, "rolling back a leftover transaction failed");
-    }
+    let conn = writable(name, &mut guard)?;
     // Decoding to JSON is the costly part of a row; it runs here, off the runtime.
     let rows: Vec<EventRow<'_>> = batch
         .events()
