@@ -161,7 +161,7 @@ fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
 }
 
 /// The file's bytes, once it is known to hold at least one well-formed certificate.
-fn read_certs(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+pub(crate) fn read_certs(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     let pem = read(key, path)?;
     let mut count = 0;
     for cert in CertificateDer::pem_slice_iter(&pem) {
@@ -182,7 +182,7 @@ fn read_certs(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
 }
 
 /// The file's bytes, once it is known to hold a private key.
-fn read_key(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+pub(crate) fn read_key(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     let pem = read(key, path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::NoPrivateKey {
         key,

@@ -299,3 +299,137 @@ fn serve_refuses_bad_upstream_flags_before_starting() {
     // Nothing was started: no socket left behind.
     assert!(!dir.path().join("eventgate.sock").exists());
 }
+
+/// The kafka forwarder's security keys and librdkafka's own refusals: both
+/// check-config and serve refuse them before anything connects, naming the key or
+/// the librdkafka property, and never showing a secret read from a file.
+#[test]
+fn check_config_and_serve_refuse_bad_kafka_security_by_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = certs::generate(dir.path(), "kafka");
+    let password = dir.path().join("password");
+    std::fs::write(&password, "s3cr3t-pw\n").expect("write");
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "").expect("write");
+    let (ca, password, empty) = (path_str(&pki.ca), path_str(&password), path_str(&empty));
+    let cases = [
+        (
+            format!(r#"tls = {{ ca = "{}/missing.pem" }}"#, dir.path().display()),
+            "cannot read `tls.ca` file",
+        ),
+        (format!(r#"tls = {{ ca = "{password}" }}"#), "`tls.ca` file"),
+        (
+            format!(r#"tls = {{ ca = "{ca}", cert = "{ca}" }}"#),
+            "`tls.cert` needs `tls.key`",
+        ),
+        (
+            format!(r#"tls = {{ ca = "{ca}", verify = false }}"#),
+            "unknown field `verify`",
+        ),
+        (
+            r#"sasl = { mechanism = "SCRAM-SHA-1" }"#.to_owned(),
+            "\"SCRAM-SHA-256\", \"SCRAM-SHA-512\"",
+        ),
+        (
+            r#"sasl = { mechanism = "PLAIN", username = "u" }"#.to_owned(),
+            "needs `sasl.password_file`",
+        ),
+        (
+            format!(
+                r#"sasl = {{ mechanism = "SCRAM-SHA-512", username = "u", password_file = "{empty}" }}"#
+            ),
+            "`sasl.password_file` file",
+        ),
+        (
+            format!(
+                r#"sasl = {{ mechanism = "OAUTHBEARER", username = "u", password_file = "{password}" }}"#
+            ),
+            "are for PLAIN and SCRAM",
+        ),
+        (
+            r#"sasl = { mechanism = "GSSAPI" }"#.to_owned(),
+            "needs `sasl.kerberos",
+        ),
+        (
+            r#"properties = { "compression.type" = "brotli" }"#.to_owned(),
+            "\"compression.type\"",
+        ),
+        (
+            r#"properties = { "no.such.property" = 1 }"#.to_owned(),
+            "\"no.such.property\"",
+        ),
+        (
+            format!(
+                r#"sasl = {{ mechanism = "PLAIN", username = "u", password_file = "{password}" }}
+properties = {{ "sasl.oauthbearer.method" = "oidc-ish" }}"#
+            ),
+            "",
+        ),
+    ];
+    let config = dir.path().join("kafka.toml");
+    for (keys, wanted) in &cases {
+        std::fs::write(
+            &config,
+            format!(
+                "[[forwarder]]\nname = \"k\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:1\"\ntopic = \"events\"\n{keys}\n"
+            ),
+        )
+        .expect("write");
+        // A config that is fine would leave serve running: only check-config for it.
+        let commands: &[&str] = if wanted.is_empty() {
+            &["check-config"]
+        } else {
+            &["check-config", "serve --config"]
+        };
+        for command in commands {
+            let mut cmd = eventgate();
+            cmd.args(command.split(' ')).arg(&config);
+            if command.starts_with("serve") {
+                cmd.args(["--data-dir", path_str(&dir.path().join("data"))]);
+            }
+            let (ok, out, err) = run(&mut cmd);
+            if wanted.is_empty() {
+                // The typed `sasl` key owns every `sasl.*` property: the passthrough
+                // one is dropped, not handed to librdkafka to refuse.
+                assert!(ok, "{command} refused {keys}: {err}");
+                continue;
+            }
+            assert!(!ok, "{command} accepted {keys}: {out}");
+            assert!(
+                err.contains(wanted) && err.contains("\"k\"") && !err.contains("panicked"),
+                "{command} with {keys}: {err}"
+            );
+            assert!(
+                !err.contains("s3cr3t-pw"),
+                "{command} showed a secret: {err}"
+            );
+        }
+    }
+    // What the build supports is accepted: TLS with a CA, SCRAM, OIDC, zstd.
+    std::fs::write(
+        &config,
+        format!(
+            r#"[[forwarder]]
+name = "k"
+kind = "kafka"
+brokers = "127.0.0.1:1"
+topic = "events"
+tls = {{ ca = "{ca}" }}
+sasl = {{ mechanism = "OAUTHBEARER", oidc = {{ token_endpoint = "https://idp.invalid/token", client_id = "eventgate", client_secret_file = "{password}" }} }}
+properties = {{ "compression.type" = "zstd" }}
+
+[[forwarder]]
+name = "k2"
+kind = "kafka"
+brokers = "127.0.0.1:1"
+topic = "events"
+sasl = {{ mechanism = "SCRAM-SHA-512", username = "u", password_file = "{password}" }}
+properties = {{ "compression.type" = "lz4" }}
+"#
+        ),
+    )
+    .expect("write");
+    let (ok, out, err) = run(eventgate().args(["check-config", path_str(&config)]));
+    assert!(ok && out.contains(": ok"), "{out}{err}");
+    assert!(!out.contains("s3cr3t-pw") && !err.contains("s3cr3t-pw"));
+}

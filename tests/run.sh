@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the build itself links against (OpenSSL, Cyrus SASL, libcurl for librdkafka).
+./deploy/build-deps.sh
+
 need=()
 command -v containerd >/dev/null || need+=(containerd)
 command -v ctr >/dev/null || need+=(containerd)
@@ -11,6 +14,7 @@ command -v runc >/dev/null || need+=(runc)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
 command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v stunnel4 >/dev/null || need+=(stunnel4)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo_cmd=""

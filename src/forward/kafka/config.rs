@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::properties::Properties;
 use super::record::{TopicTemplate, ValueFormat};
+use super::security::{self, Mechanism, Sasl, Security, Tls};
 use crate::forward::{BuildError, Options, parse_options};
 
 /// `[[forwarder]]` keys of kind `kafka`.
@@ -36,9 +37,16 @@ pub struct KafkaOptions {
         with = "crate::config::duration_text"
     )]
     pub message_timeout: Duration,
+    /// TLS to the brokers (see [`Tls`]).
+    pub tls: Option<Tls>,
+    /// SASL authentication (see [`Sasl`]).
+    pub sasl: Option<Sasl>,
     /// Any librdkafka property, passed through.
     #[serde(default)]
     pub properties: Properties,
+    /// What `tls` and `sasl` set, files read.
+    #[serde(skip)]
+    pub security: Security,
 }
 
 fn default_partitions() -> i32 {
@@ -171,6 +179,13 @@ fn field_error(key: &str, value: &toml::Value) -> Option<String> {
             .ok_or_else(|| "must be a duration like \"20s\"".to_owned())
             .and_then(|text| crate::config::parse_duration(text).map(drop)),
         "properties" => check::<Properties>(value),
+        "tls" => check::<Tls>(value),
+        "sasl" => match value.get("mechanism") {
+            Some(m) if m.clone().try_into::<Mechanism>().is_err() => {
+                Err(format!("`mechanism` {m} must be {}", Mechanism::NAMES))
+            }
+            _ => check::<Sasl>(value),
+        },
         _ => return None,
     };
     result.err().map(|problem| format!("`{key}`: {problem}"))
@@ -178,13 +193,14 @@ fn field_error(key: &str, value: &toml::Value) -> Option<String> {
 
 impl KafkaOptions {
     pub fn parse(options: &Options) -> Result<Self, BuildError> {
-        let parsed: KafkaOptions = parse_options(options).map_err(|error| {
+        let mut parsed: KafkaOptions = parse_options(options).map_err(|error| {
             options
                 .iter()
                 .find_map(|(key, value)| field_error(key, value))
                 .map_or(error, BuildError::Options)
         })?;
         parsed.validate()?;
+        parsed.security = Security::resolve(parsed.tls.as_ref(), parsed.sasl.as_ref())?;
         Ok(parsed)
     }
 
@@ -255,8 +271,12 @@ impl KafkaOptions {
         for (key, value) in self.properties.iter() {
             let owner = OWNED
                 .iter()
-                .find(|(_, property, aliases)| *property == key || aliases.contains(&key));
-            if let Some((typed, _, _)) = owner {
+                .find(|(_, property, aliases)| *property == key || aliases.contains(&key))
+                .map(|(typed, _, _)| *typed)
+                .or_else(|| {
+                    (self.security.is_set() && security::OWNED.contains(&key)).then_some("tls/sasl")
+                });
+            if let Some(typed) = owner {
                 tracing::warn!(
                     forwarder,
                     property = %key,
@@ -266,6 +286,9 @@ impl KafkaOptions {
                 continue;
             }
             config.set(key, value);
+        }
+        for (key, value) in &self.security.properties {
+            config.set(*key, value);
         }
         config.set("bootstrap.servers", self.brokers.joined());
         config.set("acks", self.acks.as_property());
@@ -277,9 +300,38 @@ impl KafkaOptions {
         config
     }
 
+    /// Builds the real librdkafka client from this configuration without connecting
+    /// (no bootstrap servers): everything librdkafka would refuse when `serve` starts
+    /// the forwarder (an unknown or invalid property, a mechanism or codec the build
+    /// lacks, a CA file OpenSSL cannot load) is refused here, with the property named.
+    pub fn probe(&self) -> Result<(), BuildError> {
+        let mut config = self.client_config("check");
+        config.remove("bootstrap.servers");
+        config.set_log_level(rdkafka::config::RDKafkaLogLevel::Error);
+        // librdkafka warns about the missing brokers on its own log; nothing to see.
+        config.set("log_level", "3");
+        match config.create::<rdkafka::producer::BaseProducer>() {
+            Ok(producer) => {
+                drop(producer);
+                Ok(())
+            }
+            Err(error) => Err(BuildError::Options(format!(
+                "librdkafka refuses this configuration: {}",
+                self.describe(&error)
+            ))),
+        }
+    }
+
     /// A librdkafka error made safe to show (see [`Properties::describe`]).
     pub fn describe(&self, error: &rdkafka::error::KafkaError) -> String {
-        self.properties.describe(error)
+        crate::redact::text(&self.properties.describe(error), self.security.secrets())
+    }
+
+    /// Every configured secret value (passthrough and typed), for the log scrubber.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut all = self.properties.secrets();
+        all.extend(self.security.secrets().iter().cloned());
+        all
     }
 }
 

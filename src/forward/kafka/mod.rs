@@ -23,6 +23,7 @@ mod context;
 mod outcome;
 mod properties;
 mod record;
+mod security;
 mod topics;
 
 use std::collections::{BTreeSet, VecDeque};
@@ -56,7 +57,7 @@ pub struct KafkaKind;
 
 impl Kind for KafkaKind {
     fn check(&self, options: &Options) -> Result<(), BuildError> {
-        KafkaOptions::parse(options).map(drop)
+        KafkaOptions::parse(options)?.probe()
     }
 
     fn build<'a>(
@@ -330,7 +331,7 @@ async fn create_producer(
     down: Arc<BrokersDown>,
 ) -> Result<Producer, String> {
     let config = config.clone();
-    let context = LogContext::new(Arc::clone(name), down).hiding(options.properties.secrets());
+    let context = LogContext::new(Arc::clone(name), down).hiding(options.secrets());
     let created =
         tokio::task::spawn_blocking(move || config.create_with_context::<_, Producer>(context))
             .await
