@@ -31,5 +31,12 @@ if ! command -v tansu >/dev/null; then
   cargo install tansu --version 0.6.0 --features dynostore --locked
 fi
 
+# kafka-python: the kafka forwarder's tests read what it produced with a client that
+# shares no code with it (tests/support/consume.py); zstandard for compressed topics.
+if ! python3 -c 'import kafka' 2>/dev/null; then
+  echo "installing: kafka-python"
+  python3 -m pip install --quiet 'kafka-python==2.*' zstandard
+fi
+
 cargo build --all-targets --locked
 cargo test --all-targets --locked --no-fail-fast -- --include-ignored

@@ -16,6 +16,7 @@ pub mod certs;
 pub mod containerd;
 pub mod image;
 pub mod prometheus;
+pub mod pyconsumer;
 pub mod tansu;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);

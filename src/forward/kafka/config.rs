@@ -6,7 +6,7 @@ use rdkafka::ClientConfig;
 use serde::Deserialize;
 
 use super::properties::Properties;
-use super::record::{TopicTemplate, ValueFormat};
+use super::record::{KeyMode, TopicTemplate, ValueFormat};
 use super::security::{self, Mechanism, Sasl, Security, Tls};
 use crate::forward::{BuildError, Options, parse_options};
 
@@ -31,6 +31,11 @@ pub struct KafkaOptions {
     pub idempotence: bool,
     #[serde(default)]
     pub value_format: ValueFormat,
+    #[serde(default)]
+    pub key: KeyMode,
+    /// The CloudEvents `source` authority; this machine's hostname by default.
+    #[serde(default = "super::cloudevents::default_node")]
+    pub node: String,
     /// How long librdkafka may try to deliver one message (`message.timeout.ms`).
     #[serde(
         default = "default_message_timeout",
@@ -174,6 +179,8 @@ fn field_error(key: &str, value: &toml::Value) -> Option<String> {
         "partitions" | "replication_factor" => check::<i32>(value),
         "acks" => check::<Acks>(value),
         "value_format" => check::<ValueFormat>(value),
+        "key" => check::<KeyMode>(value),
+        "node" => check::<String>(value),
         "message_timeout" => value
             .as_str()
             .ok_or_else(|| "must be a duration like \"20s\"".to_owned())
@@ -210,6 +217,11 @@ impl KafkaOptions {
             return bad("`brokers` must name at least one host:port".into());
         }
         TopicTemplate::parse(&self.topic)?;
+        if self.node.trim().is_empty() {
+            return bad(
+                "`node` is empty (the default is the hostname, which could not be read): set `node` to name this machine in the CloudEvents `source`".into(),
+            );
+        }
         if self.partitions == 0 || self.partitions < -1 {
             return bad(format!(
                 "`partitions` {} must be positive, or -1 for the broker's default",

@@ -18,6 +18,7 @@
 //! events for it are given up (a permanent error naming the topic) while the rest of
 //! the batch is still delivered.
 
+mod cloudevents;
 mod config;
 mod context;
 mod outcome;
@@ -39,7 +40,9 @@ use tokio::time::Instant;
 
 pub use config::KafkaOptions;
 pub use properties::{is_secret, redact};
-pub use record::{Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id};
+pub use record::{
+    KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id,
+};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
 use context::{BrokersDown, LogContext, Producer};
@@ -95,7 +98,8 @@ impl KafkaForwarder {
     /// says what to fix when the topic is missing; unreachable brokers only warn.
     pub async fn start(context: &Context, options: &Options) -> Result<Self, BuildError> {
         let options = KafkaOptions::parse(options)?;
-        let template = TopicTemplate::parse(&options.topic)?;
+        let encoder = RecordEncoder::from_parsed(&options)?;
+        let template = encoder.template().clone();
         let name: Arc<str> = context.name.as_str().into();
         let config = options.client_config(&name);
         let down = Arc::new(BrokersDown::default());
@@ -176,10 +180,11 @@ impl KafkaForwarder {
             topic = options.topic,
             idempotence = options.idempotence,
             value_format = ?options.value_format,
+            key = ?options.key,
             "kafka forwarder connected"
         );
         Ok(Self {
-            encoder: RecordEncoder::new(template, options.value_format),
+            encoder,
             name,
             options,
             config,

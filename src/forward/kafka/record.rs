@@ -15,13 +15,37 @@ const MAX_TOPIC_LEN: usize = 249;
 
 /// `value_format`: how the message value is encoded.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ValueFormat {
     /// The containerd `Envelope`, protobuf-encoded exactly as accepted.
     #[default]
     Protobuf,
     /// `render::write_event_json`: the envelope plus the event's `id` and `seq`.
     Json,
+    /// CloudEvents 1.0, binary content mode: attributes in `ce_*` headers, the
+    /// payload alone as the value (see [`super::cloudevents`]).
+    CloudeventsBinary,
+    /// CloudEvents 1.0, structured content mode: one JSON event format object.
+    CloudeventsStructured,
+}
+
+/// `key`: what the message key is made of. The partitioner sends one key to one
+/// partition, and Kafka keeps order only within a partition.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyMode {
+    /// `namespace/object id` ([`message_key`]): one container's (image's,
+    /// snapshot's...) events stay in order on one partition.
+    #[default]
+    Object,
+    Namespace,
+    /// The containerd topic, such as `/tasks/exit`.
+    Topic,
+    /// The gateway's event id: spreads evenly, keeps no order.
+    EventId,
+    /// No key: librdkafka's partitioner spreads messages, keeps no order.
+    #[serde(rename = "none")]
+    Unkeyed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +107,29 @@ impl TopicTemplate {
             }
             if fixed.len() > MAX_TOPIC_LEN {
                 return Err(bad(format!("longer than {MAX_TOPIC_LEN} characters")));
+            }
+        } else {
+            // Each placeholder yields at least one character; past the limit,
+            // truncation would cut every substituted value off and send all events
+            // to one name that says nothing of them.
+            let literal: usize = template
+                .parts
+                .iter()
+                .map(|part| match part {
+                    Part::Literal(text) => text.len(),
+                    Part::Namespace | Part::Topic => 0,
+                })
+                .sum();
+            let placeholders = template.parts.len()
+                - template
+                    .parts
+                    .iter()
+                    .filter(|part| matches!(part, Part::Literal(_)))
+                    .count();
+            if literal + placeholders > MAX_TOPIC_LEN {
+                return Err(bad(format!(
+                    "its fixed text is {literal} characters, leaving no room for its placeholders within Kafka's {MAX_TOPIC_LEN}"
+                )));
             }
         }
         Ok(template)
@@ -151,7 +198,11 @@ pub fn object_id(event: &Event) -> Option<String> {
 /// `namespace/object-id`, or the namespace alone for events about no object: the
 /// partitioner keeps one key in one partition, so one object's events stay in order.
 pub fn message_key(event: &Event) -> String {
-    match object_id(event) {
+    subject(event, object_id(event).as_deref())
+}
+
+fn subject(event: &Event, object: Option<&str>) -> String {
+    match object {
         Some(id) => format!("{}/{id}", event.namespace()),
         None => event.namespace().to_owned(),
     }
@@ -161,11 +212,15 @@ pub fn message_key(event: &Event) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     pub topic: String,
-    pub key: String,
-    pub value: Vec<u8>,
+    /// `None` with `key = "none"`.
+    pub key: Option<String>,
+    /// `None` only for a `cloudevents_binary` event without a payload (the binding's
+    /// "no data": a message with no value).
+    pub value: Option<Vec<u8>>,
     /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, `origin` (`live` or
     /// `reconciled`), `origin_clock` (`daemon` or `reconcile`) for a reconciled event,
-    /// and `publisher` (the JSON object JSON lines carry) when the event has one.
+    /// and `publisher` (the JSON object JSON lines carry) when the event has one; in
+    /// the CloudEvents formats also `content-type` and (binary) the `ce_*` attributes.
     pub headers: Vec<(&'static str, String)>,
 }
 
@@ -182,12 +237,24 @@ impl Record {
         )
     }
 
-    /// The record as librdkafka takes it (partitioned by key).
+    /// The record as librdkafka takes it (partitioned by key; spread when unkeyed).
     pub fn future_record(&self) -> FutureRecord<'_, str, [u8]> {
-        FutureRecord::to(&self.topic)
-            .key(self.key.as_str())
-            .payload(self.value.as_slice())
-            .headers(self.owned_headers())
+        let mut record = FutureRecord::to(&self.topic).headers(self.owned_headers());
+        if let Some(key) = &self.key {
+            record = record.key(key.as_str());
+        }
+        if let Some(value) = &self.value {
+            record = record.payload(value.as_slice());
+        }
+        record
+    }
+
+    /// The value of header `name`, if the record has one.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.as_str())
     }
 }
 
@@ -196,20 +263,43 @@ impl Record {
 pub struct RecordEncoder {
     topic: TopicTemplate,
     format: ValueFormat,
+    key: KeyMode,
+    /// The CloudEvents `source` authority.
+    node: String,
 }
 
 impl RecordEncoder {
+    /// With the default key (`object`) and this machine's hostname as `node`.
     pub fn new(topic: TopicTemplate, format: ValueFormat) -> Self {
-        Self { topic, format }
+        Self {
+            topic,
+            format,
+            key: KeyMode::default(),
+            node: super::cloudevents::default_node(),
+        }
+    }
+
+    pub fn keyed_by(mut self, key: KeyMode) -> Self {
+        self.key = key;
+        self
+    }
+
+    pub fn on_node(mut self, node: impl Into<String>) -> Self {
+        self.node = node.into();
+        self
     }
 
     /// From a `[[forwarder]]` table of kind `kafka` (its other keys are checked too).
     pub fn from_options(options: &Options) -> Result<Self, BuildError> {
-        let parsed = super::config::KafkaOptions::parse(options)?;
-        Ok(Self::new(
-            TopicTemplate::parse(&parsed.topic)?,
-            parsed.value_format,
-        ))
+        Self::from_parsed(&super::config::KafkaOptions::parse(options)?)
+    }
+
+    pub fn from_parsed(options: &super::config::KafkaOptions) -> Result<Self, BuildError> {
+        Ok(
+            Self::new(TopicTemplate::parse(&options.topic)?, options.value_format)
+                .keyed_by(options.key)
+                .on_node(options.node.trim()),
+        )
     }
 
     pub fn template(&self) -> &TopicTemplate {
@@ -221,16 +311,20 @@ impl RecordEncoder {
     }
 
     pub fn encode(&self, event: &Event) -> Record {
-        // The key first: it decodes the payload and keeps it, and a JSON value is
-        // then rendered from that, not decoded a second time.
-        let key = message_key(event);
-        let value = match self.format {
-            ValueFormat::Protobuf => event.envelope.encode_to_vec(),
-            ValueFormat::Json => {
-                let mut value = Vec::with_capacity(256);
-                crate::render::write_event_json(&mut value, event);
-                value
-            }
+        let cloudevents = matches!(
+            self.format,
+            ValueFormat::CloudeventsBinary | ValueFormat::CloudeventsStructured
+        );
+        // Before any value: finding the object decodes the payload and keeps it, and
+        // a JSON value is then rendered from that, not decoded a second time.
+        let subject = (self.key == KeyMode::Object || cloudevents)
+            .then(|| subject(event, object_id(event).as_deref()));
+        let key = match self.key {
+            KeyMode::Object => subject.clone(),
+            KeyMode::Namespace => Some(event.namespace().to_owned()),
+            KeyMode::Topic => Some(event.topic().to_owned()),
+            KeyMode::EventId => Some(event.id.to_string()),
+            KeyMode::Unkeyed => None,
         };
         let mut headers = vec![
             ("topic", event.topic().to_owned()),
@@ -246,6 +340,24 @@ impl RecordEncoder {
         if let Some(publisher) = &event.publisher {
             headers.push(("publisher", publisher.to_json()));
         }
+        let subject = subject.unwrap_or_default();
+        let value = match self.format {
+            ValueFormat::Protobuf => Some(event.envelope.encode_to_vec()),
+            ValueFormat::Json => {
+                let mut value = Vec::with_capacity(256);
+                crate::render::write_event_json(&mut value, event);
+                Some(value)
+            }
+            ValueFormat::CloudeventsBinary => {
+                super::cloudevents::binary(event, &self.node, &subject, &mut headers)
+            }
+            ValueFormat::CloudeventsStructured => Some(super::cloudevents::structured(
+                event,
+                &self.node,
+                &subject,
+                &mut headers,
+            )),
+        };
         Record {
             topic: self.topic_for(event),
             key,

@@ -111,7 +111,7 @@ fn records_carry_headers_and_values() {
     .encode(&e);
     assert_eq!(proto.topic, "ev-default");
     assert_eq!(
-        Envelope::decode(proto.value.as_slice()).unwrap(),
+        Envelope::decode(proto.value.as_deref().unwrap()).unwrap(),
         e.envelope
     );
     let header = |r: &Record, k: &str| {
@@ -125,7 +125,7 @@ fn records_carry_headers_and_values() {
     assert_eq!(header(&proto, "type_url").as_deref(), Some(e.type_url()));
     let json =
         RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), ValueFormat::Json).encode(&e);
-    let value: serde_json::Value = serde_json::from_slice(&json.value).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(json.value.as_deref().unwrap()).unwrap();
     assert_eq!(value["id"], e.id.to_string());
     assert_eq!(value["seq"], 7);
     assert_eq!(value["event"]["container_id"], "c1");
@@ -141,8 +141,15 @@ fn records_carry_headers_and_values() {
     assert_eq!(value.get("origin_clock"), None);
 }
 
-/// In both value formats: the headers say reconciled and which clock; the JSON
-/// value says the same; the protobuf value is the envelope alone, as for any event.
+const ALL_FORMATS: [ValueFormat; 4] = [
+    ValueFormat::Protobuf,
+    ValueFormat::Json,
+    ValueFormat::CloudeventsBinary,
+    ValueFormat::CloudeventsStructured,
+];
+
+/// In every value format: the headers say reconciled and which clock; JSON and
+/// CloudEvents values say the same; the protobuf value is the envelope alone.
 #[test]
 fn reconciled_events_carry_origin_headers_in_every_value_format() {
     use crate::event::{Clock, Origin};
@@ -154,7 +161,7 @@ fn reconciled_events_carry_origin_headers_in_every_value_format() {
             r#"{"container_id":"c1"}"#,
         )
         .with_origin(Origin::Reconciled { clock });
-        for format in [ValueFormat::Protobuf, ValueFormat::Json] {
+        for format in ALL_FORMATS {
             let record = RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), format).encode(&e);
             let header = |k: &str| {
                 record
@@ -167,13 +174,24 @@ fn reconciled_events_carry_origin_headers_in_every_value_format() {
             assert_eq!(header("origin_clock"), Some(label), "{format:?}");
             match format {
                 ValueFormat::Protobuf => assert_eq!(
-                    Envelope::decode(record.value.as_slice()).unwrap(),
+                    Envelope::decode(record.value.as_deref().unwrap()).unwrap(),
                     e.envelope
                 ),
                 ValueFormat::Json => {
-                    let value: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+                    let value: serde_json::Value =
+                        serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
                     assert_eq!(value["origin"], "reconciled");
                     assert_eq!(value["origin_clock"], label);
+                }
+                ValueFormat::CloudeventsBinary => {
+                    assert_eq!(record.header("ce_origin"), Some("reconciled"));
+                    assert_eq!(record.header("ce_originclock"), Some(label));
+                }
+                ValueFormat::CloudeventsStructured => {
+                    let value: serde_json::Value =
+                        serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
+                    assert_eq!(value["origin"], "reconciled");
+                    assert_eq!(value["originclock"], label);
                 }
             }
         }
@@ -216,7 +234,98 @@ fn the_publisher_header_is_the_json_lines_object() {
             .expect("a publisher header");
         let parsed: serde_json::Value = serde_json::from_str(header).unwrap();
         assert_eq!(parsed, expected);
-        let value: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+        let value: serde_json::Value =
+            serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
         assert_eq!(value["publisher"], expected, "the value carries it too");
+    }
+}
+
+fn keyed(key: KeyMode, e: &Event) -> Option<String> {
+    RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), ValueFormat::Json)
+        .keyed_by(key)
+        .encode(e)
+        .key
+}
+
+#[test]
+fn every_key_mode_keys_what_it_names() {
+    let exit = event(
+        "default",
+        "/tasks/exit",
+        "containerd.events.TaskExit",
+        r#"{"container_id":"c1"}"#,
+    );
+    assert_eq!(keyed(KeyMode::Object, &exit).as_deref(), Some("default/c1"));
+    assert_eq!(keyed(KeyMode::Namespace, &exit).as_deref(), Some("default"));
+    assert_eq!(keyed(KeyMode::Topic, &exit).as_deref(), Some("/tasks/exit"));
+    assert_eq!(keyed(KeyMode::EventId, &exit), Some(exit.id.to_string()));
+    assert_eq!(keyed(KeyMode::Unkeyed, &exit), None);
+    let ns_only = event(
+        "k8s.io",
+        "/namespaces/create",
+        "containerd.events.NamespaceCreate",
+        r#"{"name":""}"#,
+    );
+    assert_eq!(keyed(KeyMode::Object, &ns_only).as_deref(), Some("k8s.io"));
+}
+
+#[test]
+fn templates_whose_fixed_text_leaves_no_room_are_refused() {
+    let fits = format!("{}{{namespace}}", "a".repeat(248));
+    let resolved = TopicTemplate::parse(&fits).unwrap().resolve("ns", "/t");
+    assert_eq!(resolved.len(), 249);
+    assert!(resolved.ends_with('n'), "the placeholder keeps a character");
+    for too_long in [
+        format!("{}{{namespace}}", "a".repeat(249)),
+        format!("{}{{namespace}}{{topic}}", "a".repeat(248)),
+        format!("{}{{topic}}{}", "a".repeat(200), "b".repeat(60)),
+    ] {
+        let error = TopicTemplate::parse(&too_long).unwrap_err().to_string();
+        assert!(error.contains("`topic`"), "{error}");
+        assert!(error.contains("no room"), "{error}");
+    }
+}
+
+fn legal_topic_name(name: &str) -> bool {
+    (1..=MAX_TOPIC_LEN).contains(&name.len())
+        && name.chars().all(legal)
+        && name != "."
+        && name != ".."
+}
+
+fn any_value() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(String::new()),
+        Just(".".to_owned()),
+        Just("..".to_owned()),
+        "[./]{0,4}",
+        ".{0,300}",
+        "[a-z.]{200,300}",
+    ]
+}
+
+proptest::proptest! {
+    /// Whatever a namespace or containerd topic holds, every template that parses
+    /// resolves it to a name Kafka accepts.
+    #[test]
+    fn any_namespace_and_topic_resolve_to_a_legal_name(
+        prefix in "[A-Za-z0-9._-]{0,260}",
+        middle in "[A-Za-z0-9._-]{0,3}",
+        suffix in "[A-Za-z0-9._-]{0,3}",
+        shape in 0..4usize,
+        namespace in any_value(),
+        topic in any_value(),
+    ) {
+        let text = match shape {
+            0 => format!("{prefix}{{namespace}}"),
+            1 => format!("{prefix}{{topic}}{suffix}"),
+            2 => format!("{prefix}{{namespace}}{middle}{{topic}}{suffix}"),
+            _ => format!("{{namespace}}{middle}{{topic}}"),
+        };
+        if let Ok(template) = TopicTemplate::parse(&text) {
+            let name = template.resolve(&namespace, &topic);
+            proptest::prop_assert!(legal_topic_name(&name), "{text:?} -> {name:?}");
+        }
     }
 }

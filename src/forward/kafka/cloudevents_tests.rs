@@ -1,0 +1,269 @@
+//! The CloudEvents mapping of both content modes, through the record encoder.
+
+use std::sync::Arc;
+
+use prost_types::{Any, Timestamp};
+use serde_json::Value;
+
+use super::*;
+use crate::event::{Clock, EventId, Origin};
+use crate::forward::kafka::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat};
+use crate::proto::Registry;
+use crate::proto::containerd::types::Envelope;
+
+fn envelope(ns: &str, topic: &str, payload: Option<Any>, seconds: i64) -> Envelope {
+    Envelope {
+        timestamp: Some(Timestamp {
+            seconds,
+            nanos: 123_456_789,
+        }),
+        namespace: ns.into(),
+        topic: topic.into(),
+        event: payload,
+    }
+}
+
+fn task_exit(source: Source) -> Event {
+    let any = Registry::global()
+        .encode_json(
+            "containerd.events.TaskExit",
+            r#"{"container_id":"c1","id":"c1","pid":42,"exit_status":3}"#,
+        )
+        .unwrap();
+    Event::new(
+        7,
+        EventId::generate(),
+        source,
+        envelope("default", "/tasks/exit", Some(any), 1_714_557_600),
+    )
+}
+
+fn unknown_type() -> Event {
+    let any = Any {
+        type_url: "example.Custom".into(),
+        value: vec![1, 2, 3],
+    };
+    Event::new(
+        9,
+        EventId::generate(),
+        Source::Forward,
+        envelope("team-a", "/custom/thing", Some(any), 1_714_557_600),
+    )
+}
+
+fn encode(format: ValueFormat, event: &Event) -> Record {
+    RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), format)
+        .on_node("node-1")
+        .encode(event)
+}
+
+fn structured_value(record: &Record) -> Value {
+    serde_json::from_slice(record.value.as_deref().expect("a value")).expect("one JSON object")
+}
+
+/// The `event` object of the `json` format: what CloudEvents data must equal.
+fn json_format_payload(event: &Event) -> Value {
+    let record = encode(ValueFormat::Json, event);
+    structured_value(&record)["event"].clone()
+}
+
+#[test]
+fn binary_mode_maps_every_attribute_to_a_ce_header() {
+    let e = task_exit(Source::Publish);
+    let record = encode(ValueFormat::CloudeventsBinary, &e);
+    let id = e.id.to_string();
+    for (header, expected) in [
+        ("ce_specversion", "1.0"),
+        ("ce_id", id.as_str()),
+        ("ce_source", "eventgate://node-1/publish"),
+        ("ce_type", "containerd.events.TaskExit"),
+        ("ce_subject", "default/c1"),
+        ("ce_time", "2024-05-01T10:00:00.123456789Z"),
+        ("ce_namespace", "default"),
+        ("ce_topic", "/tasks/exit"),
+        ("ce_seq", "7"),
+        ("ce_origin", "live"),
+        ("content-type", "application/json"),
+    ] {
+        assert_eq!(record.header(header), Some(expected), "{header}");
+    }
+    assert_eq!(record.header("ce_originclock"), None, "live: no clock");
+    assert_eq!(
+        record.header("ce_datacontenttype"),
+        None,
+        "content-type holds it"
+    );
+    // The headers every format carries, which consumers dedupe by.
+    assert_eq!(record.header("event_id"), Some(id.as_str()));
+    assert_eq!(record.header("seq"), Some("7"));
+    let data: Value = serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
+    assert_eq!(data, json_format_payload(&e));
+    assert_eq!(data["container_id"], "c1");
+    assert_eq!(data["exit_status"], 3);
+    // Extension names are lowercase a-z0-9 (the spec's rule for attribute names).
+    for (name, _) in &record.headers {
+        if let Some(attribute) = name.strip_prefix("ce_") {
+            assert!(
+                attribute
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn structured_mode_is_one_json_event_format_object() {
+    let e = task_exit(Source::Publish)
+        .with_origin(Origin::Reconciled {
+            clock: Clock::Daemon,
+        })
+        .with_publisher(None);
+    let record = encode(ValueFormat::CloudeventsStructured, &e);
+    assert_eq!(
+        record.header("content-type"),
+        Some("application/cloudevents+json; charset=UTF-8")
+    );
+    assert!(
+        !record.headers.iter().any(|(k, _)| k.starts_with("ce_")),
+        "attributes live in the value"
+    );
+    assert_eq!(record.header("event_id"), Some(e.id.to_string().as_str()));
+    let value = structured_value(&record);
+    let expected = serde_json::json!({
+        "specversion": "1.0",
+        "id": e.id.to_string(),
+        "source": "eventgate://node-1/publish",
+        "type": "containerd.events.TaskExit",
+        "subject": "default/c1",
+        "time": "2024-05-01T10:00:00.123456789Z",
+        "namespace": "default",
+        "topic": "/tasks/exit",
+        "seq": "7",
+        "origin": "reconciled",
+        "originclock": "daemon",
+        "datacontenttype": "application/json",
+        "data": json_format_payload(&e),
+    });
+    assert_eq!(value, expected);
+    let names = value.as_object().unwrap().keys();
+    for name in names.filter(|n| *n != "data") {
+        assert!(
+            name.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+            "{name}"
+        );
+    }
+}
+
+/// A payload the registry cannot decode is still delivered whole: its protobuf
+/// bytes, declared `application/protobuf`, with the type URL as `type`.
+#[test]
+fn undecodable_payloads_travel_as_protobuf_bytes() {
+    let e = unknown_type();
+    let binary = encode(ValueFormat::CloudeventsBinary, &e);
+    assert_eq!(binary.header("content-type"), Some("application/protobuf"));
+    assert_eq!(binary.value.as_deref(), Some(&[1u8, 2, 3][..]));
+    assert_eq!(binary.header("ce_type"), Some("example.Custom"));
+    assert_eq!(binary.header("ce_subject"), Some("team-a"), "no object");
+    assert_eq!(
+        binary.header("ce_source"),
+        Some("eventgate://node-1/forward")
+    );
+    let value = structured_value(&encode(ValueFormat::CloudeventsStructured, &e));
+    assert_eq!(value["datacontenttype"], "application/protobuf");
+    assert_eq!(value["data_base64"], "AQID");
+    assert_eq!(value.get("data"), None);
+    assert_eq!(value["type"], "example.Custom");
+}
+
+#[test]
+fn envelopes_without_payload_or_time_leave_those_attributes_out() {
+    let mut bare = envelope("default", "/tasks/exit", None, 0);
+    bare.timestamp = None;
+    let e = Event::new(1, EventId::generate(), Source::Internal, bare);
+    let binary = encode(ValueFormat::CloudeventsBinary, &e);
+    assert_eq!(binary.value, None, "no data: a message with no value");
+    assert_eq!(binary.header("content-type"), None);
+    assert_eq!(binary.header("ce_time"), None);
+    assert_eq!(binary.header("ce_type"), Some("eventgate.unknown"));
+    assert_eq!(
+        binary.header("ce_source"),
+        Some("eventgate://node-1/internal")
+    );
+    let value = structured_value(&encode(ValueFormat::CloudeventsStructured, &e));
+    for absent in ["data", "data_base64", "datacontenttype", "time"] {
+        assert_eq!(value.get(absent), None, "{absent}");
+    }
+    // Year 10000 has no RFC 3339 form.
+    let far = Event::new(
+        1,
+        EventId::generate(),
+        Source::Publish,
+        envelope("default", "/t", None, 253_402_300_800),
+    );
+    assert_eq!(
+        encode(ValueFormat::CloudeventsBinary, &far).header("ce_time"),
+        None
+    );
+}
+
+#[test]
+fn sources_name_the_node_and_the_upstream_percent_encoded() {
+    let upstream = |name: &str| source("node-1", &Source::Upstream(Arc::from(name)));
+    assert_eq!(upstream("edge"), "eventgate://node-1/upstream/edge");
+    assert_eq!(
+        upstream("edge node/ü?#%"),
+        "eventgate://node-1/upstream/edge%20node%2F%C3%BC%3F%23%25"
+    );
+    assert_eq!(upstream(".."), "eventgate://node-1/upstream/%2E%2E");
+    assert_eq!(
+        upstream("a.b~c_d-e"),
+        "eventgate://node-1/upstream/a.b~c_d-e"
+    );
+    assert_eq!(
+        source("rack 7:a", &Source::Publish),
+        "eventgate://rack%207%3Aa/publish"
+    );
+    let e = Event::new(
+        1,
+        EventId::generate(),
+        Source::Upstream(Arc::from("k8s/containerd")),
+        envelope("default", "/t", None, 0),
+    );
+    let value = structured_value(&encode(ValueFormat::CloudeventsStructured, &e));
+    assert_eq!(
+        value["source"],
+        "eventgate://node-1/upstream/k8s%2Fcontainerd"
+    );
+}
+
+#[test]
+fn types_are_bare_message_names() {
+    assert_eq!(
+        event_type("type.googleapis.com/containerd.events.TaskExit"),
+        "containerd.events.TaskExit"
+    );
+    assert_eq!(
+        event_type("containerd.events.TaskExit"),
+        "containerd.events.TaskExit"
+    );
+    assert_eq!(event_type(""), "eventgate.unknown");
+    assert_eq!(event_type("example.com/"), "eventgate.unknown");
+}
+
+/// The key option and the CloudEvents subject are independent: the subject always
+/// names the object.
+#[test]
+fn the_subject_does_not_follow_the_key_option() {
+    let e = task_exit(Source::Publish);
+    let record = RecordEncoder::new(
+        TopicTemplate::parse("ev").unwrap(),
+        ValueFormat::CloudeventsBinary,
+    )
+    .keyed_by(KeyMode::Unkeyed)
+    .encode(&e);
+    assert_eq!(record.key, None);
+    assert_eq!(record.header("ce_subject"), Some("default/c1"));
+}
