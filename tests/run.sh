@@ -4,24 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What the build itself links against (OpenSSL, Cyrus SASL, libcurl for librdkafka).
-./deploy/build-deps.sh
-
-need=()
-command -v containerd >/dev/null || need+=(containerd)
-command -v ctr >/dev/null || need+=(containerd)
-command -v runc >/dev/null || need+=(runc)
-[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need+=(busybox-static)
-command -v sqlite3 >/dev/null || need+=(sqlite3)
-command -v systemd-analyze >/dev/null || need+=(systemd)
-command -v stunnel4 >/dev/null || need+=(stunnel4)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing: ${need[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
-fi
+# What the tests drive, next to what the build links against (OpenSSL, Cyrus SASL,
+# libcurl for librdkafka): one apt-get run for whatever is missing.
+./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
