@@ -347,6 +347,11 @@ fn check_config_and_serve_refuse_bad_kafka_security_by_key() {
             "are for PLAIN and SCRAM",
         ),
         (
+            r#"sasl = { mechanism = "SCRAM-SHA-256", username = "u", password_file = "/dev/zero" }"#
+                .to_owned(),
+            "holds more than 65536 bytes",
+        ),
+        (
             r#"sasl = { mechanism = "GSSAPI" }"#.to_owned(),
             "needs `sasl.kerberos",
         ),

@@ -334,10 +334,24 @@ fn tls_error(error: crate::tls::TlsError) -> BuildError {
     BuildError::Options(crate::errors::chain(&error))
 }
 
+/// The most a secret file may hold: a key pointed at a log or a device must be
+/// refused, not read into memory.
+const SECRET_MAX: u64 = 64 * 1024;
+
 /// A secret from a file: its text without one trailing newline, which editors add.
 fn secret_file(key: &str, path: &Path) -> Result<String, BuildError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| BuildError::Options(format!("cannot read `{key}` file {path:?}: {e}")))?;
+    use std::io::Read as _;
+    let cannot =
+        |e: std::io::Error| BuildError::Options(format!("cannot read `{key}` file {path:?}: {e}"));
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(SECRET_MAX + 1).read_to_string(&mut text))
+        .map_err(cannot)?;
+    if text.len() as u64 > SECRET_MAX {
+        return Err(BuildError::Options(format!(
+            "`{key}` file {path:?} holds more than {SECRET_MAX} bytes: not a secret"
+        )));
+    }
     let text = text
         .strip_suffix('\n')
         .map(|t| t.strip_suffix('\r').unwrap_or(t))
