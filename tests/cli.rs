@@ -397,6 +397,10 @@ properties = {{ "sasl.oauthbearer.method" = "oidc-ish" }}"#
                 // The typed `sasl` key owns every `sasl.*` property: the passthrough
                 // one is dropped, not handed to librdkafka to refuse.
                 assert!(ok, "{command} refused {keys}: {err}");
+                assert!(
+                    err.contains("`sasl` PLAIN without `tls` sends the credentials in clear text"),
+                    "{command} did not warn of a password in clear text: {err}"
+                );
                 continue;
             }
             assert!(!ok, "{command} accepted {keys}: {out}");
@@ -437,4 +441,6 @@ properties = {{ "compression.type" = "lz4" }}
     let (ok, out, err) = run(eventgate().args(["check-config", path_str(&config)]));
     assert!(ok && out.contains(": ok"), "{out}{err}");
     assert!(!out.contains("s3cr3t-pw") && !err.contains("s3cr3t-pw"));
+    // SCRAM never sends the password itself, and OIDC's token goes over TLS here.
+    assert!(!err.contains("clear text"), "{err}");
 }

@@ -7,6 +7,9 @@ message: partition, offset, key, headers and value, every byte string as base64
 Waits until at least --count messages arrived and every partition was read to its
 end (so extra messages are seen too), or fails at --deadline seconds. Connection
 security settings are passed through to KafkaConsumer when given.
+
+The last line counts the record batches read by compression codec
+({"codecs": {"zstd": 2}}), so a test can see what the producer actually sent.
 """
 
 import argparse
@@ -16,6 +19,31 @@ import sys
 import time
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.record.default_records import DefaultRecordBatch
+
+CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+codecs_seen = {}
+_uncompress = DefaultRecordBatch._maybe_uncompress
+
+
+def _counting_uncompress(batch):
+    # Called as each batch's records are first read; counts each batch once.
+    if not batch._decompressed:
+        name = CODECS.get(batch.compression_type, str(batch.compression_type))
+        codecs_seen[name] = codecs_seen.get(name, 0) + 1
+    _uncompress(batch)
+
+
+DefaultRecordBatch._maybe_uncompress = _counting_uncompress
+SETTINGS = (
+    "security_protocol",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+)
 
 
 def b64(data):
@@ -28,26 +56,14 @@ def main():
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--deadline", type=float, default=20.0)
-    for setting in (
-        "security_protocol",
-        "ssl_cafile",
-        "sasl_mechanism",
-        "sasl_plain_username",
-        "sasl_plain_password",
-    ):
+    for setting in SETTINGS:
         parser.add_argument("--" + setting.replace("_", "-"), dest=setting)
     args = parser.parse_args()
     end = time.monotonic() + args.deadline
 
     settings = {
         name: getattr(args, name)
-        for name in (
-            "security_protocol",
-            "ssl_cafile",
-            "sasl_mechanism",
-            "sasl_plain_username",
-            "sasl_plain_password",
-        )
+        for name in SETTINGS
         if getattr(args, name) is not None
     }
     consumer = KafkaConsumer(
@@ -99,6 +115,7 @@ def main():
                 }
             )
         )
+    print(json.dumps({"codecs": codecs_seen}))
 
 
 if __name__ == "__main__":

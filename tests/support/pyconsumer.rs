@@ -2,6 +2,7 @@
 //! code with eventgate or librdkafka, as a consumer in another language would.
 //! `tests/run.sh` installs kafka-python.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -15,6 +16,9 @@ use super::DEADLINE;
 pub struct Security {
     pub security_protocol: Option<String>,
     pub ssl_cafile: Option<PathBuf>,
+    /// A client certificate and key, for endpoints that require one.
+    pub ssl_certfile: Option<PathBuf>,
+    pub ssl_keyfile: Option<PathBuf>,
     pub sasl_mechanism: Option<String>,
     pub sasl_plain_username: Option<String>,
     pub sasl_plain_password: Option<String>,
@@ -53,6 +57,21 @@ impl PyMessage {
     }
 }
 
+/// What one run of consume.py read.
+#[derive(Clone, Debug)]
+pub struct Consumed {
+    pub messages: Vec<PyMessage>,
+    /// Record batches read, by compression codec ("none", "gzip", "zstd", ...).
+    pub codecs: BTreeMap<String, usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Output {
+    Message(Line),
+    Summary { codecs: BTreeMap<String, usize> },
+}
+
 #[derive(Deserialize)]
 struct Line {
     partition: i32,
@@ -73,15 +92,10 @@ fn bytes(text: Option<String>) -> Option<Vec<u8>> {
 /// Every message of `topic` from the beginning, once at least `count` arrived and
 /// every partition was read to its end; in (partition, offset) order.
 pub fn consume(brokers: &str, topic: &str, count: usize) -> Vec<PyMessage> {
-    consume_with(brokers, topic, count, &Security::default())
+    consume_with(brokers, topic, count, &Security::default()).messages
 }
 
-pub fn consume_with(
-    brokers: &str,
-    topic: &str,
-    count: usize,
-    security: &Security,
-) -> Vec<PyMessage> {
+pub fn consume_with(brokers: &str, topic: &str, count: usize, security: &Security) -> Consumed {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/consume.py");
     let mut cmd = Command::new("python3");
     cmd.arg(script)
@@ -99,8 +113,15 @@ pub fn consume_with(
             cmd.args([flag, value]);
         }
     }
-    if let Some(cafile) = &security.ssl_cafile {
-        cmd.arg("--ssl-cafile").arg(cafile);
+    let files = [
+        ("--ssl-cafile", &security.ssl_cafile),
+        ("--ssl-certfile", &security.ssl_certfile),
+        ("--ssl-keyfile", &security.ssl_keyfile),
+    ];
+    for (flag, file) in files {
+        if let Some(file) = file {
+            cmd.arg(flag).arg(file);
+        }
     }
     let out = cmd
         .output()
@@ -111,12 +132,13 @@ pub fn consume_with(
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8 output")
-        .lines()
-        .map(|line| {
-            let line: Line = serde_json::from_str(line).expect("one JSON line per message");
-            PyMessage {
+    let mut consumed = Consumed {
+        messages: Vec::new(),
+        codecs: BTreeMap::new(),
+    };
+    for line in String::from_utf8(out.stdout).expect("UTF-8 output").lines() {
+        match serde_json::from_str(line).expect("one JSON line per message, then a summary") {
+            Output::Message(line) => consumed.messages.push(PyMessage {
                 partition: line.partition,
                 offset: line.offset,
                 key: bytes(line.key),
@@ -126,7 +148,9 @@ pub fn consume_with(
                     .map(|(k, v)| (k, bytes(v)))
                     .collect(),
                 value: bytes(line.value),
-            }
-        })
-        .collect()
+            }),
+            Output::Summary { codecs } => consumed.codecs = codecs,
+        }
+    }
+    consumed
 }

@@ -42,12 +42,23 @@ pub fn tansu_bin() -> PathBuf {
 
 impl Tansu {
     pub fn start() -> Tansu {
+        Self::start_advertising(None)
+    }
+
+    /// A broker that tells clients to reach it at `advertised` (a loopback port that
+    /// something in front of it, a TLS or SASL endpoint, will listen on) rather
+    /// than at the plaintext port it listens on.
+    pub fn behind(advertised: u16) -> Tansu {
+        Self::start_advertising(Some(advertised))
+    }
+
+    fn start_advertising(advertised: Option<u16>) -> Tansu {
         // tansu advertises the port it listens on, so it cannot be given port 0, and a
         // port that was free a moment ago may be taken by the time tansu binds it: a
         // broker that exits during start-up is started again on another port.
         let mut failures = String::new();
         for _ in 0..3 {
-            match Self::start_on(super::free_port()) {
+            match Self::start_on(super::free_port(), advertised) {
                 Ok(tansu) => return tansu,
                 Err(why) => failures.push_str(&why),
             }
@@ -55,11 +66,17 @@ impl Tansu {
         panic!("tansu did not start:\n{failures}");
     }
 
-    fn start_on(port: u16) -> Result<Tansu, String> {
+    fn start_on(port: u16, advertised: Option<u16>) -> Result<Tansu, String> {
         let url = format!("tcp://127.0.0.1:{port}");
+        let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
         let mut child = Command::new(tansu_bin())
             .args(["broker", "--storage-engine", "memory://tansu/"])
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .args([
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &advertised,
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -99,6 +116,7 @@ impl Tansu {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT tansu");
     }
 
+    /// The plaintext listener (what clients are told to use unless `behind`).
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }

@@ -438,3 +438,7 @@ idempotence = false"#
         );
     }
 }
+
+#[cfg(test)]
+#[path = "config_docs_tests.rs"]
+mod docs_tests;

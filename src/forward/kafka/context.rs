@@ -28,6 +28,32 @@ pub struct LogContext {
     down: Arc<BrokersDown>,
     /// Values of secret properties: librdkafka's own texts never show them.
     secrets: Vec<String>,
+    trouble: Arc<Trouble>,
+}
+
+/// The last error librdkafka reported about the brokers (a refused connection, a
+/// failed TLS handshake or SASL authentication), until a delivery succeeds. The
+/// forwarder's own failure is then often only a timeout; this says why. Shared with
+/// the forwarder because librdkafka's producer does not hand its context back.
+#[derive(Default)]
+pub struct Trouble(Mutex<Option<String>>);
+
+impl Trouble {
+    /// What the brokers last failed with since the last successful delivery.
+    pub fn get(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn clear(&self) {
+        self.set(None);
+    }
+
+    fn set(&self, trouble: Option<String>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = trouble;
+    }
 }
 
 /// Raised when librdkafka reports that every broker connection is down (for example
@@ -63,7 +89,14 @@ impl LogContext {
             seen: Mutex::new(HashMap::new()),
             down,
             secrets: Vec::new(),
+            trouble: Arc::default(),
         }
+    }
+
+    /// Records the brokers' errors in `trouble` (see [`Trouble`]).
+    pub fn reporting(mut self, trouble: Arc<Trouble>) -> Self {
+        self.trouble = trouble;
+        self
     }
 
     /// Masks these values (the configured secrets) in everything logged.
@@ -127,8 +160,19 @@ impl ClientContext for LogContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+        let all_down = error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown);
+        if all_down {
             self.down.raise();
+        }
+        // "1/1 brokers are down" follows the error that brought them down (a TLS
+        // handshake, an authentication): keep the one that says why.
+        if !all_down || self.trouble.get().is_none() {
+            let detail = if reason.is_empty() {
+                self.scrub(&error.to_string())
+            } else {
+                self.scrub(reason)
+            };
+            self.trouble.set(Some(detail));
         }
         let kind = format!("error {:?}", error.rdkafka_error_code());
         if let Some(suppressed) = self.admit(&kind, Instant::now()) {

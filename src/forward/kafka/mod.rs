@@ -45,7 +45,7 @@ pub use record::{
 };
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
-use context::{BrokersDown, LogContext, Producer};
+use context::{BrokersDown, LogContext, Producer, Trouble};
 use outcome::Outcome;
 use topics::{TopicError, Topics};
 
@@ -91,6 +91,7 @@ pub struct KafkaForwarder {
     /// `None` once closed.
     producer: Mutex<Option<Arc<Producer>>>,
     topics: Topics,
+    trouble: Arc<Trouble>,
 }
 
 impl KafkaForwarder {
@@ -103,7 +104,8 @@ impl KafkaForwarder {
         let name: Arc<str> = context.name.as_str().into();
         let config = options.client_config(&name);
         let down = Arc::new(BrokersDown::default());
-        let producer = create_producer(&config, &options, &name, Arc::clone(&down))
+        let trouble = Arc::new(Trouble::default());
+        let producer = create_producer(&config, &options, &name, Arc::clone(&down), &trouble)
             .await
             .map_err(|message| BuildError::Start {
                 message,
@@ -116,7 +118,9 @@ impl KafkaForwarder {
             options.create_topic,
             options.partitions,
             options.replication_factor,
-            METADATA_TIMEOUT,
+            // A lookup waits no longer than a message would, so the attempt fails
+            // with the brokers' own words before the pipeline's timeout cuts it.
+            METADATA_TIMEOUT.min(options.message_timeout),
         );
         let brokers = options.brokers.joined();
         // Brokers that cannot be reached at start are not fatal: a node's audit trail
@@ -189,6 +193,7 @@ impl KafkaForwarder {
             options,
             config,
             producer: Mutex::new(Some(producer)),
+            trouble,
             topics,
         })
     }
@@ -200,7 +205,26 @@ impl KafkaForwarder {
             .clone()
     }
 
+    /// Delivers a batch; a failure names what the brokers last failed with (a TLS
+    /// handshake, SASL authentication), which a timeout alone would hide.
     async fn deliver(&self, batch: &Batch) -> Result<(), ForwardError> {
+        let result = self.deliver_batch(batch).await;
+        match result {
+            Ok(()) => {
+                self.trouble.clear();
+                Ok(())
+            }
+            Err(mut error) => {
+                if let Some(trouble) = self.trouble.get() {
+                    error.message =
+                        format!("{} (the brokers last reported: {trouble})", error.message);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn deliver_batch(&self, batch: &Batch) -> Result<(), ForwardError> {
         let producer = self
             .producer()
             .ok_or_else(|| ForwardError::permanent("the kafka forwarder is closed"))?;
@@ -291,7 +315,15 @@ impl KafkaForwarder {
     /// Replaces a producer that hit a fatal error (idempotent producer state lost);
     /// the failed batch is then retried on the new one.
     async fn recreate(&self, failed: Arc<Producer>) {
-        match create_producer(&self.config, &self.options, &self.name, Arc::default()).await {
+        match create_producer(
+            &self.config,
+            &self.options,
+            &self.name,
+            Arc::default(),
+            &self.trouble,
+        )
+        .await
+        {
             Ok(fresh) => {
                 let mut slot = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
                 // The replaced producer, or the fresh one if the forwarder was
@@ -334,9 +366,12 @@ async fn create_producer(
     options: &KafkaOptions,
     name: &Arc<str>,
     down: Arc<BrokersDown>,
+    trouble: &Arc<Trouble>,
 ) -> Result<Producer, String> {
     let config = config.clone();
-    let context = LogContext::new(Arc::clone(name), down).hiding(options.secrets());
+    let context = LogContext::new(Arc::clone(name), down)
+        .hiding(options.secrets())
+        .reporting(Arc::clone(trouble));
     let created =
         tokio::task::spawn_blocking(move || config.create_with_context::<_, Producer>(context))
             .await

@@ -154,6 +154,17 @@ impl Security {
             (true, true) => "sasl_ssl",
         };
         out.properties.push(("security.protocol", protocol.into()));
+        if let (None, Some(sasl)) = (tls, sasl)
+            && matches!(sasl.mechanism, Mechanism::Plain | Mechanism::OauthBearer)
+        {
+            // SCRAM and GSSAPI never send the secret itself; these two do.
+            tracing::warn!(
+                mechanism = sasl.mechanism.name(),
+                "kafka `sasl` {} without `tls` sends the credentials in clear text to anyone on the path; \
+                 add `tls = {{}}` (the system's CAs) or `tls = {{ ca = \"...\" }}`",
+                sasl.mechanism.name()
+            );
+        }
         if let Some(tls) = tls {
             out.tls(tls)?;
         }
