@@ -17,7 +17,9 @@ use crate::proto::{Registry, event_field, to_json_string};
 use crate::publisher::Publisher;
 
 mod origin;
+pub mod workload;
 pub use origin::{Clock, Origin};
+pub use workload::Workload;
 
 /// A unique, time-ordered event id (UUIDv7). Time order keeps a UNIQUE index on it
 /// append-mostly; random ids would scatter inserts across the whole index.
@@ -116,6 +118,9 @@ pub struct Event {
     pub publisher: Option<Publisher>,
     /// Received live, or reconstructed by a reconcile; [`Origin::Live`] unless set.
     pub origin: Origin,
+    /// What the upstream's record of the event's container said when it was captured
+    /// (pod, container name, image, labels); `None` for other events.
+    pub workload: Option<Arc<Workload>>,
     pub envelope: Envelope,
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
@@ -150,6 +155,7 @@ impl Event {
             source,
             publisher: None,
             origin: Origin::Live,
+            workload: None,
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
@@ -166,6 +172,12 @@ impl Event {
     /// The same event, with `origin`.
     pub fn with_origin(mut self, origin: Origin) -> Self {
         self.origin = origin;
+        self
+    }
+
+    /// The same event, with what its container's record said.
+    pub fn with_workload(mut self, workload: Option<Arc<Workload>>) -> Self {
+        self.workload = workload;
         self
     }
 
@@ -256,8 +268,40 @@ impl Fields for RecordFields<'_> {
         match path.first()?.as_str() {
             "origin" => Some(Cow::Borrowed(self.0.origin.label())),
             "origin_clock" => self.0.origin.clock().map(|c| Cow::Borrowed(c.label())),
+            "pod" | "container" => workload_field(self.0.workload.as_deref()?, path),
             _ => self.0.field(path),
         }
+    }
+}
+
+/// `pod.name`, `pod.namespace`, `pod.uid`, `container.name`, `container.kind`,
+/// `container.image` and `container.labels.<key>`: what the container's record said
+/// (see [`Workload`]). The names a store query uses for the same columns.
+pub const WORKLOAD_FIELDS: [&str; 7] = [
+    "pod.name",
+    "pod.namespace",
+    "pod.uid",
+    "container.name",
+    "container.kind",
+    "container.image",
+    "container.labels",
+];
+
+fn workload_field<'a>(workload: &'a Workload, path: &[String]) -> Option<Cow<'a, str>> {
+    let text = |value: &'a Option<String>| value.as_deref().map(Cow::Borrowed);
+    match (path.first()?.as_str(), path.get(1)?.as_str()) {
+        ("pod", "name") => text(&workload.pod_name),
+        ("pod", "namespace") => text(&workload.pod_namespace),
+        ("pod", "uid") => text(&workload.pod_uid),
+        ("container", "name") => text(&workload.container_name),
+        ("container", "kind") => text(&workload.kind),
+        ("container", "image") => non_empty(&workload.image),
+        // A label key may hold dots: the rest of the path, joined back.
+        ("container", "labels") if path.len() > 2 => workload
+            .labels
+            .get(&path[2..].join("."))
+            .map(|v| Cow::Borrowed(v.as_str())),
+        _ => None,
     }
 }
 

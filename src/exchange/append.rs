@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use prost::Message;
 
 use super::{AcceptError, Exchange, rejected};
-use crate::event::{Event, EventId, Origin, Source};
+use crate::event::{Event, EventId, Origin, Source, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::spool::Ticket;
 
@@ -68,8 +68,9 @@ impl std::fmt::Debug for Durable {
 }
 
 impl Exchange {
-    /// Validated `envelope` takes its place in the order as [`Exchange::accept_with`]
-    /// does, without waiting for the disk: await the returned [`Durable`] before
+    /// Validated `envelope` (with what its container's record said, if anything)
+    /// takes its place in the order as [`Exchange::accept_with`] does, without
+    /// waiting for the disk: await the returned [`Durable`] before
     /// acknowledging the event to anyone. Everything that can refuse the event
     /// (closed, a full `block` queue, a full spool, a disk below `spool.min_free`, a
     /// spool that cannot append) refuses it here, before it is numbered, so a caller
@@ -80,8 +81,11 @@ impl Exchange {
         source: Source,
         envelope: Envelope,
         origin: Origin,
+        workload: Option<Arc<Workload>>,
     ) -> Result<Appended, AcceptError> {
-        let event = Event::new(0, EventId::unassigned(), source, envelope).with_origin(origin);
+        let event = Event::new(0, EventId::unassigned(), source, envelope)
+            .with_origin(origin)
+            .with_workload(workload);
         self.append_event(event).await
     }
 
@@ -103,7 +107,10 @@ impl Exchange {
                 .check_space()
                 .map_err(|low| rejected(AcceptError::DiskLow(low)))?;
             dropped = spool
-                .reserve(event.envelope.encoded_len())
+                .reserve(
+                    event.envelope.encoded_len()
+                        + event.workload.as_ref().map_or(0, |w| w.encoded_len()),
+                )
                 .await
                 .map_err(|full| rejected(AcceptError::SpoolFull(full)))?;
         }

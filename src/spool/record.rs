@@ -1,6 +1,6 @@
 //! The on-disk record: `u32 len | u32 crc32 of body | body`, little-endian, where
 //! body = `u64 seq | 16-byte id | i64 received_at (unix nanos) | u8 kind |
-//! u16 name len | name | [publisher] | [origin] | prost-encoded Envelope`.
+//! u16 name len | name | [publisher] | [origin] | [workload] | prost-encoded Envelope`.
 //!
 //! `kind`'s low bits are the source (0 publish, 1 forward, 2 upstream, 3 eventgate);
 //! its top bit ([`HAS_PUBLISHER`]) says a publisher block follows the name: `u8 1 |
@@ -14,13 +14,17 @@
 //! the reconcile's clock. Live events (every record written before origins were kept,
 //! and every received event since) have no bit and no byte, so they are byte for byte
 //! what they were, and read as [`Origin::Live`].
+//!
+//! The third bit ([`HAS_WORKLOAD`]) says a workload block follows: `u32 len |
+//! prost-encoded Workload` (what the container's record said at capture). Records
+//! without it read as events without one, as before.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 
-use crate::event::{Clock, Event, EventId, Origin, Source};
+use crate::event::{Clock, Event, EventId, Origin, Source, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 
@@ -33,8 +37,10 @@ pub const MAX_BODY: usize = 16 << 20;
 pub const HAS_PUBLISHER: u8 = 0x80;
 /// The bit of the kind byte that announces an origin byte (a reconciled event).
 pub const HAS_ORIGIN: u8 = 0x40;
+/// The bit of the kind byte that announces a workload block.
+pub const HAS_WORKLOAD: u8 = 0x20;
 /// The source's bits of the kind byte.
-const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN);
+const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN | HAS_WORKLOAD);
 /// Where the kind byte is in the body.
 const KIND_AT: usize = 32;
 const PROCESS: u8 = 1;
@@ -65,10 +71,12 @@ pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Some(Clock::Daemon) => Some(CLOCK_DAEMON),
         Some(Clock::Reconcile) => Some(CLOCK_RECONCILE),
     };
+    let workload_len = event.workload.as_ref().map_or(0, |w| 4 + w.encoded_len());
     let body_len = MIN_BODY
         + name.len()
         + publisher_len
         + usize::from(origin.is_some())
+        + workload_len
         + event.envelope.encoded_len();
     if body_len > MAX_BODY {
         return Err(body_len);
@@ -94,7 +102,11 @@ pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Some(_) => HAS_ORIGIN,
         None => 0,
     };
-    buf.push(kind | publisher_bit | origin_bit);
+    let workload_bit = match event.workload {
+        Some(_) => HAS_WORKLOAD,
+        None => 0,
+    };
+    buf.push(kind | publisher_bit | origin_bit | workload_bit);
     buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
     buf.extend_from_slice(name);
     match &event.publisher {
@@ -114,6 +126,11 @@ pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         }
     }
     buf.extend(origin);
+    if let Some(workload) = &event.workload {
+        buf.extend_from_slice(&(workload.encoded_len() as u32).to_le_bytes());
+        // Encoding into a Vec cannot run out of room.
+        let _ = workload.encode(buf);
+    }
     // Encoding into a Vec cannot run out of room.
     let _ = event.envelope.encode(buf);
     let crc = crc32fast::hash(&buf[start + HEADER..]);
@@ -194,6 +211,14 @@ pub fn decode(record: &[u8]) -> Option<Event> {
     } else {
         Origin::Live
     };
+    let workload = if kind & HAS_WORKLOAD != 0 {
+        let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+        let block = rest.get(4..4usize.checked_add(len)?)?;
+        rest = &rest[4 + len..];
+        Some(Arc::new(Workload::decode(block).ok()?))
+    } else {
+        None
+    };
     let envelope = Envelope::decode(rest).ok()?;
     Some(
         Event::with_received_at(
@@ -204,7 +229,8 @@ pub fn decode(record: &[u8]) -> Option<Event> {
             envelope,
         )
         .with_publisher(publisher)
-        .with_origin(origin),
+        .with_origin(origin)
+        .with_workload(workload),
     )
 }
 

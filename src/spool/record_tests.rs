@@ -239,3 +239,60 @@ fn damaged_origin_bytes_are_refused() {
     unknown_kind[4..8].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(check(&unknown_kind), Check::Bad);
 }
+
+fn workload() -> Arc<Workload> {
+    let labels = [
+        (crate::event::workload::POD_NAME, "web-7"),
+        (crate::event::workload::POD_NAMESPACE, "shop"),
+        ("app", "web"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    Arc::new(Workload::from_record("nginx:1.27", labels).unwrap())
+}
+
+#[test]
+fn workloads_survive_the_round_trip_with_publisher_and_origin() {
+    for origin in [Origin::Live, reconciled(Clock::Daemon)] {
+        let event = Event::new(
+            9,
+            EventId::generate(),
+            Source::Upstream("k8s".into()),
+            envelope(),
+        )
+        .with_origin(origin)
+        .with_workload(Some(workload()));
+        let mut buf = Vec::new();
+        let len = encode(&event, &mut buf).unwrap();
+        assert_eq!(check(&buf), Check::Valid { seq: 9, len });
+        assert_eq!(buf[HEADER + KIND_AT] & HAS_WORKLOAD, HAS_WORKLOAD);
+        let back = decode(&buf).unwrap();
+        assert_eq!(back.workload, Some(workload()));
+        assert_eq!((back.origin, back.envelope), (origin, envelope()));
+    }
+    // Without one, the record is what it always was.
+    let plain = Event::new(9, EventId::generate(), Source::Publish, envelope());
+    let mut buf = Vec::new();
+    encode(&plain, &mut buf).unwrap();
+    assert_eq!(buf[HEADER + KIND_AT] & HAS_WORKLOAD, 0);
+    assert_eq!(decode(&buf).unwrap().workload, None);
+}
+
+#[test]
+fn damaged_workload_blocks_are_refused() {
+    let event = Event::new(
+        4,
+        EventId::generate(),
+        Source::Upstream("k8s".into()),
+        envelope(),
+    )
+    .with_workload(Some(workload()));
+    let mut buf = Vec::new();
+    encode(&event, &mut buf).unwrap();
+    // The block's length, just after the upstream's name.
+    let at = HEADER + MIN_BODY + "k8s".len();
+    for len in [u32::MAX, (buf.len() - at) as u32, 1] {
+        let mut bad = buf.clone();
+        bad[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        assert!(decode(&bad).is_none(), "workload length {len}");
+    }
+}

@@ -14,6 +14,7 @@
 //! `inflight`); what depends on durability (the snapshot) follows in the same order.
 
 mod backoff;
+mod enrich;
 mod inflight;
 pub mod markers;
 mod reconciler;

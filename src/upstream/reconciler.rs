@@ -82,7 +82,7 @@ enum Phase {
 pub struct Plan {
     pub events: Vec<(Envelope, Clock)>,
     pub marker: Envelope,
-    daemon: NodeState,
+    pub daemon: NodeState,
     skip: BTreeSet<Object>,
 }
 

@@ -38,6 +38,14 @@ pub struct UpstreamSpec {
         with = "crate::config::duration_text"
     )]
     pub reconcile_interval: Duration,
+    /// Attach what containerd's record of each event's container says (pod, container
+    /// name, kind, image, labels) as the event is captured (see `enrich`).
+    #[serde(default = "default_enrich")]
+    pub enrich: bool,
+}
+
+fn default_enrich() -> bool {
+    true
 }
 
 fn default_connect_timeout() -> Duration {
@@ -84,6 +92,7 @@ impl UpstreamSpec {
             reconnect: ReconnectSettings::default(),
             connect_timeout: default_connect_timeout(),
             reconcile_interval: default_reconcile_interval(),
+            enrich: default_enrich(),
         }
     }
 

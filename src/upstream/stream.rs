@@ -14,18 +14,21 @@ use std::time::Duration;
 
 use tonic::Status;
 
+use super::enrich::Enricher;
 use super::inflight::{InFlight, Then};
 use super::reconciler::{Plan, Reconciler};
 use super::task::{Ended, Opened, Task, describe};
-use crate::event::{Origin, Source};
+use crate::event::{Origin, Source, Workload};
 use crate::exchange::{AcceptError, Appended};
 use crate::proto::containerd::types::Envelope;
+use crate::reconcile::state::NodeState;
 
 /// An event waiting for its place in the order.
 pub(super) struct Outgoing {
     pub source: Source,
     pub envelope: Envelope,
     pub origin: Origin,
+    pub workload: Option<Arc<Workload>>,
     pub then: Then,
 }
 
@@ -43,10 +46,17 @@ impl Task {
         opened: Opened,
         received: &mut u64,
         mut reconciler: Option<&mut Reconciler>,
+        enricher: &mut Enricher,
     ) -> Ended {
         let mut in_flight = InFlight::new(&self.name);
         let ended = self
-            .pipeline(opened, received, reconciler.as_deref_mut(), &mut in_flight)
+            .pipeline(
+                opened,
+                received,
+                reconciler.as_deref_mut(),
+                &mut in_flight,
+                enricher,
+            )
             .await;
         while !in_flight.is_empty() {
             let (event, then, synced) = in_flight.next().await;
@@ -65,6 +75,7 @@ impl Task {
         received: &mut u64,
         mut reconciler: Option<&mut Reconciler>,
         in_flight: &mut InFlight,
+        enricher: &mut Enricher,
     ) -> Ended {
         let mut outbox: VecDeque<Outgoing> = VecDeque::new();
         let mut appending: Option<Appending<'_>> = None;
@@ -106,7 +117,8 @@ impl Task {
                     }
                 }
                 plan = next_plan(reconciler.as_deref_mut(), oldest, quiet) => {
-                    outbox.extend(self.plan_items(plan));
+                    let recorded = reconciler.as_deref().map(|r| &r.snapshot.state);
+                    outbox.extend(self.plan_items(plan, enricher, recorded));
                 }
                 message = next_message(&mut opened), if may_read => {
                     let envelope = match message {
@@ -130,10 +142,12 @@ impl Task {
                         );
                         continue;
                     }
+                    let workload = enricher.live(&envelope).await;
                     outbox.push_back(Outgoing {
                         source: Source::Upstream(Arc::clone(&self.name)),
                         envelope,
                         origin: Origin::Live,
+                        workload,
                         then: Then::Record,
                     });
                 }
@@ -142,22 +156,34 @@ impl Task {
     }
 
     /// A reconcile's events as the upstream's own (they are what it would have
-    /// published), then its marker, which completes the reconcile once durable.
-    fn plan_items(&self, mut plan: Plan) -> Vec<Outgoing> {
+    /// published), then its marker, which completes the reconcile once durable. Each
+    /// carries its container's record from the lists (or, for a container deleted
+    /// meanwhile, from what was `recorded`).
+    fn plan_items(
+        &self,
+        mut plan: Plan,
+        enricher: &mut Enricher,
+        recorded: Option<&NodeState>,
+    ) -> Vec<Outgoing> {
         let events = std::mem::take(&mut plan.events);
+        let empty = NodeState::default();
+        let recorded = recorded.unwrap_or(&empty);
         let mut items: Vec<Outgoing> = events
             .into_iter()
             .map(|(envelope, clock)| Outgoing {
                 source: Source::Upstream(Arc::clone(&self.name)),
+                workload: enricher.reconciled(&envelope, &plan.daemon, recorded),
                 envelope,
                 origin: Origin::Reconciled { clock },
                 then: Then::Record,
             })
             .collect();
+        enricher.listed(&plan.daemon);
         items.push(Outgoing {
             source: Source::Internal,
             envelope: plan.marker.clone(),
             origin: Origin::Live,
+            workload: None,
             then: Then::Reconciled(Box::new(plan)),
         });
         items
@@ -171,7 +197,12 @@ impl Task {
         loop {
             let appended = self
                 .exchange
-                .append_with(item.source.clone(), item.envelope.clone(), item.origin)
+                .append_with(
+                    item.source.clone(),
+                    item.envelope.clone(),
+                    item.origin,
+                    item.workload.clone(),
+                )
                 .await;
             match appended {
                 Ok(appended) => return Ok(Some((appended, item.then))),

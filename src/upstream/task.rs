@@ -9,9 +9,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 use tonic::{Response, Status, Streaming};
 
 use super::backoff::Backoff;
+use super::enrich::Enricher;
 use super::inflight::Then;
 use super::markers::{self, Connected, Disconnected};
 use super::reconciler::{Reconciler, Trigger};
@@ -77,6 +79,7 @@ impl Task {
                 None
             }
         };
+        let mut enricher = Enricher::new(Arc::clone(&self.name), self.spec.enrich);
         let mut backoff = Backoff::new(&self.spec.reconnect);
         let mut wake = SocketWake::new(&self.spec.address, &self.name);
         let mut gap_started = self.started;
@@ -89,7 +92,10 @@ impl Task {
                 opened = self.open() => opened,
             };
             let opened = match opened {
-                Ok(opened) => opened,
+                Ok((opened, channel)) => {
+                    enricher.connected(channel);
+                    opened
+                }
                 Err(error) => {
                     metrics::counter!("eventgate_upstream_connect_failures_total", "upstream" => self.label())
                         .increment(1);
@@ -151,7 +157,7 @@ impl Task {
             }
             let mut received = 0u64;
             let ended = self
-                .stream(opened, &mut received, reconciler.as_mut())
+                .stream(opened, &mut received, reconciler.as_mut(), &mut enricher)
                 .await;
             if let Some(reconciler) = &mut reconciler {
                 reconciler.pause();
@@ -212,12 +218,13 @@ impl Task {
 
     /// Connects and sends Subscribe. Done as soon as the request is on the wire or the
     /// upstream answers, whichever comes first (see `transport`).
-    async fn open(&self) -> Result<Opened, String> {
+    /// The connection comes back too, for the enricher's calls.
+    async fn open(&self) -> Result<(Opened, Channel), String> {
         let timeout = self.spec.connect_timeout;
         let channel = client::connect_channel(&self.spec.address, timeout)
             .await
             .map_err(|e| errors::chain(&e))?;
-        let (service, sent) = NotifySent::new(channel);
+        let (service, sent) = NotifySent::new(channel.clone());
         let mut client = EventsClient::new(service);
         let request = SubscribeRequest {
             filters: self.spec.filters.clone(),
@@ -236,8 +243,8 @@ impl Task {
             format!("the upstream did not take the Subscribe request within {timeout:?}")
         })?;
         match outcome {
-            None => Ok(Opened::Waiting(call)),
-            Some(Ok(response)) => Ok(Opened::Streaming(Box::new(response.into_inner()))),
+            None => Ok((Opened::Waiting(call), channel)),
+            Some(Ok(response)) => Ok((Opened::Streaming(Box::new(response.into_inner())), channel)),
             Some(Err(status)) => Err(describe(&status)),
         }
     }
@@ -250,6 +257,7 @@ impl Task {
             source,
             envelope,
             origin: Origin::Live,
+            workload: None,
             then: Then::Record,
         };
         match self.append(item).await? {
