@@ -6,7 +6,7 @@ use std::io::Write as _;
 use prost_reflect::DynamicMessage;
 use serde_json::json;
 
-use crate::event::{Event, EventId, Origin};
+use crate::event::{Event, EventId, Origin, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::{Registry, go_time_string, rfc3339_nanos, to_go_json, to_json_string};
 use crate::publisher::Publisher;
@@ -95,6 +95,7 @@ struct Identity<'a> {
     source: Option<&'a str>,
     publisher: Option<&'a Publisher>,
     origin: Origin,
+    workload: Option<&'a Workload>,
 }
 
 impl<'a> Identity<'a> {
@@ -105,6 +106,7 @@ impl<'a> Identity<'a> {
             source,
             publisher: event.publisher.as_ref(),
             origin: event.origin,
+            workload: event.workload.as_deref(),
         }
     }
 }
@@ -130,9 +132,12 @@ fn base64_of(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// The keys, in the byte order a sorted map would give them: `event`, `id`,
-/// `namespace`, `origin`, `origin_clock`, `publisher`, `raw`, `seq`, `source`,
-/// `timestamp`, `topic`, `type_url`. `publisher` is [`Publisher::write_json`]'s
+/// The keys, in the byte order a sorted map would give them: `container`, `event`,
+/// `id`, `namespace`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`, `seq`,
+/// `source`, `timestamp`, `topic`, `type_url`. `container` (`image`, `kind`,
+/// `labels`, `name`) and `pod` (`name`, `namespace`, `uid`) are what the
+/// container's record said at capture ([`Workload`]), each there only when it says
+/// something. `publisher` is [`Publisher::write_json`]'s
 /// object, or `null` for events no client of ours sent (upstreams, eventgate's own,
 /// TCP clients without a certificate, rows stored before publishers were kept).
 /// `origin` is `live` or `reconciled`; `origin_clock` is there for reconciled events
@@ -144,7 +149,12 @@ fn write_object(
     identity: Option<Identity<'_>>,
 ) {
     // Writing into a Vec cannot fail.
-    out.extend_from_slice(b"{\"event\":");
+    out.push(b'{');
+    let workload = identity.as_ref().and_then(|i| i.workload);
+    if let Some(workload) = workload {
+        write_container(out, workload);
+    }
+    out.extend_from_slice(b"\"event\":");
     match (&envelope.event, payload) {
         (Some(_), Some(json)) => out.extend_from_slice(json.as_bytes()),
         _ => out.extend_from_slice(b"null"),
@@ -158,6 +168,9 @@ fn write_object(
         let _ = write!(out, ",\"origin\":\"{}\"", identity.origin.label());
         if let Some(clock) = identity.origin.clock() {
             let _ = write!(out, ",\"origin_clock\":\"{}\"", clock.label());
+        }
+        if let Some(workload) = workload {
+            write_pod(out, workload);
         }
         out.extend_from_slice(b",\"publisher\":");
         match identity.publisher {
@@ -194,6 +207,49 @@ fn write_object(
         None => out.extend_from_slice(b"null"),
     }
     out.push(b'}');
+}
+
+/// `"container":{...},` with the keys the record has, sorted.
+fn write_container(out: &mut Vec<u8>, workload: &Workload) {
+    let mut fields: Vec<(&str, serde_json::Value)> = Vec::new();
+    if !workload.image.is_empty() {
+        fields.push(("image", workload.image.as_str().into()));
+    }
+    if let Some(kind) = &workload.kind {
+        fields.push(("kind", kind.as_str().into()));
+    }
+    if !workload.labels.is_empty() {
+        let labels = serde_json::to_value(&workload.labels).unwrap_or_default();
+        fields.push(("labels", labels));
+    }
+    if let Some(name) = &workload.container_name {
+        fields.push(("name", name.as_str().into()));
+    }
+    if fields.is_empty() {
+        return;
+    }
+    out.extend_from_slice(b"\"container\":");
+    let object: serde_json::Map<String, serde_json::Value> =
+        fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let _ = serde_json::to_writer(&mut *out, &object);
+    out.push(b',');
+}
+
+/// `,"pod":{...}` with the pod fields the record has.
+fn write_pod(out: &mut Vec<u8>, workload: &Workload) {
+    let fields = [
+        ("name", &workload.pod_name),
+        ("namespace", &workload.pod_namespace),
+        ("uid", &workload.pod_uid),
+    ];
+    let object: serde_json::Map<String, serde_json::Value> = fields
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_owned(), v.as_deref()?.into())))
+        .collect();
+    if !object.is_empty() {
+        out.extend_from_slice(b",\"pod\":");
+        let _ = serde_json::to_writer(&mut *out, &object);
+    }
 }
 
 #[cfg(test)]

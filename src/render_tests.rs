@@ -236,3 +236,39 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
         );
     }
 }
+
+/// The container's record rides in `container` and `pod`, keys sorted like the rest,
+/// and only what the record said is written.
+#[test]
+fn workloads_are_written_as_container_and_pod() {
+    use crate::event::workload::{CONTAINER_NAME, KIND, POD_NAME, POD_NAMESPACE};
+    let labels = [
+        (POD_NAME, "web-7"),
+        (POD_NAMESPACE, "shop"),
+        (CONTAINER_NAME, "nginx"),
+        (KIND, "container"),
+        ("app", "web"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let workload = Workload::from_record("nginx:1.27", labels).map(std::sync::Arc::new);
+    let event =
+        Event::new(3, EventId::generate(), Source::Publish, envelope(None)).with_workload(workload);
+    let json = event_json(&event);
+    let object = parsed(&json);
+    assert_eq!(
+        object["container"],
+        json!({"image": "nginx:1.27", "kind": "container", "labels": {"app": "web"}, "name": "nginx"})
+    );
+    assert_eq!(object["pod"], json!({"name": "web-7", "namespace": "shop"}));
+    let keys: Vec<&String> = object.keys().collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "{json}");
+
+    let plain = Workload::from_record("busybox", Vec::new()).map(std::sync::Arc::new);
+    let event =
+        Event::new(4, EventId::generate(), Source::Publish, envelope(None)).with_workload(plain);
+    let object = parsed(&event_json(&event));
+    assert_eq!(object["container"], json!({"image": "busybox"}));
+    assert!(!object.contains_key("pod"));
+}
