@@ -85,6 +85,32 @@ impl Workload {
         (workload != Workload::default()).then_some(workload)
     }
 
+    /// Every field that is set, as `(name, text)`: the Kafka header names; labels as
+    /// one JSON object. CloudEvents extensions use the same names without `_`.
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::with_capacity(7);
+        let optional = [
+            ("pod_name", &self.pod_name),
+            ("pod_namespace", &self.pod_namespace),
+            ("pod_uid", &self.pod_uid),
+            ("container_name", &self.container_name),
+            ("container_kind", &self.kind),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                out.push((name, value.clone()));
+            }
+        }
+        if !self.image.is_empty() {
+            out.push(("image", self.image.clone()));
+        }
+        if !self.labels.is_empty() {
+            let labels = serde_json::to_string(&self.labels).unwrap_or_default();
+            out.push(("container_labels", labels));
+        }
+        out
+    }
+
     /// Whether the CRI plugin made this container (it has a pod).
     pub fn is_kubernetes(&self) -> bool {
         self.pod_name.is_some() || self.pod_uid.is_some()

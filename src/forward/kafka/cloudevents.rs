@@ -8,7 +8,9 @@
 //! (`containerd.events.TaskExit`); `subject` is the record's object key
 //! (`namespace/object id`, or the namespace alone); `time` is the envelope's
 //! timestamp. Extensions: `namespace`, `topic` (`/tasks/exit`), `seq`, `origin`
-//! and, for reconciled events, `originclock`. Every extension is a string: `seq`
+//! and, for reconciled events, `originclock`; for an event about a container, what
+//! its record said: `podname`, `podnamespace`, `poduid`, `containername`,
+//! `containerkind`, `image`, `containerlabels` (a JSON object), each when set. Every extension is a string: `seq`
 //! is a `u64`, and the CloudEvents Integer type stops at 2^31 - 1.
 //!
 //! Data: the payload's canonical JSON (the `json` format's and the file
@@ -63,7 +65,27 @@ fn attributes(event: &Event, node: &str, subject: &str) -> Vec<Attribute> {
     if let Some(clock) = event.origin.clock() {
         out.push(("originclock", "ce_originclock", clock.label().to_owned()));
     }
+    if let Some(workload) = &event.workload {
+        for (name, value) in workload.fields() {
+            let (attribute, header) = extension(name);
+            out.push((attribute, header, value));
+        }
+    }
     out
+}
+
+/// A workload field's extension name (CloudEvents allows only `[a-z0-9]`) and its
+/// binary-mode header.
+fn extension(field: &str) -> (&'static str, &'static str) {
+    match field {
+        "pod_name" => ("podname", "ce_podname"),
+        "pod_namespace" => ("podnamespace", "ce_podnamespace"),
+        "pod_uid" => ("poduid", "ce_poduid"),
+        "container_name" => ("containername", "ce_containername"),
+        "container_kind" => ("containerkind", "ce_containerkind"),
+        "image" => ("image", "ce_image"),
+        _ => ("containerlabels", "ce_containerlabels"),
+    }
 }
 
 /// `eventgate://{node}/{publish|forward|internal}` or `.../upstream/{name}`.

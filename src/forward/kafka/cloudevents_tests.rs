@@ -267,3 +267,56 @@ fn the_subject_does_not_follow_the_key_option() {
     assert_eq!(record.key, None);
     assert_eq!(record.header("ce_subject"), Some("default/c1"));
 }
+
+/// What the container's record said travels as headers in every format, and as
+/// extensions (names without `_`, legal CloudEvents names) in both CloudEvents modes.
+#[test]
+fn workloads_travel_as_headers_and_extensions() {
+    use crate::event::Workload;
+    use crate::event::workload::{CONTAINER_NAME, KIND, POD_NAME, POD_NAMESPACE, POD_UID};
+    let labels = [
+        (POD_NAME, "web-7"),
+        (POD_NAMESPACE, "shop"),
+        (POD_UID, "0b1c"),
+        (CONTAINER_NAME, "nginx"),
+        (KIND, "container"),
+        ("app", "web"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let workload = Workload::from_record("nginx:1.27", labels).map(Arc::new);
+    let event = task_exit(Source::Upstream("k8s".into())).with_workload(workload);
+    let expected = [
+        ("pod_name", "podname", "web-7"),
+        ("pod_namespace", "podnamespace", "shop"),
+        ("pod_uid", "poduid", "0b1c"),
+        ("container_name", "containername", "nginx"),
+        ("container_kind", "containerkind", "container"),
+        ("image", "image", "nginx:1.27"),
+        ("container_labels", "containerlabels", r#"{"app":"web"}"#),
+    ];
+    for format in [
+        ValueFormat::Protobuf,
+        ValueFormat::Json,
+        ValueFormat::CloudeventsBinary,
+        ValueFormat::CloudeventsStructured,
+    ] {
+        let record = encode(format, &event);
+        for (header, _, value) in expected {
+            assert_eq!(record.header(header), Some(value), "{format:?} {header}");
+        }
+    }
+    let binary = encode(ValueFormat::CloudeventsBinary, &event);
+    let structured = structured_value(&encode(ValueFormat::CloudeventsStructured, &event));
+    for (_, extension, value) in expected {
+        assert!(
+            extension
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
+        assert_eq!(binary.header(&format!("ce_{extension}")), Some(value));
+        assert_eq!(structured[extension], value, "{extension}");
+    }
+    // Without a workload, none of them.
+    let plain = encode(ValueFormat::CloudeventsBinary, &task_exit(Source::Publish));
+    assert!(plain.header("pod_name").is_none() && plain.header("ce_podname").is_none());
+}

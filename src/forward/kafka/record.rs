@@ -219,7 +219,10 @@ pub struct Record {
     pub value: Option<Vec<u8>>,
     /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, `origin` (`live` or
     /// `reconciled`), `origin_clock` (`daemon` or `reconcile`) for a reconciled event,
-    /// and `publisher` (the JSON object JSON lines carry) when the event has one; in
+    /// `publisher` (the JSON object JSON lines carry) when the event has one, what
+    /// the container's record said (`pod_name`, `pod_namespace`, `pod_uid`,
+    /// `container_name`, `container_kind`, `image`, `container_labels` as a JSON
+    /// object; each when set: [`crate::event::Workload::fields`]); in
     /// the CloudEvents formats also `content-type` and (binary) the `ce_*` attributes.
     pub headers: Vec<(&'static str, String)>,
 }
@@ -339,6 +342,9 @@ impl RecordEncoder {
         }
         if let Some(publisher) = &event.publisher {
             headers.push(("publisher", publisher.to_json()));
+        }
+        if let Some(workload) = &event.workload {
+            headers.extend(workload.fields());
         }
         let subject = subject.unwrap_or_default();
         let value = match self.format {
