@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The CRI plugin's labels on every container and sandbox it creates.
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
@@ -25,7 +25,8 @@ pub const MAX_TEXT: usize = 1024;
 
 /// An event's container as its record described it. Also its encoding in the spool
 /// and in dead letters (protobuf, so fields can be added).
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Workload {
     /// `io.cri-containerd.kind`: `sandbox` or `container`.
     #[prost(string, optional, tag = "1")]

@@ -60,6 +60,7 @@ impl NodeState {
                         labels: None,
                         created_at: None,
                         updated_at: None,
+                        workload: None,
                     },
                 );
                 Some(Object::Container(namespace.to_owned(), m.id))

@@ -311,6 +311,7 @@ fn container_state(container: Container) -> (String, ContainerState) {
         labels: Some(labels(container.labels)),
         created_at: daemon_time(container.created_at),
         updated_at: daemon_time(container.updated_at),
+        workload: None,
     };
     (container.id, state)
 }

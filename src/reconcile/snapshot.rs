@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use super::apply::Object;
 use super::state::NodeState;
-use crate::event::{Event, Source};
+use crate::event::{Event, Source, Workload};
 use crate::spool::{Spool, SpoolError};
 
 /// How often a changed snapshot is written when nothing else saves it.
@@ -172,6 +172,16 @@ impl Snapshot {
             &envelope.topic,
             envelope.event.as_ref(),
         );
+        if let (Some(Object::Container(namespace, id)), Some(workload)) =
+            (&changed, &event.workload)
+            && let Some(container) = self
+                .state
+                .namespaces
+                .get_mut(namespace)
+                .and_then(|ns| ns.containers.get_mut(id))
+        {
+            container.workload = Some(Workload::clone(workload));
+        }
         if let Some(object) = changed {
             self.dirty = true;
             if let Some(touched) = &mut self.touched {

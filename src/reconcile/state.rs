@@ -39,6 +39,11 @@ pub struct ContainerState {
     /// The daemon's record of when it was created, where a list said.
     pub created_at: Option<SystemTime>,
     pub updated_at: Option<SystemTime>,
+    /// What the record said when its events were captured, for a container no list
+    /// has seen yet (`labels` is `None`): a reconcile that finds it deleted tells so
+    /// with its pod and image. Not compared by a reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<crate::event::Workload>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

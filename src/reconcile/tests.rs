@@ -30,6 +30,7 @@ fn container(image: &str) -> ContainerState {
         labels: labels(&[]),
         created_at: Some(at(1)),
         updated_at: Some(at(1)),
+        workload: None,
     }
 }
 

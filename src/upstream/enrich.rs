@@ -148,10 +148,11 @@ impl Enricher {
         let namespace = envelope.namespace.as_str();
         let record = |state: &NodeState| {
             let container = state.namespaces.get(namespace)?.containers.get(&id)?;
-            Some(Workload::from_record(
-                &container.image,
-                container.labels.clone().unwrap_or_default(),
-            ))
+            Some(match (&container.labels, &container.workload) {
+                (Some(labels), _) => Workload::from_record(&container.image, labels.clone()),
+                (None, Some(captured)) => Some(captured.clone()),
+                (None, None) => Workload::from_record(&container.image, Vec::new()),
+            })
         };
         let key = (namespace.to_owned(), id.clone());
         let workload = match record(daemon).or_else(|| record(recorded)) {
