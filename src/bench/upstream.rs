@@ -34,6 +34,8 @@ pub struct UpstreamBench {
     pub timeout: Duration,
     /// The gateway's `spool.fsync`.
     pub spool_fsync: &'static str,
+    /// The upstream's `enrich` (reading each new container's record from containerd).
+    pub enrich: bool,
     pub containerd: PathBuf,
 }
 
@@ -84,28 +86,26 @@ pub async fn round(
     bench: &UpstreamBench,
     round: usize,
 ) -> Result<Round, BenchError> {
-    let run_dir = dir.join(format!("{}-{round}", bench.spool_fsync));
+    let enrich = if bench.enrich { "enrich" } else { "plain" };
+    let run_dir = dir.join(format!("{}-{enrich}-{round}", bench.spool_fsync));
     let containerd_dir = run_dir.join("containerd");
     create_dir(&containerd_dir)?;
     let containerd = Daemon::containerd(&bench.containerd, &containerd_dir).await?;
     let socket = containerd.socket().display().to_string();
 
-    // Nothing but the fsync mode is set: the forwarders are the defaults (the `log`
-    // file and the `audit` SQLite store).
+    // Nothing but the fsync mode and enrichment is set: the forwarders are the
+    // defaults (the `log` file and the `audit` SQLite store).
     let config = run_dir.join("eventgate.toml");
-    let text = format!("[spool]\nfsync = \"{}\"\n", bench.spool_fsync);
+    let text = format!(
+        "[spool]\nfsync = \"{}\"\n\n[[upstream]]\nname = \"{UPSTREAM}\"\naddress = {:?}\nenrich = {}\n",
+        bench.spool_fsync, socket, bench.enrich
+    );
     std::fs::write(&config, text).map_err(|source| BenchError::Io {
         context: format!("cannot write {}", config.display()),
         source,
     })?;
     let config = config.display().to_string();
-    let upstream = format!("{UPSTREAM}={socket}");
-    let gateway = Daemon::eventgate(
-        eventgate,
-        &run_dir,
-        &["--config", &config, "--upstream", &upstream],
-    )
-    .await?;
+    let gateway = Daemon::eventgate(eventgate, &run_dir, &["--config", &config]).await?;
     let mut counter = Counter::new(run_dir.join("eventgate").join("audit.db"));
     warm_up(&socket, &mut counter).await?;
 

@@ -37,30 +37,46 @@ pub struct UpstreamBenchArgs {
     /// event; a round that runs out reports what was stored by then.
     #[arg(long, default_value = "300s", value_parser = crate::config::parse_duration)]
     pub timeout: Duration,
+    /// The upstream's `enrich` per configuration measured (comma-separated): `on`
+    /// (the default: each new container's record read from containerd) or `off`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
+    pub enrich: Vec<Enrich>,
     /// The containerd binary (needs root).
     #[arg(long, default_value = "containerd")]
     pub containerd: PathBuf,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Enrich {
+    On,
+    Off,
+}
+
 pub async fn run(args: UpstreamBenchArgs) -> Result<ExitCode, CliError> {
     let (eventgate, dir) = super::binary_and_dir()?;
-    let mut results: Vec<(SpoolFsync, Vec<Round>)> = Vec::new();
-    for fsync in &args.spool_fsync {
+    let mut results: Vec<(SpoolFsync, Enrich, Vec<Round>)> = Vec::new();
+    let configurations = args
+        .spool_fsync
+        .iter()
+        .flat_map(|fsync| args.enrich.iter().map(move |enrich| (*fsync, *enrich)));
+    for (fsync, enrich) in configurations {
         let bench = UpstreamBench {
             events: args.events as usize,
             publishers: args.publishers as usize,
             in_flight: args.in_flight as usize,
             timeout: args.timeout,
             spool_fsync: fsync.toml(),
+            enrich: enrich == Enrich::On,
             containerd: args.containerd.clone(),
         };
         let mut rounds = Vec::new();
         for n in 0..args.rounds as usize {
             let r = round(&eventgate, dir.path(), &bench, n).await?;
             eprintln!(
-                "round {} fsync {:>5}: containerd accepted {:>7.0}/s, eventgate stored {:>7.0}/s{}, {} behind when containerd finished",
+                "round {} fsync {:>5} enrich {:>3?}: containerd accepted {:>7.0}/s, eventgate stored {:>7.0}/s{}, {} behind when containerd finished",
                 n + 1,
                 fsync.toml(),
+                enrich,
                 r.accepted_per_sec(bench.events),
                 r.stored_per_sec(),
                 if r.stored.is_some() {
@@ -72,13 +88,13 @@ pub async fn run(args: UpstreamBenchArgs) -> Result<ExitCode, CliError> {
             );
             rounds.push(r);
         }
-        results.push((*fsync, rounds));
+        results.push((fsync, enrich, rounds));
     }
     print_table(&args, results);
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(args: &UpstreamBenchArgs, results: Vec<(SpoolFsync, Vec<Round>)>) {
+fn print_table(args: &UpstreamBenchArgs, results: Vec<(SpoolFsync, Enrich, Vec<Round>)>) {
     let events = args.events as usize;
     println!(
         "{} events per round ({} publishers x {} in flight to containerd), the median round of {} by stored / accepted\n",
@@ -88,7 +104,7 @@ fn print_table(args: &UpstreamBenchArgs, results: Vec<(SpoolFsync, Vec<Round>)>)
         "| eventgate | containerd accepted (events/s) | eventgate stored (events/s) | stored / accepted | target | behind when containerd finished | last stored after containerd finished | stored | gateway peak RSS |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (fsync, mut rounds) in results {
+    for (fsync, enrich, mut rounds) in results {
         // The median round by its ratio: every figure of a row comes from one run.
         rounds.sort_by(|a, b| a.ratio(events).total_cmp(&b.ratio(events)));
         let Some(row) = rounds.get(rounds.len() / 2) else {
@@ -96,8 +112,13 @@ fn print_table(args: &UpstreamBenchArgs, results: Vec<(SpoolFsync, Vec<Round>)>)
         };
         let (accepted, stored) = (row.accepted_per_sec(events), row.stored_per_sec());
         println!(
-            "| defaults, spool.fsync = \"{}\" | {:.0} | {:.0} | {:.3} | >= 1.00 | {} | {} | {} of {} | {} |",
+            "| defaults, spool.fsync = \"{}\"{} | {:.0} | {:.0} | {:.3} | >= 1.00 | {} | {} | {} of {} | {} |",
             fsync.toml(),
+            if enrich == Enrich::Off {
+                ", upstream enrich = false"
+            } else {
+                ""
+            },
             accepted,
             stored,
             row.ratio(events),
