@@ -373,6 +373,38 @@ mod tests {
         }
     }
 
+    /// What the container's record said, as eventgate's own filters see it: through a
+    /// parsed filter, label keys with dots included; Subscribe's adaptor sees none.
+    #[test]
+    fn workload_fields_are_in_the_record_fields_only() {
+        use crate::filter::Filter;
+        let labels = [
+            (workload::POD_NAME, "web-7"),
+            (workload::POD_NAMESPACE, "shop"),
+            (workload::KIND, "sandbox"),
+            ("app.kubernetes.io/name", "web"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let event = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}")
+            .with_workload(Workload::from_record("nginx", labels).map(Arc::new));
+        let matches = |text: &str| Filter::parse(text).unwrap().matches(&event.record_fields());
+        assert!(matches("pod.namespace==shop,pod.name~=^web-"));
+        assert!(matches(r#"container.labels."app.kubernetes.io/name"==web"#));
+        assert!(matches("container.kind==sandbox,container.image==nginx"));
+        assert!(
+            !matches("container.name"),
+            "a sandbox has no container name"
+        );
+        assert!(!matches("pod.namespace==prod"));
+        assert!(!Filter::parse("pod.name").unwrap().matches(&event));
+        let plain = sample(2, 0, "/tasks/exit", "containerd.events.TaskExit", "{}");
+        assert!(
+            !Filter::parse("pod.name")
+                .unwrap()
+                .matches(&plain.record_fields())
+        );
+    }
+
     /// A forwarder that renders JSON leaves the event holding its JSON, not the
     /// decoded message (several times larger), which is still there on request and
     /// renders the same JSON.

@@ -284,6 +284,10 @@ fn describe() {
             "Events received from an upstream.",
         ),
         (
+            "eventgate_upstream_enrich_total",
+            "Container records looked up for upstream events, by result: remembered, fetched (a Containers.Get answered), absent (the daemon had no such container), event (a /containers/update carried it), listed (a reconcile's lists), error (the Get failed; the event is recorded without them).",
+        ),
+        (
             "eventgate_upstream_events_rejected_total",
             "Upstream events skipped because the exchange refused them, by reason.",
         ),
