@@ -123,7 +123,7 @@ pub async fn connect_channel_tls(
             Address::Unix(path) => {
                 let path = Arc::new(path);
                 // The URI is required by the API but unused: the connector decides.
-                Endpoint::from_static("http://localhost")
+                windows(Endpoint::from_static("http://localhost"))
                     .connect_with_connector(tower::service_fn(move |_: Uri| {
                         let path = Arc::clone(&path);
                         async move {
@@ -146,7 +146,7 @@ pub async fn connect_channel_tls(
                     }
                     None => Endpoint::from_shared(uri).map_err(connect_error)?,
                 };
-                endpoint
+                windows(endpoint)
                     .tcp_nodelay(true)
                     .connect()
                     .await
@@ -160,6 +160,22 @@ pub async fn connect_channel_tls(
             address: address.to_owned(),
             timeout,
         })?
+}
+
+/// HTTP/2 flow-control windows for a connection that may carry a long stream of
+/// small messages (a subscription: one DATA frame per event) which its reader holds
+/// for a while (backpressure: a full spool or queue, a container record being read).
+/// The h2 client closes a connection (GOAWAY `ENHANCE_YOUR_CALM`, "too_many_data_frames")
+/// once the framing overhead of the small frames it buffers unread exceeds half the
+/// connection window; with the defaults (a 2 MiB stream window, a 5 MiB connection
+/// window) 100-byte events reach that limit before the stream's window stops the
+/// sender, so holding a subscription broke it. A 1 MiB stream window bounds what one
+/// stream buffers; a 32 MiB connection window puts the overhead limit (16 MiB) above
+/// what a full stream window of 20-byte messages costs (about 12 MiB).
+fn windows(endpoint: Endpoint) -> Endpoint {
+    endpoint
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(32 << 20)
 }
 
 pub async fn connect(
