@@ -5,7 +5,9 @@
 //! The record comes from the upstream's Containers API on the subscription's own
 //! connection: one `Get` the first time a container is seen, remembered until its
 //! `/containers/delete` (whose event still carries it). `/containers/update` carries
-//! the new labels itself. A reconcile's lists fill the memory with every container
+//! the new labels itself. A `Get` takes a round trip to a daemon that may be busy,
+//! so several run at once while the stream reads on: an event waiting for its
+//! container's record holds the events behind it (order is kept), not the stream. A reconcile's lists fill the memory with every container
 //! at once, and its reconstructed events take the record from those lists, or from
 //! the snapshot for containers deleted meanwhile. An upstream that does not serve
 //! the Containers API (another eventgate) is not enriched, said once.
@@ -14,12 +16,15 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use prost::Message as _;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
 use crate::event::Workload;
-use crate::proto::containerd::events::ContainerUpdate;
+use crate::proto::containerd::events::{ContainerCreate, ContainerUpdate};
 use crate::proto::containerd::services::containers::v1::GetContainerRequest;
 use crate::proto::containerd::services::containers::v1::containers_client::ContainersClient;
 use crate::proto::containerd::types::Envelope;
@@ -28,11 +33,61 @@ use crate::reconcile::state::NodeState;
 /// Containers remembered per upstream at most (oldest forgotten first); a node runs
 /// a few hundred.
 const CAPACITY: usize = 16 * 1024;
-/// A `Get` holds the subscription's stream, so it may not take long.
+/// `Get`s under way at once at most; the stream is held beyond.
+const MAX_FETCHES: usize = 32;
+/// A `Get` holds the events behind its own, so it may not take long.
 const GET_TIMEOUT: Duration = Duration::from_secs(2);
 const NAMESPACE_HEADER: &str = "containerd-namespace";
 
 type Key = (String, String);
+
+/// An event's container record: known, or waiting for a `Get`.
+#[derive(Debug)]
+pub(super) enum Lookup {
+    Ready(Option<Arc<Workload>>),
+    Waiting {
+        key: Key,
+        fetch: u64,
+        /// A `/containers/create`'s image, for a container the daemon no longer has.
+        image: Option<String>,
+    },
+}
+
+impl Lookup {
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Lookup::Ready(_))
+    }
+
+    /// The record, once ready (`None` while waiting).
+    pub fn take(&mut self) -> Option<Arc<Workload>> {
+        match self {
+            Lookup::Ready(workload) => workload.take(),
+            Lookup::Waiting { .. } => None,
+        }
+    }
+}
+
+/// A finished `Get`.
+pub(super) struct Fetched {
+    key: Key,
+    fetch: u64,
+    workload: Option<Arc<Workload>>,
+    /// The daemon answered (found, or no such container), rather than failing.
+    answered: bool,
+}
+
+enum Failure {
+    Unimplemented,
+    Other,
+}
+
+type Answer = Result<Option<Arc<Workload>>, Failure>;
+
+struct Pending {
+    fetch: u64,
+    /// A delete or update came meanwhile: the answer is not to be remembered.
+    stale: bool,
+}
 
 pub(super) struct Enricher {
     upstream: Arc<str>,
@@ -41,6 +96,10 @@ pub(super) struct Enricher {
     /// By (namespace, container id); `None`: the daemon had no such container.
     known: HashMap<Key, Option<Arc<Workload>>>,
     order: VecDeque<Key>,
+    fetches: FuturesUnordered<BoxFuture<'static, (Key, u64, Answer)>>,
+    /// The latest `Get` under way per container.
+    pending: HashMap<Key, Pending>,
+    next_fetch: u64,
 }
 
 /// The container an event is about: containerd's container, task and sandbox event
@@ -72,64 +131,168 @@ impl Enricher {
             client: None,
             known: HashMap::new(),
             order: VecDeque::new(),
+            fetches: FuturesUnordered::new(),
+            pending: HashMap::new(),
+            next_fetch: 0,
         }
     }
 
-    /// A new subscription: `Get`s go over its connection.
+    /// A new subscription: `Get`s go over its connection. Nothing waits for the
+    /// last one's `Get`s any more (its events were all recorded before it ended).
     pub fn connected(&mut self, channel: Channel) {
+        self.fetches = FuturesUnordered::new();
+        self.pending.clear();
         if self.enabled {
             self.client = Some(ContainersClient::new(channel));
         }
     }
 
-    /// What the record of a live event's container says, asking the daemon the first
-    /// time a container is seen.
-    pub async fn live(&mut self, envelope: &Envelope) -> Option<Arc<Workload>> {
+    /// Whether another event may be read: a `Get` it needs could start.
+    pub fn has_room(&self) -> bool {
+        self.fetches.len() < MAX_FETCHES
+    }
+
+    pub fn is_fetching(&self) -> bool {
+        !self.fetches.is_empty()
+    }
+
+    /// What the record of a live event's container says, or the `Get` it waits for
+    /// (the first time a container is seen). Called in the stream's order.
+    pub fn begin(&mut self, envelope: &Envelope) -> Lookup {
         if !self.enabled {
-            return None;
+            return Lookup::Ready(None);
         }
-        let id = container_of(envelope)?;
+        let Some(id) = container_of(envelope) else {
+            return Lookup::Ready(None);
+        };
         let key = (envelope.namespace.clone(), id);
-        let any = envelope.event.as_ref()?;
+        let Some(any) = envelope.event.as_ref() else {
+            return Lookup::Ready(None);
+        };
         match any.type_url.as_str() {
             "containerd.events.ContainerUpdate" => {
-                let update = ContainerUpdate::decode(any.value.as_slice()).ok()?;
+                let Ok(update) = ContainerUpdate::decode(any.value.as_slice()) else {
+                    return Lookup::Ready(None);
+                };
                 let workload = Workload::from_record(&update.image, update.labels).map(Arc::new);
+                self.outdate(&key);
                 self.remember(key, workload.clone());
                 count(&self.upstream, "event");
+                Lookup::Ready(workload)
+            }
+            // A new container (or a reused id): never what was remembered.
+            "containerd.events.ContainerCreate" => {
+                let image = ContainerCreate::decode(any.value.as_slice())
+                    .ok()
+                    .map(|create| create.image);
+                self.known.remove(&key);
+                self.fetch(key, image)
+            }
+            "containerd.events.ContainerDelete" => {
+                // Gone after this event, whatever a `Get` under way answers.
+                self.outdate(&key);
+                if let Some(known) = self.known.remove(&key) {
+                    count(&self.upstream, "remembered");
+                    return Lookup::Ready(known);
+                }
+                match self.pending.get_mut(&key) {
+                    Some(pending) => Lookup::Waiting {
+                        fetch: pending.fetch,
+                        key,
+                        image: None,
+                    },
+                    None => {
+                        let lookup = self.fetch(key.clone(), None);
+                        self.outdate(&key);
+                        lookup
+                    }
+                }
+            }
+            _ => {
+                if let Some(known) = self.known.get(&key) {
+                    count(&self.upstream, "remembered");
+                    return Lookup::Ready(known.clone());
+                }
+                match self.pending.get(&key) {
+                    Some(pending) => Lookup::Waiting {
+                        fetch: pending.fetch,
+                        key,
+                        image: None,
+                    },
+                    None => self.fetch(key, None),
+                }
+            }
+        }
+    }
+
+    /// The next `Get` to finish, its answer remembered unless outdated meanwhile.
+    /// Pending forever when none is under way.
+    pub async fn fetched(&mut self) -> Fetched {
+        let Some((key, fetch, answer)) = self.fetches.next().await else {
+            return std::future::pending().await;
+        };
+        let current = self.pending.get(&key).filter(|p| p.fetch == fetch);
+        let remember = current.is_some_and(|p| !p.stale);
+        if current.is_some() {
+            self.pending.remove(&key);
+        }
+        let (workload, answered) = match answer {
+            Ok(workload) => (workload, true),
+            Err(Failure::Unimplemented) => {
+                if self.enabled {
+                    tracing::warn!(
+                        upstream = %self.upstream,
+                        "the upstream does not serve containerd's Containers API (another eventgate?); its events are not enriched with pods and images"
+                    );
+                }
+                self.enabled = false;
+                (None, false)
+            }
+            Err(Failure::Other) => (None, false),
+        };
+        if remember && answered {
+            self.remember(key.clone(), workload.clone());
+        }
+        Fetched {
+            key,
+            fetch,
+            workload,
+            answered: answered && remember,
+        }
+    }
+
+    /// Completes `lookup` if it waited for `fetched`.
+    pub fn settle(&mut self, lookup: &mut Lookup, fetched: &Fetched) {
+        let Lookup::Waiting { key, fetch, image } = lookup else {
+            return;
+        };
+        if *key != fetched.key || *fetch != fetched.fetch {
+            return;
+        }
+        let workload = match (&fetched.workload, image.take()) {
+            (Some(workload), _) => Some(Arc::clone(workload)),
+            // Created and deleted before it could be asked: the create named its image.
+            (None, Some(image)) => {
+                let workload = Workload::from_record(&image, Vec::new()).map(Arc::new);
+                if fetched.answered {
+                    self.remember(key.clone(), workload.clone());
+                }
                 workload
             }
-            // A new container (or a reused id): never what was remembered. One deleted
-            // before it could be asked about still has the image its event names.
-            "containerd.events.ContainerCreate" => match self.fetch(key.clone()).await {
-                Some(workload) => Some(workload),
-                None => {
-                    let create = crate::proto::containerd::events::ContainerCreate::decode(
-                        any.value.as_slice(),
-                    )
-                    .ok()?;
-                    let workload = Workload::from_record(&create.image, Vec::new()).map(Arc::new);
-                    self.remember(key, workload.clone());
-                    workload
-                }
-            },
-            "containerd.events.ContainerDelete" => {
-                let known = self.known.remove(&key);
-                match known {
-                    Some(workload) => {
-                        count(&self.upstream, "remembered");
-                        workload
-                    }
-                    None => self.fetch_once(&key).await.ok().flatten(),
-                }
-            }
-            _ => match self.known.get(&key) {
-                Some(workload) => {
-                    count(&self.upstream, "remembered");
-                    workload.clone()
-                }
-                None => self.fetch(key).await,
-            },
+            (None, None) => None,
+        };
+        *lookup = Lookup::Ready(workload);
+    }
+
+    /// Gives up waiting (eventgate is stopping): the event is recorded with what is
+    /// known without its `Get`.
+    pub fn give_up(lookup: &mut Lookup) {
+        if let Lookup::Waiting { image, .. } = lookup {
+            let workload = image
+                .take()
+                .and_then(|image| Workload::from_record(&image, Vec::new()))
+                .map(Arc::new);
+            *lookup = Lookup::Ready(workload);
         }
     }
 
@@ -171,64 +334,50 @@ impl Enricher {
         }
         for (namespace, state) in &daemon.namespaces {
             for (id, container) in &state.containers {
+                let key = (namespace.clone(), id.clone());
+                if self.pending.contains_key(&key) {
+                    continue;
+                }
                 let workload = Workload::from_record(
                     &container.image,
                     container.labels.clone().unwrap_or_default(),
                 );
-                self.remember((namespace.clone(), id.clone()), workload.map(Arc::new));
+                self.remember(key, workload.map(Arc::new));
             }
         }
     }
 
-    /// Asks the daemon, and remembers a definite answer (a record, or none).
-    async fn fetch(&mut self, key: Key) -> Option<Arc<Workload>> {
-        let answer = self.fetch_once(&key).await;
-        if let Ok(workload) = &answer {
-            self.remember(key, workload.clone());
+    /// A `Get` under way for `key` answers for a container that changed since.
+    fn outdate(&mut self, key: &Key) {
+        if let Some(pending) = self.pending.get_mut(key) {
+            pending.stale = true;
         }
-        answer.ok().flatten()
     }
 
-    /// The container's record as the daemon has it: `Ok(None)` when it has no such
-    /// container, `Err` when it could not say.
-    async fn fetch_once(&mut self, key: &Key) -> Result<Option<Arc<Workload>>, ()> {
-        let client = self.client.as_mut().ok_or(())?;
-        let mut request = Request::new(GetContainerRequest { id: key.1.clone() });
-        // Namespaces were checked by the exchange; one that is no header cannot be asked.
-        let header = key.0.parse().map_err(|_| ())?;
-        request.metadata_mut().insert(NAMESPACE_HEADER, header);
-        request.set_timeout(GET_TIMEOUT);
-        let answer = tokio::time::timeout(GET_TIMEOUT, client.get(request)).await;
-        match answer {
-            Ok(Ok(response)) => {
-                count(&self.upstream, "fetched");
-                Ok(response.into_inner().container.and_then(|container| {
-                    Workload::from_record(&container.image, container.labels).map(Arc::new)
-                }))
-            }
-            Ok(Err(status)) if status.code() == Code::NotFound => {
-                count(&self.upstream, "absent");
-                Ok(None)
-            }
-            Ok(Err(status)) if status.code() == Code::Unimplemented => {
-                tracing::warn!(
-                    upstream = %self.upstream,
-                    "the upstream does not serve containerd's Containers API (another eventgate?); its events are not enriched with pods and images"
-                );
-                self.enabled = false;
-                Err(())
-            }
-            Ok(Err(status)) => {
-                count(&self.upstream, "error");
-                tracing::warn!(upstream = %self.upstream, namespace = %key.0, container = %key.1, error = %status.message(), code = ?status.code(), "cannot read the container's record; its event is recorded without pod and image");
-                Err(())
-            }
-            Err(_) => {
-                count(&self.upstream, "error");
-                tracing::warn!(upstream = %self.upstream, namespace = %key.0, container = %key.1, "the container's record did not come within {GET_TIMEOUT:?}; its event is recorded without pod and image");
-                Err(())
-            }
-        }
+    /// Starts asking the daemon for the container's record.
+    fn fetch(&mut self, key: Key, image: Option<String>) -> Lookup {
+        let Some(client) = self.client.clone() else {
+            let workload = image
+                .and_then(|image| Workload::from_record(&image, Vec::new()))
+                .map(Arc::new);
+            return Lookup::Ready(workload);
+        };
+        self.next_fetch += 1;
+        let fetch = self.next_fetch;
+        self.pending.insert(
+            key.clone(),
+            Pending {
+                fetch,
+                stale: false,
+            },
+        );
+        let upstream = Arc::clone(&self.upstream);
+        let asked = key.clone();
+        self.fetches.push(Box::pin(async move {
+            let answer = get(client, &asked, &upstream).await;
+            (asked, fetch, answer)
+        }));
+        Lookup::Waiting { key, fetch, image }
     }
 
     fn remember(&mut self, key: Key, workload: Option<Arc<Workload>>) {
@@ -247,6 +396,39 @@ impl Enricher {
         if self.order.len() > 2 * CAPACITY {
             let known = &self.known;
             self.order.retain(|key| known.contains_key(key));
+        }
+    }
+}
+
+/// The container's record as the daemon has it: `Ok(None)` when it has no such
+/// container.
+async fn get(mut client: ContainersClient<Channel>, key: &Key, upstream: &str) -> Answer {
+    let mut request = Request::new(GetContainerRequest { id: key.1.clone() });
+    // Namespaces were checked by the exchange; one that is no header cannot be asked.
+    let header = key.0.parse().map_err(|_| Failure::Other)?;
+    request.metadata_mut().insert(NAMESPACE_HEADER, header);
+    request.set_timeout(GET_TIMEOUT);
+    match tokio::time::timeout(GET_TIMEOUT, client.get(request)).await {
+        Ok(Ok(response)) => {
+            count(upstream, "fetched");
+            Ok(response.into_inner().container.and_then(|container| {
+                Workload::from_record(&container.image, container.labels).map(Arc::new)
+            }))
+        }
+        Ok(Err(status)) if status.code() == Code::NotFound => {
+            count(upstream, "absent");
+            Ok(None)
+        }
+        Ok(Err(status)) if status.code() == Code::Unimplemented => Err(Failure::Unimplemented),
+        Ok(Err(status)) => {
+            count(upstream, "error");
+            tracing::warn!(upstream, namespace = %key.0, container = %key.1, error = %status.message(), code = ?status.code(), "cannot read the container's record; its event is recorded without pod and image");
+            Err(Failure::Other)
+        }
+        Err(_) => {
+            count(upstream, "error");
+            tracing::warn!(upstream, namespace = %key.0, container = %key.1, "the container's record did not come within {GET_TIMEOUT:?}; its event is recorded without pod and image");
+            Err(Failure::Other)
         }
     }
 }
@@ -331,35 +513,36 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn updates_carry_their_labels_and_deletes_forget() {
+    fn ready(lookup: Lookup) -> Option<Arc<Workload>> {
+        match lookup {
+            Lookup::Ready(workload) => workload,
+            waiting => panic!("waiting: {waiting:?}"),
+        }
+    }
+
+    #[test]
+    fn updates_carry_their_labels_and_deletes_forget() {
         let mut enricher = Enricher::new("k8s".into(), true);
         let update = envelope(
             "/containers/update",
             "containerd.events.ContainerUpdate",
             r#"{"id":"c1","image":"nginx","labels":{"io.kubernetes.pod.name":"web-7"}}"#,
         );
-        let workload = enricher.live(&update).await.unwrap();
+        let workload = ready(enricher.begin(&update)).unwrap();
         assert_eq!(workload.pod_name.as_deref(), Some("web-7"));
-        let exit = envelope(
-            "/tasks/exit",
-            "containerd.events.TaskExit",
-            r#"{"containerId":"c1"}"#,
+        let exit = envelope("/tasks/exit", "containerd.events.TaskExit", r#"{"containerId":"c1"}"#);
+        assert_eq!(ready(enricher.begin(&exit)), Some(workload.clone()));
+        let delete = envelope("/containers/delete", "containerd.events.ContainerDelete", r#"{"id":"c1"}"#);
+        assert_eq!(ready(enricher.begin(&delete)), Some(workload));
+        // Forgotten, and with no daemon to ask, nothing; a create keeps its image.
+        assert_eq!(ready(enricher.begin(&exit)), None);
+        let create = envelope(
+            "/containers/create",
+            "containerd.events.ContainerCreate",
+            r#"{"id":"c2","image":"busybox"}"#,
         );
-        assert_eq!(enricher.live(&exit).await, Some(workload.clone()));
-        let delete = envelope(
-            "/containers/delete",
-            "containerd.events.ContainerDelete",
-            r#"{"id":"c1"}"#,
-        );
-        assert_eq!(enricher.live(&delete).await, Some(workload));
-        // Forgotten, and with no daemon to ask, nothing.
-        assert_eq!(enricher.live(&exit).await, None);
-        assert!(
-            Enricher::new("off".into(), false)
-                .live(&update)
-                .await
-                .is_none()
-        );
+        assert_eq!(ready(enricher.begin(&create)).unwrap().image, "busybox");
+        let mut off = Enricher::new("off".into(), false);
+        assert_eq!(ready(off.begin(&update)), None);
     }
 }

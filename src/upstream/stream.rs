@@ -12,23 +12,30 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use prost::Message as _;
 use tonic::Status;
 
-use super::enrich::Enricher;
+use super::enrich::{Enricher, Lookup};
 use super::inflight::{InFlight, Then};
 use super::reconciler::{Plan, Reconciler};
 use super::task::{Ended, Opened, Task, describe};
-use crate::event::{Origin, Source, Workload};
+use crate::event::{Origin, Source};
 use crate::exchange::{AcceptError, Appended};
 use crate::proto::containerd::types::Envelope;
 use crate::reconcile::state::NodeState;
+
+/// Events read ahead of the first one still waiting for its container's record, at
+/// most (and their envelopes' bytes): the `Get`s of several new containers overlap.
+const LOOKAHEAD: usize = 1024;
+const LOOKAHEAD_BYTES: usize = 4 << 20;
 
 /// An event waiting for its place in the order.
 pub(super) struct Outgoing {
     pub source: Source,
     pub envelope: Envelope,
     pub origin: Origin,
-    pub workload: Option<Arc<Workload>>,
+    /// What its container's record says, or the `Get` it waits for.
+    pub workload: Lookup,
     pub then: Then,
 }
 
@@ -78,14 +85,23 @@ impl Task {
         enricher: &mut Enricher,
     ) -> Ended {
         let mut outbox: VecDeque<Outgoing> = VecDeque::new();
+        // Bytes of the envelopes in `outbox`, bounded with its length.
+        let mut outbox_bytes = 0usize;
         let mut appending: Option<Appending<'_>> = None;
+        // Once set, nothing more is read; what was read is recorded, then this returns.
+        let mut ending: Option<Ended> = None;
         loop {
             // Start the next append; it usually completes at once, without a round
-            // through the select below.
-            while appending.is_none() && in_flight.has_room() {
+            // through the select below. An event waiting for its container's record
+            // holds the ones behind it.
+            while appending.is_none()
+                && in_flight.has_room()
+                && outbox.front().is_some_and(|item| item.workload.is_ready())
+            {
                 let Some(item) = outbox.pop_front() else {
                     break;
                 };
+                outbox_bytes -= item.envelope.encoded_len();
                 let mut append: Appending<'_> = Box::pin(self.append(item));
                 match futures::poll!(append.as_mut()) {
                     Poll::Ready(Ok(Some((appended, then)))) => in_flight.push(appended, then),
@@ -94,14 +110,31 @@ impl Task {
                     Poll::Pending => appending = Some(append),
                 }
             }
-            let settled = reconciler.as_deref().is_some_and(Reconciler::settled);
             let idle = appending.is_none() && outbox.is_empty();
-            let may_read = idle && in_flight.has_room() && !settled;
+            if idle && let Some(ended) = ending.take() {
+                return ended;
+            }
+            let settled = reconciler.as_deref().is_some_and(Reconciler::settled);
+            // Read on while events only wait for container records (bounded), never
+            // while one waits for room: that is how the upstream is held.
+            let may_read = ending.is_none()
+                && appending.is_none()
+                && in_flight.has_room()
+                && enricher.has_room()
+                && outbox.len() < LOOKAHEAD
+                && outbox_bytes < LOOKAHEAD_BYTES
+                && !settled;
             let quiet = idle && in_flight.is_empty();
             let oldest = in_flight.first_seq();
             tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => return Ended::Cancelled,
+                () = self.cancel.cancelled(), if ending.is_none() => {
+                    // Stopping: what was read is recorded without waiting for records.
+                    for item in &mut outbox {
+                        Enricher::give_up(&mut item.workload);
+                    }
+                    ending = Some(Ended::Cancelled);
+                }
                 (event, then, synced) = in_flight.next() => {
                     if let Err(error) = synced {
                         return self.spool_failed(error);
@@ -116,15 +149,29 @@ impl Task {
                         Err(ended) => return ended,
                     }
                 }
-                plan = next_plan(reconciler.as_deref_mut(), oldest, quiet) => {
+                fetched = enricher.fetched(), if enricher.is_fetching() => {
+                    for item in &mut outbox {
+                        enricher.settle(&mut item.workload, &fetched);
+                    }
+                }
+                plan = next_plan(reconciler.as_deref_mut(), oldest, quiet), if ending.is_none() => {
                     let recorded = reconciler.as_deref().map(|r| &r.snapshot.state);
-                    outbox.extend(self.plan_items(plan, enricher, recorded));
+                    for item in self.plan_items(plan, enricher, recorded) {
+                        outbox_bytes += item.envelope.encoded_len();
+                        outbox.push_back(item);
+                    }
                 }
                 message = next_message(&mut opened), if may_read => {
                     let envelope = match message {
                         Ok(Some(envelope)) => envelope,
-                        Ok(None) => return Ended::Broke("the upstream ended the subscription".into()),
-                        Err(status) => return Ended::Broke(describe(&status)),
+                        Ok(None) => {
+                            ending = Some(Ended::Broke("the upstream ended the subscription".into()));
+                            continue;
+                        }
+                        Err(status) => {
+                            ending = Some(Ended::Broke(describe(&status)));
+                            continue;
+                        }
                     };
                     *received += 1;
                     metrics::counter!("eventgate_upstream_events_total", "upstream" => self.label())
@@ -142,7 +189,8 @@ impl Task {
                         );
                         continue;
                     }
-                    let workload = enricher.live(&envelope).await;
+                    let workload = enricher.begin(&envelope);
+                    outbox_bytes += envelope.encoded_len();
                     outbox.push_back(Outgoing {
                         source: Source::Upstream(Arc::clone(&self.name)),
                         envelope,
@@ -172,7 +220,7 @@ impl Task {
             .into_iter()
             .map(|(envelope, clock)| Outgoing {
                 source: Source::Upstream(Arc::clone(&self.name)),
-                workload: enricher.reconciled(&envelope, &plan.daemon, recorded),
+                workload: Lookup::Ready(enricher.reconciled(&envelope, &plan.daemon, recorded)),
                 envelope,
                 origin: Origin::Reconciled { clock },
                 then: Then::Record,
@@ -183,7 +231,7 @@ impl Task {
             source: Source::Internal,
             envelope: plan.marker.clone(),
             origin: Origin::Live,
-            workload: None,
+            workload: Lookup::Ready(None),
             then: Then::Reconciled(Box::new(plan)),
         });
         items
@@ -192,7 +240,11 @@ impl Task {
     /// Appends an event, waiting out full `block` queues, a full spool and a disk
     /// below `spool.min_free`: an upstream event has nowhere else to go, and while we
     /// wait the upstream holds the rest for us.
-    pub(super) async fn append(&self, item: Outgoing) -> Result<Option<(Appended, Then)>, Ended> {
+    pub(super) async fn append(
+        &self,
+        mut item: Outgoing,
+    ) -> Result<Option<(Appended, Then)>, Ended> {
+        let workload = item.workload.take();
         let mut warned = false;
         loop {
             let appended = self
@@ -201,7 +253,7 @@ impl Task {
                     item.source.clone(),
                     item.envelope.clone(),
                     item.origin,
-                    item.workload.clone(),
+                    workload.clone(),
                 )
                 .await;
             match appended {

@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 use tonic::{Response, Status, Streaming};
 
 use super::backoff::Backoff;
-use super::enrich::Enricher;
+use super::enrich::{Enricher, Lookup};
 use super::inflight::Then;
 use super::markers::{self, Connected, Disconnected};
 use super::reconciler::{Reconciler, Trigger};
@@ -257,7 +257,7 @@ impl Task {
             source,
             envelope,
             origin: Origin::Live,
-            workload: None,
+            workload: Lookup::Ready(None),
             then: Then::Record,
         };
         match self.append(item).await? {
