@@ -6,7 +6,7 @@
 mod support;
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 
 use rdkafka::mocking::MockCluster;
 use support::prometheus::{self, Scrape};
@@ -174,30 +174,6 @@ fn an_upstream_with_nothing_listening_is_named_by_readyz() {
         Some(0.0)
     );
     assert_eq!(s.get("eventgate_ready", &[]), Some(0.0));
-}
-
-/// Accepts on `listener` and relays every connection to `target`, on threads.
-fn relay(listener: TcpListener, target: String) {
-    std::thread::spawn(move || {
-        for inbound in listener.incoming() {
-            let Ok(inbound) = inbound else { break };
-            let Ok(outbound) = TcpStream::connect(&target) else {
-                continue;
-            };
-            for (mut from, mut to) in [
-                (
-                    inbound.try_clone().expect("clone"),
-                    outbound.try_clone().expect("clone"),
-                ),
-                (outbound, inbound),
-            ] {
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut from, &mut to);
-                    let _ = to.shutdown(std::net::Shutdown::Both);
-                });
-            }
-        }
-    });
 }
 
 #[test]

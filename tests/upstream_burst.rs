@@ -19,6 +19,7 @@ use support::containerd::Containerd;
 use support::*;
 
 const EVENTS: usize = 5_000;
+const HELD_EVENTS: usize = 30_000;
 const WARMUP: &str = "warmup";
 
 /// What tells one event of the burst from another: (namespace, topic, container).
@@ -183,4 +184,88 @@ fn the_upstream_benchmark_prints_its_table() {
         .find(|l| l.starts_with("| defaults, spool.fsync = \"batch\" |"))
         .unwrap_or_else(|| panic!("no batch row in:\n{table}\n{stderr}"));
     assert!(row.contains("| 600 of 600 |"), "{row}");
+}
+
+/// A held upstream stays subscribed: while a `block` forwarder cannot deliver (its
+/// broker is a closed port), eventgate stops reading the subscription and containerd
+/// holds the rest; the burst piles up unread in the connection (thousands of small
+/// frames). Once the broker is reachable, every event is stored, with no
+/// disconnection (HTTP/2 clients close connections that buffer too many small
+/// frames unread; eventgate's windows keep a held subscription within that limit).
+#[test]
+#[ignore = "needs containerd; run tests/run.sh"]
+fn a_held_upstream_stays_subscribed_and_loses_nothing() {
+    let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("events", 1, 1).expect("topic");
+    let closed = ClosedPort::new();
+    let containerd = Containerd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("eventgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n\n\
+             [[forwarder]]\nname = \"kafka\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:{}\"\n\
+             topic = \"events\"\nmessage_timeout = \"2s\"\n\
+             queue = {{ events = 16, overflow = \"block\", block_timeout = \"100ms\" }}\n\
+             retry = {{ timeout = \"5s\", initial = \"50ms\", max = \"200ms\" }}\n\
+             properties = {{ \"reconnect.backoff.max.ms\" = 200 }}\n\n\
+             [[upstream]]\nname = \"node\"\naddress = \"{}\"\n",
+            closed.port(),
+            containerd.address()
+        ),
+    )
+    .expect("write config");
+    let mut gateway = Gateway::start_in(dir, &["--config", path_str(&config)]);
+    let db = gateway.dir.path().join("data/audit.db");
+    wait_stored(&db, "the connected marker", |r| {
+        r.topic == "/eventgate/upstream/connected"
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // Small events (a `TaskOOM` of a short id: a 40-byte frame each), as many as
+    // pass h2's limit on small frames held unread with its default windows (their
+    // overhead past 2.5 MiB).
+    let oom = Registry::global()
+        .encode_json("containerd.events.TaskOOM", r#"{"container_id":"c"}"#)
+        .expect("encode");
+    let item = eventgate::bench::load::Item {
+        namespace: "default".into(),
+        topic: "/tasks/oom",
+        event: oom,
+    };
+    let items = Arc::new(vec![item; HELD_EVENTS]);
+    runtime
+        .block_on(publish_all(&containerd.address(), Arc::clone(&items), 4, 8))
+        .expect("containerd took every publish");
+    // containerd sends what the connection's windows allow within milliseconds of
+    // the publishes; the gateway holds it for a second longer before the broker
+    // comes back, and reads nothing meanwhile (16 queued, a few in flight).
+    std::thread::sleep(Duration::from_secs(1));
+    let held = burst_rows(&db);
+    assert!(held < 100, "{held} stored while the kafka queue was full");
+    relay(closed.open(), cluster.bootstrap_servers());
+
+    wait_for(
+        "every event of the burst in the audit store",
+        Duration::from_secs(120),
+        || (burst_rows(&db) >= HELD_EVENTS as u64).then_some(()),
+    );
+    let rows = stored(&db);
+    let markers: Vec<&str> = rows
+        .iter()
+        .map(|r| r.topic.as_str())
+        .filter(|t| t.ends_with("/connected") || t.ends_with("/disconnected"))
+        .collect();
+    assert_eq!(
+        markers,
+        ["/eventgate/upstream/connected"],
+        "subscribed once, never disconnected"
+    );
+    assert_eq!(burst_rows(&db), HELD_EVENTS as u64, "stored once each");
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }

@@ -530,9 +530,17 @@ mod tests {
         );
         let workload = ready(enricher.begin(&update)).unwrap();
         assert_eq!(workload.pod_name.as_deref(), Some("web-7"));
-        let exit = envelope("/tasks/exit", "containerd.events.TaskExit", r#"{"containerId":"c1"}"#);
+        let exit = envelope(
+            "/tasks/exit",
+            "containerd.events.TaskExit",
+            r#"{"containerId":"c1"}"#,
+        );
         assert_eq!(ready(enricher.begin(&exit)), Some(workload.clone()));
-        let delete = envelope("/containers/delete", "containerd.events.ContainerDelete", r#"{"id":"c1"}"#);
+        let delete = envelope(
+            "/containers/delete",
+            "containerd.events.ContainerDelete",
+            r#"{"id":"c1"}"#,
+        );
         assert_eq!(ready(enricher.begin(&delete)), Some(workload));
         // Forgotten, and with no daemon to ask, nothing; a create keeps its image.
         assert_eq!(ready(enricher.begin(&exit)), None);

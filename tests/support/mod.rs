@@ -511,6 +511,30 @@ impl ClosedPort {
     }
 }
 
+/// Accepts on `listener` and relays every connection to `target`, on threads.
+pub fn relay(listener: std::net::TcpListener, target: String) {
+    std::thread::spawn(move || {
+        for inbound in listener.incoming() {
+            let Ok(inbound) = inbound else { break };
+            let Ok(outbound) = std::net::TcpStream::connect(&target) else {
+                continue;
+            };
+            for (mut from, mut to) in [
+                (
+                    inbound.try_clone().expect("clone"),
+                    outbound.try_clone().expect("clone"),
+                ),
+                (outbound, inbound),
+            ] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+}
+
 /// GET `path` from an HTTP endpoint; returns (status, body).
 pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     http(addr, "GET", path)
