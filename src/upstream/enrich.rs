@@ -5,9 +5,12 @@
 //! The record comes from the upstream's Containers API on the subscription's own
 //! connection: one `Get` the first time a container is seen, remembered until its
 //! `/containers/delete` (whose event still carries it). `/containers/update` carries
-//! the new labels itself. A `Get` takes a round trip to a daemon that may be busy,
-//! so several run at once while the stream reads on: an event waiting for its
-//! container's record holds the events behind it (order is kept), not the stream. A reconcile's lists fill the memory with every container
+//! the new labels itself. Asking takes a round trip to a daemon that may be busy,
+//! so the stream reads on meanwhile: an event waiting for its container's record
+//! holds the events behind it (order is kept), not the stream. Containers seen
+//! while earlier questions are under way are asked about together, in one
+//! Containers `List` filtered by their ids: under a burst of new containers the
+//! daemon answers a few calls, not one per container. A reconcile's lists fill the memory with every container
 //! at once, and its reconstructed events take the record from those lists, or from
 //! the snapshot for containers deleted meanwhile. An upstream that does not serve
 //! the Containers API (another eventgate) is not enriched, said once.
@@ -25,7 +28,7 @@ use tonic::{Code, Request};
 
 use crate::event::Workload;
 use crate::proto::containerd::events::{ContainerCreate, ContainerUpdate};
-use crate::proto::containerd::services::containers::v1::GetContainerRequest;
+use crate::proto::containerd::services::containers::v1::ListContainersRequest;
 use crate::proto::containerd::services::containers::v1::containers_client::ContainersClient;
 use crate::proto::containerd::types::Envelope;
 use crate::reconcile::state::NodeState;
@@ -33,9 +36,13 @@ use crate::reconcile::state::NodeState;
 /// Containers remembered per upstream at most (oldest forgotten first); a node runs
 /// a few hundred.
 const CAPACITY: usize = 16 * 1024;
-/// `Get`s under way at once at most; the stream is held beyond.
-const MAX_FETCHES: usize = 32;
-/// A `Get` holds the events behind its own, so it may not take long.
+/// Calls to the daemon under way at once at most.
+const MAX_CALLS: usize = 4;
+/// Containers asked about in one call at most.
+const BATCH: usize = 64;
+/// Containers waiting for an answer at most; the stream is held beyond.
+const MAX_WAITING: usize = 1024;
+/// A call holds the events behind its containers, so it may not take long.
 const GET_TIMEOUT: Duration = Duration::from_secs(2);
 const NAMESPACE_HEADER: &str = "containerd-namespace";
 
@@ -96,8 +103,10 @@ pub(super) struct Enricher {
     /// By (namespace, container id); `None`: the daemon had no such container.
     known: HashMap<Key, Option<Arc<Workload>>>,
     order: VecDeque<Key>,
-    fetches: FuturesUnordered<BoxFuture<'static, (Key, u64, Answer)>>,
-    /// The latest `Get` under way per container.
+    calls: FuturesUnordered<BoxFuture<'static, Vec<(Key, u64, Answer)>>>,
+    /// Containers to ask about in the next call.
+    queued: VecDeque<(Key, u64)>,
+    /// The latest question per container, queued or under way.
     pending: HashMap<Key, Pending>,
     next_fetch: u64,
 }
@@ -131,7 +140,8 @@ impl Enricher {
             client: None,
             known: HashMap::new(),
             order: VecDeque::new(),
-            fetches: FuturesUnordered::new(),
+            calls: FuturesUnordered::new(),
+            queued: VecDeque::new(),
             pending: HashMap::new(),
             next_fetch: 0,
         }
@@ -140,20 +150,21 @@ impl Enricher {
     /// A new subscription: `Get`s go over its connection. Nothing waits for the
     /// last one's `Get`s any more (its events were all recorded before it ended).
     pub fn connected(&mut self, channel: Channel) {
-        self.fetches = FuturesUnordered::new();
+        self.calls = FuturesUnordered::new();
+        self.queued.clear();
         self.pending.clear();
         if self.enabled {
             self.client = Some(ContainersClient::new(channel));
         }
     }
 
-    /// Whether another event may be read: a `Get` it needs could start.
+    /// Whether another event may be read: a question it needs could be asked.
     pub fn has_room(&self) -> bool {
-        self.fetches.len() < MAX_FETCHES
+        self.pending.len() < MAX_WAITING
     }
 
     pub fn is_fetching(&self) -> bool {
-        !self.fetches.is_empty()
+        !self.calls.is_empty()
     }
 
     /// What the record of a live event's container says, or the `Get` it waits for
@@ -225,12 +236,22 @@ impl Enricher {
         }
     }
 
-    /// The next `Get` to finish, its answer remembered unless outdated meanwhile.
-    /// Pending forever when none is under way.
-    pub async fn fetched(&mut self) -> Fetched {
-        let Some((key, fetch, answer)) = self.fetches.next().await else {
+    /// The answers of the next call to finish, remembered unless outdated
+    /// meanwhile; the next call starts with what queued up. Pending forever when
+    /// no call is under way.
+    pub async fn fetched(&mut self) -> Vec<Fetched> {
+        let Some(answers) = self.calls.next().await else {
             return std::future::pending().await;
         };
+        let fetched = answers
+            .into_iter()
+            .map(|(key, fetch, answer)| self.answered(key, fetch, answer))
+            .collect();
+        self.pump();
+        fetched
+    }
+
+    fn answered(&mut self, key: Key, fetch: u64, answer: Answer) -> Fetched {
         let current = self.pending.get(&key).filter(|p| p.fetch == fetch);
         let remember = current.is_some_and(|p| !p.stale);
         if current.is_some() {
@@ -354,14 +375,15 @@ impl Enricher {
         }
     }
 
-    /// Starts asking the daemon for the container's record.
+    /// Asks the daemon for the container's record: now, or with the next call.
     fn fetch(&mut self, key: Key, image: Option<String>) -> Lookup {
-        let Some(client) = self.client.clone() else {
+        // containerd refuses such ids for its containers: there is nothing to ask.
+        if self.client.is_none() || crate::identifiers::validate(&key.1).is_err() {
             let workload = image
                 .and_then(|image| Workload::from_record(&image, Vec::new()))
                 .map(Arc::new);
             return Lookup::Ready(workload);
-        };
+        }
         self.next_fetch += 1;
         let fetch = self.next_fetch;
         self.pending.insert(
@@ -371,13 +393,35 @@ impl Enricher {
                 stale: false,
             },
         );
-        let upstream = Arc::clone(&self.upstream);
-        let asked = key.clone();
-        self.fetches.push(Box::pin(async move {
-            let answer = get(client, &asked, &upstream).await;
-            (asked, fetch, answer)
-        }));
+        self.queued.push_back((key.clone(), fetch));
+        self.pump();
         Lookup::Waiting { key, fetch, image }
+    }
+
+    /// Starts calls for what is queued, while fewer than [`MAX_CALLS`] are under
+    /// way: up to [`BATCH`] containers of one namespace per call.
+    fn pump(&mut self) {
+        while self.calls.len() < MAX_CALLS
+            && let Some((first, _)) = self.queued.front()
+        {
+            let Some(client) = self.client.clone() else {
+                return;
+            };
+            let namespace = first.0.clone();
+            let mut batch = Vec::new();
+            let mut rest = VecDeque::with_capacity(self.queued.len());
+            for (key, fetch) in self.queued.drain(..) {
+                if key.0 == namespace && batch.len() < BATCH {
+                    batch.push((key.1, fetch));
+                } else {
+                    rest.push_back((key, fetch));
+                }
+            }
+            self.queued = rest;
+            let upstream = Arc::clone(&self.upstream);
+            self.calls
+                .push(Box::pin(list(client, namespace, batch, upstream)));
+        }
     }
 
     fn remember(&mut self, key: Key, workload: Option<Arc<Workload>>) {
@@ -400,34 +444,68 @@ impl Enricher {
     }
 }
 
-/// The container's record as the daemon has it: `Ok(None)` when it has no such
-/// container.
-async fn get(mut client: ContainersClient<Channel>, key: &Key, upstream: &str) -> Answer {
-    let mut request = Request::new(GetContainerRequest { id: key.1.clone() });
+/// The records of `ids` in `namespace`, by one Containers `List` filtered by their
+/// ids (`Ok(None)`: the daemon has no such container).
+async fn list(
+    client: ContainersClient<Channel>,
+    namespace: String,
+    ids: Vec<(String, u64)>,
+    upstream: Arc<str>,
+) -> Vec<(Key, u64, Answer)> {
+    let answers = ask(client, &namespace, &ids, &upstream).await;
+    ids.into_iter()
+        .map(|(id, fetch)| {
+            let answer = match &answers {
+                Ok(found) => Ok(found.get(&id).cloned().flatten()),
+                Err(Failure::Unimplemented) => Err(Failure::Unimplemented),
+                Err(Failure::Other) => Err(Failure::Other),
+            };
+            ((namespace.clone(), id), fetch, answer)
+        })
+        .collect()
+}
+
+async fn ask(
+    client: ContainersClient<Channel>,
+    namespace: &str,
+    ids: &[(String, u64)],
+    upstream: &str,
+) -> Result<HashMap<String, Option<Arc<Workload>>>, Failure> {
+    let mut client = client.max_decoding_message_size(crate::reconcile::list::MAX_LIST_MESSAGE);
+    // The ids are containerd identifiers (checked before they were queued): quoting
+    // them needs no escapes.
+    let filters = ids.iter().map(|(id, _)| format!("id=={id:?}")).collect();
+    let mut request = Request::new(ListContainersRequest { filters });
     // Namespaces were checked by the exchange; one that is no header cannot be asked.
-    let header = key.0.parse().map_err(|_| Failure::Other)?;
+    let header = namespace.parse().map_err(|_| Failure::Other)?;
     request.metadata_mut().insert(NAMESPACE_HEADER, header);
     request.set_timeout(GET_TIMEOUT);
-    match tokio::time::timeout(GET_TIMEOUT, client.get(request)).await {
+    match tokio::time::timeout(GET_TIMEOUT, client.list(request)).await {
         Ok(Ok(response)) => {
-            count(upstream, "fetched");
-            Ok(response.into_inner().container.and_then(|container| {
-                Workload::from_record(&container.image, container.labels).map(Arc::new)
-            }))
-        }
-        Ok(Err(status)) if status.code() == Code::NotFound => {
-            count(upstream, "absent");
-            Ok(None)
+            let found: HashMap<String, Option<Arc<Workload>>> = response
+                .into_inner()
+                .containers
+                .into_iter()
+                .map(|c| {
+                    let workload = Workload::from_record(&c.image, c.labels).map(Arc::new);
+                    (c.id, workload)
+                })
+                .collect();
+            metrics::counter!("eventgate_upstream_enrich_total", "upstream" => upstream.to_owned(), "result" => "fetched")
+                .increment(found.len() as u64);
+            metrics::counter!("eventgate_upstream_enrich_total", "upstream" => upstream.to_owned(), "result" => "absent")
+                .increment((ids.len().saturating_sub(found.len())) as u64);
+            Ok(found)
         }
         Ok(Err(status)) if status.code() == Code::Unimplemented => Err(Failure::Unimplemented),
         Ok(Err(status)) => {
             count(upstream, "error");
-            tracing::warn!(upstream, namespace = %key.0, container = %key.1, error = %status.message(), code = ?status.code(), "cannot read the container's record; its event is recorded without pod and image");
+            tracing::warn!(upstream, namespace, containers = ids.len(), error = %status.message(), code = ?status.code(), "cannot read the containers' records; their events are recorded without pod and image");
             Err(Failure::Other)
         }
         Err(_) => {
             count(upstream, "error");
-            tracing::warn!(upstream, namespace = %key.0, container = %key.1, "the container's record did not come within {GET_TIMEOUT:?}; its event is recorded without pod and image");
+            tracing::warn!(upstream, namespace, containers = ids.len(), "the containers' records did not come within {GET_TIMEOUT:?}; their events are recorded without pod and image");
             Err(Failure::Other)
         }
     }

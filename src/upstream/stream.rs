@@ -150,8 +150,10 @@ impl Task {
                     }
                 }
                 fetched = enricher.fetched(), if enricher.is_fetching() => {
-                    for item in &mut outbox {
-                        enricher.settle(&mut item.workload, &fetched);
+                    for fetched in &fetched {
+                        for item in &mut outbox {
+                            enricher.settle(&mut item.workload, fetched);
+                        }
                     }
                 }
                 plan = next_plan(reconciler.as_deref_mut(), oldest, quiet), if ending.is_none() => {
