@@ -285,7 +285,7 @@ fn describe() {
         ),
         (
             "eventgate_upstream_enrich_total",
-            "Container records looked up for upstream events, by result: remembered, fetched (a Containers.Get answered), absent (the daemon had no such container), event (a /containers/update carried it), listed (a reconcile's lists), error (the Get failed; the event is recorded without them).",
+            "Container records looked up for upstream events, by result: remembered, fetched (the daemon's record was read), absent (the daemon had no such container), event (a /containers/update carried it), listed (a reconcile's lists), error (the call failed; the events are recorded without them).",
         ),
         (
             "eventgate_upstream_events_rejected_total",

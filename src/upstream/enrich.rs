@@ -3,16 +3,16 @@
 //! captured: later the container is gone and its id means nothing.
 //!
 //! The record comes from the upstream's Containers API on the subscription's own
-//! connection: one `Get` the first time a container is seen, remembered until its
+//! connection, asked for the first time a container is seen, remembered until its
 //! `/containers/delete` (whose event still carries it). `/containers/update` carries
 //! the new labels itself. Asking takes a round trip to a daemon that may be busy,
 //! so the stream reads on meanwhile: an event waiting for its container's record
 //! holds the events behind it (order is kept), not the stream. Containers seen
 //! while earlier questions are under way are asked about together, in one
 //! Containers `List` filtered by their ids: under a burst of new containers the
-//! daemon answers a few calls, not one per container. A reconcile's lists fill the memory with every container
-//! at once, and its reconstructed events take the record from those lists, or from
-//! the snapshot for containers deleted meanwhile. An upstream that does not serve
+//! daemon answers a few calls, not one per container. A reconcile's lists fill the
+//! memory with every container at once, and its reconstructed events take the record
+//! from those lists, or from the snapshot for containers deleted meanwhile. An upstream that does not serve
 //! the Containers API (another eventgate) is not enriched, said once.
 
 use std::collections::{HashMap, VecDeque};
@@ -48,7 +48,7 @@ const NAMESPACE_HEADER: &str = "containerd-namespace";
 
 type Key = (String, String);
 
-/// An event's container record: known, or waiting for a `Get`.
+/// An event's container record: known, or waiting for the daemon's answer.
 #[derive(Debug)]
 pub(super) enum Lookup {
     Ready(Option<Arc<Workload>>),
@@ -74,7 +74,7 @@ impl Lookup {
     }
 }
 
-/// A finished `Get`.
+/// The daemon's answer about one container.
 pub(super) struct Fetched {
     key: Key,
     fetch: u64,
@@ -147,8 +147,8 @@ impl Enricher {
         }
     }
 
-    /// A new subscription: `Get`s go over its connection. Nothing waits for the
-    /// last one's `Get`s any more (its events were all recorded before it ended).
+    /// A new subscription: questions go over its connection. Nothing waits for the
+    /// last one's any more (its events were all recorded before it ended).
     pub fn connected(&mut self, channel: Channel) {
         self.calls = FuturesUnordered::new();
         self.queued.clear();
@@ -167,7 +167,7 @@ impl Enricher {
         !self.calls.is_empty()
     }
 
-    /// What the record of a live event's container says, or the `Get` it waits for
+    /// What the record of a live event's container says, or the answer it waits for
     /// (the first time a container is seen). Called in the stream's order.
     pub fn begin(&mut self, envelope: &Envelope) -> Lookup {
         if !self.enabled {
@@ -200,7 +200,7 @@ impl Enricher {
                 self.fetch(key, image)
             }
             "containerd.events.ContainerDelete" => {
-                // Gone after this event, whatever a `Get` under way answers.
+                // Gone after this event, whatever a question under way answers.
                 self.outdate(&key);
                 if let Some(known) = self.known.remove(&key) {
                     count(&self.upstream, "remembered");
@@ -306,7 +306,7 @@ impl Enricher {
     }
 
     /// Gives up waiting (eventgate is stopping): the event is recorded with what is
-    /// known without its `Get`.
+    /// known without the daemon's answer.
     pub fn give_up(lookup: &mut Lookup) {
         if let Lookup::Waiting { image, .. } = lookup {
             let workload = image
@@ -348,7 +348,7 @@ impl Enricher {
     }
 
     /// Remembers every container a reconcile listed, so live events about them need
-    /// no `Get`.
+    /// no question.
     pub fn listed(&mut self, daemon: &NodeState) {
         if !self.enabled {
             return;
@@ -368,7 +368,7 @@ impl Enricher {
         }
     }
 
-    /// A `Get` under way for `key` answers for a container that changed since.
+    /// A question under way about `key` answers for a container that changed since.
     fn outdate(&mut self, key: &Key) {
         if let Some(pending) = self.pending.get_mut(key) {
             pending.stale = true;
@@ -505,7 +505,12 @@ async fn ask(
         }
         Err(_) => {
             count(upstream, "error");
-            tracing::warn!(upstream, namespace, containers = ids.len(), "the containers' records did not come within {GET_TIMEOUT:?}; their events are recorded without pod and image");
+            tracing::warn!(
+                upstream,
+                namespace,
+                containers = ids.len(),
+                "the containers' records did not come within {GET_TIMEOUT:?}; their events are recorded without pod and image"
+            );
             Err(Failure::Other)
         }
     }
