@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the rest assumes, checked first so a missing piece is named, not met halfway.
+fail() { echo "tests/run.sh: $*" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || fail "needs root: it installs packages with apt-get and runs a private containerd that starts containers (try: sudo -E ./tests/run.sh)"
+command -v apt-get >/dev/null || fail "needs apt-get (Debian or a derivative) to install the packages the tests drive"
+command -v cargo >/dev/null || fail "needs Rust (cargo) 1.95 or later: install it with rustup (https://rustup.rs)"
+rust=$(rustc --version | awk '{print $2}')
+[ "$(printf '%s\n1.95.0\n' "$rust" | sort -V | head -n1)" = "1.95.0" ] || fail "needs Rust 1.95 or later, found $rust: rustup update stable"
+command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with kafka-python)"
+
 # What the tests drive, next to what the build links against (OpenSSL, Cyrus SASL,
 # libcurl for librdkafka): one apt-get run for whatever is missing.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4
@@ -18,7 +27,7 @@ fi
 
 # kafka-python: the kafka forwarder's tests read what it produced with a client that
 # shares no code with it (tests/support/consume.py); zstandard for compressed topics.
-if ! python3 -c 'import kafka' 2>/dev/null; then
+if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
   echo "installing: kafka-python"
   python3 -m pip install --quiet 'kafka-python==2.*' zstandard
 fi
