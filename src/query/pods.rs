@@ -169,7 +169,8 @@ impl Tally {
     }
 }
 
-fn text(message: &DynamicMessage, field: &str) -> Option<String> {
+/// A string field, `None` when empty.
+pub fn text(message: &DynamicMessage, field: &str) -> Option<String> {
     match message.get_field_by_name(field).as_deref() {
         Some(Field::String(s)) if !s.is_empty() => Some(s.clone()),
         _ => None,
