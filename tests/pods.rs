@@ -11,6 +11,8 @@ mod support;
 mod history;
 #[path = "pods/store.rs"]
 mod store;
+#[path = "pods/timeline.rs"]
+mod timelines;
 
 use history::{history, json_lines, run, stdout, store};
 use support::path_str;

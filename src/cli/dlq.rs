@@ -385,16 +385,5 @@ fn table(entries: &[Entry]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_errors_are_cut_on_a_character_boundary() {
-        assert_eq!(truncate("short", 10), "short");
-        assert_eq!(truncate("ééééééééééé", 5), "éééé…");
-        assert_eq!(
-            short_time("2024-05-01T10:00:00.123456789Z"),
-            "2024-05-01T10:00:00Z"
-        );
-    }
-}
+#[path = "dlq_tests.rs"]
+mod tests;

@@ -122,9 +122,8 @@ fn type_name(topic: &str) -> &'static str {
 }
 
 /// A gateway with a `sqlite` forwarder (`audit.db`) and a `file` one
-/// (`events.jsonl`) in `data`, given `steps` (one a second from T0) and stopped once
-/// both hold them all.
-pub async fn store(data: &Path, steps: &[Step]) -> PathBuf {
+/// (`events.jsonl`) in `data`.
+pub async fn start_gateway(data: &Path) -> Gateway {
     let toml = format!(
         "data_dir = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
          [[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n\
@@ -132,40 +131,58 @@ pub async fn store(data: &Path, steps: &[Step]) -> PathBuf {
         data.display()
     );
     let config = Config::parse(&toml, "test").unwrap();
-    let gateway = Gateway::start(&config).await.unwrap();
-    for (i, (topic, json, workload)) in steps.iter().enumerate() {
-        let any = Registry::global()
-            .encode_json(type_name(topic), json)
-            .unwrap();
-        let envelope = Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: T0 + i as i64,
-                nanos: 0,
-            }),
-            namespace: "k8s.io".into(),
-            topic: (*topic).into(),
-            event: Some(any),
-        };
-        let appended = gateway
-            .exchange()
-            .append_with(
-                Source::Upstream("node".into()),
-                envelope,
-                Origin::Live,
-                workload.clone(),
-            )
-            .await
-            .unwrap();
-        appended.durable.await.unwrap();
-    }
+    Gateway::start(&config).await.unwrap()
+}
+
+/// `step` as the `at`th event (T0 + `at` seconds) from an upstream, durable when
+/// this returns.
+pub async fn append(gateway: &Gateway, at: usize, step: &Step, origin: Origin) {
+    let (topic, json, workload) = step;
+    let any = Registry::global()
+        .encode_json(type_name(topic), json)
+        .unwrap();
+    let envelope = Envelope {
+        timestamp: Some(prost_types::Timestamp {
+            seconds: T0 + at as i64,
+            nanos: 0,
+        }),
+        namespace: "k8s.io".into(),
+        topic: (*topic).into(),
+        event: Some(any),
+    };
+    let appended = gateway
+        .exchange()
+        .append_with(
+            Source::Upstream("node".into()),
+            envelope,
+            origin,
+            workload.clone(),
+        )
+        .await
+        .unwrap();
+    appended.durable.await.unwrap();
+}
+
+/// Stops `gateway` once both forwarders delivered `events` events.
+pub async fn stop(gateway: Gateway, events: usize) {
     let reports = gateway.stop().await;
     for name in ["audit", "log"] {
         let delivered = reports
             .iter()
             .find(|r| r.forwarder == name)
             .map(|r| r.delivered);
-        assert_eq!(delivered, Some(steps.len() as u64), "{name}");
+        assert_eq!(delivered, Some(events as u64), "{name}");
     }
+}
+
+/// [`start_gateway`] in `data`, given `steps` (one a second from T0, live), stopped
+/// once both forwarders hold them all.
+pub async fn store(data: &Path, steps: &[Step]) -> PathBuf {
+    let gateway = start_gateway(data).await;
+    for (i, step) in steps.iter().enumerate() {
+        append(&gateway, i, step, Origin::Live).await;
+    }
+    stop(gateway, steps.len()).await;
     data.join("audit.db")
 }
 
