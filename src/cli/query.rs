@@ -61,6 +61,11 @@ pub enum Format {
     eventgate query --since 2024-05-01T10:00:00Z --until 2024-05-01T11:00:00Z \
     'namespace==k8s.io,event.container_id==web'\n  \
     eventgate query --follow --format json 'topic==\"/tasks/*\"'\n\n\
+    Beyond containerd's fields: origin, origin_clock, and what an event's container \
+    record said when it was captured: pod.name, pod.namespace, pod.uid, \
+    container.name, container.kind (sandbox or container), container.image, \
+    container.labels.<key> (quote a key with dots):\n  \
+    eventgate query 'pod.namespace==shop,container.labels.\"app.kubernetes.io/name\"==web'\n\n\
     One pod's life, oldest first: its sandbox and containers by name, created, \
     started (restarts numbered), exited (non-zero exits, 137 kills and OOM kills \
     marked `!`), out of memory, deleted; then its restarts, OOM events and non-zero \
