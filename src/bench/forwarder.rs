@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::daemon::Daemon;
-use super::load::{as_events, lifecycle, publish_all, wait_until};
+use super::load::{as_events, as_pod_events, lifecycle, publish_all, wait_until};
 use super::{BenchError, sink_count, sinks};
 
 /// Which sink to measure.
@@ -44,6 +44,9 @@ pub struct ForwarderBench {
     pub timeout: Duration,
     /// The gateway's `spool.fsync`.
     pub spool_fsync: &'static str,
+    /// Events of the raw and in-process rounds carry a pod's workload
+    /// ([`super::load::as_pod_events`]); published ones never do.
+    pub workloads: bool,
 }
 
 /// One round's figures.
@@ -79,11 +82,15 @@ pub async fn round(
             // JSON once rendered, and the gateway receives events with neither.
             let raw_dir = run_dir.join("raw");
             create_dir(&raw_dir)?;
-            let raw = sinks::raw(sink, &raw_dir, &as_events(&items), bench.batch, round).await?;
+            let events = match bench.workloads {
+                true => as_pod_events,
+                false => as_events,
+            };
+            let raw = sinks::raw(sink, &raw_dir, &events(&items), bench.batch, round).await?;
             let pipeline_dir = run_dir.join("pipeline");
             create_dir(&pipeline_dir)?;
             // A topic of its own, so counting the gateway's messages stays exact.
-            let events = as_events(&items);
+            let events = events(&items);
             let pipeline =
                 sinks::pipeline(sink, &pipeline_dir, &events, bench.batch, round + 1000).await?;
             (Some(raw), Some(pipeline))

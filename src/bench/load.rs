@@ -11,7 +11,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 
 use super::BenchError;
 use super::wire::{WireClient, publish_request};
-use crate::event::{Event, EventId, Source};
+use crate::event::{Event, EventId, Source, Workload};
 use crate::proto::containerd::events::{
     ContainerCreate, ContainerDelete, TaskCreate, TaskDelete, TaskExit, TaskStart,
     container_create::Runtime,
@@ -130,19 +130,47 @@ pub fn as_events(items: &[Item]) -> Vec<Arc<Event>> {
     items
         .iter()
         .enumerate()
+        .map(|(i, item)| Arc::new(accepted(i, item)))
+        .collect()
+}
+
+fn accepted(i: usize, item: &Item) -> Event {
+    let envelope = Envelope {
+        timestamp: Some(Timestamp::from(SystemTime::now())),
+        namespace: item.namespace.clone(),
+        topic: item.topic.into(),
+        event: Some(item.event.clone()),
+    };
+    Event::new(i as u64 + 1, EventId::generate(), Source::Publish, envelope)
+}
+
+/// [`as_events`], each with what a Kubernetes container's record says (as an
+/// upstream's enrichment attaches it): its pod's name, namespace and uid, the
+/// container's name and kind, its image and three labels. One pod per container of
+/// the lifecycle, sandbox and container alternating.
+pub fn as_pod_events(items: &[Item]) -> Vec<Arc<Event>> {
+    items
+        .iter()
+        .enumerate()
         .map(|(i, item)| {
-            let envelope = Envelope {
-                timestamp: Some(Timestamp::from(SystemTime::now())),
-                namespace: item.namespace.clone(),
-                topic: item.topic.into(),
-                event: Some(item.event.clone()),
+            let pod = i / 6;
+            let workload = Workload {
+                kind: Some(["sandbox", "container"][pod % 2].into()),
+                pod_name: Some(format!("web-{pod}")),
+                pod_namespace: Some(["shop", "kube-system", "default"][pod % 3].into()),
+                pod_uid: Some(format!("0b1c2d3e-0000-4000-8000-{pod:012}")),
+                container_name: (pod % 2 == 1).then(|| "nginx".to_owned()),
+                image: "docker.io/library/nginx:1.27".into(),
+                labels: [
+                    ("app.kubernetes.io/name", "web"),
+                    ("io.kubernetes.container.restartCount", "0"),
+                    ("pod-template-hash", "7d4b9c8f5"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
             };
-            Arc::new(Event::new(
-                i as u64 + 1,
-                EventId::generate(),
-                Source::Publish,
-                envelope,
-            ))
+            Arc::new(accepted(i, item).with_workload(Some(Arc::new(workload))))
         })
         .collect()
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::CliError;
 use crate::config::{Config, DeadLetterSection};
 use crate::deadletter::{Entry, Store};
+use crate::event::Workload;
 use crate::render;
 
 #[derive(Debug, Args)]
@@ -224,6 +225,39 @@ async fn purge(args: PurgeArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `container` and `pod` as the file forwarder's JSON lines show them: each with the
+/// keys the record has, left out when it has none.
+fn workload_json(object: &mut serde_json::Map<String, Value>, workload: &Workload) {
+    let mut container = serde_json::Map::new();
+    if !workload.image.is_empty() {
+        container.insert("image".into(), json!(workload.image));
+    }
+    if let Some(kind) = &workload.kind {
+        container.insert("kind".into(), json!(kind));
+    }
+    if !workload.labels.is_empty() {
+        container.insert("labels".into(), json!(workload.labels));
+    }
+    if let Some(name) = &workload.container_name {
+        container.insert("name".into(), json!(name));
+    }
+    let mut pod = serde_json::Map::new();
+    for (key, value) in [
+        ("name", &workload.pod_name),
+        ("namespace", &workload.pod_namespace),
+        ("uid", &workload.pod_uid),
+    ] {
+        if let Some(value) = value {
+            pod.insert(key.into(), json!(value));
+        }
+    }
+    for (key, fields) in [("container", container), ("pod", pod)] {
+        if !fields.is_empty() {
+            object.insert(key.into(), Value::Object(fields));
+        }
+    }
+}
+
 /// The event as the file forwarder's JSON lines show it, plus what the store knows.
 fn json_line(entry: &Entry) -> Value {
     let mut object = match entry.decode_envelope() {
@@ -247,6 +281,9 @@ fn json_line(entry: &Entry) -> Value {
     object.insert("origin".into(), json!(entry.origin.label()));
     if let Some(clock) = entry.origin.clock() {
         object.insert("origin_clock".into(), json!(clock.label()));
+    }
+    if let Some(workload) = &entry.workload {
+        workload_json(&mut object, workload);
     }
     object.insert(
         "dead_letter".into(),
@@ -348,16 +385,5 @@ fn table(entries: &[Entry]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_errors_are_cut_on_a_character_boundary() {
-        assert_eq!(truncate("short", 10), "short");
-        assert_eq!(truncate("ééééééééééé", 5), "éééé…");
-        assert_eq!(
-            short_time("2024-05-01T10:00:00.123456789Z"),
-            "2024-05-01T10:00:00Z"
-        );
-    }
-}
+#[path = "dlq_tests.rs"]
+mod tests;

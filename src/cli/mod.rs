@@ -12,6 +12,7 @@ mod replay;
 mod serve;
 mod stats;
 mod status;
+mod timeline;
 mod top;
 
 use std::io::IsTerminal;

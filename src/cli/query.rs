@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Local, Utc};
 use clap::{Args, ValueEnum};
 
-use super::CliError;
+use super::{CliError, timeline};
 use crate::config::Config;
 use crate::filter::Filter;
 use crate::query::time::parse_bound;
@@ -60,7 +60,20 @@ pub enum Format {
     eventgate query --since 1h 'topic==\"/tasks/exit\"'\n  \
     eventgate query --since 2024-05-01T10:00:00Z --until 2024-05-01T11:00:00Z \
     'namespace==k8s.io,event.container_id==web'\n  \
-    eventgate query --follow --format json 'topic==\"/tasks/*\"'"
+    eventgate query --follow --format json 'topic==\"/tasks/*\"'\n\n\
+    Beyond containerd's fields: origin, origin_clock, and what an event's container \
+    record said when it was captured: pod.name, pod.namespace, pod.uid, \
+    container.name, container.kind (sandbox or container), container.image, \
+    container.labels.<key> (quote a key with dots):\n  \
+    eventgate query 'pod.namespace==shop,container.labels.\"app.kubernetes.io/name\"==web'\n\n\
+    One pod's life, oldest first: its sandbox and containers by name, created, \
+    started (restarts numbered), exited (non-zero exits, 137 kills and OOM kills \
+    marked `!`), out of memory, deleted; then its restarts, OOM events and non-zero \
+    exits as `stats --by pod` counts them. Filters, --since/--until, --limit and \
+    --follow apply; --format json or ctr prints the pod's events in that format:\n  \
+    eventgate query --pod web-7\n  \
+    eventgate query --pod web-7 --pod-namespace shop --since 1h\n  \
+    eventgate query --pod web-7 --pod-namespace shop --format json"
 )]
 pub struct QueryArgs {
     #[command(flatten)]
@@ -84,12 +97,20 @@ pub struct QueryArgs {
     /// interrupted.
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// One pod's events as a timeline: the pod's Kubernetes name (what the CRI
+    /// plugin recorded as io.kubernetes.pod.name). A name used in several namespaces
+    /// needs --pod-namespace.
+    #[arg(long, value_name = "NAME")]
+    pub pod: Option<String>,
+    /// The Kubernetes namespace of the --pod.
+    #[arg(long, value_name = "NAMESPACE", requires = "pod")]
+    pub pod_namespace: Option<String>,
     /// containerd filters, e.g. 'topic=="/tasks/exit"' or 'namespace==default'.
     pub filters: Vec<String>,
 }
 
 /// How often `--follow` looks for new rows.
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+pub(super) const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
 pub fn parse_filters(filters: &[String]) -> Result<Filter, CliError> {
     Filter::parse_all(filters).map_err(|e| {
@@ -102,7 +123,7 @@ pub fn parse_filters(filters: &[String]) -> Result<Filter, CliError> {
 }
 
 pub async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
-    let query = Query {
+    let mut query = Query {
         filter: parse_filters(&args.filters)?,
         since: args.since,
         until: args.until,
@@ -111,6 +132,13 @@ pub async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
     let path = args.location.path();
     tokio::task::spawn_blocking(move || {
         let reader = Reader::open(&path)?;
+        if let Some(name) = &args.pod {
+            let pod = timeline::resolve(&reader, name, args.pod_namespace.as_deref(), &query)?;
+            query = timeline::narrow(query, &pod);
+            if args.format == Format::Table {
+                return timeline::print(&reader, &pod, &query, args.utc, args.follow);
+            }
+        }
         let mut printer = Printer::new(args.format, args.utc);
         let stdout = std::io::stdout();
         // Following starts where this listing ends, so no row is missed or repeated.

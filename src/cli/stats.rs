@@ -1,5 +1,5 @@
-//! `eventgate stats`: event counts per topic or namespace per time bucket, from the
-//! SQLite audit store.
+//! `eventgate stats`: event counts per topic or namespace per time bucket, or
+//! restarts, OOMs and non-zero exits per pod, from the SQLite audit store.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -10,14 +10,38 @@ use clap::Args;
 use super::CliError;
 use super::query::{StoreLocation, format_time, parse_filters, time_bound};
 use crate::config::parse_duration;
+use crate::query::pods::{PodCounts, PodName};
 use crate::query::stats::{Count, GroupBy};
 use crate::query::time::bucket_seconds;
 use crate::query::{Query, Reader};
 
+/// What `--by` groups by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// Events per topic per bucket.
+    Topic,
+    /// Events per namespace per bucket.
+    Namespace,
+    /// Per Kubernetes pod (namespace/name) over the whole range: restarts, OOM
+    /// events and non-zero exits, crash-looping pods first.
+    Pod,
+}
+
 #[derive(Debug, Args)]
 #[command(
     after_help = "Example: exits per namespace per hour over the last day:\n  \
-    eventgate stats --since 1d --by namespace 'topic==\"/tasks/exit\"'"
+    eventgate stats --since 1d --by namespace 'topic==\"/tasks/exit\"'\n\n\
+    --by pod counts, per pod, over the whole range (--bucket does not apply):\n  \
+    RESTARTS  starts of a container after an earlier start of the same container \
+    name in the same pod (by uid), that earlier start possibly before --since\n  \
+    OOM       /tasks/oom events (the kernel's OOM killer acted in the container's cgroup)\n  \
+    NONZERO   exits of a container's main process with a status other than 0 \
+    (not an exec's, not the sandbox's)\n  \
+    137       of those, status 137: killed by SIGKILL (an OOM kill, or a stop past its \
+    grace period)\n  \
+    OOMKILLED of those, the ones after a /tasks/oom of the same container\n\n\
+    Example: the pods that crash-looped in namespace shop today:\n  \
+    eventgate stats --since 1d --by pod 'pod.namespace==shop'"
 )]
 pub struct StatsArgs {
     #[command(flatten)]
@@ -29,11 +53,12 @@ pub struct StatsArgs {
     #[arg(long, value_name = "TIME", value_parser = time_bound)]
     pub until: Option<SystemTime>,
     /// What to count by.
-    #[arg(long, value_enum, default_value_t = GroupBy::Topic)]
-    pub by: GroupBy,
-    /// Bucket width, aligned to the Unix epoch (whole seconds: 1m, 1h, 1d).
-    #[arg(long, default_value = "1h", value_parser = bucket)]
-    pub bucket: i64,
+    #[arg(long, value_enum, default_value_t = By::Topic)]
+    pub by: By,
+    /// Bucket width, aligned to the Unix epoch (whole seconds: 1m, 1h, 1d); 1h
+    /// unless given. Not for --by pod.
+    #[arg(long, value_parser = bucket)]
+    pub bucket: Option<i64>,
     /// Bucket times in UTC instead of local time.
     #[arg(long)]
     pub utc: bool,
@@ -53,16 +78,62 @@ pub async fn run(args: StatsArgs) -> Result<ExitCode, CliError> {
         limit: None,
     };
     let path = args.location.path();
-    let counts = tokio::task::spawn_blocking(move || {
-        Reader::open(&path)?.stats(&query, args.by, args.bucket)
-    })
-    .await
-    .map_err(|e| CliError::Usage(format!("the statistics query stopped unexpectedly: {e}")))??;
-    let text = table(&counts, args.by, args.utc);
+    let by = match args.by {
+        By::Topic => GroupBy::Topic,
+        By::Namespace => GroupBy::Namespace,
+        By::Pod if args.bucket.is_some() => {
+            return Err(CliError::Usage(
+                "--by pod counts over the whole range; --bucket does not apply".to_owned(),
+            ));
+        }
+        By::Pod => {
+            let pods = tokio::task::spawn_blocking(move || Reader::open(&path)?.pod_stats(&query))
+                .await
+                .map_err(|e| {
+                    CliError::Usage(format!("the statistics query stopped unexpectedly: {e}"))
+                })??;
+            return Ok(print(&pod_table(&pods)));
+        }
+    };
+    let bucket = args.bucket.unwrap_or(DEFAULT_BUCKET);
+    let counts =
+        tokio::task::spawn_blocking(move || Reader::open(&path)?.stats(&query, by, bucket))
+            .await
+            .map_err(|e| {
+                CliError::Usage(format!("the statistics query stopped unexpectedly: {e}"))
+            })??;
+    Ok(print(&table(&counts, by, args.utc)))
+}
+
+/// `--bucket` when not given: an hour.
+const DEFAULT_BUCKET: i64 = 3600;
+
+fn print(text: &str) -> ExitCode {
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is the reader saying it has enough.
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-    Ok(ExitCode::SUCCESS)
+    ExitCode::SUCCESS
+}
+
+/// POD (namespace/name) and its counts, aligned, in the order given.
+pub fn pod_table(pods: &[(PodName, PodCounts)]) -> String {
+    const HEADERS: [&str; 6] = ["POD", "RESTARTS", "OOM", "NONZERO", "137", "OOMKILLED"];
+    let names: Vec<String> = pods.iter().map(|(pod, _)| pod.to_string()).collect();
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(HEADERS[0].len());
+    let [pod, restarts, oom, nonzero, killed, oom_killed] = HEADERS;
+    let mut out = format!("{pod:width$}  {restarts}  {oom}  {nonzero}  {killed}  {oom_killed}\n");
+    for (name, (_, c)) in names.iter().zip(pods) {
+        out.push_str(&format!(
+            "{name:width$}  {:>8}  {:>3}  {:>7}  {:>3}  {:>9}\n",
+            c.restarts, c.ooms, c.nonzero_exits, c.killed, c.oom_killed
+        ));
+    }
+    out
 }
 
 /// BUCKET, TOPIC (or NAMESPACE), COUNT: aligned, a total per bucket is left to the

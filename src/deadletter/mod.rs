@@ -20,7 +20,7 @@ use prost::Message;
 use rusqlite::Connection;
 use thiserror::Error;
 
-use crate::event::{Event, EventId, Origin, Source};
+use crate::event::{Event, EventId, Origin, Source, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
 use crate::publisher::Publisher;
@@ -190,6 +190,9 @@ pub struct Entry {
     /// Received live or reconstructed by a reconcile ([`Origin::Live`] for entries
     /// recorded before origins were kept).
     pub origin: Origin,
+    /// What the event's container record said when it was captured; `None` for
+    /// events without one (and entries recorded before workloads were kept).
+    pub workload: Option<Workload>,
 }
 
 /// An entry that cannot be turned back into an event (a damaged row).
@@ -209,7 +212,7 @@ impl Entry {
     }
 
     /// The event as the forwarder first saw it: same id, sequence number, source,
-    /// publisher, origin, arrival time and envelope.
+    /// publisher, origin, workload, arrival time and envelope.
     pub fn to_event(&self) -> Result<Event, RestoreError> {
         let envelope = self.decode_envelope().map_err(RestoreError::Envelope)?;
         let id: EventId = self
@@ -220,7 +223,8 @@ impl Entry {
             .map_err(|_| RestoreError::ReceivedAt(self.received_at.clone()))?;
         let mut event = Event::new(self.seq, id, source(&self.source), envelope)
             .with_publisher(self.publisher.clone())
-            .with_origin(self.origin);
+            .with_origin(self.origin)
+            .with_workload(self.workload.clone().map(Arc::new));
         event.received_at = received_at;
         Ok(event)
     }
@@ -396,3 +400,5 @@ impl Store {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod workload_tests;

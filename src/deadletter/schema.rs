@@ -38,6 +38,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0004_origin.sql",
         sql: include_str!("../../migrations/deadletter/0004_origin.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_workload.sql",
+        sql: include_str!("../../migrations/deadletter/0005_workload.sql"),
+    },
 ];
 
 const SCHEMA: Schema = Schema {

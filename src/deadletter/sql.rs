@@ -7,15 +7,15 @@ use prost::Message;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{Entry, Failure, Reason, State, timestamp};
-use crate::event::{Clock, Event, Origin};
+use crate::event::{Clock, Event, Origin, Workload};
 use crate::publisher::Publisher;
 
 /// A second death of the same event for the same forwarder adds to its row: attempts
 /// add up, the first attempt stays the earliest, the rest describes the latest failure.
 const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at, \
      error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
      ON CONFLICT (forwarder, event_id) DO UPDATE SET \
        seq = excluded.seq, error = excluded.error, reason = excluded.reason, \
        attempts = attempts + excluded.attempts, \
@@ -25,7 +25,7 @@ const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source
 
 const COLUMNS: &str = "id, forwarder, event_id, seq, source, envelope, received_at, error, reason, \
      attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock";
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload";
 
 fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
@@ -65,6 +65,7 @@ pub fn record(
                 subject,
                 event.origin.label(),
                 event.origin.clock().map(Clock::label),
+                event.workload.as_deref().map(Message::encode_to_vec),
             ])?;
         }
     }
@@ -103,6 +104,13 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
     let origin = Origin::from_labels(&origin, clock.as_deref()).map_err(|what| {
         rusqlite::Error::FromSqlConversionFailure(19, rusqlite::types::Type::Text, what.into())
     })?;
+    let workload = row
+        .get::<_, Option<Vec<u8>>>(21)?
+        .map(|bytes| Workload::decode(bytes.as_slice()))
+        .transpose()
+        .map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(21, rusqlite::types::Type::Blob, e.into())
+        })?;
     Ok(Entry {
         id: row.get(0)?,
         forwarder: row.get(1)?,
@@ -121,6 +129,7 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
         state: State::parse(&state).ok_or_else(|| text(14, state.clone()))?,
         publisher,
         origin,
+        workload,
     })
 }
 

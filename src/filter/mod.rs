@@ -238,6 +238,50 @@ impl Filter {
     pub fn alternatives(&self) -> &[Conjunction] {
         &self.alternatives
     }
+
+    /// Matches what both `self` and `other` match. Every alternative of one is
+    /// joined with every alternative of the other ((a or b) and c is a and c, or b and
+    /// c), so the result has the shape translators already know.
+    pub fn and(&self, other: &Filter) -> Filter {
+        let mut alternatives =
+            Vec::with_capacity(self.alternatives.len() * other.alternatives.len());
+        for left in &self.alternatives {
+            for right in &other.alternatives {
+                let selectors = left
+                    .selectors
+                    .iter()
+                    .chain(&right.selectors)
+                    .cloned()
+                    .collect();
+                alternatives.push(Conjunction { selectors });
+            }
+        }
+        Filter { alternatives }
+    }
+}
+
+/// `text` as a quoted literal the parser reads back exactly, for a value or a
+/// field path component built from data (a pod name) rather than typed.
+pub fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            // A raw newline ends a quoted literal; other controls are escaped too so
+            // the text stays printable in error messages.
+            c if c.is_control() => {
+                use std::fmt::Write;
+                let _ = write!(out, "\\U{:08x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 impl Default for Filter {

@@ -7,6 +7,7 @@
 //! mode they never block the gateway's writer.
 
 pub mod eventpath;
+pub mod pods;
 mod row;
 pub mod sql;
 pub mod stats;

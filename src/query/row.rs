@@ -12,10 +12,12 @@ use super::time::from_stored;
 use crate::event::{Event, EventId, Origin, Source};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
+use crate::store::workload;
 
 pub(super) const COLUMNS: &str = "row_id, seq, id, timestamp, received_at, namespace, topic, \
      type_url, payload, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject, \
-     origin, origin_clock";
+     origin, origin_clock, pod_name, pod_namespace, pod_uid, container_name, container_kind, image, \
+     labels";
 
 /// A stored event with what only the store knows about it.
 #[derive(Debug)]
@@ -55,6 +57,11 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
     let origin: String = row.get(14).map_err(sqlite)?;
     let clock: Option<String> = row.get(15).map_err(sqlite)?;
     let origin = Origin::from_labels(&origin, clock.as_deref()).map_err(bad)?;
+    let mut workload: [Option<String>; 7] = Default::default();
+    for (i, column) in workload.iter_mut().enumerate() {
+        *column = row.get(16 + i).map_err(sqlite)?;
+    }
+    let workload = workload::from_columns(workload).map_err(bad)?;
 
     let seq = u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?;
     let id = EventId::from_str(&id).map_err(|e| bad(format!("id {id:?}: {e}")))?;
@@ -82,7 +89,8 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
         row_id,
         event: Event::with_received_at(seq, id, received_at.into(), from, envelope)
             .with_publisher(publisher)
-            .with_origin(origin),
+            .with_origin(origin)
+            .with_workload(workload.map(Arc::new)),
         source,
     })
 }

@@ -73,6 +73,7 @@ fn selector_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> 
         Some(column @ ("topic" | "namespace")) => column_sql(column, selector, params),
         Some("origin") => origin_sql(selector, params),
         Some("origin_clock") => origin_clock_sql(selector, params),
+        Some("pod" | "container") => workload_sql(selector, params),
         Some("event") => event_sql(selector, params),
         _ => Some(constant(selector)),
     }
@@ -140,6 +141,56 @@ fn origin_clock_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<Stri
         }
         Operator::Matches => None,
     }
+}
+
+/// The workload's fields ([`crate::event::WORKLOAD_FIELDS`]), each NULL where the
+/// container's record said nothing (and for rows without a workload), as the matcher
+/// then finds the field absent. Only the first two components name a column; further
+/// ones are ignored, as the matcher ignores them, except after `container.labels`,
+/// where they are the label's key, dots and all.
+fn workload_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> {
+    let path = &selector.path;
+    let column = match (path[0].as_str(), path.get(1).map(String::as_str)) {
+        ("pod", Some("name")) => "pod_name",
+        ("pod", Some("namespace")) => "pod_namespace",
+        ("pod", Some("uid")) => "pod_uid",
+        ("container", Some("name")) => "container_name",
+        ("container", Some("kind")) => "container_kind",
+        // Stored NULL when the record has none, as the field is then absent.
+        ("container", Some("image")) => "image",
+        ("container", Some("labels")) if path.len() > 2 => "labels",
+        _ => return Some(constant(selector)),
+    };
+    // The regex is the matcher's; SQL keeps every row.
+    if selector.op == Operator::Matches {
+        return None;
+    }
+    let value = match column {
+        // json_each, not json_extract: a key may hold any character, and a JSON path
+        // would have to quote it. Its `key` is the key unescaped, compared as a bound
+        // value.
+        "labels" => {
+            params.push(Value::Text(path[2..].join(".")));
+            "(SELECT j.value FROM json_each(labels) AS j WHERE j.key = ?)"
+        }
+        column => column,
+    };
+    Some(match selector.op {
+        Operator::Present => format!("({value} IS NOT NULL)"),
+        // A bare comparison, not wrapped in coalesce, so that `pod_name = ?` can use
+        // the `events_pod` index (it implies the index's `pod_name IS NOT NULL`). Its
+        // NULL for a row without the field is false to WHERE, since the translation
+        // never negates a term.
+        Operator::Equal => {
+            params.push(Value::Text(selector.value.clone()));
+            format!("{value} = ?")
+        }
+        Operator::NotEqual => {
+            params.push(Value::Text(selector.value.clone()));
+            format!("(coalesce({value}, '') <> ?)")
+        }
+        Operator::Matches => return None,
+    })
 }
 
 fn event_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> {

@@ -8,7 +8,9 @@
 //! only when at least one of them is not NULL, `publisher_uid, publisher_gid,
 //! publisher_pid, publisher_subject` the same way, then, only when the row is not
 //! live (`origin` other than `'live'`, or an `origin_clock` that is not NULL), `origin,
-//! origin_clock` the same way:
+//! origin_clock` the same way, then, only when at least one of them is not NULL,
+//! `pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels`
+//! the same way:
 //!
 //! - NULL: the single byte `0x00`;
 //! - INTEGER: `0x01`, the length 8 as u64 big-endian, the i64 big-endian;
@@ -35,6 +37,11 @@
 //! every chain written before them keeps verifying. A row hashes 10, 12 (origin), 14
 //! (publisher) or 16 (both) values: each count has one meaning, and marking a live
 //! row reconciled (or the reverse) changes its hash.
+//!
+//! The workload columns (schema version 8) are left out when all seven are NULL
+//! (every row stored before them, and every event about no container's record
+//! since). With them a row hashes 17, 19, 21 or 23 values, none of which is a count
+//! without them, so giving a row a pod, or taking its pod away, changes its hash too.
 
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
@@ -53,9 +60,9 @@ pub type Hash = [u8; HASH_LEN];
 pub const ZERO: Hash = [0; HASH_LEN];
 
 /// The hashed columns, in hashing order; the publisher's [`PUBLISHER_COLUMNS`] only
-/// when one of them is not NULL, the last [`ORIGIN_COLUMNS`] only when the row is not
-/// live.
-pub const COLUMNS: [&str; 16] = [
+/// when one of them is not NULL, the [`ORIGIN_COLUMNS`] only when the row is not
+/// live, the last [`WORKLOAD_COLUMNS`] only when one of them is not NULL.
+pub const COLUMNS: [&str; 23] = [
     "seq",
     "id",
     "timestamp",
@@ -72,20 +79,31 @@ pub const COLUMNS: [&str; 16] = [
     "publisher_subject",
     "origin",
     "origin_clock",
+    "pod_name",
+    "pod_namespace",
+    "pod_uid",
+    "container_name",
+    "container_kind",
+    "image",
+    "labels",
 ];
 
 /// How many of [`COLUMNS`] are the publisher's, hashed only when not all NULL.
 pub const PUBLISHER_COLUMNS: usize = 4;
 
-/// How many of [`COLUMNS`] are the origin's (the last ones), hashed only when the row
-/// is not live.
+/// How many of [`COLUMNS`] are the origin's (after the publisher's), hashed only when
+/// the row is not live.
 pub const ORIGIN_COLUMNS: usize = 2;
 
+/// How many of [`COLUMNS`] are the workload's (the last ones), hashed only when one of
+/// them is not NULL.
+pub const WORKLOAD_COLUMNS: usize = super::workload::COLUMNS.len();
+
 /// The columns hashed for every row.
-const ALWAYS: usize = COLUMNS.len() - PUBLISHER_COLUMNS - ORIGIN_COLUMNS;
+const ALWAYS: usize = COLUMNS.len() - PUBLISHER_COLUMNS - ORIGIN_COLUMNS - WORKLOAD_COLUMNS;
 
 /// One row's hashed columns as stored (or about to be stored).
-pub type RowValues<'a> = [ValueRef<'a>; 16];
+pub type RowValues<'a> = [ValueRef<'a>; 23];
 
 /// The hash of a row chained to `prev`.
 pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
@@ -101,22 +119,25 @@ pub struct RowHasher {
 }
 
 impl RowHasher {
-    pub fn hash(&mut self, prev: &Hash, values: &RowValues<'_>) -> Hash {
+    pub fn hash<'v>(&mut self, prev: &Hash, values: &'v RowValues<'v>) -> Hash {
         let buf = &mut self.buf;
         buf.clear();
         buf.extend_from_slice(DOMAIN);
         buf.extend_from_slice(prev);
         let (always, rest) = values.split_at(ALWAYS);
-        let (publisher, origin) = rest.split_at(PUBLISHER_COLUMNS);
-        let publisher = match publisher.iter().all(|v| *v == ValueRef::Null) {
-            true => &[][..],
-            false => publisher,
-        };
+        let (publisher, rest) = rest.split_at(PUBLISHER_COLUMNS);
+        let (origin, workload) = rest.split_at(ORIGIN_COLUMNS);
+        let unless_null =
+            |values: &'v [ValueRef<'v>]| match values.iter().all(|v| *v == ValueRef::Null) {
+                true => &[][..],
+                false => values,
+            };
         let origin = match origin {
             [ValueRef::Text(b"live"), ValueRef::Null] => &[][..],
             other => other,
         };
-        for value in always.iter().chain(publisher).chain(origin) {
+        let parts = always.iter().chain(unless_null(publisher));
+        for value in parts.chain(origin).chain(unless_null(workload)) {
             match *value {
                 ValueRef::Null => buf.push(0),
                 ValueRef::Integer(i) => tagged(buf, 1, &i.to_be_bytes()),
@@ -139,6 +160,7 @@ fn tagged(buf: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
 pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
     let text = |s: Option<&'a str>| s.map_or(ValueRef::Null, |s| ValueRef::Text(s.as_bytes()));
     let int = |i: Option<i64>| i.map_or(ValueRef::Null, ValueRef::Integer);
+    let workload = row.workload.values();
     [
         ValueRef::Integer(seq),
         ValueRef::Text(row.id.as_bytes()),
@@ -156,6 +178,13 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
         text(row.publisher.3),
         ValueRef::Text(row.origin.as_bytes()),
         text(row.origin_clock),
+        workload[0],
+        workload[1],
+        workload[2],
+        workload[3],
+        workload[4],
+        workload[5],
+        workload[6],
     ]
 }
 
@@ -195,181 +224,5 @@ pub fn parse_hex(text: &str) -> Result<Hash, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> RowValues<'static> {
-        [
-            ValueRef::Integer(7),
-            ValueRef::Text(b"0190c4d2-0000-7000-8000-000000000001"),
-            ValueRef::Text(b"2024-05-01T10:00:00.000000005Z"),
-            ValueRef::Text(b"2024-05-01T10:00:00.100000000Z"),
-            ValueRef::Text(b"default"),
-            ValueRef::Text(b"/tasks/exit"),
-            ValueRef::Text(b"containerd.events.TaskExit"),
-            ValueRef::Blob(&[10, 2, 99, 49]),
-            ValueRef::Text(br#"{"container_id":"c1"}"#),
-            ValueRef::Text(b"publish"),
-            ValueRef::Null,
-            ValueRef::Null,
-            ValueRef::Null,
-            ValueRef::Null,
-            ValueRef::Text(b"live"),
-            ValueRef::Null,
-        ]
-    }
-
-    /// The layout written out by hand, byte by byte, as migrations/README.md
-    /// documents it: a third party's implementation must get this same hash.
-    #[test]
-    fn the_hash_covers_exactly_the_documented_bytes() {
-        let prev = [0xab; 32];
-        let mut expected = Vec::new();
-        expected.extend_from_slice(b"eventgate.audit.v1");
-        expected.extend_from_slice(&prev);
-        expected.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 7]);
-        for (tag, bytes) in [
-            (3u8, &b"0190c4d2-0000-7000-8000-000000000001"[..]),
-            (3, b"2024-05-01T10:00:00.000000005Z"),
-            (3, b"2024-05-01T10:00:00.100000000Z"),
-            (3, b"default"),
-            (3, b"/tasks/exit"),
-            (3, b"containerd.events.TaskExit"),
-            (4, &[10, 2, 99, 49]),
-            (3, br#"{"container_id":"c1"}"#),
-            (3, b"publish"),
-        ] {
-            expected.push(tag);
-            expected.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-            expected.extend_from_slice(bytes);
-        }
-        let direct: Hash = Sha256::digest(&expected).into();
-        assert_eq!(row_hash(&prev, &sample()), direct);
-
-        // With a publisher, its four columns follow, NULLs included.
-        let mut with_publisher = sample();
-        with_publisher[10] = ValueRef::Integer(1000);
-        with_publisher[11] = ValueRef::Integer(100);
-        with_publisher[13] = ValueRef::Null;
-        expected.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0x03, 0xe8]);
-        expected.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 100]);
-        expected.extend_from_slice(&[0, 0]);
-        let direct: Hash = Sha256::digest(&expected).into();
-        assert_eq!(row_hash(&prev, &with_publisher), direct);
-
-        let mut certificate = sample();
-        certificate[13] = ValueRef::Text(b"CN=c");
-        let mut expected = expected[..expected.len() - 17 * 2 - 2].to_vec();
-        expected.extend_from_slice(&[0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4]);
-        expected.extend_from_slice(b"CN=c");
-        let direct: Hash = Sha256::digest(&expected).into();
-        assert_eq!(row_hash(&prev, &certificate), direct);
-    }
-
-    fn tagged_text(out: &mut Vec<u8>, text: &[u8]) {
-        out.push(3);
-        out.extend_from_slice(&(text.len() as u64).to_be_bytes());
-        out.extend_from_slice(text);
-    }
-
-    /// A reconciled row: its two origin values follow the ten (and the publisher's
-    /// four when it has one); a live row hashes as the ten alone.
-    #[test]
-    fn the_origin_is_hashed_only_for_rows_that_are_not_live() {
-        let prev = [0x5a; 32];
-        let mut ten = b"eventgate.audit.v1".to_vec();
-        ten.extend_from_slice(&prev);
-        ten.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 7]);
-        for text in [
-            &b"0190c4d2-0000-7000-8000-000000000001"[..],
-            b"2024-05-01T10:00:00.000000005Z",
-            b"2024-05-01T10:00:00.100000000Z",
-            b"default",
-            b"/tasks/exit",
-            b"containerd.events.TaskExit",
-        ] {
-            tagged_text(&mut ten, text);
-        }
-        ten.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0, 4, 10, 2, 99, 49]);
-        tagged_text(&mut ten, br#"{"container_id":"c1"}"#);
-        tagged_text(&mut ten, b"publish");
-        let live: Hash = Sha256::digest(&ten).into();
-        assert_eq!(
-            row_hash(&prev, &sample()),
-            live,
-            "live: the ten values only"
-        );
-
-        let mut reconciled = sample();
-        reconciled[14] = ValueRef::Text(b"reconciled");
-        reconciled[15] = ValueRef::Text(b"daemon");
-        let mut twelve = ten.clone();
-        tagged_text(&mut twelve, b"reconciled");
-        tagged_text(&mut twelve, b"daemon");
-        let direct: Hash = Sha256::digest(&twelve).into();
-        assert_eq!(row_hash(&prev, &reconciled), direct);
-
-        // With a publisher too: its four values, then the origin's two.
-        reconciled[13] = ValueRef::Text(b"CN=c");
-        let mut sixteen = ten.clone();
-        sixteen.extend_from_slice(&[0, 0, 0]);
-        tagged_text(&mut sixteen, b"CN=c");
-        tagged_text(&mut sixteen, b"reconciled");
-        tagged_text(&mut sixteen, b"daemon");
-        let direct: Hash = Sha256::digest(&sixteen).into();
-        assert_eq!(row_hash(&prev, &reconciled), direct);
-
-        // A live row with a clock (an edit) is not live: the clock is hashed.
-        let mut clocked = sample();
-        clocked[15] = ValueRef::Text(b"daemon");
-        assert_ne!(row_hash(&prev, &clocked), live);
-    }
-
-    #[test]
-    fn null_empty_type_and_boundaries_all_change_the_hash() {
-        let base = sample();
-        let hash = row_hash(&ZERO, &base);
-        let mut variants: Vec<RowValues<'static>> = Vec::new();
-        let mut with = |i: usize, v: ValueRef<'static>| {
-            let mut row = base;
-            row[i] = v;
-            variants.push(row);
-        };
-        with(2, ValueRef::Null);
-        with(10, ValueRef::Integer(0));
-        with(12, ValueRef::Integer(0));
-        with(13, ValueRef::Text(b""));
-        with(13, ValueRef::Text(b"CN=x"));
-        with(14, ValueRef::Text(b"reconciled"));
-        with(15, ValueRef::Text(b"daemon"));
-        with(14, ValueRef::Text(b""));
-        with(7, ValueRef::Null);
-        with(7, ValueRef::Blob(&[]));
-        with(7, ValueRef::Text(&[10, 2, 99, 49]));
-        with(0, ValueRef::Real(7.0));
-        with(0, ValueRef::Text(b"7"));
-        // The same bytes split differently between two neighbouring columns.
-        with(4, ValueRef::Text(b"default/tasks"));
-        variants.last_mut().unwrap()[5] = ValueRef::Text(b"/exit");
-        let mut hashes: Vec<Hash> = variants.iter().map(|v| row_hash(&ZERO, v)).collect();
-        hashes.push(hash);
-        hashes.push(row_hash(&[1; 32], &base));
-        let count = hashes.len();
-        hashes.sort();
-        hashes.dedup();
-        assert_eq!(hashes.len(), count, "every variant hashes differently");
-        assert_eq!(row_hash(&ZERO, &base), hash, "deterministic");
-    }
-
-    #[test]
-    fn hex_round_trips_and_bad_hex_is_named() {
-        let hash = row_hash(&ZERO, &sample());
-        let text = hex(&hash);
-        assert_eq!(text.len(), 64);
-        assert_eq!(parse_hex(&text).unwrap(), hash);
-        assert_eq!(parse_hex(&text.to_uppercase()).unwrap(), hash);
-        assert!(parse_hex("abc").unwrap_err().contains("64 hex digits"));
-        let bad = format!("{}zz", &text[..62]);
-        assert!(parse_hex(&bad).unwrap_err().contains("'z'"));
-    }
-}
+#[path = "chain_tests.rs"]
+mod tests;

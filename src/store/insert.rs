@@ -9,8 +9,10 @@ use super::{EventRow, chain};
 /// Re-delivery of an already stored event is a no-op, not an error, and takes no
 /// place in the chain: `row_id` is given explicitly and only advances on a new row.
 const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, \
+     pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, prev_hash, hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+     ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26) \
      ON CONFLICT(id) DO NOTHING";
 
 const READ_HEAD: &str = "SELECT head_row_id, head_hash FROM audit_chain WHERE id = 1";
@@ -109,6 +111,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
             };
             let seq = sql_seq(row.seq).map_err(at)?;
             let hash = hasher.hash(&prev, &chain::values(seq, row));
+            let w = &row.workload;
             let next = row_id.checked_add(1).ok_or_else(|| {
                 at(damaged_chain(
                     "audit_chain.head_row_id is at the largest row_id",
@@ -133,6 +136,13 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                     row.publisher.3,
                     row.origin,
                     row.origin_clock,
+                    w.pod_name,
+                    w.pod_namespace,
+                    w.pod_uid,
+                    w.container_name,
+                    w.container_kind,
+                    w.image,
+                    w.labels,
                     prev,
                     hash,
                 ])
@@ -163,8 +173,10 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
     {
         let mut stmt = tx.prepare_cached(
             "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-             publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, \
+             pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+             ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
         )?;
         for row in rows {
             stmt.execute(params![
@@ -184,6 +196,13 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
                 row.publisher.3,
                 row.origin,
                 row.origin_clock,
+                row.workload.pod_name,
+                row.workload.pod_namespace,
+                row.workload.pod_uid,
+                row.workload.container_name,
+                row.workload.container_kind,
+                row.workload.image,
+                row.workload.labels,
             ])?;
         }
     }

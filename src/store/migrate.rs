@@ -56,6 +56,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_checkpoints.sql",
         sql: include_str!("../../migrations/0007_checkpoints.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_workload.sql",
+        sql: include_str!("../../migrations/0008_workload.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

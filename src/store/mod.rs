@@ -12,6 +12,7 @@ mod insert;
 pub mod migrate;
 pub mod retention;
 pub mod verify;
+pub mod workload;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use crate::event::{Clock, Event};
 use crate::proto::rfc3339_nanos;
 use crate::publisher::{Columns, Publisher};
 pub use insert::{InsertError, insert_rows, raw_insert_rows};
+pub use workload::WorkloadColumns;
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -252,6 +254,9 @@ pub struct EventRow<'a> {
     pub origin: &'static str,
     /// `daemon` or `reconcile` for a reconciled event; `None` for a live one.
     pub origin_clock: Option<&'static str>,
+    /// What the container's record said: `pod_name` ... `labels`; all `None` for an
+    /// event without a workload.
+    pub workload: WorkloadColumns<'a>,
 }
 
 impl<'a> EventRow<'a> {
@@ -271,6 +276,7 @@ impl<'a> EventRow<'a> {
             publisher: Publisher::columns(event.publisher.as_ref()),
             origin: event.origin.label(),
             origin_clock: event.origin.clock().map(Clock::label),
+            workload: WorkloadColumns::of(event.workload.as_deref()),
         }
     }
 }

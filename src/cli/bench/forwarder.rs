@@ -54,6 +54,12 @@ pub struct ForwarderArgs {
     /// eventgate but not a power loss).
     #[arg(long, value_enum, default_value = "batch")]
     pub spool_fsync: super::exchange::SpoolFsync,
+    /// Give every event of the raw and in-process rounds what a Kubernetes
+    /// container's record says (pod, container name and kind, image, three labels), as
+    /// an upstream's enrichment does; events published over the socket carry none, so
+    /// the gateway column is unchanged.
+    #[arg(long)]
+    pub workloads: bool,
 }
 
 pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
@@ -65,6 +71,7 @@ pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
         batch: args.batch as usize,
         timeout: args.timeout,
         spool_fsync: args.spool_fsync.toml(),
+        workloads: args.workloads,
     };
     let mut broker = None;
     let mut results: Vec<(Sink, Vec<Round>)> = Vec::new();

@@ -1,7 +1,7 @@
 //! Operator semantics, AND/OR structure and the filters seen in practice.
 
 use super::{Object, check, fields, parse};
-use crate::filter::Filter;
+use crate::filter::{Filter, quote};
 
 const TASK_EXIT: &[(&str, &str)] = &[("namespace", "default"), ("topic", "/tasks/exit")];
 const IMAGE: &[(&str, &str)] = &[("namespace", "k8s.io"), ("topic", "/images/create")];
@@ -123,4 +123,53 @@ fn works_through_references_and_trait_objects() {
     let dynamic: &dyn crate::filter::Fields = &object;
     assert!(filter.matches(dynamic));
     assert!(filter.matches(&&object));
+}
+
+#[test]
+fn and_matches_what_both_match_across_alternatives() {
+    let left = Filter::parse_all(&["x==1", "y==1"]).unwrap();
+    let right = Filter::parse_all(&["z==1", "w==1,v==1"]).unwrap();
+    let both = left.and(&right);
+    assert_eq!(both.alternatives().len(), 4);
+    let names = ["x", "y", "z", "w", "v"];
+    // Every assignment of the five fields to present-or-absent.
+    for bits in 0u32..32 {
+        let pairs: Vec<(&str, &str)> = names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| bits & (1 << i) != 0)
+            .map(|(_, n)| (*n, "1"))
+            .collect();
+        let object = fields(&pairs);
+        assert_eq!(
+            both.matches(&object),
+            left.matches(&object) && right.matches(&object),
+            "{pairs:?}"
+        );
+    }
+    // The empty filter is the identity.
+    let always = Filter::always();
+    assert!(always.and(&always).is_always());
+    assert_eq!(left.and(&always).alternatives().len(), 2);
+}
+
+#[test]
+fn quoted_text_reads_back_exactly() {
+    for text in [
+        "web-7",
+        "",
+        "a\"b",
+        "back\\slash",
+        "new\nline",
+        "tab\t",
+        "é ☃",
+        "x' OR 1=1 --",
+    ] {
+        let filter = parse(&format!("p=={}", quote(text)));
+        assert!(filter.matches(&fields(&[("p", text)])), "{text:?}");
+        assert!(!filter.matches(&fields(&[("p", "other")])), "{text:?}");
+        let path = parse(&format!("labels.{}==v", quote(text)));
+        let key = format!("labels.{text}");
+        assert!(path.matches(&fields(&[(key.as_str(), "v")])), "{text:?}");
+    }
 }

@@ -3,9 +3,11 @@
 mod equivalence;
 mod plan;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::event::{Clock, Event, EventId, Origin, Source};
+use crate::event::{Clock, Event, EventId, Origin, Source, Workload};
 use crate::proto::Registry;
 use crate::proto::containerd::types::Envelope;
 use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
@@ -170,6 +172,63 @@ pub(super) fn varied_events() -> Vec<Event> {
             },
             _ => Origin::Live,
         };
+        event.workload = workloads().into_iter().nth(i % 7).flatten().map(Arc::new);
     }
     out
+}
+
+/// Workloads of every shape the fields treat differently, spread over the events:
+/// a pod's sandbox and containers (two pods of one name in two namespaces), a
+/// container no CRI plugin made (image and labels only), one that said almost
+/// nothing, empty texts, label keys with dots and quotes, and text that looks like
+/// SQL.
+fn workloads() -> [Option<Workload>; 7] {
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    let pod = |name: &str, namespace: &str, container: Option<&str>| Workload {
+        kind: Some(
+            if container.is_some() {
+                "container"
+            } else {
+                "sandbox"
+            }
+            .to_owned(),
+        ),
+        pod_name: Some(name.to_owned()),
+        pod_namespace: Some(namespace.to_owned()),
+        pod_uid: Some(format!("uid-{namespace}-{name}")),
+        container_name: container.map(str::to_owned),
+        image: match container {
+            Some(_) => "docker.io/library/nginx:1.27".to_owned(),
+            None => "registry.k8s.io/pause:3.9".to_owned(),
+        },
+        labels: labels(&[("app.kubernetes.io/name", "web"), ("tier", "")]),
+    };
+    [
+        None,
+        Some(pod("web-7", "shop", None)),
+        Some(pod("web-7", "shop", Some("nginx"))),
+        Some(Workload {
+            labels: labels(&[("quote\"d", "x' OR 1=1 --"), ("a.b.c", "dots")]),
+            ..pod("web-7", "staging", Some("x' OR '1'='1"))
+        }),
+        Some(Workload {
+            image: "busybox".to_owned(),
+            labels: labels(&[("app", "db")]),
+            ..Workload::default()
+        }),
+        Some(Workload {
+            pod_name: Some(String::new()),
+            container_name: Some(String::new()),
+            ..Workload::default()
+        }),
+        Some(Workload {
+            kind: Some("container".to_owned()),
+            ..Workload::default()
+        }),
+    ]
 }

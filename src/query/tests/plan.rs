@@ -153,3 +153,32 @@ fn reconciled_rows_are_read_from_their_partial_index() {
     let used = plan(&reader, &query("origin==live", false, None));
     assert!(!used.contains("events_reconciled"), "{used}");
 }
+
+/// One pod's rows come from the partial index on (pod_name, pod_namespace), in store
+/// order: `--pod` with `--limit` sorts nothing, and a name alone is a range of it.
+#[test]
+fn a_pods_rows_are_read_from_its_index_in_row_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = varied_events();
+    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    for (filter, limit) in [
+        ("pod.name==web-7,pod.namespace==shop", Some(2)),
+        ("pod.name==web-7,pod.namespace==shop", None),
+        ("pod.name==web-7", None),
+    ] {
+        let q = query(filter, false, limit);
+        let used = plan(&reader, &q);
+        assert!(used.contains("events_pod"), "{filter}: {used}");
+        if limit.is_some() {
+            assert!(!used.contains("TEMP B-TREE"), "{filter}: {used}");
+        }
+        let expected: Vec<u64> = events
+            .iter()
+            .filter(|e| q.filter.matches(&e.record_fields()))
+            .map(|e| e.seq)
+            .take(limit.map_or(usize::MAX, |n| n as usize))
+            .collect();
+        assert!(!expected.is_empty(), "{filter}");
+        assert_eq!(seqs(&reader, &q), expected, "{filter}");
+    }
+}

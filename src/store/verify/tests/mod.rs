@@ -4,6 +4,7 @@
 mod intact;
 mod origin;
 mod tampered;
+mod workload;
 
 use std::path::{Path, PathBuf};
 
@@ -104,7 +105,8 @@ fn rehash_from(path: &Path, from: i64) {
         .unwrap();
     let mut stmt = conn
         .prepare("SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-                  publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock FROM events WHERE row_id >= ?1 ORDER BY row_id")
+                  publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, \
+                  pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels FROM events WHERE row_id >= ?1 ORDER BY row_id")
         .unwrap();
     let mut rows = stmt.query([from]).unwrap();
     let mut updates = Vec::new();

@@ -23,6 +23,9 @@ fn a_modified_column_is_reported_at_its_row() {
         // A live row passed off as reconstructed, or given a clock.
         ("origin", "'reconciled'"),
         ("origin_clock", "'daemon'"),
+        // A pod given to a row about no container's record.
+        ("pod_name", "'web-7'"),
+        ("labels", "'{}'"),
     ] {
         let (_dir, path) = store();
         sql(
@@ -123,6 +126,13 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Text(b"live"),
+        ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
         ValueRef::Null,
     ];
     conn.execute(

@@ -1,0 +1,67 @@
+//! Rendering dead letters for `dlq list`.
+
+use super::*;
+
+#[test]
+fn long_errors_are_cut_on_a_character_boundary() {
+    assert_eq!(truncate("short", 10), "short");
+    assert_eq!(truncate("ééééééééééé", 5), "éééé…");
+    assert_eq!(
+        short_time("2024-05-01T10:00:00.123456789Z"),
+        "2024-05-01T10:00:00Z"
+    );
+}
+
+/// A dead letter's `container` and `pod` are the JSON line's, key for key.
+#[test]
+fn the_workload_is_listed_as_json_lines_show_it() {
+    use std::sync::Arc;
+
+    use prost::Message as _;
+
+    use crate::deadletter::{Reason, State};
+    use crate::event::{Origin, sample};
+
+    let pod = Workload {
+        kind: Some("container".into()),
+        pod_name: Some("web-7".into()),
+        pod_namespace: Some("shop".into()),
+        pod_uid: Some("0b1c".into()),
+        container_name: Some("nginx".into()),
+        image: "docker.io/library/nginx:1.27".into(),
+        labels: [("app".to_owned(), "web".to_owned())].into(),
+    };
+    let plain = Workload {
+        image: "busybox".into(),
+        ..Workload::default()
+    };
+    for workload in [Some(pod), Some(plain), None] {
+        let event = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}")
+            .with_workload(workload.clone().map(Arc::new));
+        let entry = Entry {
+            id: 1,
+            forwarder: "kafka".into(),
+            event_id: event.id.to_string(),
+            seq: 1,
+            source: "publish".into(),
+            envelope: event.envelope.encode_to_vec(),
+            received_at: "2024-05-01T10:00:00.000000000Z".into(),
+            error: "refused".into(),
+            reason: Reason::Permanent,
+            attempts: 1,
+            first_attempt_at: "t".into(),
+            last_attempt_at: "t".into(),
+            dead_at: "t".into(),
+            retry_requested_at: None,
+            state: State::Dead,
+            publisher: None,
+            origin: Origin::Live,
+            workload,
+        };
+        let listed = json_line(&entry);
+        let line: Value = serde_json::from_str(&render::event_json(&event)).unwrap();
+        for key in ["container", "pod"] {
+            assert_eq!(listed.get(key), line.get(key), "{key}: {listed}");
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Pods in the audit store (the workload columns of schema version 8): what `eventgate
+//! query --pod` shows and `eventgate stats --by pod` counts. One set of rules serves
+//! both, so a pod's timeline and its line in the statistics always agree:
+//!
+//! - a **restart** is a `/tasks/start` of a container (not the sandbox) whose pod (by
+//!   uid: a pod recreated under the same name is another pod) already had a start of a
+//!   container of the same name; what `kubectl` counts as restarts, where each restart
+//!   is a new container with the old one's name;
+//! - an **OOM** is a `/tasks/oom` event: containerd's report that the kernel's OOM
+//!   killer acted in the container's cgroup (sandbox included);
+//! - a **non-zero exit** is a `/tasks/exit` of a container's main process with a
+//!   status other than 0: not an exec'd process's (a failing probe is not the
+//!   container exiting), not the sandbox's (its pause process is killed whenever the
+//!   pod stops). Among them, status **137** is a SIGKILL: what the OOM killer sends,
+//!   and also what a stop whose grace period ran out ends with. It is counted as an
+//!   **OOM kill** when a `/tasks/oom` of the same container came after its last start.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::SystemTime;
+
+use prost_reflect::{DynamicMessage, Value as Field};
+use rusqlite::types::Value;
+
+use super::{Query, QueryError, Reader, RowRange, time};
+use crate::event::Event;
+use crate::filter::{Filter, quote};
+
+/// The exit status of a process killed by SIGKILL (128 + 9).
+pub const SIGKILL_STATUS: u32 = 137;
+
+/// A pod by namespace and name, the way people name it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for PodName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One container of one pod across its restarts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ContainerKey {
+    pub pod: PodName,
+    pub uid: String,
+    pub container: String,
+}
+
+/// What one pod did, by the rules in the module's documentation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    pub restarts: u64,
+    pub ooms: u64,
+    pub nonzero_exits: u64,
+    /// Non-zero exits with status 137.
+    pub killed: u64,
+    /// Of those, the ones after a `/tasks/oom` of the same container.
+    pub oom_killed: u64,
+}
+
+/// What an event meant for the counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A container's start: its `n`th restart, 0 for its first start.
+    Start {
+        restart: u64,
+    },
+    /// A container's main process exited with a non-zero status.
+    Failed {
+        status: u32,
+        oom_killed: bool,
+    },
+    Oom,
+    /// Anything else (a sandbox's or an exec's exit, a zero exit, creates, deletes).
+    Other,
+}
+
+/// The counts so far, fed events in store order.
+#[derive(Debug, Default)]
+pub struct Tally {
+    starts: HashMap<ContainerKey, u64>,
+    /// Container ids with a `/tasks/oom` since their last start.
+    oomed: HashSet<String>,
+    pub pods: BTreeMap<PodName, PodCounts>,
+}
+
+impl Tally {
+    /// A container that started before the events fed here (an earlier time range).
+    pub fn started_before(&mut self, key: ContainerKey) {
+        self.starts.entry(key).or_insert(1);
+    }
+
+    /// Counts `event`, which must have a pod (events without one change nothing).
+    pub fn add(&mut self, event: &Event) -> Change {
+        let Some(workload) = event.workload.as_deref() else {
+            return Change::Other;
+        };
+        let Some(name) = workload.pod_name.clone() else {
+            return Change::Other;
+        };
+        let pod = PodName {
+            namespace: workload.pod_namespace.clone().unwrap_or_default(),
+            name,
+        };
+        let sandbox = workload.kind.as_deref() == Some("sandbox");
+        let payload = event.decoded();
+        let container_id = payload.and_then(|m| text(m, "container_id"));
+        let change = match (event.topic(), &workload.container_name) {
+            ("/tasks/start", Some(container)) if !sandbox => {
+                let key = ContainerKey {
+                    pod: pod.clone(),
+                    uid: workload.pod_uid.clone().unwrap_or_default(),
+                    container: container.clone(),
+                };
+                let seen = self.starts.entry(key).or_default();
+                *seen += 1;
+                if let Some(id) = &container_id {
+                    self.oomed.remove(id);
+                }
+                Change::Start { restart: *seen - 1 }
+            }
+            ("/tasks/oom", _) => {
+                self.oomed.extend(container_id);
+                Change::Oom
+            }
+            ("/tasks/exit", _) if !sandbox => {
+                let exec = payload.and_then(|m| text(m, "id"));
+                let main = exec.is_none() || exec == container_id;
+                let status = payload.and_then(|m| uint(m, "exit_status")).unwrap_or(0);
+                match main && status != 0 {
+                    true => Change::Failed {
+                        status,
+                        oom_killed: status == SIGKILL_STATUS
+                            && container_id
+                                .as_ref()
+                                .is_some_and(|id| self.oomed.contains(id)),
+                    },
+                    false => Change::Other,
+                }
+            }
+            _ => Change::Other,
+        };
+        let counts = self.pods.entry(pod).or_default();
+        match change {
+            Change::Start { restart } => counts.restarts += u64::from(restart > 0),
+            Change::Oom => counts.ooms += 1,
+            Change::Failed { status, oom_killed } => {
+                counts.nonzero_exits += 1;
+                counts.killed += u64::from(status == SIGKILL_STATUS);
+                counts.oom_killed += u64::from(oom_killed);
+            }
+            Change::Other => {}
+        }
+        change
+    }
+
+    /// Pods, crash-looping ones first: most restarts, then OOMs, then non-zero exits,
+    /// then by name.
+    pub fn ranked(self) -> Vec<(PodName, PodCounts)> {
+        let mut pods: Vec<_> = self.pods.into_iter().collect();
+        pods.sort_by(|(a_name, a), (b_name, b)| {
+            let key = |c: &PodCounts| (c.restarts, c.ooms, c.nonzero_exits);
+            key(b).cmp(&key(a)).then_with(|| a_name.cmp(b_name))
+        });
+        pods
+    }
+}
+
+/// A string field, `None` when empty.
+pub fn text(message: &DynamicMessage, field: &str) -> Option<String> {
+    match message.get_field_by_name(field).as_deref() {
+        Some(Field::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// An unsigned integer field (`pid`, `exit_status`); the adaptor behind filters has
+/// none, so read from the message.
+pub fn uint(message: &DynamicMessage, field: &str) -> Option<u32> {
+    match message.get_field_by_name(field).as_deref() {
+        Some(Field::U32(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+/// `pod.name==NAME` and, with one, `pod.namespace==NAMESPACE`.
+pub fn pod_filter(name: &str, namespace: Option<&str>) -> Filter {
+    let mut text = format!("pod.name=={}", quote(name));
+    if let Some(namespace) = namespace {
+        text.push_str(&format!(",pod.namespace=={}", quote(namespace)));
+    }
+    // Quoted literals always parse; the fallback only keeps this total.
+    Filter::parse(&text).unwrap_or_default()
+}
+
+/// The topics the counts look at, as a filter.
+fn counted_topics() -> Filter {
+    Filter::parse_all(&[
+        r#"pod.name,topic=="/tasks/start""#,
+        r#"pod.name,topic=="/tasks/exit""#,
+        r#"pod.name,topic=="/tasks/oom""#,
+    ])
+    .unwrap_or_default()
+}
+
+impl Reader {
+    /// The namespaces with a pod named `name` among the rows `query` selects, and how
+    /// many rows each: more than one, and `--pod NAME` alone is ambiguous.
+    pub fn pod_namespaces(
+        &self,
+        name: &str,
+        query: &Query,
+    ) -> Result<Vec<(String, u64)>, QueryError> {
+        let query = Query {
+            filter: query.filter.and(&pod_filter(name, None)),
+            limit: None,
+            ..query.clone()
+        };
+        let predicate = query.predicate(RowRange::ALL);
+        let mut found: BTreeMap<String, u64> = BTreeMap::new();
+        if predicate.recheck {
+            self.each(&query, RowRange::ALL, |stored| {
+                let ns = stored
+                    .event
+                    .workload
+                    .as_deref()
+                    .and_then(|w| w.pod_namespace.clone());
+                *found.entry(ns.unwrap_or_default()).or_default() += 1;
+                true
+            })?;
+        } else {
+            let sql = format!(
+                "SELECT coalesce(pod_namespace, ''), count(*) FROM events WHERE {} GROUP BY 1",
+                predicate.sql
+            );
+            let mut stmt = self
+                .conn()
+                .prepare(&sql)
+                .map_err(self.sqlite("preparing the pod lookup"))?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(predicate.params.iter()), |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })
+                .map_err(self.sqlite("looking up the pod"))?;
+            for row in rows {
+                let (namespace, count) = row.map_err(self.sqlite("looking up the pod"))?;
+                found.insert(namespace, u64::try_from(count).unwrap_or(0));
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
+
+    /// The containers (of `pod`, or of every pod) that started before `before`: what
+    /// makes a start inside a time range a restart.
+    pub fn started_before(
+        &self,
+        pod: Option<&PodName>,
+        before: SystemTime,
+    ) -> Result<Vec<ContainerKey>, QueryError> {
+        let mut sql =
+            "SELECT DISTINCT coalesce(pod_namespace, ''), pod_name, coalesce(pod_uid, ''), \
+             container_name FROM events WHERE topic = '/tasks/start' AND timestamp < ? \
+             AND pod_name IS NOT NULL AND container_name IS NOT NULL \
+             AND coalesce(container_kind, '') <> 'sandbox'"
+                .to_owned();
+        let mut params = vec![Value::Text(time::stored_form(before))];
+        if let Some(pod) = pod {
+            sql.push_str(" AND pod_name = ? AND pod_namespace = ?");
+            params.push(Value::Text(pod.name.clone()));
+            params.push(Value::Text(pod.namespace.clone()));
+        }
+        let mut stmt = self
+            .conn()
+            .prepare(&sql)
+            .map_err(self.sqlite("preparing the earlier starts"))?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                Ok(ContainerKey {
+                    pod: PodName {
+                        namespace: r.get(0)?,
+                        name: r.get(1)?,
+                    },
+                    uid: r.get(2)?,
+                    container: r.get(3)?,
+                })
+            })
+            .map_err(self.sqlite("reading the earlier starts"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(self.sqlite("reading the earlier starts"))
+    }
+
+    /// `stats --by pod`: restarts, OOMs and non-zero exits per pod among the rows
+    /// `query` selects, crash-looping pods first.
+    pub fn pod_stats(&self, query: &Query) -> Result<Vec<(PodName, PodCounts)>, QueryError> {
+        let mut tally = Tally::default();
+        if let Some(since) = query.since {
+            for key in self.started_before(None, since)? {
+                tally.started_before(key);
+            }
+        }
+        let query = Query {
+            filter: query.filter.and(&counted_topics()),
+            limit: None,
+            ..query.clone()
+        };
+        self.each(&query, RowRange::ALL, |stored| {
+            tally.add(&stored.event);
+            true
+        })?;
+        Ok(tally.ranked())
+    }
+}
+
+#[cfg(test)]
+#[path = "pods_tests.rs"]
+mod tests;
