@@ -4,7 +4,8 @@
 //! every event about them, the exit and delete events included, carries the pod,
 //! container name, kind and image in the JSON lines and Kafka-free records, long
 //! after the containers are gone. A container without CRI labels carries its image
-//! and labels. Across a gap (eventgate stopped), the events a reconcile
+//! and labels. `eventgate query --pod` tells the pod's life after it is gone, and
+//! `stats --by pod` counts its restarts, OOMs and non-zero exits. Across a gap (eventgate stopped), the events a reconcile
 //! reconstructs carry them too: from the daemon's lists for containers it has, and
 //! from what was captured for containers deleted meanwhile.
 
@@ -54,6 +55,17 @@ fn cri_labels(uid: &str, container: Option<&str>) -> Vec<String> {
         .into_iter()
         .flat_map(|l| ["--label".to_owned(), l])
         .collect()
+}
+
+/// `eventgate ARGS...`'s output, once it succeeded.
+fn query(args: &[&str]) -> String {
+    let out = eventgate().args(args).output().expect("run eventgate");
+    assert!(
+        out.status.success(),
+        "eventgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
 }
 
 /// Every JSON line of the log forwarder so far.
@@ -262,6 +274,52 @@ fn every_event_of_a_pod_carries_its_names_after_its_containers_are_gone() {
         assert_eq!(event["container"]["labels"]["app"], "db", "{event}");
         assert!(event.get("pod").is_none(), "{event}");
     }
+    // What a user asks once the pod is gone: its life as a timeline, and which pods
+    // crash-loop, straight from the audit store.
+    let db = gateway.dir.path().join("data/audit.db");
+    wait_for("the store to hold the sandbox's delete", DEADLINE, || {
+        support::audit::stored(&db)
+            .iter()
+            .any(|r| r.topic == "/containers/delete" && r.container() == Some(sandbox.as_str()))
+            .then_some(())
+    });
+    let db = path_str(&db);
+    let timeline = query(&["query", "--db", db, "--utc", "--pod", POD]);
+    assert!(
+        timeline.starts_with(&format!("pod {POD_NS}/{POD} (uid {uid})\n")),
+        "{timeline}"
+    );
+    // One line per event: time, the container's name in the pod, what happened.
+    let said = |container: &str, what: &str| {
+        timeline
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(container) && l.contains(what))
+    };
+    for (container, what) in [
+        ("sandbox", "started (pid"),
+        ("app", "! exited with status 2 (non-zero)"),
+        ("app", "! exited with status 137: killed (SIGKILL)"),
+        ("app", "! out of memory (/tasks/oom)"),
+        ("app", "! exited with status 137: OOM-killed"),
+        ("sandbox", "deleted"),
+    ] {
+        assert!(said(container, what), "{container}: {what} in\n{timeline}");
+    }
+    let stats = query(&["stats", "--db", db, "--by", "pod"]);
+    let row: Vec<&str> = stats
+        .lines()
+        .find(|l| l.starts_with(&format!("{POD_NS}/{POD} ")))
+        .unwrap_or_else(|| panic!("no row for the pod:\n{stats}"))
+        .split_whitespace()
+        .collect();
+    // Restarts 2 (three app containers), non-zero exits 3 (2, 137, OOM-killed), at
+    // least one OOM event (containerd reports one per kernel notification).
+    assert_eq!(
+        (row[1], row[3], row[4], row[5]),
+        ("2", "3", "2", "1"),
+        "{stats}"
+    );
+    assert!(row[2].parse::<u32>().is_ok_and(|n| n >= 1), "{stats}");
     // Events about no container (the image import, the markers) carry none.
     for line in &lines {
         if about(line).is_none()
