@@ -278,34 +278,65 @@ fn a_version_1_store_is_upgraded_in_place_keeping_its_rows() {
 fn insert_skips_known_ids_and_raw_insert_writes_the_same_rows() {
     let dir = tempfile::tempdir().unwrap();
     let mut conn = open_writer(&dir.path().join("a.db"), &WriterOptions::default()).unwrap();
-    let events: Vec<Event> = (1..=3)
+    // Rows with and without a workload, mixed in one batch (the writer has a
+    // statement for each).
+    let events: Vec<Event> = (1..=4)
         .map(|seq| {
-            event(
+            let event = event(
                 seq,
                 "/tasks/oom",
                 "containerd.events.TaskOOM",
                 r#"{"container_id":"c"}"#,
-            )
+            );
+            let workload = crate::event::Workload {
+                pod_name: Some(format!("web-{seq}")),
+                labels: [("app".to_owned(), "web".to_owned())].into(),
+                ..Default::default()
+            };
+            event.with_workload((seq % 2 == 0).then(|| std::sync::Arc::new(workload)))
         })
         .collect();
     let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
-    assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 3);
+    assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 4);
     assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 0);
-    assert_eq!(count(&conn), 3);
+    assert_eq!(count(&conn), 4);
 
     let mut raw = open_writer(&dir.path().join("b.db"), &WriterOptions::default()).unwrap();
     raw_insert_rows(&mut raw, &rows).unwrap();
-    let dump = |conn: &Connection| -> Vec<(i64, String, String, Vec<u8>, String)> {
-        conn.prepare("SELECT seq, id, timestamp, payload, event FROM events ORDER BY row_id")
-            .unwrap()
-            .query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+    type Dump = (
+        i64,
+        String,
+        String,
+        Vec<u8>,
+        String,
+        Option<String>,
+        Option<String>,
+    );
+    let dump = |conn: &Connection| -> Vec<Dump> {
+        conn.prepare(
+            "SELECT seq, id, timestamp, payload, event, pod_name, labels FROM events ORDER BY row_id",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
     };
-    assert_eq!(dump(&conn), dump(&raw));
+    let stored = dump(&conn);
+    assert_eq!(stored, dump(&raw));
+    let pods: Vec<Option<&str>> = stored.iter().map(|d| d.5.as_deref()).collect();
+    assert_eq!(pods, [None, Some("web-2"), None, Some("web-4")]);
+    assert_eq!(stored[1].6.as_deref(), Some(r#"{"app":"web"}"#));
 }
 
 /// SQLITE_FULL, made real with a page limit: the batch is rolled back, the error is

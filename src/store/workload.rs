@@ -55,6 +55,11 @@ impl<'a> WorkloadColumns<'a> {
         }
     }
 
+    /// True when every column is NULL: the row has no workload.
+    pub fn is_empty(&self) -> bool {
+        self.values().iter().all(|v| *v == ValueRef::Null)
+    }
+
     /// The values as bound and hashed, in [`COLUMNS`] order.
     pub fn values(&self) -> [ValueRef<'_>; 7] {
         fn text(s: Option<&str>) -> ValueRef<'_> {
