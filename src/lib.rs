@@ -33,9 +33,11 @@
 //! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
 //!   one to a running gateway (SIGHUP, `POST /reload`); [`redact`]: keeping secret
 //!   values out of logs and errors.
-//! - [`cli`]: the `eventgate` command; [`bench`]: rerunnable benchmarks.
+//! - [`cli`]: the `eventgate` command; `bench` (with the `bench` feature):
+//!   rerunnable benchmarks.
 
 pub mod admin;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
 pub mod client;

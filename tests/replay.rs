@@ -839,6 +839,7 @@ async fn kafka_is_backfilled_with_the_selected_events_and_their_ids() {
 
 /// `bench replay` end to end on a small store: it starts its gateways, replays and
 /// calls, stops them, and prints one table row per window size.
+#[cfg(feature = "bench")]
 #[test]
 fn the_replay_benchmark_prints_its_table() {
     let out = run(&[

@@ -32,5 +32,5 @@ if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
   python3 -m pip install --quiet 'kafka-python==2.*' zstandard
 fi
 
-cargo build --all-targets --locked
-cargo test --all-targets --locked --no-fail-fast -- --include-ignored
+cargo build --all-targets --locked --features bench
+cargo test --all-targets --locked --features bench --no-fail-fast -- --include-ignored

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 use super::BenchError;
+use super::containerd_config::containerd_config;
 
 /// A daemon process that is stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Daemon {
@@ -284,34 +285,4 @@ fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
-/// A containerd config (version 2, understood by 1.6 through 2.x) that keeps
-/// everything under `dir` and leaves the host's containerd alone.
-pub fn containerd_config(dir: &Path, socket: &Path) -> String {
-    let d = dir.display();
-    format!(
-        r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-
-[grpc]
-  address = "{socket}"
-
-[ttrpc]
-  address = "{socket}.ttrpc"
-
-[debug]
-  address = "{d}/debug.sock"
-  level = "warn"
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-"#,
-        socket = socket.display()
-    )
 }

@@ -1,13 +1,14 @@
 //! A minimal OCI image built from Debian's busybox-static, with no registry and no
 //! network: one layer (`/bin/busybox`, `/bin/sh`), a config, a manifest, and an
 //! index naming it, packed as an OCI layout tarball for `ctr image import`. The
-//! benchmarks that run containers and the tests share it.
+//! benchmarks that run containers and the tests share it: `tests/support` compiles
+//! this file itself (it depends on no other module), so the tests need no `bench`
+//! feature.
 
 use std::io;
 
 use sha2::{Digest, Sha256};
-
-use super::BenchError;
+use thiserror::Error;
 
 /// Where Debian's busybox-static puts its binary.
 pub const BUSYBOX: &str = "/bin/busybox";
@@ -59,16 +60,18 @@ fn oci_arch() -> &'static str {
     }
 }
 
+#[derive(Debug, Error)]
+pub enum ImageError {
+    #[error("cannot read {BUSYBOX} (install busybox-static)")]
+    Read(#[source] io::Error),
+    #[error("cannot build the busybox image tarball")]
+    Pack(#[source] io::Error),
+}
+
 /// The OCI layout tarball of the image, named `name`.
-pub fn busybox_oci_tar(name: &str) -> Result<Vec<u8>, BenchError> {
-    let busybox = std::fs::read(BUSYBOX).map_err(|source| BenchError::Io {
-        context: format!("cannot read {BUSYBOX} (install busybox-static)"),
-        source,
-    })?;
-    pack(name, &busybox).map_err(|source| BenchError::Io {
-        context: "cannot build the busybox image tarball".into(),
-        source,
-    })
+pub fn busybox_oci_tar(name: &str) -> Result<Vec<u8>, ImageError> {
+    let busybox = std::fs::read(BUSYBOX).map_err(ImageError::Read)?;
+    pack(name, &busybox).map_err(ImageError::Pack)
 }
 
 fn pack(name: &str, busybox: &[u8]) -> io::Result<Vec<u8>> {

@@ -2,6 +2,7 @@
 //! (eventgate next to a real containerd), and reported as a ratio.
 
 pub mod backlog;
+pub mod containerd_config;
 pub mod daemon;
 pub mod exchange;
 pub mod forwarder;
@@ -54,6 +55,8 @@ pub enum BenchError {
     },
     #[error(transparent)]
     Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Image(#[from] image::ImageError),
     #[error("{what} failed")]
     Rpc {
         what: &'static str,

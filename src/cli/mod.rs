@@ -1,6 +1,7 @@
 //! The `eventgate` command line: one file per subcommand.
 
 mod audit;
+#[cfg(feature = "bench")]
 mod bench;
 mod check_config;
 mod dlq;
@@ -58,6 +59,7 @@ pub enum Command {
     /// Validate a configuration file and name the first bad key.
     CheckConfig(check_config::CheckConfigArgs),
     /// Rerunnable benchmarks against the real peers.
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
     /// Dead letters: events forwarders gave up on (list, retry, purge).
     Dlq(dlq::DlqArgs),
@@ -144,6 +146,7 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+    #[cfg(feature = "bench")]
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
     #[error(transparent)]
@@ -197,6 +200,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Publish(args) => publish::run(args).await,
         Command::Events(args) => events::run(args).await,
         Command::CheckConfig(args) => check_config::run(args),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args).await,
         Command::Dlq(args) => dlq::run(args).await,
         Command::Query(args) => query::run(args).await,

@@ -25,7 +25,9 @@ use thiserror::Error;
 use crate::event::{Clock, Event};
 use crate::proto::rfc3339_nanos;
 use crate::publisher::{Columns, Publisher};
-pub use insert::{InsertError, insert_rows, raw_insert_rows};
+#[cfg(any(test, feature = "bench"))]
+pub use insert::raw_insert_rows;
+pub use insert::{InsertError, insert_rows};
 pub use workload::WorkloadColumns;
 
 #[derive(Debug, Error)]

@@ -9,6 +9,11 @@ use std::time::{Instant, SystemTime};
 
 use super::{DEADLINE, Lines, have, path_str, run_with_stdin, signal, wait_exit};
 
+// The benchmarks' own daemon configuration (`bench::containerd_config`), compiled here
+// so the tests need no `bench` feature.
+#[path = "../../src/bench/containerd_config.rs"]
+mod config;
+
 pub const NEEDS: &str = "needs containerd, ctr, runc and busybox-static; run tests/run.sh";
 
 pub struct Containerd {
@@ -44,11 +49,8 @@ impl Containerd {
             .expect("tempdir");
         let socket = dir.path().join(subdir).join("containerd.sock");
         let config = dir.path().join("containerd.toml");
-        std::fs::write(
-            &config,
-            eventgate::bench::daemon::containerd_config(dir.path(), &socket),
-        )
-        .expect("write containerd config");
+        std::fs::write(&config, config::containerd_config(dir.path(), &socket))
+            .expect("write containerd config");
         Containerd {
             child: None,
             log: None,

@@ -77,6 +77,7 @@ impl Kind for KafkaKind {
 
 /// The librdkafka configuration a `kafka` forwarder table produces with (for a
 /// benchmark's plain producer to match it).
+#[cfg(feature = "bench")]
 pub fn client_config(forwarder: &str, options: &Options) -> Result<ClientConfig, BuildError> {
     Ok(KafkaOptions::parse(options)?.client_config(forwarder))
 }

@@ -8,7 +8,7 @@ use rdkafka::producer::FutureRecord;
 use serde::Deserialize;
 
 use crate::event::Event;
-use crate::forward::{BuildError, Options};
+use crate::forward::BuildError;
 
 /// Kafka's limit on topic name length.
 const MAX_TOPIC_LEN: usize = 249;
@@ -292,8 +292,10 @@ impl RecordEncoder {
         self
     }
 
-    /// From a `[[forwarder]]` table of kind `kafka` (its other keys are checked too).
-    pub fn from_options(options: &Options) -> Result<Self, BuildError> {
+    /// From a `[[forwarder]]` table of kind `kafka` (its other keys are checked too), for
+    /// the benchmark's plain producer to encode as the forwarder does.
+    #[cfg(feature = "bench")]
+    pub fn from_options(options: &crate::forward::Options) -> Result<Self, BuildError> {
         Self::from_parsed(&super::config::KafkaOptions::parse(options)?)
     }
 
