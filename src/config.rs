@@ -15,6 +15,7 @@ use crate::forward::{Kinds, Options};
 use crate::pipeline::settings::{BatchSettings, CheckpointSettings, QueueSettings, RetrySettings};
 use crate::spool::SpoolSettings;
 use crate::tls::TlsSettings;
+use crate::units::duration_text;
 use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
@@ -547,40 +548,6 @@ fn key_at(text: &str, line_start: usize, line: &str) -> Option<String> {
         Some(table) if !table.is_empty() => format!("{table}.{key}"),
         _ => key,
     })
-}
-
-/// The longest duration any setting or flag takes. Longer ones are surely a mistake,
-/// and would overflow the clocks they are added to.
-/// (humantime's year: 365.25 days.)
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
-
-/// Parses "250ms", "10s", "5m", "1h 30m" (humantime syntax), at most 100 years.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| {
-        format!("{text:?} is not a duration like \"500ms\", \"10s\" or \"5m\": {e}")
-    })?;
-    if duration > MAX_DURATION {
-        return Err(format!(
-            "{text:?} is more than 100 years, the longest duration eventgate takes"
-        ));
-    }
-    Ok(duration)
-}
-
-/// Durations as humantime text ("250ms", "30s", "5m") in both directions.
-pub mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        super::parse_duration(&text).map_err(serde::de::Error::custom)
-    }
-
-    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*value).to_string())
-    }
 }
 
 #[cfg(test)]

@@ -65,4 +65,5 @@ pub mod replay;
 pub mod spool;
 pub mod store;
 pub mod tls;
+pub mod units;
 pub mod upstream;

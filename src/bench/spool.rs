@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 
 use super::BenchError;
 use crate::event::{Event, EventId, Source};
-use crate::pipeline::settings::ByteSize;
+use crate::units::ByteSize;
 use crate::proto::containerd::types::Envelope;
 use crate::spool::{Fsync, FullPolicy, Spool, SpoolSettings, record};
 

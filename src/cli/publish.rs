@@ -10,7 +10,7 @@ use prost_types::Any;
 use tonic::metadata::MetadataValue;
 
 use super::{CliError, DEFAULT_ADDRESS};
-use crate::config::parse_duration;
+use crate::units::parse_duration;
 use crate::exchange::NAMESPACE_HEADER;
 use crate::proto::Registry;
 use crate::proto::containerd::services::events::v1::PublishRequest;

@@ -9,7 +9,7 @@ use clap::{ArgGroup, Args};
 
 use super::CliError;
 use super::query::{StoreLocation, time_bound};
-use crate::config::parse_duration;
+use crate::units::parse_duration;
 use crate::forward::Kinds;
 use crate::replay::{self, Bound, Options, ProgressMode, Selection, Stop, TargetSpec};
 

@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::CliError;
 use super::query::{StoreLocation, format_time, parse_filters, time_bound};
-use crate::config::parse_duration;
+use crate::units::parse_duration;
 use crate::query::pods::{PodCounts, PodName};
 use crate::query::stats::{Count, GroupBy};
 use crate::query::time::bucket_seconds;

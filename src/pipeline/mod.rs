@@ -86,7 +86,7 @@ pub enum PipelineError {
 pub struct QueueFull {
     pub forwarder: String,
     pub events: usize,
-    pub bytes: settings::ByteSize,
+    pub bytes: crate::units::ByteSize,
     pub waited: Duration,
 }
 

@@ -234,7 +234,7 @@ impl Queue {
 mod tests {
     use super::*;
     use crate::event::{EventId, Source};
-    use crate::pipeline::settings::ByteSize;
+    use crate::units::ByteSize;
     use crate::proto::containerd::types::Envelope;
 
     fn event(seq: u64) -> Arc<Event> {

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
-use super::settings::{
-    BatchSettings, ByteSize, CheckpointSettings, Overflow, QueueSettings, RetrySettings,
-};
+use super::settings::{BatchSettings, CheckpointSettings, Overflow, QueueSettings, RetrySettings};
+use crate::units::ByteSize;
 use super::*;
 use crate::event::{Event, EventId, Source};
 use crate::forward::{Batch, ForwardError};

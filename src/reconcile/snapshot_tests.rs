@@ -6,7 +6,7 @@ use prost_types::{Any, Timestamp};
 
 use super::*;
 use crate::event::{EventId, Source};
-use crate::pipeline::settings::ByteSize;
+use crate::units::ByteSize;
 use crate::proto::containerd::events as ev;
 use crate::proto::containerd::types::Envelope;
 use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};

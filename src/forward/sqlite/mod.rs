@@ -22,7 +22,7 @@ use rusqlite::Connection;
 use serde::Deserialize;
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options, parse_options};
-use crate::config::duration_text;
+use crate::units::duration_text;
 use crate::store::{self, EventRow, Synchronous, WriterOptions};
 pub use classify::classify;
 use retention::{Pruner, RetentionOptions};

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 use serde::{Deserialize, Deserializer};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{duration_text, parse_duration};
+use crate::units::{duration_text, parse_duration};
 use crate::forward::BuildError;
 use crate::store::retention::{self, Policy};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::event::{EventId, Source};
-use crate::pipeline::settings::ByteSize;
+use crate::units::ByteSize;
 use crate::proto::containerd::types::Envelope;
 
 /// 4 KiB segments hold 12 of the ~330-byte records below.
