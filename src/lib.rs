@@ -53,6 +53,7 @@ pub mod gateway;
 pub mod identifiers;
 pub mod listen;
 pub mod lock;
+pub mod markers;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;

@@ -15,7 +15,7 @@ use tonic::{Response, Status, Streaming};
 use super::backoff::Backoff;
 use super::enrich::{Enricher, Lookup};
 use super::inflight::Then;
-use super::markers::{self, Connected, Disconnected};
+use crate::markers::{self, Connected, Disconnected};
 use super::reconciler::{Reconciler, Trigger};
 use super::settings::UpstreamSpec;
 use super::status::{UpstreamState, UpstreamStatus};
