@@ -123,7 +123,7 @@ fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Enve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::{Exchange, ExchangeConfig};
+    use crate::exchange::{Exchange, ExchangeSettings};
     use crate::proto::{Registry, to_json_string};
 
     #[test]
@@ -146,7 +146,7 @@ mod tests {
             gap_started_at: t0,
             attempts: 3,
         });
-        let exchange = Exchange::new(ExchangeConfig::default());
+        let exchange = Exchange::new(ExchangeSettings::default());
         for envelope in [&down, &up] {
             exchange.check_envelope(envelope).unwrap();
             assert_eq!(envelope.namespace, "eventgate");

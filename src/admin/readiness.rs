@@ -88,6 +88,15 @@ pub struct Rules {
     pub max_failing: Duration,
 }
 
+impl From<&super::AdminSettings> for Rules {
+    fn from(settings: &super::AdminSettings) -> Self {
+        Self {
+            max_spill: settings.max_spill,
+            max_failing: settings.max_failing,
+        }
+    }
+}
+
 /// Everything readiness looks at, taken at one moment.
 pub struct Inputs<'a> {
     pub upstreams: &'a [UpstreamStatus],

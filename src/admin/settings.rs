@@ -47,14 +47,6 @@ impl Default for AdminSettings {
 }
 
 impl AdminSettings {
-    /// The readiness rules these settings set.
-    pub fn readiness(&self) -> super::readiness::Rules {
-        super::readiness::Rules {
-            max_spill: self.max_spill,
-            max_failing: self.max_failing,
-        }
-    }
-
     /// The address to listen on, `None` when turned off. Errors name the key.
     pub fn addr(&self) -> Result<Option<SocketAddr>, (&'static str, String)> {
         let text = self.listen.trim();

@@ -4,9 +4,9 @@ use prost_types::{Any, Timestamp};
 use super::*;
 
 fn exchange(queue: usize) -> Exchange {
-    Exchange::new(ExchangeConfig {
+    Exchange::new(ExchangeSettings {
         subscriber_queue: queue,
-        ..ExchangeConfig::default()
+        ..ExchangeSettings::default()
     })
 }
 

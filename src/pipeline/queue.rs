@@ -234,8 +234,8 @@ impl Queue {
 mod tests {
     use super::*;
     use crate::event::{EventId, Source};
-    use crate::units::ByteSize;
     use crate::proto::containerd::types::Envelope;
+    use crate::units::ByteSize;
 
     fn event(seq: u64) -> Arc<Event> {
         Arc::new(Event::new(

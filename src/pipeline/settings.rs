@@ -211,3 +211,20 @@ impl BatchSettings {
         Ok(())
     }
 }
+
+/// `[pipeline]`: settings shared by all forwarders.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineSettings {
+    /// At shutdown, how long forwarders get to deliver what is queued.
+    #[serde(with = "crate::units::duration_text")]
+    pub drain_timeout: Duration,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}

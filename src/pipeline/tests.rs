@@ -8,11 +8,11 @@ use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
 use super::settings::{BatchSettings, CheckpointSettings, Overflow, QueueSettings, RetrySettings};
-use crate::units::ByteSize;
 use super::*;
 use crate::event::{Event, EventId, Source};
 use crate::forward::{Batch, ForwardError};
 use crate::proto::containerd::types::Envelope;
+use crate::units::ByteSize;
 use tokio::time::Instant;
 
 /// Records delivered batches; can be told to fail, or to hold every send until

@@ -6,10 +6,10 @@ use prost_types::{Any, Timestamp};
 
 use super::*;
 use crate::event::{EventId, Source};
-use crate::units::ByteSize;
 use crate::proto::containerd::events as ev;
 use crate::proto::containerd::types::Envelope;
 use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};
+use crate::units::ByteSize;
 
 fn create(id: &str) -> Envelope {
     Envelope {

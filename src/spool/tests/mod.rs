@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::event::{EventId, Source};
-use crate::units::ByteSize;
 use crate::proto::containerd::types::Envelope;
+use crate::units::ByteSize;
 
 /// 4 KiB segments hold 12 of the ~330-byte records below.
 fn settings(fsync: Fsync) -> SpoolSettings {
