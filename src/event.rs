@@ -17,7 +17,7 @@ use crate::proto::{Registry, event_field, to_json_string};
 use crate::publisher::Publisher;
 
 mod origin;
-pub mod workload;
+pub(crate) mod workload;
 pub use origin::{Clock, Origin};
 pub use workload::Workload;
 

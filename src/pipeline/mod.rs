@@ -22,19 +22,19 @@
 //! per-forwarder cursors from this.
 
 mod attempts;
-pub mod backlog;
+pub(crate) mod backlog;
 mod checkpoint;
-pub mod deadletter;
-pub mod health;
+pub(crate) mod deadletter;
+pub(crate) mod health;
 mod inflight;
 mod isolate;
-pub mod queue;
-pub mod retry;
+pub(crate) mod queue;
+pub(crate) mod retry;
 mod route;
 mod router;
 pub mod settings;
 mod spec;
-pub mod swap;
+pub(crate) mod swap;
 mod worker;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

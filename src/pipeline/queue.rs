@@ -46,6 +46,7 @@ struct State {
 }
 
 impl Queue {
+    #[cfg(test)]
     pub fn new(settings: QueueSettings) -> Self {
         Self::with_backlog(settings, false)
     }

@@ -77,10 +77,6 @@ pub struct BackoffPolicy {
 }
 
 impl BackoffPolicy {
-    pub fn new(settings: RetrySettings, forwarder: &str) -> Self {
-        Self::reporting(settings, forwarder, Arc::default())
-    }
-
     pub fn reporting(settings: RetrySettings, forwarder: &str, health: Arc<Health>) -> Self {
         Self {
             settings: Arc::new(settings),

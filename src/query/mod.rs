@@ -6,12 +6,12 @@
 //! Reads use their own read-only connection ([`crate::store::open_reader`]): in WAL
 //! mode they never block the gateway's writer.
 
-pub mod eventpath;
-pub mod pods;
+pub(crate) mod eventpath;
+pub(crate) mod pods;
 mod row;
-pub mod sql;
-pub mod stats;
-pub mod time;
+pub(crate) mod sql;
+pub(crate) mod stats;
+pub(crate) mod time;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

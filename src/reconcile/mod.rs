@@ -9,12 +9,12 @@
 //! - [`list`]: the daemon's own state, through containerd's List calls.
 //! - [`snapshot`]: one upstream's recorded state, on disk and held in the spool.
 
-pub mod apply;
-pub mod diff;
+pub(crate) mod apply;
+pub(crate) mod diff;
 pub mod list;
-pub mod merge;
-pub mod snapshot;
-pub mod state;
+pub(crate) mod merge;
+pub(crate) mod snapshot;
+pub(crate) mod state;
 
 pub use list::{ListError, list_node};
 pub use state::{

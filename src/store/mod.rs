@@ -10,9 +10,9 @@
 pub mod chain;
 mod insert;
 pub mod migrate;
-pub mod retention;
-pub mod verify;
-pub mod workload;
+pub(crate) mod retention;
+pub(crate) mod verify;
+pub(crate) mod workload;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};

@@ -110,7 +110,6 @@ pub fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
 /// and pass to `verify --anchor` later. `None` row: nothing chained yet.
 #[derive(Debug)]
 pub struct Head {
-    pub state: ChainState,
     pub row: Option<RowRef>,
     pub hash: Option<Hash>,
 }
@@ -143,7 +142,6 @@ pub fn head(path: &Path) -> Result<Result<Head, Problem>, VerifyError> {
     Ok(Ok(Head {
         hash: state.head_hash,
         row,
-        state,
     }))
 }
 

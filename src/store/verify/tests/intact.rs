@@ -157,8 +157,8 @@ fn redelivery_and_a_rolled_back_batch_leave_the_chain_intact() {
     assert_eq!(insert_rows(&mut conn, &again).unwrap(), 0);
     let after = head(&path).unwrap().unwrap();
     assert_eq!(
-        (after.state.head_row_id, after.hash),
-        (before.state.head_row_id, before.hash)
+        (after.row.map(|r| r.row_id), after.hash),
+        (before.row.map(|r| r.row_id), before.hash)
     );
 
     // A batch refused at its third row (a seq SQLite cannot store) is rolled back,

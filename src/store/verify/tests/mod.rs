@@ -131,7 +131,7 @@ fn rehash_from(path: &Path, from: i64) {
 fn head_anchor(path: &Path) -> Anchor {
     let head = head(path).unwrap().unwrap();
     Anchor {
-        row_id: head.state.head_row_id,
+        row_id: head.row.unwrap().row_id,
         hash: head.hash.unwrap(),
     }
 }
