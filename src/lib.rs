@@ -64,5 +64,9 @@ pub mod render;
 pub mod replay;
 pub mod spool;
 pub mod store;
+/// Builders and fixtures shared by the unit tests (events, temporary stores and
+/// spools, a scripted forwarder).
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod tls;
 pub mod upstream;
