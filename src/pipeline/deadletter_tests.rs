@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use super::tests::{event, pipeline_with, spec};
 use super::*;
-use crate::testing::Scripted;
 use crate::deadletter::{Entry, Reason, State, Store};
+use crate::testing::Scripted;
 use tokio::time::Instant;
 
 const POLL: Duration = Duration::from_millis(200);

@@ -14,6 +14,13 @@ use crate::publisher::Publisher;
 /// 2024-05-01T10:00:00Z, the time most tests' events carry.
 pub(crate) const T0: i64 = 1_714_557_600;
 
+/// `json` encoded as the registered type `type_name`, as publishers send it.
+pub(crate) fn json_any(type_name: &str, json: &str) -> Any {
+    Registry::global()
+        .encode_json(type_name, json)
+        .unwrap_or_else(|e| panic!("{type_name} from {json}: {e}"))
+}
+
 /// An envelope in namespace `default` on topic `/tasks/exit`, without timestamp or
 /// payload until set.
 pub(crate) fn envelope() -> EnvelopeBuilder {
@@ -61,10 +68,7 @@ impl EnvelopeBuilder {
 
     /// `json` encoded as the registered type `type_name`.
     pub(crate) fn json(self, type_name: &str, json: &str) -> Self {
-        let any = Registry::global()
-            .encode_json(type_name, json)
-            .unwrap_or_else(|e| panic!("{type_name} from {json}: {e}"));
-        self.payload(Some(any))
+        self.payload(Some(json_any(type_name, json)))
     }
 
     /// `message`'s protobuf encoding under `type_url`.
@@ -232,6 +236,8 @@ impl From<EventBuilder> for Event {
 /// What a container's record with `image` and `labels` says, as the upstream's
 /// enrichment keeps it; `None` when it says nothing.
 pub(crate) fn workload(image: &str, labels: &[(&str, &str)]) -> Option<Arc<Workload>> {
-    let labels = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    let labels = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
     Workload::from_record(image, labels).map(Arc::new)
 }
