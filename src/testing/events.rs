@@ -190,6 +190,10 @@ impl EventBuilder {
         self.with_envelope(|e| e.timestamp(timestamp))
     }
 
+    pub(crate) fn now(self) -> Self {
+        self.with_envelope(EnvelopeBuilder::now)
+    }
+
     pub(crate) fn json(self, type_name: &str, json: &str) -> Self {
         self.with_envelope(|e| e.json(type_name, json))
     }

@@ -110,8 +110,7 @@ async fn reopening_resumes_the_sequence_and_the_cursors() {
     spool.close().await.unwrap();
     assert!(matches!(spool.append(&event(31)), Err(SpoolError::Closed)));
 
-    let (spool, recovery) =
-        dir.open(&["a", "b", "c"]);
+    let (spool, recovery) = dir.open(&["a", "b", "c"]);
     assert_eq!((recovery.next_seq, recovery.records), (31, 30));
     assert_eq!(recovery.cursors_added, ["c"]);
     assert!(!recovery.damaged());
