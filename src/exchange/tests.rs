@@ -2,6 +2,7 @@ use futures::StreamExt;
 use prost_types::{Any, Timestamp};
 
 use super::*;
+use crate::testing;
 
 fn exchange(queue: usize) -> Exchange {
     Exchange::new(ExchangeConfig {
@@ -17,13 +18,14 @@ fn any() -> Option<Any> {
     })
 }
 
+/// An envelope as the forward tests send it: [`any`] in `ns` on `topic`.
 fn envelope(ns: &str, topic: &str, ts: Option<Timestamp>) -> Envelope {
-    Envelope {
-        timestamp: ts,
-        namespace: ns.into(),
-        topic: topic.into(),
-        event: any(),
-    }
+    testing::envelope()
+        .namespace(ns)
+        .topic(topic)
+        .timestamp(ts)
+        .payload(any())
+        .build()
 }
 
 fn ts() -> Option<Timestamp> {
