@@ -15,4 +15,4 @@ mod stores;
 
 pub(crate) use events::{EnvelopeBuilder, EventBuilder, T0, envelope, event, json_any, workload};
 pub(crate) use forwarder::Scripted;
-pub(crate) use stores::{TempSpool, TempStore, spool_settings};
+pub(crate) use stores::{TempSpool, TempStore, insert, spool_settings};

@@ -45,9 +45,16 @@ impl TempStore {
 
     /// Appends `events` through the store's own insert.
     pub(crate) fn insert(&self, events: &[Event]) {
-        let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
-        insert_rows(&mut self.writer(), &rows).unwrap();
+        insert(&self.path, events);
     }
+}
+
+/// Appends `events` to the audit store at `path` (created if need be) through the
+/// store's own writer and insert.
+pub(crate) fn insert(path: &Path, events: &[Event]) {
+    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
+    let mut conn = open_writer(path, &WriterOptions::default()).unwrap();
+    insert_rows(&mut conn, &rows).unwrap();
 }
 
 /// Small settings whose limits tests reach quickly: 4 KiB segments, 1 MiB in all,
