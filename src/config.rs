@@ -1,20 +1,18 @@
 //! Configuration: built-in defaults, then the TOML file, then command-line flags, then
 //! validation. Every key is documented in `deploy/eventgate.example.toml`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::admin::AdminSettings;
-use crate::exchange::{ExchangeConfig, LimitSettings};
-use crate::filter::Filter;
-use crate::forward::{Kinds, Options};
-use crate::pipeline::settings::{BatchSettings, CheckpointSettings, QueueSettings, RetrySettings};
+use crate::deadletter::DeadLetterSettings;
+use crate::exchange::ExchangeSettings;
+use crate::forward::Kinds;
+pub use crate::pipeline::ForwarderSpec;
+use crate::pipeline::settings::PipelineSettings;
 use crate::spool::SpoolSettings;
-use crate::tls::TlsSettings;
 use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
@@ -47,248 +45,33 @@ pub enum ConfigError {
 pub struct Config {
     /// Where eventgate keeps its socket, audit store and logs.
     pub data_dir: PathBuf,
-    pub exchange: ExchangeSection,
+    pub exchange: ExchangeSettings,
     /// `[[forwarder]]` tables. Absent means the embedded default (a JSON-lines file
     /// and the SQLite audit store under the data directory); `forwarder = []` means none.
     #[serde(rename = "forwarder")]
     pub forwarders: Vec<ForwarderSpec>,
-    pub pipeline: PipelineSection,
+    pub pipeline: PipelineSettings,
     /// `[spool]`: the durable on-disk log under `<data_dir>/spool`.
     pub spool: SpoolSettings,
     /// `[[upstream]]` tables: Events endpoints to subscribe to (containerd sockets).
     #[serde(rename = "upstream")]
     pub upstreams: Vec<UpstreamSpec>,
-    pub dead_letter: DeadLetterSection,
+    pub dead_letter: DeadLetterSettings,
     /// `[admin]`: the HTTP endpoint for metrics, health and readiness.
     pub admin: AdminSettings,
-}
-
-/// `[dead_letter]`: where events forwarders gave up on are kept.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DeadLetterSection {
-    /// The store's SQLite file; a relative path is under `data_dir`.
-    pub path: PathBuf,
-    /// How often a forwarder's worker looks for entries `eventgate dlq retry` requested.
-    #[serde(with = "duration_text")]
-    pub poll_interval: Duration,
-}
-
-impl Default for DeadLetterSection {
-    fn default() -> Self {
-        Self {
-            path: PathBuf::from("deadletters.db"),
-            poll_interval: Duration::from_secs(1),
-        }
-    }
-}
-
-/// `[pipeline]`: settings shared by all forwarders.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PipelineSection {
-    /// At shutdown, how long forwarders get to deliver what is queued.
-    #[serde(with = "duration_text")]
-    pub drain_timeout: Duration,
-}
-
-impl Default for PipelineSection {
-    fn default() -> Self {
-        Self {
-            drain_timeout: Duration::from_secs(30),
-        }
-    }
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("./data"),
-            exchange: ExchangeSection::default(),
+            exchange: ExchangeSettings::default(),
             forwarders: ForwarderSpec::embedded_default(),
-            pipeline: PipelineSection::default(),
+            pipeline: PipelineSettings::default(),
             spool: SpoolSettings::default(),
             upstreams: Vec::new(),
-            dead_letter: DeadLetterSection::default(),
+            dead_letter: DeadLetterSettings::default(),
             admin: AdminSettings::default(),
-        }
-    }
-}
-
-/// One `[[forwarder]]` table: the pipeline's keys (`name`, `kind`, `filters`, `queue`,
-/// `batch`, `retry`, `checkpoint`) and everything else, which belongs to the kind.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ForwarderSpec {
-    pub name: String,
-    pub kind: String,
-    /// Route filters in the Subscribe language; empty means every event.
-    pub filters: Vec<String>,
-    pub queue: QueueSettings,
-    pub batch: BatchSettings,
-    pub retry: RetrySettings,
-    pub checkpoint: CheckpointSettings,
-    pub options: Options,
-}
-
-impl ForwarderSpec {
-    /// The forwarders `serve` runs with no `[[forwarder]]` in the config.
-    pub fn embedded_default() -> Vec<Self> {
-        let mut file = Options::new();
-        file.insert("path".into(), "events.jsonl".into());
-        let mut sqlite = Options::new();
-        sqlite.insert("path".into(), "audit.db".into());
-        vec![
-            Self::new("log", "file", file),
-            Self::new("audit", "sqlite", sqlite),
-        ]
-    }
-
-    pub fn new(name: &str, kind: &str, options: Options) -> Self {
-        Self {
-            name: name.into(),
-            kind: kind.into(),
-            filters: Vec::new(),
-            queue: QueueSettings::default(),
-            batch: BatchSettings::default(),
-            retry: RetrySettings::default(),
-            checkpoint: CheckpointSettings::default(),
-            options,
-        }
-    }
-
-    /// The parsed route filter.
-    pub fn filter(&self) -> Result<Filter, crate::filter::ParseError> {
-        Filter::parse_all(&self.filters)
-    }
-
-    /// Pipeline-level checks; the kind's own options are checked by [`Config::check_kinds`].
-    fn validate(&self) -> Result<(), String> {
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(format!(
-                "`name` {:?} must be non-empty letters, digits, '-' or '_' (it labels metrics and logs)",
-                self.name
-            ));
-        }
-        self.filter().map_err(|e| format!("`filters`: {e}"))?;
-        self.queue.validate()?;
-        self.batch.validate()?;
-        self.retry.validate()?;
-        self.checkpoint.validate()?;
-        Ok(())
-    }
-}
-
-impl<'de> Deserialize<'de> for ForwarderSpec {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let mut table = Options::deserialize(d)?;
-        fn take<T: serde::de::DeserializeOwned, E: Error>(
-            table: &mut Options,
-            key: &str,
-        ) -> Result<Option<T>, E> {
-            table
-                .remove(key)
-                .map(|value| {
-                    value.try_into().map_err(|e: toml::de::Error| {
-                        E::custom(format!("`{key}`: {}", e.message()))
-                    })
-                })
-                .transpose()
-        }
-        let name: String = take(&mut table, "name")?
-            .ok_or_else(|| D::Error::custom("a [[forwarder]] needs a `name`"))?;
-        let kind: String = take(&mut table, "kind")?.ok_or_else(|| {
-            D::Error::custom(format!(
-                "forwarder {name:?} needs a `kind` (file, sqlite or kafka)"
-            ))
-        })?;
-        let in_forwarder = |e: D::Error| D::Error::custom(format!("forwarder {name:?}: {e}"));
-        Ok(Self {
-            filters: take(&mut table, "filters")
-                .map_err(in_forwarder)?
-                .unwrap_or_default(),
-            queue: take(&mut table, "queue")
-                .map_err(in_forwarder)?
-                .unwrap_or_default(),
-            batch: take(&mut table, "batch")
-                .map_err(in_forwarder)?
-                .unwrap_or_default(),
-            retry: take(&mut table, "retry")
-                .map_err(in_forwarder)?
-                .unwrap_or_default(),
-            checkpoint: take(&mut table, "checkpoint")
-                .map_err(in_forwarder)?
-                .unwrap_or_default(),
-            options: table,
-            name,
-            kind,
-        })
-    }
-}
-
-impl Serialize for ForwarderSpec {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = s.serialize_map(None)?;
-        map.serialize_entry("name", &self.name)?;
-        map.serialize_entry("kind", &self.kind)?;
-        map.serialize_entry("filters", &self.filters)?;
-        for (key, value) in &self.options {
-            map.serialize_entry(key, value)?;
-        }
-        map.serialize_entry("queue", &self.queue)?;
-        map.serialize_entry("batch", &self.batch)?;
-        map.serialize_entry("retry", &self.retry)?;
-        map.serialize_entry("checkpoint", &self.checkpoint)?;
-        map.end()
-    }
-}
-
-/// `[exchange]`: the containerd-compatible gRPC endpoint.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ExchangeSection {
-    /// Unix socket path; empty means `<data_dir>/eventgate.sock`.
-    pub socket: Option<PathBuf>,
-    /// File mode of the socket, as an octal string such as "0660".
-    pub socket_mode: String,
-    /// Group (name or gid) the socket file is given to; unset keeps the process's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub socket_group: Option<String>,
-    /// Optional TCP address, e.g. "127.0.0.1:7338"; beyond loopback it needs `tls`
-    /// or `insecure`.
-    pub listen: Option<SocketAddr>,
-    /// Serve plaintext on a non-loopback `listen` address anyway.
-    pub insecure: bool,
-    /// `[exchange.tls]`: TLS (and optionally client certificates) on `listen`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsSettings>,
-    /// `[exchange.limits]`: what one client may ask of the exchange.
-    pub limits: LimitSettings,
-    /// Events a subscriber may fall behind before it is cut off.
-    pub subscriber_queue: usize,
-    /// How long shutdown waits for in-flight calls before giving up on them.
-    #[serde(with = "duration_text")]
-    pub shutdown_timeout: Duration,
-}
-
-impl Default for ExchangeSection {
-    fn default() -> Self {
-        Self {
-            socket: None,
-            socket_mode: "0660".into(),
-            socket_group: None,
-            listen: None,
-            insecure: false,
-            tls: None,
-            limits: LimitSettings::default(),
-            subscriber_queue: ExchangeConfig::default().subscriber_queue,
-            shutdown_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -319,13 +102,9 @@ impl Config {
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
         }
-        self.socket_mode()?;
-        if self.exchange.subscriber_queue == 0 {
-            return Err(invalid(
-                "exchange.subscriber_queue",
-                "must be at least 1 (it bounds how far a subscriber may fall behind)",
-            ));
-        }
+        self.exchange
+            .validate()
+            .map_err(|(key, problem)| invalid(key, problem))?;
         self.spool.validate().map_err(ConfigError::Spool)?;
         let mut names = std::collections::HashSet::new();
         for spec in &self.forwarders {
@@ -354,77 +133,13 @@ impl Config {
                 });
             }
         }
-        if self.dead_letter.path.as_os_str().is_empty() {
-            return Err(invalid("dead_letter.path", "must not be empty"));
-        }
-        if self.dead_letter.poll_interval.is_zero() {
-            return Err(invalid(
-                "dead_letter.poll_interval",
-                "must be more than 0s (it is how often workers look for requested redeliveries)",
-            ));
-        }
-        self.validate_tcp()?;
-        if self
-            .exchange
-            .socket_group
-            .as_deref()
-            .is_some_and(|g| g.trim().is_empty())
-        {
-            return Err(invalid(
-                "exchange.socket_group",
-                "must be a group name or a numeric gid (leave it out to keep the process's group)",
-            ));
-        }
-        self.exchange
-            .limits
+        self.dead_letter
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
         self.admin
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
         Ok(())
-    }
-
-    /// The TCP listener's protection: TLS, or plaintext on loopback, or plaintext
-    /// beyond it only with an explicit `insecure`; beyond loopback, TLS requires
-    /// client certificates unless `allow_anonymous_clients` says otherwise.
-    fn validate_tcp(&self) -> Result<(), ConfigError> {
-        let exchange = &self.exchange;
-        match (exchange.listen, &exchange.tls) {
-            (None, Some(_)) => Err(invalid(
-                "exchange.tls",
-                "is set but `exchange.listen` is not: TLS applies to the TCP listener (the unix socket is protected by its mode and group)",
-            )),
-            (Some(_), Some(_)) if exchange.insecure => Err(invalid(
-                "exchange.insecure",
-                "contradicts [exchange.tls]: with TLS the listener is not insecure; remove one",
-            )),
-            (Some(_), Some(tls)) if tls.client_ca.is_some() && tls.allow_anonymous_clients => {
-                Err(invalid(
-                    "exchange.tls.allow_anonymous_clients",
-                    "contradicts `exchange.tls.client_ca`: with client certificates required no client is anonymous; remove one",
-                ))
-            }
-            (Some(addr), Some(tls))
-                if !addr.ip().is_loopback()
-                    && tls.client_ca.is_none()
-                    && !tls.allow_anonymous_clients =>
-            {
-                Err(invalid(
-                    "exchange.tls.client_ca",
-                    format!(
-                        "is not set, and {addr} is not a loopback address: without client certificates anyone who can reach it can publish (forge audit events) and subscribe; set `exchange.tls.client_ca` (serve --tls-client-ca) to require them, use 127.0.0.1 or [::1], or set `exchange.tls.allow_anonymous_clients = true` (serve --tls-allow-anonymous) to serve anonymous clients anyway"
-                    ),
-                ))
-            }
-            (Some(addr), None) if !addr.ip().is_loopback() && !exchange.insecure => Err(invalid(
-                "exchange.listen",
-                format!(
-                    "{addr} is not a loopback address: configure [exchange.tls] (cert, key, and client_ca for client certificates), use 127.0.0.1 or [::1], or set `exchange.insecure = true` (serve --insecure) to serve plaintext to the network anyway"
-                ),
-            )),
-            _ => Ok(()),
-        }
     }
 
     /// Checks each forwarder's kind-specific options against the registry of kinds.
@@ -460,34 +175,21 @@ impl Config {
     }
 
     pub fn socket_mode(&self) -> Result<u32, ConfigError> {
-        let text = self.exchange.socket_mode.trim_start_matches("0o");
-        u32::from_str_radix(text, 8)
-            .ok()
-            .filter(|mode| *mode <= 0o777)
-            .ok_or_else(|| {
-                invalid(
-                    "exchange.socket_mode",
-                    format!(
-                        "{:?} is not an octal file mode such as \"0660\"",
-                        self.exchange.socket_mode
-                    ),
-                )
-            })
-    }
-
-    pub fn exchange_config(&self) -> ExchangeConfig {
-        ExchangeConfig {
-            subscriber_queue: self.exchange.subscriber_queue,
-            limits: self.exchange.limits.clone(),
-        }
+        self.exchange
+            .socket_mode()
+            .map_err(|(key, problem)| invalid(key, problem))
     }
 
     /// The effective configuration as TOML, for `check-config`. Forwarder options
-    /// that hold secrets (passwords, private keys) are shown as "***".
-    pub fn to_toml(&self) -> String {
+    /// that hold secrets (passwords, private keys) are shown as "***", by each kind's
+    /// own rule (the generic one for a kind `kinds` does not know).
+    pub fn to_toml(&self, kinds: &Kinds) -> String {
         let mut shown = self.clone();
         for spec in &mut shown.forwarders {
-            crate::forward::kafka::redact(&mut spec.options);
+            match kinds.get(&spec.kind) {
+                Ok(kind) => kind.redact(&mut spec.options),
+                Err(_) => crate::redact::table(&mut spec.options),
+            }
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
@@ -547,40 +249,6 @@ fn key_at(text: &str, line_start: usize, line: &str) -> Option<String> {
         Some(table) if !table.is_empty() => format!("{table}.{key}"),
         _ => key,
     })
-}
-
-/// The longest duration any setting or flag takes. Longer ones are surely a mistake,
-/// and would overflow the clocks they are added to.
-/// (humantime's year: 365.25 days.)
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
-
-/// Parses "250ms", "10s", "5m", "1h 30m" (humantime syntax), at most 100 years.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| {
-        format!("{text:?} is not a duration like \"500ms\", \"10s\" or \"5m\": {e}")
-    })?;
-    if duration > MAX_DURATION {
-        return Err(format!(
-            "{text:?} is more than 100 years, the longest duration eventgate takes"
-        ));
-    }
-    Ok(duration)
-}
-
-/// Durations as humantime text ("250ms", "30s", "5m") in both directions.
-pub mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        super::parse_duration(&text).map_err(serde::de::Error::custom)
-    }
-
-    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*value).to_string())
-    }
 }
 
 #[cfg(test)]

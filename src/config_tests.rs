@@ -1,5 +1,7 @@
 //! Parsing, defaults, validation messages and round trips of the config file.
 
+use std::time::Duration;
+
 use super::*;
 
 #[test]
@@ -10,7 +12,7 @@ fn defaults_are_valid_and_socket_lives_in_data_dir() {
     assert_eq!(config.socket_mode().unwrap(), 0o660);
     // What check-config prints parses back to the same thing.
     assert_eq!(
-        Config::parse(&config.to_toml(), "round trip").unwrap(),
+        Config::parse(&config.to_toml(&Kinds::default()), "round trip").unwrap(),
         config
     );
 }
@@ -71,7 +73,7 @@ fn the_dead_letter_store_lives_in_data_dir_unless_absolute() {
     assert_eq!(config.dead_letter_path(), PathBuf::from("/srv/dl.db"));
     assert_eq!(config.dead_letter.poll_interval, Duration::from_millis(250));
     assert_eq!(
-        Config::parse(&config.to_toml(), "round trip").unwrap(),
+        Config::parse(&config.to_toml(&Kinds::default()), "round trip").unwrap(),
         config
     );
 }
@@ -164,7 +166,7 @@ fn forwarder_tables_split_pipeline_keys_from_kind_options() {
     assert_eq!(spec.retry.elapsed, Duration::from_secs(60));
     // What check-config prints parses back to the same thing.
     assert_eq!(
-        Config::parse(&config.to_toml(), "round trip").unwrap(),
+        Config::parse(&config.to_toml(&Kinds::default()), "round trip").unwrap(),
         config
     );
 }
@@ -223,7 +225,7 @@ fn upstream_tables_are_read_and_checked() {
     assert_eq!(k3s.reconnect.max, Duration::from_secs(5));
     assert_eq!(k3s.connect_timeout, Duration::from_secs(2));
     assert_eq!(
-        Config::parse(&config.to_toml(), "round trip").unwrap(),
+        Config::parse(&config.to_toml(&Kinds::default()), "round trip").unwrap(),
         config
     );
 
@@ -337,8 +339,8 @@ fn very_large_durations_are_refused_naming_the_key() {
         );
     }
     assert_eq!(
-        parse_duration("101y").unwrap_err(),
+        crate::units::parse_duration("101y").unwrap_err(),
         "\"101y\" is more than 100 years, the longest duration eventgate takes"
     );
-    assert!(parse_duration("100y").is_ok());
+    assert!(crate::units::parse_duration("100y").is_ok());
 }

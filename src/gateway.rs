@@ -157,7 +157,7 @@ impl Gateway {
             config.clone(),
         ));
         let exchange = Exchange::with_spool(
-            config.exchange_config(),
+            config.exchange.clone(),
             pipeline.router(),
             Some(spool.clone()),
         );
@@ -256,7 +256,7 @@ impl Gateway {
                 upstreams: upstreams.watch(),
                 spool: Some(spool.clone()),
                 exchange: exchange.clone(),
-                readiness: config.admin.readiness(),
+                readiness: crate::admin::readiness::Rules::from(&config.admin),
                 connections,
                 started,
             })

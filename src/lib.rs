@@ -53,6 +53,7 @@ pub mod gateway;
 pub mod identifiers;
 pub mod listen;
 pub mod lock;
+pub mod markers;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;
@@ -69,4 +70,5 @@ pub mod store;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tls;
+pub mod units;
 pub mod upstream;

@@ -75,6 +75,19 @@ fn masked(value: &str) -> String {
     }
 }
 
+/// Replaces the value of every secret key in an option table, at any depth
+/// (`properties = { "sasl.password" = ... }`), with "***": what a forwarder kind shows
+/// of its options unless it knows better (see `forward::Kind::redact`).
+pub fn table(options: &mut toml::Table) {
+    for (key, value) in options.iter_mut() {
+        match value {
+            toml::Value::Table(inner) => table(inner),
+            _ if is_secret(key) => *value = toml::Value::String("***".into()),
+            _ => {}
+        }
+    }
+}
+
 /// `text` with the value of every assignment to a secret key masked.
 pub fn by_key(text: &str) -> Cow<'_, str> {
     let text = PROPERTY_ERROR.replace_all(text, |c: &Captures| {

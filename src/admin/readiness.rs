@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 use super::Observed;
 use crate::pipeline::HealthSnapshot;
 use crate::spool::DiskSnapshot;
+use crate::units::{human_bytes, human_duration};
 use crate::upstream::UpstreamStatus;
 
 /// One part's verdict: `problem` is `Some` when it is not ready.
@@ -85,6 +86,15 @@ pub struct SpoolUse {
 pub struct Rules {
     pub max_spill: Duration,
     pub max_failing: Duration,
+}
+
+impl From<&super::AdminSettings> for Rules {
+    fn from(settings: &super::AdminSettings) -> Self {
+        Self {
+            max_spill: settings.max_spill,
+            max_failing: settings.max_failing,
+        }
+    }
 }
 
 /// Everything readiness looks at, taken at one moment.
@@ -262,27 +272,6 @@ fn disk_part(disk: &DiskSnapshot) -> Part {
         problem,
         detail,
     }
-}
-
-/// Whole seconds (milliseconds below one second), as humantime writes them.
-pub fn human_duration(d: Duration) -> String {
-    let d = if d >= Duration::from_secs(1) {
-        Duration::from_secs(d.as_secs())
-    } else {
-        Duration::from_millis(d.as_millis() as u64)
-    };
-    humantime::format_duration(d).to_string()
-}
-
-/// Bytes with a binary unit, one decimal.
-pub fn human_bytes(n: u64) -> String {
-    let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (unit, size) in units {
-        if n >= size {
-            return format!("{:.1}{unit}", n as f64 / size as f64);
-        }
-    }
-    format!("{n}B")
 }
 
 #[cfg(test)]

@@ -246,11 +246,3 @@ fn a_disk_below_the_reserve_and_a_failed_spool_are_named_with_their_figures() {
         ]
     );
 }
-
-#[test]
-fn sizes_and_durations_read_well() {
-    assert_eq!(human_bytes(1536), "1.5KiB");
-    assert_eq!(human_bytes(3 << 30), "3.0GiB");
-    assert_eq!(human_duration(Duration::from_millis(61_500)), "1m 1s");
-    assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
-}

@@ -21,12 +21,12 @@ pub struct AdminSettings {
     pub allow_remote: bool,
     /// A forwarder that has been delivering from the spool (behind its live queue)
     /// for longer than this is reported not ready.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub max_spill: Duration,
     /// A forwarder whose current batch has been failing (retrying) for longer than
     /// this is reported not ready; shorter blips only show in `?verbose`. `0s`: from
     /// the first failed attempt.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub max_failing: Duration,
     /// A file holding the token `POST /reload` must carry (`Authorization: Bearer
     /// <token>`). Unset: `POST /reload` is refused, and only SIGHUP reloads.
@@ -47,14 +47,6 @@ impl Default for AdminSettings {
 }
 
 impl AdminSettings {
-    /// The readiness rules these settings set.
-    pub fn readiness(&self) -> super::readiness::Rules {
-        super::readiness::Rules {
-            max_spill: self.max_spill,
-            max_failing: self.max_failing,
-        }
-    }
-
     /// The address to listen on, `None` when turned off. Errors name the key.
     pub fn addr(&self) -> Result<Option<SocketAddr>, (&'static str, String)> {
         let text = self.listen.trim();

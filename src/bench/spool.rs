@@ -14,9 +14,9 @@ use hdrhistogram::Histogram;
 
 use super::BenchError;
 use crate::event::{Event, EventId, Source};
-use crate::pipeline::settings::ByteSize;
 use crate::proto::containerd::types::Envelope;
 use crate::spool::{Fsync, FullPolicy, Spool, SpoolSettings, record};
+use crate::units::ByteSize;
 
 #[derive(Clone, Debug)]
 pub struct SpoolBench {

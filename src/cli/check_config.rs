@@ -40,7 +40,7 @@ pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     }
     println!("{}: ok", args.file.display());
     if args.print {
-        print!("{}", config.to_toml());
+        print!("{}", config.to_toml(&Kinds::default()));
     }
     Ok(ExitCode::SUCCESS)
 }

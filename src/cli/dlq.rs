@@ -11,7 +11,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use super::CliError;
-use crate::config::{Config, DeadLetterSection};
+use crate::config::Config;
+use crate::deadletter::DeadLetterSettings;
 use crate::deadletter::{Entry, Store};
 use crate::event::Workload;
 use crate::render;
@@ -117,7 +118,7 @@ fn locate(location: &Location) -> Result<(PathBuf, Option<Config>), CliError> {
         .data_dir
         .clone()
         .unwrap_or_else(|| Config::default().data_dir);
-    Ok((data_dir.join(DeadLetterSection::default().path), None))
+    Ok((data_dir.join(DeadLetterSettings::default().path), None))
 }
 
 async fn open(location: &Location) -> Result<(Store, Option<Config>), CliError> {

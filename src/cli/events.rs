@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::{CliError, DEFAULT_ADDRESS};
-use crate::config::parse_duration;
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
 use crate::render;
+use crate::units::parse_duration;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Format {

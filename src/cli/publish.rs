@@ -10,10 +10,10 @@ use prost_types::Any;
 use tonic::metadata::MetadataValue;
 
 use super::{CliError, DEFAULT_ADDRESS};
-use crate::config::parse_duration;
 use crate::exchange::NAMESPACE_HEADER;
 use crate::proto::Registry;
 use crate::proto::containerd::services::events::v1::PublishRequest;
+use crate::units::parse_duration;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \

@@ -12,7 +12,8 @@ use super::CliError;
 use crate::admin::client::{self, FetchError};
 use crate::admin::settings::DEFAULT_LISTEN;
 use crate::admin::settings::ReloadToken;
-use crate::config::{ConfigError, parse_duration};
+use crate::config::ConfigError;
+use crate::units::parse_duration;
 
 #[derive(Debug, Args)]
 pub struct ReloadArgs {

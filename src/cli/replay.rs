@@ -9,9 +9,9 @@ use clap::{ArgGroup, Args};
 
 use super::CliError;
 use super::query::{StoreLocation, time_bound};
-use crate::config::parse_duration;
 use crate::forward::Kinds;
 use crate::replay::{self, Bound, Options, ProgressMode, Selection, Stop, TargetSpec};
+use crate::units::parse_duration;
 
 #[derive(Debug, Args)]
 #[command(

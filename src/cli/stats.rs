@@ -9,11 +9,11 @@ use clap::Args;
 
 use super::CliError;
 use super::query::{StoreLocation, format_time, parse_filters, time_bound};
-use crate::config::parse_duration;
 use crate::query::pods::{PodCounts, PodName};
 use crate::query::stats::{Count, GroupBy};
 use crate::query::time::bucket_seconds;
 use crate::query::{Query, Reader};
+use crate::units::parse_duration;
 
 /// What `--by` groups by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -13,10 +13,10 @@ use clap::Args;
 
 use super::CliError;
 use crate::admin::client::{self, FetchError};
-use crate::admin::readiness::{human_bytes, human_duration};
 use crate::admin::settings::DEFAULT_LISTEN;
 use crate::admin::status::Status;
-use crate::config::parse_duration;
+use crate::units::parse_duration;
+use crate::units::{human_bytes, human_duration};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {

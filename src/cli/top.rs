@@ -11,7 +11,7 @@ use super::CliError;
 use super::status::render;
 use crate::admin::client;
 use crate::admin::settings::DEFAULT_LISTEN;
-use crate::config::parse_duration;
+use crate::units::parse_duration;
 
 #[derive(Debug, Args)]
 pub struct TopArgs {

@@ -10,6 +10,7 @@
 //! each change is one short transaction.
 
 mod schema;
+mod settings;
 mod sql;
 
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
 use crate::publisher::Publisher;
 pub use schema::{APPLICATION_ID, LATEST};
+pub use settings::DeadLetterSettings;
 
 #[derive(Debug, Error)]
 pub enum DeadLetterError {

@@ -2,12 +2,8 @@
 //! forwarder had not delivered: one `/eventgate/spool/dropped` event per forwarder, in
 //! namespace `eventgate`, so the audit trail says whose record has which hole.
 
-use prost::Message;
-use prost_types::{Any, Timestamp};
-
 use super::Exchange;
 use crate::event::Source;
-use crate::proto::containerd::types::Envelope;
 use crate::spool::Dropped;
 
 impl Exchange {
@@ -22,7 +18,7 @@ impl Exchange {
                 count = lost.count,
                 "the spool was full: undelivered records discarded"
             );
-            let marker = spool_dropped_marker(&lost);
+            let marker = crate::markers::spool_dropped(&lost);
             let exchange = self.clone();
             // A task, not a recursive call: the marker goes through accept (and the
             // spool) like any event, after the event that made room.
@@ -32,25 +28,5 @@ impl Exchange {
                 }
             });
         }
-    }
-}
-
-fn spool_dropped_marker(lost: &Dropped) -> Envelope {
-    let now = std::time::SystemTime::now();
-    let payload = crate::proto::eventgate::events::v1::SpoolDropped {
-        forwarder: lost.forwarder.clone(),
-        first_seq: lost.first_seq,
-        last_seq: lost.last_seq,
-        count: lost.count,
-        dropped_at: Some(Timestamp::from(now)),
-    };
-    Envelope {
-        timestamp: Some(Timestamp::from(now)),
-        namespace: crate::upstream::markers::NAMESPACE.into(),
-        topic: "/eventgate/spool/dropped".into(),
-        event: Some(Any {
-            type_url: "eventgate.events.v1.SpoolDropped".into(),
-            value: payload.encode_to_vec(),
-        }),
     }
 }

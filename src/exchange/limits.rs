@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tonic::{Code, Status};
 
-use crate::pipeline::settings::ByteSize;
+use crate::units::ByteSize;
 
 /// Room for the request wrapper around an envelope (ForwardRequest's tag and length
 /// prefix): a request larger than `max_event_bytes` plus this cannot carry an
@@ -29,7 +29,7 @@ pub struct LimitSettings {
     /// Most concurrent HTTP/2 streams (calls) on one client connection.
     pub max_streams_per_connection: u32,
     /// How long a Publish or Forward may take, waits for room included.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub request_timeout: Duration,
     /// What the compiled regular expressions of one subscription's filters may take
     /// together (each one's compiled size plus its matching cache).
@@ -41,17 +41,17 @@ pub struct LimitSettings {
     /// TCP listener each).
     pub max_connections: usize,
     /// How long a TLS client may take to finish its handshake.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub handshake_timeout: Duration,
     /// How long a call's request message may take to arrive.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub body_timeout: Duration,
     /// How often an HTTP/2 ping checks that a quiet connection's client is still
     /// there; `0s` turns the pings off.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub keepalive_interval: Duration,
     /// How long a ping may go unanswered before the connection is closed.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub keepalive_timeout: Duration,
 }
 

@@ -19,6 +19,7 @@ pub mod limits;
 mod matching;
 mod routes;
 mod service;
+mod settings;
 mod subscription;
 mod unary;
 
@@ -34,6 +35,7 @@ pub use append::{Appended, Durable};
 pub use limits::{Limit, LimitSettings};
 pub use routes::EventsRoutes;
 pub use service::{EventsService, NAMESPACE_HEADER};
+pub use settings::ExchangeSettings;
 pub use subscription::{Subscription, SubscriptionEnd};
 
 use crate::event::{Event, EventId, Origin, Source};
@@ -151,22 +153,6 @@ impl SubscribeError {
     }
 }
 
-#[derive(Clone, Debug)]
-pub struct ExchangeConfig {
-    /// Events a subscriber may fall behind before it is cut off.
-    pub subscriber_queue: usize,
-    pub limits: LimitSettings,
-}
-
-impl Default for ExchangeConfig {
-    fn default() -> Self {
-        Self {
-            subscriber_queue: 4096,
-            limits: LimitSettings::default(),
-        }
-    }
-}
-
 /// Cheap to clone; all clones share one exchange.
 #[derive(Clone)]
 pub struct Exchange {
@@ -174,7 +160,7 @@ pub struct Exchange {
 }
 
 struct Inner {
-    config: ExchangeConfig,
+    config: ExchangeSettings,
     router: Router,
     /// Where accepted events are made durable before they are acknowledged.
     spool: Option<Spool>,
@@ -225,18 +211,18 @@ struct Slot {
 
 impl Exchange {
     /// An exchange that only serves subscribers.
-    pub fn new(config: ExchangeConfig) -> Self {
+    pub fn new(config: ExchangeSettings) -> Self {
         Self::with_router(config, Router::default())
     }
 
     /// An exchange that also hands every accepted event to the forwarders' queues.
-    pub fn with_router(config: ExchangeConfig, router: Router) -> Self {
+    pub fn with_router(config: ExchangeSettings, router: Router) -> Self {
         Self::with_spool(config, router, None)
     }
 
     /// An exchange that appends every event to the spool (continuing its sequence
     /// numbers) and acknowledges it only once it is durable.
-    pub fn with_spool(config: ExchangeConfig, router: Router, spool: Option<Spool>) -> Self {
+    pub fn with_spool(config: ExchangeSettings, router: Router, spool: Option<Spool>) -> Self {
         let next_seq = spool.as_ref().map_or(1, Spool::next_seq);
         Self {
             inner: Arc::new(Inner {

@@ -5,9 +5,9 @@ use super::*;
 use crate::testing;
 
 fn exchange(queue: usize) -> Exchange {
-    Exchange::new(ExchangeConfig {
+    Exchange::new(ExchangeSettings {
         subscriber_queue: queue,
-        ..ExchangeConfig::default()
+        ..ExchangeSettings::default()
     })
 }
 

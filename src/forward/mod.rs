@@ -226,6 +226,13 @@ pub trait Kind: Send + Sync + 'static {
     fn default_batch_events(&self) -> usize {
         1000
     }
+
+    /// Masks the options that hold secrets, for `check-config --print`. By default
+    /// every key named like a secret (password, key, token...) at any depth; a kind
+    /// whose secrets hide under other names masks those too.
+    fn redact(&self, options: &mut Options) {
+        crate::redact::table(options);
+    }
 }
 
 /// Forwarder kinds by name.

@@ -33,6 +33,7 @@ pub mod retry;
 mod route;
 mod router;
 pub mod settings;
+mod spec;
 pub mod swap;
 mod worker;
 
@@ -44,7 +45,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ForwarderSpec;
 use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
 pub use backlog::{Backlog, MemoryBacklog};
@@ -54,6 +54,7 @@ use queue::Queue;
 use route::RouteState;
 use router::Route;
 pub use router::Router;
+pub use spec::ForwarderSpec;
 pub use worker::Report;
 
 #[derive(Debug, Error)]
@@ -86,7 +87,7 @@ pub enum PipelineError {
 pub struct QueueFull {
     pub forwarder: String,
     pub events: usize,
-    pub bytes: settings::ByteSize,
+    pub bytes: crate::units::ByteSize,
     pub waited: Duration,
 }
 

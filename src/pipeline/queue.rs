@@ -234,9 +234,9 @@ impl Queue {
 mod tests {
     use super::*;
     use crate::event::Source;
-    use crate::pipeline::settings::ByteSize;
     use crate::proto::containerd::types::Envelope;
     use crate::testing;
+    use crate::units::ByteSize;
 
     /// A queue holds events and their byte counts; it looks at nothing else.
     fn event(seq: u64) -> Arc<Event> {

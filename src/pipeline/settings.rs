@@ -1,10 +1,11 @@
 //! The pipeline's per-forwarder settings: `queue`, `batch` and `retry` in a
 //! `[[forwarder]]` table. Each is an inline table; every key has a default.
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
+
+use crate::units::ByteSize;
 
 /// What happens when an event arrives and the forwarder's queue is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -52,7 +53,7 @@ pub struct QueueSettings {
     pub bytes: ByteSize,
     pub overflow: Overflow,
     /// With `overflow = "block"`: how long a publisher waits for room.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub block_timeout: Duration,
 }
 
@@ -81,7 +82,7 @@ pub struct BatchSettings {
     /// cost the SQLite store far fewer page writes per row (measured with `bench
     /// exchange`: 21.2 against 24.4 µs of server CPU per delivery with the default
     /// forwarders, 5 ms before), for 50 ms more before a lone event reaches a sink.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub linger: Duration,
 }
 
@@ -103,7 +104,7 @@ impl Default for BatchSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct CheckpointSettings {
     /// At most this long after the first batch not yet made durable.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub interval: Duration,
     /// At most this many encoded bytes sent since the last checkpoint.
     pub bytes: ByteSize,
@@ -143,19 +144,19 @@ impl CheckpointSettings {
 pub struct RetrySettings {
     /// Limit for one delivery attempt of one batch; an attempt that takes longer is
     /// abandoned and retried.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub timeout: Duration,
     /// Backoff before the first retry; doubles per attempt up to `max`, and each
     /// actual delay is drawn uniformly from [0, backoff] ("full jitter").
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub initial: Duration,
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub max: Duration,
     /// Give up on a batch after this many attempts in all; 0 = no limit.
     pub attempts: u32,
     /// Give up on a batch once this long has passed since its first attempt;
     /// "0s" = no limit.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub elapsed: Duration,
 }
 
@@ -211,99 +212,19 @@ impl BatchSettings {
     }
 }
 
-/// A size in bytes, written as an integer or as text like "64MiB", "512KiB", "1GB".
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ByteSize(pub u64);
-
-impl ByteSize {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let text = text.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
-        let (number, unit) = text.split_at(split);
-        let number: u64 = number
-            .parse()
-            .map_err(|_| format!("{text:?} is not a size like 1048576, \"512KiB\" or \"64MiB\""))?;
-        let factor: u64 = match unit.trim() {
-            "" | "B" => 1,
-            "KB" | "kB" => 1000,
-            "KiB" => 1 << 10,
-            "MB" => 1000 * 1000,
-            "MiB" => 1 << 20,
-            "GB" => 1000 * 1000 * 1000,
-            "GiB" => 1 << 30,
-            other => {
-                return Err(format!(
-                    "{text:?}: unknown unit {other:?} (use B, KB, KiB, MB, MiB, GB or GiB)"
-                ));
-            }
-        };
-        number
-            .checked_mul(factor)
-            .map(ByteSize)
-            .ok_or_else(|| format!("{text:?} is too large"))
-    }
-
-    pub fn get(self) -> usize {
-        usize::try_from(self.0).unwrap_or(usize::MAX)
-    }
+/// `[pipeline]`: settings shared by all forwarders.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineSettings {
+    /// At shutdown, how long forwarders get to deliver what is queued.
+    #[serde(with = "crate::units::duration_text")]
+    pub drain_timeout: Duration,
 }
 
-impl fmt::Display for ByteSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.0;
-        for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-            if n >= size && n.is_multiple_of(size) {
-                return write!(f, "{}{unit}", n / size);
-            }
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(30),
         }
-        write!(f, "{n}B")
-    }
-}
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Number(n) => Ok(ByteSize(n)),
-            Raw::Text(text) => ByteSize::parse(&text).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-impl Serialize for ByteSize {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_sizes() {
-        assert_eq!(ByteSize::parse("64MiB"), Ok(ByteSize(64 << 20)));
-        assert_eq!(ByteSize::parse("1000"), Ok(ByteSize(1000)));
-        assert_eq!(ByteSize::parse("2 KB"), Ok(ByteSize(2000)));
-        assert!(
-            ByteSize::parse("12 parsecs")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
-        assert!(ByteSize::parse("MiB").is_err());
-        assert!(
-            ByteSize::parse("99999999999999GiB")
-                .unwrap_err()
-                .contains("too large")
-        );
-        assert_eq!(ByteSize(64 << 20).to_string(), "64MiB");
-        assert_eq!(ByteSize(1500).to_string(), "1500B");
     }
 }

@@ -3,12 +3,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::settings::{
-    BatchSettings, ByteSize, CheckpointSettings, Overflow, QueueSettings, RetrySettings,
-};
+use super::settings::{BatchSettings, CheckpointSettings, Overflow, QueueSettings, RetrySettings};
 use super::*;
 use crate::event::{Event, Source};
 use crate::testing::{self, Scripted};
+use crate::units::ByteSize;
 use tokio::time::Instant;
 
 /// Event `seq` on `topic`, from eventgate itself: the pipeline looks at nothing else.

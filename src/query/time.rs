@@ -14,7 +14,7 @@ pub fn parse_bound(text: &str, now: SystemTime) -> Result<SystemTime, String> {
     if !looks_like_time && humantime::parse_duration(text).is_ok() {
         // At most 100 years back: the time must stay one the store's dates (and
         // chrono, which turns it into one) can hold.
-        let ago = crate::config::parse_duration(text)?;
+        let ago = crate::units::parse_duration(text)?;
         return now
             .checked_sub(ago)
             .filter(|time| representable(*time))

@@ -156,7 +156,7 @@ mod tests {
         assert!(restart_keys(&running, &new).is_empty());
         new.exchange.listen = Some("127.0.0.1:7338".parse().unwrap());
         new.data_dir = "/var/lib/eventgate".into();
-        new.spool.segment_bytes = crate::pipeline::settings::ByteSize(1 << 20);
+        new.spool.segment_bytes = crate::units::ByteSize(1 << 20);
         new.upstreams.push(crate::upstream::UpstreamSpec::from_flag(
             "/run/containerd/containerd.sock",
         ));

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::space::MinFree;
-use crate::pipeline::settings::ByteSize;
+use crate::units::ByteSize;
 
 /// When an appended record counts as durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -63,7 +63,7 @@ pub struct SpoolSettings {
     pub max_bytes: ByteSize,
     pub full: FullPolicy,
     /// With `full = "block"`: how long a publisher waits for room.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub block_timeout: Duration,
     /// Fraction of `max_bytes` from which the gateway reports itself not ready
     /// (`/readyz`): the spool is close to full and forwarders are behind.

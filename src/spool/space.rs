@@ -24,8 +24,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
-use crate::admin::readiness::human_bytes;
-use crate::pipeline::settings::ByteSize;
+use crate::units::ByteSize;
+use crate::units::human_bytes;
 
 /// Longest time between two looks at the file system while the spool is idle: the
 /// sinks may be filling it while nothing is published.

@@ -9,7 +9,7 @@ use prost::Message;
 use super::tests::{DEADLINE, Server_, connected, next, serve_exchange, socket, spec};
 use super::*;
 use crate::event::Source;
-use crate::exchange::{ExchangeConfig, Subscription};
+use crate::exchange::{ExchangeSettings, Subscription};
 use crate::filter::Filter;
 use crate::pipeline::Router;
 use crate::proto::containerd::events::ContainerCreate;
@@ -65,7 +65,7 @@ async fn setup() -> Setup {
     )
     .unwrap();
     let exchange = Exchange::with_spool(
-        ExchangeConfig::default(),
+        ExchangeSettings::default(),
         Router::default(),
         Some(spool.clone()),
     );

@@ -5,7 +5,7 @@
 //! unix socket upstream's socket is created again (see `watch`). Where its record
 //! may be incomplete is written into the record itself: a disconnected marker when a
 //! subscription breaks (or the gateway stops) and a connected marker when it is back,
-//! both in namespace `eventgate` (see `markers`). After every connection, and every
+//! both in namespace `eventgate` (see [`crate::markers`]). After every connection, and every
 //! `reconcile_interval`, the task compares the daemon's state with what was recorded
 //! and records the differences (see `reconciler` and [`crate::reconcile`]).
 //!
@@ -16,7 +16,6 @@
 mod backoff;
 mod enrich;
 mod inflight;
-pub mod markers;
 mod reconciler;
 mod settings;
 mod status;

@@ -337,7 +337,7 @@ impl Reconciler {
         self.last_listed = listed_at;
         Some(Plan {
             events,
-            marker: crate::upstream::markers::reconciled(marker, listed_at),
+            marker: crate::markers::reconciled(marker, listed_at),
             daemon,
             skip,
         })

@@ -27,7 +27,7 @@ pub struct UpstreamSpec {
     /// How long one connection attempt may take before it counts as failed.
     #[serde(
         default = "default_connect_timeout",
-        with = "crate::config::duration_text"
+        with = "crate::units::duration_text"
     )]
     pub connect_timeout: Duration,
     /// How often, while subscribed, the daemon's state is listed and compared with
@@ -35,7 +35,7 @@ pub struct UpstreamSpec {
     /// one off.
     #[serde(
         default = "default_reconcile_interval",
-        with = "crate::config::duration_text"
+        with = "crate::units::duration_text"
     )]
     pub reconcile_interval: Duration,
     /// Attach what containerd's record of each event's container says (pod, container
@@ -61,15 +61,15 @@ fn default_reconcile_interval() -> Duration {
 #[serde(default, deny_unknown_fields)]
 pub struct ReconnectSettings {
     /// Delay before the first reconnection attempt; it doubles per failed attempt.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub initial: Duration,
     /// The longest delay between attempts.
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub max: Duration,
     /// A subscription that lived this long resets the delay to `initial`; one that
     /// breaks sooner keeps backing off, so an upstream that accepts and immediately
     /// drops the stream is not hammered (nor the audit trail flooded with markers).
-    #[serde(with = "crate::config::duration_text")]
+    #[serde(with = "crate::units::duration_text")]
     pub stable: Duration,
 }
 

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 
 use super::*;
 use crate::event::{Event, Source};
-use crate::exchange::{EventsService, ExchangeConfig, Subscription};
+use crate::exchange::{EventsService, ExchangeSettings, Subscription};
 use crate::filter::Filter;
 use crate::proto::containerd::events::TaskExit;
 use crate::proto::containerd::services::events::v1::events_server::{Events, EventsServer};
@@ -100,7 +100,7 @@ pub(super) fn socket(dir: &tempfile::TempDir, name: &str) -> PathBuf {
 
 /// The downstream gateway's exchange, with a subscriber watching everything.
 fn downstream() -> (Exchange, Subscription) {
-    let exchange = Exchange::new(ExchangeConfig::default());
+    let exchange = Exchange::new(ExchangeSettings::default());
     let sub = exchange
         .subscribe(Filter::parse_all::<&str>(&[]).unwrap())
         .unwrap();
@@ -109,7 +109,7 @@ fn downstream() -> (Exchange, Subscription) {
 
 /// An eventgate exchange serving as the upstream on `path`.
 pub(super) fn serve_exchange(path: &Path) -> (Exchange, Server_) {
-    let upstream = Exchange::new(ExchangeConfig::default());
+    let upstream = Exchange::new(ExchangeSettings::default());
     let service = EventsService::new(upstream.clone()).into_server();
     (
         upstream,
@@ -316,7 +316,7 @@ impl Events for Silent {
 async fn an_upstream_that_sends_no_headers_counts_as_connected_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "silent.sock");
-    let upstream = Exchange::new(ExchangeConfig::default());
+    let upstream = Exchange::new(ExchangeSettings::default());
     let (filters_tx, mut filters_rx) = tokio::sync::mpsc::unbounded_channel();
     let service = Silent {
         exchange: upstream.clone(),
@@ -393,7 +393,7 @@ async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one
     let mut daemons = Vec::new();
     for name in ["a", "b"] {
         let path = socket(&dir, &format!("{name}.sock"));
-        let daemon = Exchange::new(ExchangeConfig::default());
+        let daemon = Exchange::new(ExchangeSettings::default());
         servers.push(Server_::start(
             Server::builder().add_service(EventsService::new(daemon.clone()).into_server()),
             &path,

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::super::BenchError;
 use super::super::daemon::Daemon;
-use crate::upstream::markers::{CONNECTED_TOPIC, RECONCILED_TOPIC};
+use crate::markers::{CONNECTED_TOPIC, RECONCILED_TOPIC};
 
 /// The upstream's name in the gateway (and its snapshot's file name).
 pub const UPSTREAM: &str = "node";

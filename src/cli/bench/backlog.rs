@@ -39,7 +39,7 @@ pub struct BacklogBenchArgs {
     #[arg(long, value_enum, default_value = "defaults-and-kafka")]
     pub forwarders: Which,
     /// How long the restarted gateway is watched retrying the dead broker.
-    #[arg(long, default_value = "30s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::units::parse_duration)]
     pub after_restart: Duration,
     /// Events published to the restarted gateway during that time.
     #[arg(long, default_value_t = 30_000)]
@@ -48,7 +48,7 @@ pub struct BacklogBenchArgs {
     #[arg(long)]
     pub no_drain: bool,
     /// How long the drain may take.
-    #[arg(long, default_value = "900s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "900s", value_parser = crate::units::parse_duration)]
     pub drain_timeout: Duration,
     /// The tansu binary for the drain phase.
     #[arg(long, default_value = "tansu")]

@@ -41,7 +41,7 @@ pub struct ForwarderArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub rounds: u32,
     /// How long to wait for a forwarder to hold every event of a round.
-    #[arg(long, default_value = "300s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "300s", value_parser = crate::units::parse_duration)]
     pub timeout: Duration,
     /// Kafka bootstrap servers; without it the benchmark starts its own tansu broker.
     #[arg(long, value_name = "HOST:PORT")]

@@ -35,7 +35,7 @@ pub struct UpstreamBenchArgs {
     pub spool_fsync: Vec<SpoolFsync>,
     /// How long a round waits, from the first publish, for the store to hold every
     /// event; a round that runs out reports what was stored by then.
-    #[arg(long, default_value = "300s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "300s", value_parser = crate::units::parse_duration)]
     pub timeout: Duration,
     /// The upstream's `enrich` per configuration measured (comma-separated): `on`
     /// (the default: each new container's record read from containerd) or `off`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 
 use crate::forward::{BuildError, Options};
-use crate::pipeline::settings::ByteSize;
+use crate::units::ByteSize;
 
 /// The line shape written to the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +138,7 @@ fn typed<T: DeserializeOwned>(value: &toml::Value) -> Result<T, String> {
 }
 
 fn duration(value: &toml::Value) -> Result<Duration, String> {
-    crate::config::parse_duration(&typed::<String>(value)?)
+    crate::units::parse_duration(&typed::<String>(value)?)
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ pub struct KafkaOptions {
     /// How long librdkafka may try to deliver one message (`message.timeout.ms`).
     #[serde(
         default = "default_message_timeout",
-        with = "crate::config::duration_text"
+        with = "crate::units::duration_text"
     )]
     pub message_timeout: Duration,
     /// TLS to the brokers (see [`Tls`]).
@@ -184,7 +184,7 @@ fn field_error(key: &str, value: &toml::Value) -> Option<String> {
         "message_timeout" => value
             .as_str()
             .ok_or_else(|| "must be a duration like \"20s\"".to_owned())
-            .and_then(|text| crate::config::parse_duration(text).map(drop)),
+            .and_then(|text| crate::units::parse_duration(text).map(drop)),
         "properties" => check::<Properties>(value),
         "tls" => check::<Tls>(value),
         "sasl" => match value.get("mechanism") {

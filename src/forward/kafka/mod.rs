@@ -39,7 +39,6 @@ use rdkafka::producer::{DeliveryFuture, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
 pub use config::KafkaOptions;
-pub use properties::{is_secret, redact};
 pub use record::{
     KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id,
 };

@@ -44,20 +44,7 @@ impl fmt::Debug for Properties {
     }
 }
 
-pub use crate::redact::is_secret;
-
-/// Replaces the value of every secret key in a forwarder's option table, at any
-/// depth (`properties = { "sasl.password" = ... }`), with "***": for printing the
-/// effective configuration.
-pub fn redact(options: &mut toml::Table) {
-    for (key, value) in options.iter_mut() {
-        match value {
-            toml::Value::Table(inner) => redact(inner),
-            _ if is_secret(key) => *value = toml::Value::String("***".into()),
-            _ => {}
-        }
-    }
-}
+use crate::redact::is_secret;
 
 impl Properties {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {

@@ -22,8 +22,8 @@ use rusqlite::Connection;
 use serde::Deserialize;
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options, parse_options};
-use crate::config::duration_text;
 use crate::store::{self, EventRow, Synchronous, WriterOptions};
+use crate::units::duration_text;
 pub use classify::classify;
 use retention::{Pruner, RetentionOptions};
 

@@ -11,9 +11,9 @@ use rusqlite::Connection;
 use serde::{Deserialize, Deserializer};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{duration_text, parse_duration};
 use crate::forward::BuildError;
 use crate::store::retention::{self, Policy};
+use crate::units::{duration_text, parse_duration};
 
 /// `[forwarder.retention]` keys of a `sqlite` forwarder.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]

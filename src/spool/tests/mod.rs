@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::*;
-use crate::pipeline::settings::ByteSize;
 use crate::testing::{self, TempSpool, spool_settings};
+use crate::units::ByteSize;
 
 /// Event `seq` in a ~330-byte record, 12 to a segment of [`spool_settings`]; its
 /// payload's bytes are its seq, which [`read_all`] checks.

@@ -1,6 +1,9 @@
-//! The envelopes eventgate emits about its upstreams: where the record of an upstream
-//! breaks and where it resumes. They travel the pipeline like any other event, so a
-//! user reading the audit store sees the gaps among the events themselves.
+//! The envelopes eventgate emits about itself, in its own namespace `eventgate`: where
+//! the record of an upstream breaks, resumes and was reconciled, and where a full spool
+//! discarded records a forwarder had not delivered. They travel the pipeline like any
+//! other event, so a user reading the audit store sees the holes among the events
+//! themselves. One home, so that the exchange and the upstreams, which both write
+//! markers, need not import each other for them.
 
 use std::time::SystemTime;
 
@@ -9,8 +12,9 @@ use prost_types::{Any, Timestamp};
 
 use crate::proto::containerd::types::Envelope;
 use crate::proto::eventgate::events::v1::{
-    UpstreamConnected, UpstreamDisconnected, UpstreamReconciled,
+    SpoolDropped, UpstreamConnected, UpstreamDisconnected, UpstreamReconciled,
 };
+use crate::spool::Dropped;
 
 /// The gateway's own namespace.
 pub const NAMESPACE: &str = "eventgate";
@@ -20,6 +24,8 @@ pub const RECONCILED_TOPIC: &str = "/eventgate/upstream/reconciled";
 pub const CONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamConnected";
 pub const RECONCILED_TYPE: &str = "eventgate.events.v1.UpstreamReconciled";
 pub const DISCONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamDisconnected";
+pub const SPOOL_DROPPED_TOPIC: &str = "/eventgate/spool/dropped";
+pub const SPOOL_DROPPED_TYPE: &str = "eventgate.events.v1.SpoolDropped";
 
 /// What the connected marker says; `gap_started_at` is when the record broke.
 pub struct Connected<'a> {
@@ -84,6 +90,24 @@ pub fn reconciled(marker: UpstreamReconciled, listed_at: SystemTime) -> Envelope
     )
 }
 
+/// What a forwarder lost to a full spool under `drop_oldest`, stamped now.
+pub fn spool_dropped(lost: &Dropped) -> Envelope {
+    let now = SystemTime::now();
+    let payload = SpoolDropped {
+        forwarder: lost.forwarder.clone(),
+        first_seq: lost.first_seq,
+        last_seq: lost.last_seq,
+        count: lost.count,
+        dropped_at: Some(Timestamp::from(now)),
+    };
+    envelope(
+        now,
+        SPOOL_DROPPED_TOPIC,
+        SPOOL_DROPPED_TYPE,
+        payload.encode_to_vec(),
+    )
+}
+
 fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Envelope {
     Envelope {
         timestamp: Some(Timestamp::from(at)),
@@ -99,7 +123,7 @@ fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Enve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::{Exchange, ExchangeConfig};
+    use crate::exchange::{Exchange, ExchangeSettings};
     use crate::proto::{Registry, to_json_string};
 
     #[test]
@@ -122,7 +146,7 @@ mod tests {
             gap_started_at: t0,
             attempts: 3,
         });
-        let exchange = Exchange::new(ExchangeConfig::default());
+        let exchange = Exchange::new(ExchangeSettings::default());
         for envelope in [&down, &up] {
             exchange.check_envelope(envelope).unwrap();
             assert_eq!(envelope.namespace, "eventgate");
