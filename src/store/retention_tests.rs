@@ -9,19 +9,19 @@ use crate::testing::{self, T0, TempStore};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-/// An OOM of container `c{seq}`, its id padded with `padding` bytes.
-fn event(seq: u64, padding: usize) -> Event {
-    let json = format!(r#"{{"container_id":"c{seq}{}"}}"#, "x".repeat(padding));
-    testing::event(seq)
-        .at(T0 + seq as i64)
-        .topic("/tasks/oom")
-        .json("containerd.events.TaskOOM", &json)
-        .build()
-}
-
-/// Stores one event per entry of `ages`, received that long before `now`.
+/// Stores one event per entry of `ages`, received that long before `now`: OOMs of
+/// containers whose ids are padded with `padding` bytes.
 fn store(conn: &mut Connection, now: SystemTime, ages: &[Duration], padding: usize) {
-    let events: Vec<Event> = (1..=ages.len() as u64).map(|s| event(s, padding)).collect();
+    let events: Vec<Event> = (1..=ages.len() as u64)
+        .map(|seq| {
+            let json = format!(r#"{{"container_id":"c{seq}{}"}}"#, "x".repeat(padding));
+            testing::event(seq)
+                .at(T0 + seq as i64)
+                .topic("/tasks/oom")
+                .json("containerd.events.TaskOOM", &json)
+                .build()
+        })
+        .collect();
     let rows: Vec<EventRow<'_>> = events
         .iter()
         .zip(ages)

@@ -13,6 +13,6 @@ mod events;
 mod forwarder;
 mod stores;
 
-pub(crate) use events::{EnvelopeBuilder, EventBuilder, T0, envelope, event, json_any, workload};
+pub(crate) use events::{T0, envelope, event, json_any, workload};
 pub(crate) use forwarder::Scripted;
 pub(crate) use stores::{TempSpool, TempStore, insert, spool_settings};

@@ -1,13 +1,15 @@
 //! An audit store and a spool, each in a temporary directory removed with it.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rusqlite::Connection;
 use tempfile::TempDir;
 
 use crate::event::Event;
-use crate::spool::{Fsync, Recovery, Spool, SpoolSettings};
+use crate::spool::{Fsync, FullPolicy, MinFree, Recovery, Spool, SpoolSettings};
 use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
+use crate::units::ByteSize;
 
 /// `audit.db` in a directory of its own, opened with the writer's defaults. The
 /// file is created by the first [`TempStore::writer`] or [`TempStore::insert`].
@@ -58,21 +60,18 @@ pub(crate) fn insert(path: &Path, events: &[Event]) {
 }
 
 /// Small settings whose limits tests reach quickly: 4 KiB segments, 1 MiB in all,
-/// publishers blocked for up to 5 s when full, and no free-space reserve (the
-/// reserve has its own tests; these must not depend on the host's disk).
+/// publishers blocked for up to 5 s when full.
 pub(crate) fn spool_settings(fsync: Fsync) -> SpoolSettings {
-    let settings: SpoolSettings = toml::from_str(
-        r#"
-        segment_bytes = 4096
-        max_bytes = "1MiB"
-        full = "block"
-        block_timeout = "5s"
-        high_water = 0.9
-        min_free = 0
-        "#,
-    )
-    .unwrap();
-    SpoolSettings { fsync, ..settings }
+    SpoolSettings {
+        fsync,
+        segment_bytes: ByteSize(4096),
+        max_bytes: ByteSize(1 << 20),
+        full: FullPolicy::Block,
+        block_timeout: Duration::from_secs(5),
+        high_water: 0.9,
+        // The reserve has its own tests; these must not depend on the host's disk.
+        min_free: MinFree::Bytes(ByteSize(0)),
+    }
 }
 
 /// A spool's directory, `spool/` in a temporary directory (as in a gateway's data
