@@ -165,7 +165,7 @@ fn inserts_after_pruning_everything_keep_increasing_row_ids() {
 #[test]
 fn a_new_store_gives_pruned_pages_back_and_the_file_shrinks() {
     let audit = TempStore::new();
-    let path = audit.path();
+    let path = audit.path().to_path_buf();
     let mut conn = audit.writer();
     assert!(shrinks(&conn).unwrap());
     let now = SystemTime::now();
@@ -215,7 +215,7 @@ fn a_store_created_without_incremental_vacuum_says_it_cannot_shrink() {
 fn the_chain_verifies_after_pruning_and_a_deletion_beyond_it_is_caught() {
     use crate::store::verify;
     let audit = TempStore::new();
-    let path = audit.path();
+    let path = audit.path().to_path_buf();
     let mut conn = audit.writer();
     let now = SystemTime::now();
     store(&mut conn, now, &[Duration::ZERO; 20], 0);

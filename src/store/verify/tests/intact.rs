@@ -9,7 +9,7 @@ use super::*;
 #[test]
 fn an_untouched_store_verifies_and_reports_its_head() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let report = intact(&path);
     assert_eq!((report.verified, report.legacy), (10, 0));
     let head = report.head.unwrap();
@@ -19,7 +19,7 @@ fn an_untouched_store_verifies_and_reports_its_head() {
     assert_eq!((state.first_row_id, state.head_row_id), (1, 10));
 
     let empty = TempStore::new();
-    let path = empty.path();
+    let path = empty.path().to_path_buf();
     drop(empty.writer());
     let report = intact(&path);
     assert_eq!((report.verified, report.head), (0, None));
@@ -28,7 +28,7 @@ fn an_untouched_store_verifies_and_reports_its_head() {
 #[test]
 fn a_store_verifies_after_pruning_and_after_pruning_everything() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     prune(&path, 4);
     let report = intact(&path);
     assert_eq!(report.verified, 6);
@@ -47,7 +47,7 @@ fn a_store_verifies_after_pruning_and_after_pruning_everything() {
 #[test]
 fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
     let store = TempStore::new();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     {
         let conn = store_at_version(&path, 2);
         for i in 1..=3 {
@@ -82,7 +82,7 @@ fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
 fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
     use crate::publisher::Publisher;
     let store = TempStore::new();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     {
         // A store as version 4 left it: chained rows without publisher columns.
         let conn = store_at_version(&path, 4);
@@ -151,7 +151,7 @@ fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
 #[test]
 fn redelivery_and_a_rolled_back_batch_leave_the_chain_intact() {
     let store = TempStore::new();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let events = write(&path, 1..=3);
     let mut conn = store.writer();
     let before = head(&path).unwrap().unwrap();
@@ -192,7 +192,7 @@ fn redelivery_and_a_rolled_back_batch_leave_the_chain_intact() {
 #[test]
 fn verify_reads_while_a_writer_holds_its_transaction_open() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let mut writer = store.writer();
     let tx = writer
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)

@@ -14,7 +14,7 @@ fn reconciled(clock: Clock) -> Origin {
 #[test]
 fn a_schema_5_chain_keeps_verifying_and_reconciled_rows_join_it() {
     let store = TempStore::new();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     {
         // A store as version 5 left it: one row without a publisher, one with.
         let conn = store_at_version(&path, 5);

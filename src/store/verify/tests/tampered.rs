@@ -28,7 +28,7 @@ fn a_modified_column_is_reported_at_its_row() {
         ("labels", "'{}'"),
     ] {
         let store = ten_events();
-        let path = store.path();
+        let path = store.path().to_path_buf();
         sql(
             &path,
             &format!("UPDATE events SET {column} = {value} WHERE seq = 5"),
@@ -42,7 +42,7 @@ fn a_modified_column_is_reported_at_its_row() {
 #[test]
 fn a_row_deleted_in_the_middle_is_reported_between_its_neighbours() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(&path, "DELETE FROM events WHERE row_id = 5");
     let found = problem(&path);
     assert_at(&found, Kind::Deleted, 6, 6);
@@ -53,7 +53,7 @@ fn a_row_deleted_in_the_middle_is_reported_between_its_neighbours() {
 #[test]
 fn rows_deleted_at_the_start_or_the_end_are_reported() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(&path, "DELETE FROM events WHERE row_id <= 2");
     let found = problem(&path);
     assert_at(&found, Kind::Deleted, 3, 3);
@@ -62,7 +62,7 @@ fn rows_deleted_at_the_start_or_the_end_are_reported() {
 
     // The same after pruning: the first row must link to the checkpoint.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     prune(&path, 3);
     sql(&path, "DELETE FROM events WHERE row_id = 4");
     let found = problem(&path);
@@ -70,7 +70,7 @@ fn rows_deleted_at_the_start_or_the_end_are_reported() {
     assert!(found.what.contains("retention checkpoint"), "{found}");
 
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(&path, "DELETE FROM events WHERE row_id >= 9");
     let found = problem(&path);
     assert_at(&found, Kind::Deleted, 8, 8);
@@ -90,7 +90,7 @@ fn open_a_gap_at_5(path: &Path) {
 fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
     // Appended with the sqlite3 shell: no hash.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (99, 'x', 't', 'default', '/x')",
@@ -99,7 +99,7 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
 
     // In the middle, with a made-up hash.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     open_a_gap_at_5(&path);
     sql(
         &path,
@@ -112,7 +112,7 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
 
     // In the middle, its own hash computed right and linked to the row before.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     open_a_gap_at_5(&path);
     let conn = Connection::open(&path).unwrap();
     let prev: Hash = conn
@@ -156,7 +156,7 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
 
     // Appended with a computed hash but without moving the recorded head.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (99, 'x', 't', 'default', '/x')",
@@ -172,7 +172,7 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
 #[test]
 fn swapped_rows_and_a_changed_row_id_are_reported() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "UPDATE events SET row_id = 100 WHERE row_id = 5;
@@ -182,7 +182,7 @@ fn swapped_rows_and_a_changed_row_id_are_reported() {
     assert_at(&problem(&path), Kind::Reordered, 5, 6);
 
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(&path, "UPDATE events SET row_id = 50 WHERE row_id = 10");
     assert_at(&problem(&path), Kind::Modified, 50, 10);
 }
@@ -198,13 +198,13 @@ fn a_tampered_chain_table_is_reported_as_such() {
         "UPDATE audit_chain SET pruned_row_id = 12",
     ] {
         let store = ten_events();
-        let path = store.path();
+        let path = store.path().to_path_buf();
         sql(&path, statements);
         assert_eq!(problem(&path).kind, Kind::ChainTable, "{statements}");
     }
     // The recorded head moved back over intact rows.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "UPDATE audit_chain SET head_row_id = 9, head_seq = 9, head_hash = (SELECT hash FROM events WHERE row_id = 9)",
@@ -215,7 +215,7 @@ fn a_tampered_chain_table_is_reported_as_such() {
 #[test]
 fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let anchor = head_anchor(&path);
     let report = verify(&path, &[anchor]).unwrap();
     assert_eq!((report.problem, report.anchors), (None, vec![anchor]));
@@ -231,7 +231,7 @@ fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
 
     // Rows deleted at the end, the head moved back to match.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let anchor = head_anchor(&path);
     sql(
         &path,
@@ -244,7 +244,7 @@ fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
 
     // An anchor on the checkpoint is checked against it; one before it cannot be.
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let hash_4: Hash = Connection::open(&path)
         .unwrap()
         .query_row("SELECT hash FROM events WHERE row_id = 4", [], |r| r.get(0))
@@ -274,7 +274,7 @@ fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
 #[test]
 fn unchaining_every_row_is_caught_by_an_anchor() {
     let store = ten_events();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     let anchor = head_anchor(&path);
     sql(
         &path,

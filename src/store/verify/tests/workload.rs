@@ -53,7 +53,7 @@ fn stored(path: &Path) -> Vec<[Option<String>; 7]> {
 #[test]
 fn a_schema_7_chain_keeps_verifying_and_rows_with_a_workload_join_it() {
     let store = TempStore::new();
-    let path = store.path();
+    let path = store.path().to_path_buf();
     {
         // A store as version 7 left it: a plain row, one with a publisher, a
         // reconciled one, each hashed as that version's writer did.
