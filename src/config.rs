@@ -6,14 +6,19 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::admin::AdminSettings;
-use crate::deadletter::DeadLetterSettings;
-use crate::exchange::ExchangeSettings;
 use crate::forward::Kinds;
+
+// Every table's type, where an embedder building a `Config` in code finds it.
+pub use crate::admin::AdminSettings;
+pub use crate::deadletter::DeadLetterSettings;
+pub use crate::exchange::{ExchangeSettings, LimitSettings};
 pub use crate::pipeline::ForwarderSpec;
-use crate::pipeline::settings::PipelineSettings;
-use crate::spool::SpoolSettings;
-use crate::upstream::UpstreamSpec;
+pub use crate::pipeline::settings::{
+    BatchSettings, CheckpointSettings, Overflow, PipelineSettings, QueueSettings, RetrySettings,
+};
+pub use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};
+pub use crate::tls::TlsSettings;
+pub use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {

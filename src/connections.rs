@@ -43,10 +43,6 @@ impl OpenConnections {
         }
     }
 
-    pub fn listener(&self) -> &'static str {
-        self.listener
-    }
-
     pub fn count(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }

@@ -36,34 +36,35 @@
 //! - [`cli`]: the `eventgate` command; `bench` (with the `bench` feature):
 //!   rerunnable benchmarks.
 
-pub mod admin;
+mod admin;
 #[cfg(feature = "bench")]
 pub mod bench;
+#[doc(hidden)]
 pub mod cli;
 pub mod client;
 pub mod config;
-pub mod connections;
+mod connections;
 pub mod deadletter;
 pub mod errors;
 pub mod event;
-pub mod exchange;
+mod exchange;
 pub mod filter;
 pub mod forward;
 pub mod gateway;
-pub mod identifiers;
-pub mod listen;
-pub mod lock;
-pub mod markers;
+mod identifiers;
+mod listen;
+mod lock;
+mod markers;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;
 pub mod query;
 pub mod reconcile;
-pub mod redact;
-pub mod reload;
+mod redact;
+mod reload;
 pub mod render;
-pub mod replay;
-pub mod spool;
+mod replay;
+mod spool;
 pub mod store;
 /// Builders and fixtures shared by the unit tests (events, temporary stores and
 /// spools, a scripted forwarder).
@@ -71,4 +72,4 @@ pub mod store;
 pub(crate) mod testing;
 pub mod tls;
 pub mod units;
-pub mod upstream;
+mod upstream;

@@ -48,7 +48,6 @@ pub enum LockError {
 /// Held for the life of the process; dropping it releases the lock.
 #[derive(Debug)]
 pub struct DataDirLock {
-    path: PathBuf,
     _file: File,
 }
 
@@ -87,12 +86,9 @@ impl DataDirLock {
             .and_then(|()| file.rewind())
             .and_then(|()| file.write_all(identity.as_bytes()))
             .map_err(io_error)?;
-        Ok(Self { path, _file: file })
+        Ok(Self { _file: file })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 /// "pid 1234 on host node-1", from what the holder wrote.
@@ -144,12 +140,12 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.ends_with(&format!("lock {})", first.path().display())),
+            text.ends_with(&format!("lock {})", dir.path().join(LOCK_FILE).display())),
             "{text}"
         );
         drop(first);
-        let again = DataDirLock::acquire(dir.path()).unwrap();
-        let written = std::fs::read_to_string(again.path()).unwrap();
+        let _again = DataDirLock::acquire(dir.path()).unwrap();
+        let written = std::fs::read_to_string(dir.path().join(LOCK_FILE)).unwrap();
         assert!(written.starts_with(&format!("pid {}\n", std::process::id())));
     }
 }

@@ -116,15 +116,7 @@ fn has_open(pid: u32, path: &Path) -> bool {
 }
 
 fn get(gw: &mut Gateway, path: &str) -> String {
-    let addr = gw.admin_addr().to_string();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime
-        .block_on(eventgate::admin::client::get(&addr, path, DEADLINE))
-        .expect("admin answer")
-        .1
+    support::http_get(gw.admin_addr(), path).1
 }
 
 #[test]

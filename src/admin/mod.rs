@@ -82,10 +82,6 @@ impl Bound {
         Ok(Self { listener, addr })
     }
 
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
     /// Starts answering requests.
     pub fn serve(self, observed: Observed) -> Admin {
         let cancel = CancellationToken::new();

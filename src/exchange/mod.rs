@@ -33,10 +33,9 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 
 pub use append::{Appended, Durable};
 pub use limits::{Limit, LimitSettings};
-pub use routes::EventsRoutes;
 pub use service::{EventsService, NAMESPACE_HEADER};
 pub use settings::ExchangeSettings;
-pub use subscription::{Subscription, SubscriptionEnd};
+pub use subscription::Subscription;
 
 use crate::event::{Event, EventId, Origin, Source};
 use crate::filter::Filter;

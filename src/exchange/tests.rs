@@ -1,6 +1,7 @@
 use futures::StreamExt;
 use prost_types::{Any, Timestamp};
 
+use super::subscription::SubscriptionEnd;
 use super::*;
 use crate::testing;
 

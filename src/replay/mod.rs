@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 use thiserror::Error;
 
 pub use progress::ProgressMode;
-pub use run::{IN_FLIGHT_GRACE, Stop};
+pub use run::Stop;
 pub use target::TargetSpec;
 
 use crate::client::ConnectError;
@@ -167,7 +167,6 @@ pub struct Summary {
     pub elapsed: Duration,
     /// Events per second in this run.
     pub rate: f64,
-    pub state: PathBuf,
 }
 
 impl std::fmt::Display for Summary {

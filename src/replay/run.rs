@@ -113,7 +113,6 @@ impl Engine {
             total: state.total,
             elapsed: self.progress.elapsed(),
             rate: self.progress.rate(),
-            state: self.state.path.clone(),
         }
     }
 

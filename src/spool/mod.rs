@@ -42,12 +42,11 @@ use crate::event::Event;
 pub use files::{seal, unseal, write_atomic};
 #[cfg(test)]
 pub(crate) use gate::Gate;
-pub use reader::{Gap, ReadBatch, Reader};
+pub use reader::Reader;
 pub use recovery::Recovery;
 pub use settings::{Fsync, FullPolicy, SpoolSettings};
 use shared::Shared;
 pub use space::{DiskLow, DiskSnapshot, MinFree};
-pub use writer::DiskFault;
 
 #[derive(Debug, Error)]
 pub enum SpoolError {

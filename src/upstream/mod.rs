@@ -31,8 +31,9 @@ use tokio::sync::watch as state;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "bench")]
 pub use reconciler::SETTLE;
-pub use settings::{ReconnectSettings, UpstreamSpec};
+pub use settings::UpstreamSpec;
 pub use status::{UpstreamState, UpstreamStatus, UpstreamWatch};
 
 use crate::exchange::Exchange;

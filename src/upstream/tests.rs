@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
+use super::settings::ReconnectSettings;
 use super::*;
 use crate::event::{Event, Source};
 use crate::exchange::{EventsService, ExchangeSettings, Subscription};

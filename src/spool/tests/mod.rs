@@ -9,6 +9,7 @@ mod props;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::reader::Gap;
 use super::*;
 use crate::testing::{self, TempSpool, spool_settings};
 use crate::units::ByteSize;
