@@ -309,29 +309,10 @@ fn non_empty(s: &str) -> Option<Cow<'_, str>> {
     (!s.is_empty()).then_some(Cow::Borrowed(s))
 }
 
-/// An event for tests: `json` encoded as `type_name` through the registry, published
-/// in namespace `default` at `seconds` past the epoch.
-#[cfg(test)]
-pub(crate) fn sample(seq: u64, seconds: i64, topic: &str, type_name: &str, json: &str) -> Event {
-    let any = Registry::global()
-        .encode_json(type_name, json)
-        .expect("a registered type and valid JSON");
-    Event::new(
-        seq,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: Some(prost_types::Timestamp { seconds, nanos: 0 }),
-            namespace: "default".into(),
-            topic: topic.into(),
-            event: Some(any),
-        },
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
 
     const ALL: [Origin; 3] = [
         Origin::Live,
@@ -347,12 +328,18 @@ mod tests {
     /// envelope fields alone, does not.
     #[test]
     fn origin_fields_are_in_the_record_fields_only() {
-        let plain = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}");
+        let plain = testing::event(1)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .build();
         assert_eq!(plain.origin, Origin::Live, "live unless set");
         let path = |text: &str| -> Vec<String> { text.split('.').map(str::to_owned).collect() };
         for origin in ALL {
-            let event =
-                sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}").with_origin(origin);
+            let event = testing::event(1)
+                .at(0)
+                .json("containerd.events.TaskExit", "{}")
+                .origin(origin)
+                .build();
             let fields = event.record_fields();
             assert_eq!(
                 fields.field(&path("origin")).as_deref(),
@@ -383,10 +370,12 @@ mod tests {
             (workload::POD_NAMESPACE, "shop"),
             (workload::KIND, "sandbox"),
             ("app.kubernetes.io/name", "web"),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()));
-        let event = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}")
-            .with_workload(Workload::from_record("nginx", labels).map(Arc::new));
+        ];
+        let event = testing::event(1)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .workload(testing::workload("nginx", &labels))
+            .build();
         let matches = |text: &str| Filter::parse(text).unwrap().matches(&event.record_fields());
         assert!(matches("pod.namespace==shop,pod.name~=^web-"));
         assert!(matches(r#"container.labels."app.kubernetes.io/name"==web"#));
@@ -397,7 +386,10 @@ mod tests {
         );
         assert!(!matches("pod.namespace==prod"));
         assert!(!Filter::parse("pod.name").unwrap().matches(&event));
-        let plain = sample(2, 0, "/tasks/exit", "containerd.events.TaskExit", "{}");
+        let plain = testing::event(2)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .build();
         assert!(
             !Filter::parse("pod.name")
                 .unwrap()
@@ -411,7 +403,10 @@ mod tests {
     #[test]
     fn rendering_json_keeps_the_json_and_not_the_decoded_message() {
         let json = r#"{"containerId":"c1","id":"c1","pid":42,"exitStatus":3}"#;
-        let event = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", json);
+        let event = testing::event(1)
+            .at(0)
+            .json("containerd.events.TaskExit", json)
+            .build();
         let rendered = event.payload_json().map(str::to_owned);
         assert!(
             rendered.as_deref().is_some_and(|j| j.contains("\"c1\"")),
@@ -425,12 +420,18 @@ mod tests {
         assert_eq!(decoded, rendered);
 
         // Decoded first (a filter on event fields): the JSON is rendered from it.
-        let event = sample(2, 0, "/tasks/exit", "containerd.events.TaskExit", json);
+        let event = testing::event(2)
+            .at(0)
+            .json("containerd.events.TaskExit", json)
+            .build();
         assert!(event.decoded().is_some());
         assert_eq!(event.payload_json().map(str::to_owned), rendered);
 
         // An undecodable payload has neither, and nothing is kept either way.
-        let mut broken = sample(3, 0, "/tasks/exit", "containerd.events.TaskExit", json);
+        let mut broken = testing::event(3)
+            .at(0)
+            .json("containerd.events.TaskExit", json)
+            .build();
         if let Some(any) = broken.envelope.event.as_mut() {
             any.value = vec![0xff; 3];
         }

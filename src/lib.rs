@@ -66,6 +66,10 @@ pub mod render;
 mod replay;
 mod spool;
 pub mod store;
+/// Builders and fixtures shared by the unit tests (events, temporary stores and
+/// spools, a scripted forwarder).
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod tls;
 pub mod units;
 mod upstream;

@@ -1,9 +1,10 @@
-use prost_types::{Any, Timestamp};
+use prost_types::Any;
 use serde_json::{Map, Value};
 
 use super::*;
-use crate::event::{Clock, Source};
+use crate::event::Clock;
 use crate::proto::STANDARD_EVENTS;
+use crate::testing::{self, T0, json_any};
 
 fn parsed(json: &str) -> Map<String, Value> {
     match serde_json::from_str(json).unwrap() {
@@ -12,26 +13,20 @@ fn parsed(json: &str) -> Map<String, Value> {
     }
 }
 
+/// An exit in `default` at a time with every digit of its nanoseconds set.
 fn envelope(event: Option<Any>) -> Envelope {
-    Envelope {
-        timestamp: Some(Timestamp {
-            seconds: 1_714_557_600,
-            nanos: 123_456_789,
-        }),
-        namespace: "default".into(),
-        topic: "/tasks/exit".into(),
-        event,
-    }
+    testing::envelope()
+        .at_nanos(T0, 123_456_789)
+        .payload(event)
+        .build()
 }
 
 #[test]
 fn ctr_lines() {
-    let any = Registry::global()
-        .encode_json(
-            "containerd.events.TaskExit",
-            r#"{"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#,
-        )
-        .unwrap();
+    let any = json_any(
+        "containerd.events.TaskExit",
+        r#"{"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#,
+    );
     assert_eq!(
         ctr_line(&envelope(Some(any))).unwrap(),
         r#"2024-05-01 10:00:00.123456789 +0000 UTC default /tasks/exit {"container_id":"c1","id":"c1","pid":1234,"exit_status":137}"#
@@ -50,9 +45,7 @@ fn ctr_lines() {
 
 #[test]
 fn json_objects_keep_unknown_payloads() {
-    let any = Registry::global()
-        .encode_json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
-        .unwrap();
+    let any = json_any("containerd.events.TaskExit", r#"{"container_id":"c1"}"#);
     let object = parsed(&envelope_json(&envelope(Some(any))));
     assert_eq!(object["timestamp"], "2024-05-01T10:00:00.123456789Z");
     assert_eq!(object["type_url"], "containerd.events.TaskExit");
@@ -70,10 +63,8 @@ fn json_objects_keep_unknown_payloads() {
 
 #[test]
 fn archive_shapes_keep_identity_and_undecodable_payloads() {
-    let any = Registry::global()
-        .encode_json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
-        .unwrap();
-    let event = Event::new(7, EventId::generate(), Source::Publish, envelope(Some(any)));
+    let any = json_any("containerd.events.TaskExit", r#"{"container_id":"c1"}"#);
+    let event = testing::event(7).envelope(envelope(Some(any))).build();
     let object = parsed(&event_json(&event));
     assert_eq!(object["seq"], 7);
     assert_eq!(object["id"], event.id.to_string());
@@ -223,9 +214,11 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
                 clock: Clock::Reconcile,
             },
         };
-        let event = Event::new(i as u64, EventId::generate(), Source::Publish, env)
-            .with_publisher(publisher)
-            .with_origin(origin);
+        let event = testing::event(i as u64)
+            .envelope(env)
+            .publisher(publisher)
+            .origin(origin)
+            .build();
         assert_eq!(
             event_json(&event),
             reference_object(
@@ -248,11 +241,12 @@ fn workloads_are_written_as_container_and_pod() {
         (CONTAINER_NAME, "nginx"),
         (KIND, "container"),
         ("app", "web"),
-    ]
-    .map(|(k, v)| (k.to_owned(), v.to_owned()));
-    let workload = Workload::from_record("nginx:1.27", labels).map(std::sync::Arc::new);
-    let event =
-        Event::new(3, EventId::generate(), Source::Publish, envelope(None)).with_workload(workload);
+    ];
+    let workload = testing::workload("nginx:1.27", &labels);
+    let event = testing::event(3)
+        .envelope(envelope(None))
+        .workload(workload)
+        .build();
     let json = event_json(&event);
     let object = parsed(&json);
     assert_eq!(
@@ -265,9 +259,11 @@ fn workloads_are_written_as_container_and_pod() {
     sorted.sort();
     assert_eq!(keys, sorted, "{json}");
 
-    let plain = Workload::from_record("busybox", Vec::new()).map(std::sync::Arc::new);
-    let event =
-        Event::new(4, EventId::generate(), Source::Publish, envelope(None)).with_workload(plain);
+    let plain = testing::workload("busybox", &[]);
+    let event = testing::event(4)
+        .envelope(envelope(None))
+        .workload(plain)
+        .build();
     let object = parsed(&event_json(&event));
     assert_eq!(object["container"], json!({"image": "busybox"}));
     assert!(!object.contains_key("pod"));

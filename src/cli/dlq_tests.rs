@@ -20,7 +20,8 @@ fn the_workload_is_listed_as_json_lines_show_it() {
     use prost::Message as _;
 
     use crate::deadletter::{Reason, State};
-    use crate::event::{Origin, sample};
+    use crate::event::Origin;
+    use crate::testing;
 
     let pod = Workload {
         kind: Some("container".into()),
@@ -36,8 +37,11 @@ fn the_workload_is_listed_as_json_lines_show_it() {
         ..Workload::default()
     };
     for workload in [Some(pod), Some(plain), None] {
-        let event = sample(1, 0, "/tasks/exit", "containerd.events.TaskExit", "{}")
-            .with_workload(workload.clone().map(Arc::new));
+        let event = testing::event(1)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .workload(workload.clone().map(Arc::new))
+            .build();
         let entry = Entry {
             id: 1,
             forwarder: "kafka".into(),

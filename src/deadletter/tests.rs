@@ -3,29 +3,19 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use super::*;
-use crate::proto::Registry;
+use crate::testing::{self, T0};
 
+/// An exit from upstream `node1`, on `topic`.
 fn event(seq: u64, topic: &str) -> Arc<Event> {
-    let any = Registry::global()
-        .encode_json(
+    testing::event(seq)
+        .upstream("node1")
+        .at_nanos(T0, 5)
+        .topic(topic)
+        .json(
             "containerd.events.TaskExit",
             r#"{"container_id":"c1","exit_status":3}"#,
         )
-        .unwrap();
-    Arc::new(Event::new(
-        seq,
-        EventId::generate(),
-        Source::Upstream("node1".into()),
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: 1_714_557_600,
-                nanos: 5,
-            }),
-            namespace: "default".into(),
-            topic: topic.into(),
-            event: Some(any),
-        },
-    ))
+        .arc()
 }
 
 fn at(seconds: u64) -> SystemTime {

@@ -7,33 +7,20 @@ use std::time::{Duration, SystemTime};
 use rusqlite::Connection;
 
 use super::*;
-use crate::proto::Registry;
+use crate::testing::{self, T0};
 
+/// An exit from upstream `node` in `k8s.io`, with what its container's record said.
 fn event(seq: u64, workload: Option<Workload>) -> Arc<Event> {
-    let any = Registry::global()
-        .encode_json(
+    testing::event(seq)
+        .upstream("node")
+        .namespace("k8s.io")
+        .at(T0)
+        .json(
             "containerd.events.TaskExit",
             r#"{"container_id":"c1","id":"c1","exit_status":137}"#,
         )
-        .unwrap();
-    let envelope = Envelope {
-        timestamp: Some(prost_types::Timestamp {
-            seconds: 1_714_557_600,
-            nanos: 0,
-        }),
-        namespace: "k8s.io".into(),
-        topic: "/tasks/exit".into(),
-        event: Some(any),
-    };
-    Arc::new(
-        Event::new(
-            seq,
-            EventId::generate(),
-            Source::Upstream("node".into()),
-            envelope,
-        )
-        .with_workload(workload.map(Arc::new)),
-    )
+        .workload(workload.map(Arc::new))
+        .arc()
 }
 
 fn failure() -> Failure {

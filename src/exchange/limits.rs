@@ -273,6 +273,7 @@ pub fn regex_memory(index: usize, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
 
     #[test]
     fn defaults_validate_and_zero_is_refused_by_name() {
@@ -312,23 +313,21 @@ mod tests {
         assert_eq!(key, "exchange.limits.max_event_bytes");
         assert!(why.contains("largest event the spool stores"), "{why}");
 
-        let envelope = crate::proto::containerd::types::Envelope {
-            timestamp: Some(prost_types::Timestamp::default()),
-            namespace: "n".repeat(76),
-            topic: format!("/{}", "t".repeat(254)),
-            event: Some(prost_types::Any {
-                type_url: "containerd.events.TaskExit".into(),
-                value: vec![7; MAX_EVENT_BYTES as usize - 400],
-            }),
-        };
+        let envelope = testing::envelope()
+            .at(0)
+            .namespace(&"n".repeat(76))
+            .topic(&format!("/{}", "t".repeat(254)))
+            .raw(
+                "containerd.events.TaskExit",
+                vec![7; MAX_EVENT_BYTES as usize - 400],
+            )
+            .build();
         assert!(prost::Message::encoded_len(&envelope) as u64 <= MAX_EVENT_BYTES);
         let name: String = "u".repeat(256);
-        let event = crate::event::Event::new(
-            u64::MAX / 2,
-            crate::event::EventId::generate(),
-            crate::event::Source::Upstream(name.into()),
-            envelope,
-        );
+        let event = testing::event(u64::MAX / 2)
+            .upstream(&name)
+            .envelope(envelope)
+            .build();
         let mut buf = Vec::new();
         assert!(crate::spool::record::encode(&event, &mut buf).is_ok());
     }

@@ -3,6 +3,7 @@ use prost_types::{Any, Timestamp};
 
 use super::subscription::SubscriptionEnd;
 use super::*;
+use crate::testing;
 
 fn exchange(queue: usize) -> Exchange {
     Exchange::new(ExchangeSettings {
@@ -18,13 +19,14 @@ fn any() -> Option<Any> {
     })
 }
 
+/// An envelope as the forward tests send it: [`any`] in `ns` on `topic`.
 fn envelope(ns: &str, topic: &str, ts: Option<Timestamp>) -> Envelope {
-    Envelope {
-        timestamp: ts,
-        namespace: ns.into(),
-        topic: topic.into(),
-        event: any(),
-    }
+    testing::envelope()
+        .namespace(ns)
+        .topic(topic)
+        .timestamp(ts)
+        .payload(any())
+        .build()
 }
 
 fn ts() -> Option<Timestamp> {

@@ -5,8 +5,9 @@
 use std::sync::atomic::Ordering;
 
 use super::settings::{Overflow, QueueSettings};
-use super::tests::{Recorder, Spec, event, spec, until};
+use super::tests::{Spec, event, spec, until};
 use super::*;
+use crate::testing::Scripted;
 
 /// Appends to the backlog, then routes: the order the exchange keeps.
 fn accept(backlog: &MemoryBacklog, router: &Router, seq: u64, topic: &str) {
@@ -27,7 +28,7 @@ async fn acked(p: &Pipeline, name: &str, seq: u64) {
     }
 }
 
-fn start(specs: Vec<(Spec, Arc<Recorder>)>, backlog: &MemoryBacklog, start_seq: u64) -> Pipeline {
+fn start(specs: Vec<(Spec, Arc<Scripted>)>, backlog: &MemoryBacklog, start_seq: u64) -> Pipeline {
     let parts = specs.into_iter().map(|(spec, recorder)| Parts {
         name: spec.name.into(),
         filter: Filter::parse_all(&[spec.filter]).unwrap(),
@@ -50,7 +51,7 @@ fn start(specs: Vec<(Spec, Arc<Recorder>)>, backlog: &MemoryBacklog, start_seq: 
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_spills_to_the_backlog_and_rejoins_without_loss_or_doubles() {
     let backlog = MemoryBacklog::default();
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.hold();
     let mut small = spec("kafka");
     small.queue.events = 3;
@@ -93,7 +94,7 @@ async fn a_full_queue_spills_to_the_backlog_and_rejoins_without_loss_or_doubles(
 #[tokio::test(start_paused = true)]
 async fn with_the_default_queue_a_stalled_sink_holds_at_most_ten_thousand_events() {
     let backlog = MemoryBacklog::default();
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.hold();
     let defaults = spec("kafka");
     assert_eq!(defaults.queue, QueueSettings::default());
@@ -124,7 +125,7 @@ async fn with_the_default_queue_a_stalled_sink_holds_at_most_ten_thousand_events
 #[tokio::test(start_paused = true)]
 async fn spilling_while_events_keep_coming_hands_over_exactly_once() {
     let backlog = MemoryBacklog::default();
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     let mut small = spec("f");
     small.queue.events = 2;
     small.batch.events = 3;
@@ -151,8 +152,8 @@ async fn a_restart_resumes_each_forwarder_from_its_own_cursor() {
     }
     backlog.set_cursor("behind", 4);
     backlog.set_cursor("current", 11);
-    let behind = Arc::new(Recorder::default());
-    let current = Arc::new(Recorder::default());
+    let behind = Arc::new(Scripted::default());
+    let current = Arc::new(Scripted::default());
     let p = start(
         vec![
             (spec("behind"), behind.clone()),
@@ -179,7 +180,7 @@ async fn cursors_move_past_events_the_filter_does_not_want() {
         backlog.append(&event(seq, if seq == 2 { "/tasks/exit" } else { "/t" }));
     }
     backlog.set_cursor("exits", 1);
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     let mut exits = spec("exits");
     exits.filter = r#"topic=="/tasks/exit""#;
     let p = start(vec![(exits, sink.clone())], &backlog, 6);
@@ -205,7 +206,7 @@ async fn cursors_move_past_events_the_filter_does_not_want() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_leaves_a_spilled_backlog_for_the_next_start() {
     let backlog = MemoryBacklog::default();
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.hold();
     let mut small = spec("f");
     small.queue.events = 2;

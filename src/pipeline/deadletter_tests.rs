@@ -6,9 +6,10 @@
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use super::tests::{Recorder, event, pipeline_with, spec};
+use super::tests::{event, pipeline_with, spec};
 use super::*;
 use crate::deadletter::{Entry, Reason, State, Store};
+use crate::testing::Scripted;
 use tokio::time::Instant;
 
 const POLL: Duration = Duration::from_millis(200);
@@ -57,7 +58,7 @@ async fn until_store(store: &Store, what: &str, check: impl Fn(&[Entry]) -> bool
 async fn permanent_rejections_are_narrowed_to_their_events_and_the_rest_flows_on_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     *sink.poison.lock().unwrap() = Some("/bad");
     // One batch of all nine: the refusal is narrowed by halves to 4 and 7.
     let mut s = spec("a");
@@ -102,7 +103,7 @@ async fn permanent_rejections_are_narrowed_to_their_events_and_the_rest_flows_on
 async fn a_panic_is_narrowed_to_its_event_which_is_buried_while_the_rest_flows_on() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     *sink.panic_on.lock().unwrap() = Some("/boom");
     let mut s = spec("a");
     s.batch.events = 8;
@@ -138,8 +139,8 @@ async fn a_panic_is_narrowed_to_its_event_which_is_buried_while_the_rest_flows_o
 async fn an_exhausted_retry_budget_is_recorded_with_every_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
-    let sink = Arc::new(Recorder::default());
-    sink.fail_next.store(3, Ordering::SeqCst);
+    let sink = Arc::new(Scripted::default());
+    sink.fail_next(3);
     let mut s = spec("a");
     s.batch.events = 2;
     s.retry.attempts = 3;
@@ -172,7 +173,7 @@ async fn an_exhausted_retry_budget_is_recorded_with_every_attempt() {
 async fn requested_entries_are_redelivered_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     *sink.poison.lock().unwrap() = Some("/bad");
     let mut s = spec("a");
     s.batch.events = 2;
@@ -215,7 +216,7 @@ async fn requested_entries_are_redelivered_and_removed() {
 async fn a_redelivery_that_fails_again_is_recorded_dead_with_attempts_added() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.fail_permanently.store(true, Ordering::SeqCst);
     let p = pipeline_with(vec![(spec("a"), sink.clone())], Some(dead_letters.clone()));
     let router = p.router();
@@ -254,7 +255,7 @@ async fn requests_made_before_start_go_first_and_unknown_forwarders_entries_stay
         .await
         .unwrap();
     store.request(None, Vec::new()).await.unwrap();
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     let mut s = spec("a");
     s.batch.events = 1;
     let p = pipeline_with(vec![(s, sink.clone())], Some(dead_letters.clone()));
@@ -282,7 +283,7 @@ async fn a_worker_that_panics_between_batches_is_restarted_and_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let dead_letters = store(&dir).await;
     let store = &dead_letters.store;
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     *sink.panic_on.lock().unwrap() = Some("/boom");
     store
         .record("a", vec![event(100, "/boom")], old_failure())

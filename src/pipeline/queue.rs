@@ -234,17 +234,17 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EventId, Source};
+    use crate::event::Source;
     use crate::proto::containerd::types::Envelope;
+    use crate::testing;
     use crate::units::ByteSize;
 
+    /// A queue holds events and their byte counts; it looks at nothing else.
     fn event(seq: u64) -> Arc<Event> {
-        Arc::new(Event::new(
-            seq,
-            EventId::generate(),
-            Source::Internal,
-            Envelope::default(),
-        ))
+        testing::event(seq)
+            .source(Source::Internal)
+            .envelope(Envelope::default())
+            .arc()
     }
 
     fn queue(events: usize, bytes: u64, overflow: Overflow) -> Queue {

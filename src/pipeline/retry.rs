@@ -197,62 +197,19 @@ pub fn stack_reporting(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::event::{Event, EventId, Source};
+    use crate::event::Source;
     use crate::proto::containerd::types::Envelope;
-
-    /// Fails with the scripted outcomes, then succeeds; records when it was called.
-    struct Scripted {
-        outcomes: Mutex<Vec<Option<ForwardError>>>,
-        calls: AtomicU32,
-        times: Mutex<Vec<Instant>>,
-        hang: bool,
-    }
-
-    impl Scripted {
-        fn new(outcomes: Vec<Option<ForwardError>>) -> Arc<Self> {
-            Arc::new(Self {
-                outcomes: Mutex::new(outcomes),
-                calls: AtomicU32::new(0),
-                times: Mutex::new(Vec::new()),
-                hang: false,
-            })
-        }
-    }
-
-    impl Forwarder for Scripted {
-        fn send<'a>(&'a self, _batch: &'a Batch) -> BoxFuture<'a, Result<(), ForwardError>> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            self.times.lock().unwrap().push(Instant::now());
-            let next = {
-                let mut outcomes = self.outcomes.lock().unwrap();
-                if outcomes.is_empty() {
-                    None
-                } else {
-                    outcomes.remove(0)
-                }
-            };
-            let hang = self.hang;
-            Box::pin(async move {
-                if hang {
-                    std::future::pending::<()>().await;
-                }
-                next.map_or(Ok(()), Err)
-            })
-        }
-    }
+    use crate::testing::{self, Scripted};
 
     fn batch() -> Delivery {
-        let event = Event::new(
-            7,
-            EventId::generate(),
-            Source::Internal,
-            Envelope::default(),
-        );
-        Delivery::new(Batch::new(vec![Arc::new(event)], 10))
+        let event = testing::event(7)
+            .source(Source::Internal)
+            .envelope(Envelope::default())
+            .arc();
+        Delivery::new(Batch::new(vec![event], 10))
     }
 
     fn settings(attempts: u32, elapsed: Duration) -> RetrySettings {
@@ -356,12 +313,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_hung_attempt_times_out_and_is_retried() {
-        let sink = Arc::new(Scripted {
-            outcomes: Mutex::new(Vec::new()),
-            calls: AtomicU32::new(0),
-            times: Mutex::new(Vec::new()),
-            hang: true,
-        });
+        let sink = Scripted::new(Vec::new());
+        sink.hold();
         let error = stack(sink.clone(), "t", &settings(2, Duration::ZERO))
             .oneshot(batch())
             .await

@@ -4,10 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::tests::{Recorder, event, spec, until};
+use super::tests::{event, spec, until};
 use super::*;
+use crate::testing::Scripted;
 
-fn parts(name: &'static str, sink: &Arc<Recorder>) -> Parts {
+fn parts(name: &'static str, sink: &Arc<Scripted>) -> Parts {
     let spec = spec(name);
     Parts {
         name: name.into(),
@@ -21,7 +22,7 @@ fn parts(name: &'static str, sink: &Arc<Recorder>) -> Parts {
     }
 }
 
-fn start(backlog: &MemoryBacklog, sinks: &[(&'static str, &Arc<Recorder>)]) -> Pipeline {
+fn start(backlog: &MemoryBacklog, sinks: &[(&'static str, &Arc<Scripted>)]) -> Pipeline {
     Pipeline::from_forwarders_with(
         sinks.iter().map(|(name, sink)| parts(name, sink)),
         Some(BacklogStart {
@@ -52,7 +53,7 @@ async fn acked(p: &Pipeline, name: &str, seq: u64) {
 #[tokio::test(start_paused = true)]
 async fn a_replaced_forwarder_resumes_where_the_old_one_stopped() {
     let backlog = MemoryBacklog::default();
-    let old = Arc::new(Recorder::default());
+    let old = Arc::new(Scripted::default());
     let p = start(&backlog, &[("a", &old)]);
     accept(&backlog, &p, 1..=5);
     acked(&p, "a", 5).await;
@@ -60,7 +61,7 @@ async fn a_replaced_forwarder_resumes_where_the_old_one_stopped() {
     assert_eq!(held.report.as_ref().map(|r| r.undelivered), Some(0));
     // Accepted while nothing runs for "a": only in the backlog.
     accept(&backlog, &p, 6..=10);
-    let new = Arc::new(Recorder::default());
+    let new = Arc::new(Scripted::default());
     assert_eq!(p.resume(held, parts("a", &new)), 6);
     accept(&backlog, &p, 11..=12);
     acked(&p, "a", 12).await;
@@ -72,7 +73,7 @@ async fn a_replaced_forwarder_resumes_where_the_old_one_stopped() {
 #[tokio::test(start_paused = true)]
 async fn a_batch_the_old_one_could_not_confirm_comes_again_and_nothing_else() {
     let backlog = MemoryBacklog::default();
-    let old = Arc::new(Recorder::default());
+    let old = Arc::new(Scripted::default());
     old.hold();
     let p = start(&backlog, &[("a", &old)]);
     accept(&backlog, &p, 1..=3);
@@ -83,7 +84,7 @@ async fn a_batch_the_old_one_could_not_confirm_comes_again_and_nothing_else() {
     let held = p.hold("a", Duration::from_secs(1)).await.unwrap();
     assert!(held.report.as_ref().is_some_and(|r| r.undelivered > 0));
     accept(&backlog, &p, 4..=6);
-    let new = Arc::new(Recorder::default());
+    let new = Arc::new(Scripted::default());
     assert_eq!(p.resume(held, parts("a", &new)), 1);
     acked(&p, "a", 6).await;
     assert_eq!(new.seqs(), (1..=6).collect::<Vec<_>>());
@@ -93,10 +94,10 @@ async fn a_batch_the_old_one_could_not_confirm_comes_again_and_nothing_else() {
 #[tokio::test(start_paused = true)]
 async fn added_forwarders_start_at_the_next_event_and_removed_ones_get_nothing_more() {
     let backlog = MemoryBacklog::default();
-    let a = Arc::new(Recorder::default());
+    let a = Arc::new(Scripted::default());
     let p = start(&backlog, &[("a", &a)]);
     accept(&backlog, &p, 1..=3);
-    let b = Arc::new(Recorder::default());
+    let b = Arc::new(Scripted::default());
     p.add(parts("b", &b)).unwrap();
     assert!(p.add(parts("b", &b)).is_err(), "names are unique");
     assert_eq!(backlog.cursor("b"), 4);

@@ -1,107 +1,21 @@
 //! The pipeline with in-memory forwarders: order, retries, isolation, overflow,
 //! batching and shutdown. Time is paused where backoff or linger is involved.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-use futures::future::BoxFuture;
-use tokio::sync::Notify;
+use std::sync::atomic::Ordering;
 
 use super::settings::{BatchSettings, CheckpointSettings, Overflow, QueueSettings, RetrySettings};
 use super::*;
-use crate::event::{Event, EventId, Source};
-use crate::forward::{Batch, ForwardError};
-use crate::proto::containerd::types::Envelope;
+use crate::event::{Event, Source};
+use crate::testing::{self, Scripted};
 use crate::units::ByteSize;
 use tokio::time::Instant;
 
-/// Records delivered batches; can be told to fail, or to hold every send until
-/// released.
-#[derive(Default)]
-pub(super) struct Recorder {
-    pub batches: Mutex<Vec<Vec<u64>>>,
-    pub fail_next: AtomicUsize,
-    pub fail_permanently: AtomicBool,
-    /// A batch holding an event with this topic is rejected permanently.
-    pub poison: Mutex<Option<&'static str>>,
-    /// A batch holding an event with this topic makes `send` panic.
-    pub panic_on: Mutex<Option<&'static str>>,
-    pub held: AtomicBool,
-    pub release: Notify,
-    pub calls: AtomicUsize,
-}
-
-impl Recorder {
-    pub fn seqs(&self) -> Vec<u64> {
-        self.batches
-            .lock()
-            .unwrap()
-            .iter()
-            .flatten()
-            .copied()
-            .collect()
-    }
-
-    pub(super) fn hold(&self) {
-        self.held.store(true, Ordering::SeqCst);
-    }
-
-    pub(super) fn unhold(&self) {
-        self.held.store(false, Ordering::SeqCst);
-        self.release.notify_waiters();
-    }
-}
-
-impl Forwarder for Recorder {
-    fn send<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), ForwardError>> {
-        Box::pin(async move {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            loop {
-                let released = self.release.notified();
-                if !self.held.load(Ordering::SeqCst) {
-                    break;
-                }
-                released.await;
-            }
-            if self.fail_permanently.load(Ordering::SeqCst) {
-                return Err(ForwardError::permanent("rejected"));
-            }
-            let panic_on = *self.panic_on.lock().unwrap();
-            if let Some(topic) = panic_on
-                && batch.events().iter().any(|e| e.topic() == topic)
-            {
-                panic!("boom on {topic}");
-            }
-            let poison = *self.poison.lock().unwrap();
-            if let Some(topic) = poison
-                && batch.events().iter().any(|e| e.topic() == topic)
-            {
-                return Err(ForwardError::permanent(format!("{topic} refused")));
-            }
-            let failing = self.fail_next.load(Ordering::SeqCst);
-            if failing > 0 {
-                self.fail_next.store(failing - 1, Ordering::SeqCst);
-                return Err(ForwardError::retryable("sink down"));
-            }
-            let seqs = batch.events().iter().map(|e| e.seq).collect();
-            self.batches.lock().unwrap().push(seqs);
-            Ok(())
-        })
-    }
-}
-
+/// Event `seq` on `topic`, from eventgate itself: the pipeline looks at nothing else.
 pub(super) fn event(seq: u64, topic: &str) -> Arc<Event> {
-    let envelope = Envelope {
-        namespace: "default".into(),
-        topic: topic.into(),
-        ..Envelope::default()
-    };
-    Arc::new(Event::new(
-        seq,
-        EventId::generate(),
-        Source::Internal,
-        envelope,
-    ))
+    testing::event(seq)
+        .topic(topic)
+        .source(Source::Internal)
+        .arc()
 }
 
 pub(super) struct Spec {
@@ -134,12 +48,12 @@ pub(super) fn spec(name: &'static str) -> Spec {
     }
 }
 
-fn pipeline(specs: Vec<(Spec, Arc<Recorder>)>) -> Pipeline {
+fn pipeline(specs: Vec<(Spec, Arc<Scripted>)>) -> Pipeline {
     pipeline_with(specs, None)
 }
 
 pub(super) fn pipeline_with(
-    specs: Vec<(Spec, Arc<Recorder>)>,
+    specs: Vec<(Spec, Arc<Scripted>)>,
     dead_letters: Option<DeadLetters>,
 ) -> Pipeline {
     Pipeline::from_forwarders(specs.into_iter().map(|(spec, recorder)| Parts {
@@ -164,8 +78,8 @@ pub(super) async fn until(what: &str, check: impl Fn() -> bool) {
 
 #[tokio::test(start_paused = true)]
 async fn retried_batches_arrive_before_anything_behind_them() {
-    let sink = Arc::new(Recorder::default());
-    sink.fail_next.store(3, Ordering::SeqCst);
+    let sink = Arc::new(Scripted::default());
+    sink.fail_next(3);
     let p = pipeline(vec![(spec("a"), sink.clone())]);
     let router = p.router();
     for seq in 1..=35 {
@@ -181,8 +95,8 @@ async fn retried_batches_arrive_before_anything_behind_them() {
 
 #[tokio::test(start_paused = true)]
 async fn route_filters_pick_each_forwarders_events() {
-    let exits = Arc::new(Recorder::default());
-    let all = Arc::new(Recorder::default());
+    let exits = Arc::new(Scripted::default());
+    let all = Arc::new(Scripted::default());
     let mut only_exits = spec("exits");
     only_exits.filter = r#"topic=="/tasks/exit""#;
     let p = pipeline(vec![
@@ -205,9 +119,9 @@ async fn route_filters_pick_each_forwarders_events() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stuck_forwarder_never_stalls_another() {
-    let stuck = Arc::new(Recorder::default());
+    let stuck = Arc::new(Scripted::default());
     stuck.hold();
-    let healthy = Arc::new(Recorder::default());
+    let healthy = Arc::new(Scripted::default());
     let mut small = spec("stuck");
     small.queue.events = 5;
     small.queue.overflow = Overflow::DropOldest;
@@ -235,7 +149,7 @@ async fn a_stuck_forwarder_never_stalls_another() {
 
 #[tokio::test(start_paused = true)]
 async fn drop_newest_keeps_what_was_queued_first() {
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.hold();
     let mut s = spec("a");
     s.queue.events = 3;
@@ -258,7 +172,7 @@ async fn drop_newest_keeps_what_was_queued_first() {
 
 #[tokio::test(start_paused = true)]
 async fn block_makes_publishers_wait_then_refuses_at_the_deadline() {
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.hold();
     let mut s = spec("a");
     s.queue.events = 2;
@@ -296,7 +210,7 @@ async fn block_makes_publishers_wait_then_refuses_at_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn events_a_block_forwarder_does_not_route_are_never_held_up() {
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.hold();
     let mut s = spec("exits");
     s.filter = r#"topic=="/tasks/exit""#;
@@ -314,7 +228,7 @@ async fn events_a_block_forwarder_does_not_route_are_never_held_up() {
 
 #[tokio::test(start_paused = true)]
 async fn batches_fill_up_during_linger_and_respect_their_limits() {
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     let mut s = spec("a");
     s.batch = BatchSettings {
         events: 4,
@@ -337,7 +251,7 @@ async fn batches_fill_up_during_linger_and_respect_their_limits() {
 
 #[tokio::test(start_paused = true)]
 async fn permanent_failures_are_given_up_on_and_reported() {
-    let sink = Arc::new(Recorder::default());
+    let sink = Arc::new(Scripted::default());
     sink.fail_permanently.store(true, Ordering::SeqCst);
     let p = pipeline(vec![(spec("a"), sink.clone())]);
     let router = p.router();
@@ -352,8 +266,8 @@ async fn permanent_failures_are_given_up_on_and_reported() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_drains_queues_within_the_deadline() {
-    let slow = Arc::new(Recorder::default());
-    slow.fail_next.store(2, Ordering::SeqCst);
+    let slow = Arc::new(Scripted::default());
+    slow.fail_next(2);
     let p = pipeline(vec![(spec("a"), slow.clone())]);
     let router = p.router();
     for seq in 1..=50 {
@@ -367,9 +281,9 @@ async fn shutdown_drains_queues_within_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_reports_what_a_dead_sink_could_not_take() {
-    let dead = Arc::new(Recorder::default());
+    let dead = Arc::new(Scripted::default());
     dead.hold();
-    let healthy = Arc::new(Recorder::default());
+    let healthy = Arc::new(Scripted::default());
     let p = pipeline(vec![
         (spec("dead"), dead.clone()),
         (spec("ok"), healthy.clone()),

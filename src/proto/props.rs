@@ -7,9 +7,10 @@ use prost::Message;
 
 use super::Registry;
 use super::containerd::types::Envelope;
-use crate::event::{Event, EventId, Source};
+use crate::event::Source;
 use crate::filter::Filter;
 use crate::render;
+use crate::testing;
 
 /// A type URL the registry knows (so the payload bytes are really decoded), or
 /// anything at all.
@@ -68,7 +69,7 @@ proptest! {
 
     #[test]
     fn any_envelope_survives_the_spool_record_format(envelope in envelope(), seq in 1u64..u64::MAX / 2) {
-        let event = Event::new(seq, EventId::generate(), Source::Forward, envelope);
+        let event = testing::event(seq).source(Source::Forward).envelope(envelope).build();
         let mut buf = Vec::new();
         if crate::spool::record::encode(&event, &mut buf).is_ok() {
             let back = crate::spool::record::decode(&buf).expect("an encoded record decodes");
@@ -80,7 +81,7 @@ proptest! {
 }
 
 fn read_everything(envelope: Envelope) {
-    let event = Event::new(1, EventId::generate(), Source::Publish, envelope);
+    let event = testing::event(1).envelope(envelope).build();
     let _ = event.payload_json();
     let _ = render::event_json(&event);
     let _ = render::event_ctr_line(&event);

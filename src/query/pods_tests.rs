@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::event::{Workload, sample};
-use crate::query::tests::{T0, store_with};
+use crate::event::Workload;
+use crate::query::tests::T0;
+use crate::testing::{self, TempStore};
 
 fn workload(namespace: &str, pod: &str, container: Option<&str>) -> Arc<Workload> {
     Arc::new(Workload {
@@ -41,7 +42,12 @@ fn events(steps: Vec<Step<'_>>) -> Vec<Event> {
                 "/tasks/oom" => "containerd.events.TaskOOM",
                 _ => "containerd.events.ContainerCreate",
             };
-            sample(i as u64 + 1, T0 + i as i64, topic, type_name, &json).with_workload(workload)
+            testing::event(i as u64 + 1)
+                .at(T0 + i as i64)
+                .topic(topic)
+                .json(type_name, &json)
+                .workload(workload)
+                .build()
         })
         .collect()
 }
@@ -119,8 +125,8 @@ fn counts(restarts: u64, ooms: u64, nonzero: u64, killed: u64, oom_killed: u64) 
 
 #[test]
 fn restarts_ooms_and_nonzero_exits_per_pod_crash_looping_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let reader = Reader::open(&store_with(dir.path(), &life())).unwrap();
+    let store = TempStore::with(&life());
+    let reader = Reader::open(store.path()).unwrap();
     let stats = reader.pod_stats(&Query::default()).unwrap();
     assert_eq!(
         stats,
@@ -147,8 +153,8 @@ fn restarts_ooms_and_nonzero_exits_per_pod_crash_looping_first() {
 
 #[test]
 fn a_start_in_a_time_range_is_a_restart_when_the_container_started_before_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let reader = Reader::open(&store_with(dir.path(), &life())).unwrap();
+    let store = TempStore::with(&life());
+    let reader = Reader::open(store.path()).unwrap();
     // From the second nginx start (the sixth event) on: c2 and c3 both restart
     // nginx, which first started before the range; the sidecar's start is its first.
     let since = SystemTime::UNIX_EPOCH + Duration::from_secs(T0 as u64 + 5);
@@ -175,8 +181,8 @@ fn a_start_in_a_time_range_is_a_restart_when_the_container_started_before_it() {
 
 #[test]
 fn a_name_used_in_two_namespaces_is_found_in_both() {
-    let dir = tempfile::tempdir().unwrap();
-    let reader = Reader::open(&store_with(dir.path(), &life())).unwrap();
+    let store = TempStore::with(&life());
+    let reader = Reader::open(store.path()).unwrap();
     assert_eq!(
         reader.pod_namespaces("web-7", &Query::default()).unwrap(),
         [("shop".to_owned(), 11), ("staging".to_owned(), 2)]

@@ -1,35 +1,23 @@
 use std::sync::Arc;
-use std::time::Duration;
-
-use prost::Message;
-use prost_types::{Any, Timestamp};
 
 use super::*;
-use crate::event::{EventId, Source};
+use crate::event::Source;
 use crate::proto::containerd::events as ev;
-use crate::proto::containerd::types::Envelope;
-use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};
-use crate::units::ByteSize;
+use crate::testing::{self, TempSpool};
 
-fn create(id: &str) -> Envelope {
-    Envelope {
-        timestamp: Some(Timestamp::from(std::time::SystemTime::now())),
-        namespace: "default".into(),
-        topic: "/containers/create".into(),
-        event: Some(Any {
-            type_url: "containerd.events.ContainerCreate".into(),
-            value: ev::ContainerCreate {
-                id: id.into(),
-                image: "busybox".into(),
-                runtime: None,
-            }
-            .encode_to_vec(),
-        }),
-    }
-}
-
-fn event(seq: u64, source: Source, envelope: Envelope) -> Event {
-    Event::new(seq, EventId::generate(), source, envelope)
+/// Event `seq` from `source`: container `id` created now.
+fn create(seq: u64, source: Source, id: &str) -> Event {
+    let create = ev::ContainerCreate {
+        id: id.into(),
+        image: "busybox".into(),
+        runtime: None,
+    };
+    testing::event(seq)
+        .source(source)
+        .topic("/containers/create")
+        .now()
+        .message("containerd.events.ContainerCreate", &create)
+        .build()
 }
 
 fn node() -> Source {
@@ -45,18 +33,6 @@ fn containers(snapshot: &Snapshot) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn settings() -> SpoolSettings {
-    SpoolSettings {
-        fsync: Fsync::Batch,
-        segment_bytes: ByteSize(4096),
-        max_bytes: ByteSize(1 << 20),
-        full: FullPolicy::Block,
-        block_timeout: Duration::from_secs(5),
-        high_water: 0.9,
-        min_free: MinFree::Bytes(ByteSize(0)),
-    }
-}
-
 #[tokio::test]
 async fn a_saved_snapshot_opens_as_it_was_and_only_its_upstream_moves_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -65,13 +41,9 @@ async fn a_saved_snapshot_opens_as_it_was_and_only_its_upstream_moves_it() {
         !snapshot.known,
         "nothing saved yet: the next reconcile is a baseline"
     );
-    snapshot.record(&event(1, node(), create("a")));
-    snapshot.record(&event(2, Source::Publish, create("published")));
-    snapshot.record(&event(
-        3,
-        Source::Upstream(Arc::from("other")),
-        create("other"),
-    ));
+    snapshot.record(&create(1, node(), "a"));
+    snapshot.record(&create(2, Source::Publish, "published"));
+    snapshot.record(&create(3, Source::Upstream(Arc::from("other")), "other"));
     assert_eq!(containers(&snapshot), ["a"]);
     // Until a reconcile has seen the daemon, there is nothing worth keeping.
     snapshot.save(None).unwrap();
@@ -103,15 +75,14 @@ async fn an_unreadable_snapshot_is_set_aside_and_the_next_reconcile_starts_afres
 
 #[tokio::test]
 async fn events_after_the_last_save_are_read_back_from_the_spool() {
-    let dir = tempfile::tempdir().unwrap();
-    let spool_dir = dir.path().join("spool");
+    let dir = TempSpool::new();
     let cursor = cursor_name("node");
-    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
-    let mut snapshot = Snapshot::open(dir.path(), "node", Some(&spool))
+    let (spool, _) = dir.open(&[cursor.as_str()]);
+    let mut snapshot = Snapshot::open(dir.data_dir(), "node", Some(&spool))
         .await
         .unwrap();
     let append = |source: Source, id: &str| {
-        let event = event(spool.next_seq(), source, create(id));
+        let event = create(spool.next_seq(), source, id);
         let ticket = spool.append(&event).unwrap();
         (event, ticket)
     };
@@ -134,8 +105,8 @@ async fn events_after_the_last_save_are_read_back_from_the_spool() {
     spool.close().await.unwrap();
     drop(spool);
 
-    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
-    let reopened = Snapshot::open(dir.path(), "node", Some(&spool))
+    let (spool, _) = dir.open(&[cursor.as_str()]);
+    let reopened = Snapshot::open(dir.data_dir(), "node", Some(&spool))
         .await
         .unwrap();
     assert!(reopened.known);
@@ -149,16 +120,15 @@ async fn events_after_the_last_save_are_read_back_from_the_spool() {
 /// flight, not recorded) is read back from the spool after a crash, not skipped.
 #[tokio::test]
 async fn a_save_while_an_event_is_in_flight_leaves_that_event_to_the_spool() {
-    let dir = tempfile::tempdir().unwrap();
-    let spool_dir = dir.path().join("spool");
+    let dir = TempSpool::new();
     let cursor = cursor_name("node");
-    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
-    let mut snapshot = Snapshot::open(dir.path(), "node", Some(&spool))
+    let (spool, _) = dir.open(&[cursor.as_str()]);
+    let mut snapshot = Snapshot::open(dir.data_dir(), "node", Some(&spool))
         .await
         .unwrap();
     snapshot.reset(NodeState::default(), Some(&spool)).unwrap();
     let append = |source: Source, id: &str| {
-        let event = event(spool.next_seq(), source, create(id));
+        let event = create(spool.next_seq(), source, id);
         let ticket = spool.append(&event).unwrap();
         (event, ticket)
     };
@@ -177,8 +147,8 @@ async fn a_save_while_an_event_is_in_flight_leaves_that_event_to_the_spool() {
     spool.close().await.unwrap();
     drop(spool);
 
-    let (spool, _) = Spool::open(&spool_dir, &settings(), &[cursor.as_str()]).unwrap();
-    let reopened = Snapshot::open(dir.path(), "node", Some(&spool))
+    let (spool, _) = dir.open(&[cursor.as_str()]);
+    let reopened = Snapshot::open(dir.data_dir(), "node", Some(&spool))
         .await
         .unwrap();
     assert_eq!(containers(&reopened), ["in flight"]);

@@ -14,13 +14,14 @@ use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
 use super::ExchangeTarget;
-use crate::event::{Event, EventId, Source, sample};
+use crate::event::{Event, Source};
 use crate::forward::{Batch, Forwarder};
 use crate::proto::containerd::services::events::v1::events_server::{Events, EventsServer};
 use crate::proto::containerd::services::events::v1::{
     ForwardRequest, PublishRequest, SubscribeRequest,
 };
 use crate::proto::containerd::types::Envelope;
+use crate::testing;
 
 /// How long a call waits for company before it is answered alone.
 const ALONE: Duration = Duration::from_millis(300);
@@ -45,7 +46,10 @@ struct Holding {
 }
 
 fn container(envelope: &Envelope) -> String {
-    let event = Event::new(0, EventId::generate(), Source::Forward, envelope.clone());
+    let event = testing::event(0)
+        .source(Source::Forward)
+        .envelope(envelope.clone())
+        .build();
     let message = event.decoded().expect("a known payload");
     match message.get_field_by_name("container_id").as_deref() {
         Some(prost_reflect::Value::String(id)) => id.clone(),
@@ -149,20 +153,16 @@ fn batch(containers: &[&str]) -> Batch {
             let topic = "/tasks/exit";
             match c.is_empty() {
                 // TaskOOM without a container: no object, a barrier.
-                true => sample(
-                    i as u64,
-                    i as i64,
-                    "/tasks/oom",
-                    "containerd.events.TaskOOM",
-                    "{}",
-                ),
-                false => sample(
-                    i as u64,
-                    i as i64,
-                    topic,
-                    "containerd.events.TaskExit",
-                    &json,
-                ),
+                true => testing::event(i as u64)
+                    .at(i as i64)
+                    .topic("/tasks/oom")
+                    .json("containerd.events.TaskOOM", "{}")
+                    .build(),
+                false => testing::event(i as u64)
+                    .at(i as i64)
+                    .topic(topic)
+                    .json("containerd.events.TaskExit", &json)
+                    .build(),
             }
         })
         .map(Arc::new)

@@ -85,7 +85,7 @@ pub fn startable(objects: &[Option<String>], slots: &[Slot], room: usize) -> Vec
 mod tests {
     use super::Slot::{Done, InFlight, Waiting};
     use super::*;
-    use crate::event::sample;
+    use crate::testing;
 
     fn objects(names: &[Option<&str>]) -> Vec<Option<String>> {
         names.iter().map(|n| n.map(str::to_owned)).collect()
@@ -130,35 +130,45 @@ mod tests {
 
     #[test]
     fn objects_come_from_the_identifying_field_within_the_namespace() {
-        let exit = sample(
-            1,
-            0,
-            "/tasks/exit",
-            "containerd.events.TaskExit",
-            r#"{"container_id":"c1","id":"e1"}"#,
-        );
+        let exit = testing::event(1)
+            .at(0)
+            .json(
+                "containerd.events.TaskExit",
+                r#"{"container_id":"c1","id":"e1"}"#,
+            )
+            .build();
         assert_eq!(object(&exit).as_deref(), Some("default\0c1"));
-        let mut create = sample(
-            2,
-            0,
-            "/containers/create",
-            "containerd.events.ContainerCreate",
-            r#"{"id":"c1","image":"busybox"}"#,
-        );
+        let mut create = testing::event(2)
+            .at(0)
+            .topic("/containers/create")
+            .json(
+                "containerd.events.ContainerCreate",
+                r#"{"id":"c1","image":"busybox"}"#,
+            )
+            .build();
         assert_eq!(object(&create).as_deref(), Some("default\0c1"));
         create.envelope.namespace = "k8s.io".into();
         assert_eq!(object(&create).as_deref(), Some("k8s.io\0c1"));
-        let image = sample(
-            3,
-            0,
-            "/images/create",
-            "containerd.services.images.v1.ImageCreate",
-            r#"{"name":"busybox"}"#,
-        );
+        let image = testing::event(3)
+            .at(0)
+            .topic("/images/create")
+            .json(
+                "containerd.services.images.v1.ImageCreate",
+                r#"{"name":"busybox"}"#,
+            )
+            .build();
         assert_eq!(object(&image).as_deref(), Some("default\0busybox"));
-        let oom = sample(4, 0, "/tasks/oom", "containerd.events.TaskOOM", "{}");
+        let oom = testing::event(4)
+            .at(0)
+            .topic("/tasks/oom")
+            .json("containerd.events.TaskOOM", "{}")
+            .build();
         assert_eq!(object(&oom), None, "no identifying field: a barrier");
-        let mut unknown = sample(5, 0, "/tasks/oom", "containerd.events.TaskOOM", "{}");
+        let mut unknown = testing::event(5)
+            .at(0)
+            .topic("/tasks/oom")
+            .json("containerd.events.TaskOOM", "{}")
+            .build();
         if let Some(any) = unknown.envelope.event.as_mut() {
             any.type_url = "example.com/Unknown".into();
         }

@@ -1,18 +1,14 @@
 //! The record format: round trips, and records of earlier formats still read.
 
 use super::*;
+use crate::testing::{self, T0};
 
 #[test]
 fn round_trip_keeps_every_field() {
-    let envelope = Envelope {
-        timestamp: None,
-        namespace: "k8s.io".into(),
-        topic: "/tasks/exit".into(),
-        event: Some(prost_types::Any {
-            type_url: "containerd.events.TaskExit".into(),
-            value: vec![1, 2, 3],
-        }),
-    };
+    let envelope = testing::envelope()
+        .namespace("k8s.io")
+        .raw("containerd.events.TaskExit", vec![1, 2, 3])
+        .build();
     let at = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
     for source in [
         Source::Publish,
@@ -20,13 +16,11 @@ fn round_trip_keeps_every_field() {
         Source::Upstream(Arc::from("k3s")),
         Source::Internal,
     ] {
-        let event = Event::with_received_at(
-            42,
-            EventId::generate(),
-            at,
-            source.clone(),
-            envelope.clone(),
-        );
+        let event = testing::event(42)
+            .received_at(at)
+            .source(source.clone())
+            .envelope(envelope.clone())
+            .build();
         let mut buf = vec![9; 3];
         let len = encode(&event, &mut buf).unwrap();
         assert_eq!(buf.len(), 3 + len);
@@ -44,19 +38,12 @@ fn round_trip_keeps_every_field() {
     }
 }
 
+/// The envelope every record below carries, built afresh for each comparison.
 fn envelope() -> Envelope {
-    Envelope {
-        timestamp: Some(prost_types::Timestamp {
-            seconds: 1_714_557_600,
-            nanos: 5,
-        }),
-        namespace: "default".into(),
-        topic: "/tasks/exit".into(),
-        event: Some(prost_types::Any {
-            type_url: "containerd.events.TaskExit".into(),
-            value: vec![0x0a, 0x02, b'c', b'1'],
-        }),
-    }
+    testing::envelope()
+        .at_nanos(T0, 5)
+        .raw("containerd.events.TaskExit", vec![0x0a, 0x02, b'c', b'1'])
+        .build()
 }
 
 #[test]
@@ -81,8 +68,11 @@ fn publishers_survive_the_round_trip() {
         },
     ] {
         for source in [Source::Publish, Source::Forward] {
-            let event = Event::new(9, EventId::generate(), source.clone(), envelope())
-                .with_publisher(Some(publisher.clone()));
+            let event = testing::event(9)
+                .source(source.clone())
+                .envelope(envelope())
+                .publisher(Some(publisher.clone()))
+                .build();
             let mut buf = Vec::new();
             let len = encode(&event, &mut buf).unwrap();
             assert_eq!(check(&buf), Check::Valid { seq: 9, len });
@@ -141,24 +131,24 @@ fn records_of_the_format_before_publishers_are_read() {
 
     // The same event written today is byte for byte what it was.
     let mut today = Vec::new();
-    let again = Event::with_received_at(
-        42,
-        event.id,
-        event.received_at,
-        event.source.clone(),
-        envelope(),
-    );
+    let again = testing::event(42)
+        .id(event.id)
+        .received_at(event.received_at)
+        .source(event.source.clone())
+        .envelope(envelope())
+        .build();
     encode(&again, &mut today).unwrap();
     assert_eq!(today, record);
 }
 
 #[test]
 fn damaged_publisher_blocks_are_refused() {
-    let event = Event::new(3, EventId::generate(), Source::Publish, envelope()).with_publisher(
-        Some(Publisher::Certificate {
+    let event = testing::event(3)
+        .envelope(envelope())
+        .publisher(Some(Publisher::Certificate {
             subject: "CN=x".into(),
-        }),
-    );
+        }))
+        .build();
     let mut buf = Vec::new();
     encode(&event, &mut buf).unwrap();
     let block = HEADER + MIN_BODY;
@@ -192,9 +182,12 @@ fn origins_survive_the_round_trip_with_and_without_a_publisher() {
             (Source::Internal, None),
             (Source::Forward, Some(certificate.clone())),
         ] {
-            let event = Event::new(11, EventId::generate(), source.clone(), envelope())
-                .with_publisher(publisher.clone())
-                .with_origin(origin);
+            let event = testing::event(11)
+                .source(source.clone())
+                .envelope(envelope())
+                .publisher(publisher.clone())
+                .origin(origin)
+                .build();
             let mut buf = Vec::new();
             let len = encode(&event, &mut buf).unwrap();
             assert_eq!(check(&buf), Check::Valid { seq: 11, len });
@@ -209,7 +202,7 @@ fn origins_survive_the_round_trip_with_and_without_a_publisher() {
 
 #[test]
 fn a_live_event_is_written_without_an_origin_byte() {
-    let event = Event::new(5, EventId::generate(), Source::Publish, envelope());
+    let event = testing::event(5).envelope(envelope()).build();
     let mut live = Vec::new();
     encode(&event, &mut live).unwrap();
     assert_eq!(live[HEADER + KIND_AT] & HAS_ORIGIN, 0);
@@ -221,8 +214,11 @@ fn a_live_event_is_written_without_an_origin_byte() {
 
 #[test]
 fn damaged_origin_bytes_are_refused() {
-    let event = Event::new(3, EventId::generate(), Source::Internal, envelope())
-        .with_origin(reconciled(Clock::Reconcile));
+    let event = testing::event(3)
+        .source(Source::Internal)
+        .envelope(envelope())
+        .origin(reconciled(Clock::Reconcile))
+        .build();
     let mut buf = Vec::new();
     encode(&event, &mut buf).unwrap();
     let at = HEADER + MIN_BODY;
@@ -245,22 +241,19 @@ fn workload() -> Arc<Workload> {
         (crate::event::workload::POD_NAME, "web-7"),
         (crate::event::workload::POD_NAMESPACE, "shop"),
         ("app", "web"),
-    ]
-    .map(|(k, v)| (k.to_owned(), v.to_owned()));
-    Arc::new(Workload::from_record("nginx:1.27", labels).unwrap())
+    ];
+    testing::workload("nginx:1.27", &labels).unwrap()
 }
 
 #[test]
 fn workloads_survive_the_round_trip_with_publisher_and_origin() {
     for origin in [Origin::Live, reconciled(Clock::Daemon)] {
-        let event = Event::new(
-            9,
-            EventId::generate(),
-            Source::Upstream("k8s".into()),
-            envelope(),
-        )
-        .with_origin(origin)
-        .with_workload(Some(workload()));
+        let event = testing::event(9)
+            .upstream("k8s")
+            .envelope(envelope())
+            .origin(origin)
+            .workload(Some(workload()))
+            .build();
         let mut buf = Vec::new();
         let len = encode(&event, &mut buf).unwrap();
         assert_eq!(check(&buf), Check::Valid { seq: 9, len });
@@ -270,7 +263,7 @@ fn workloads_survive_the_round_trip_with_publisher_and_origin() {
         assert_eq!((back.origin, back.envelope), (origin, envelope()));
     }
     // Without one, the record is what it always was.
-    let plain = Event::new(9, EventId::generate(), Source::Publish, envelope());
+    let plain = testing::event(9).envelope(envelope()).build();
     let mut buf = Vec::new();
     encode(&plain, &mut buf).unwrap();
     assert_eq!(buf[HEADER + KIND_AT] & HAS_WORKLOAD, 0);
@@ -279,13 +272,11 @@ fn workloads_survive_the_round_trip_with_publisher_and_origin() {
 
 #[test]
 fn damaged_workload_blocks_are_refused() {
-    let event = Event::new(
-        4,
-        EventId::generate(),
-        Source::Upstream("k8s".into()),
-        envelope(),
-    )
-    .with_workload(Some(workload()));
+    let event = testing::event(4)
+        .upstream("k8s")
+        .envelope(envelope())
+        .workload(Some(workload()))
+        .build();
     let mut buf = Vec::new();
     encode(&event, &mut buf).unwrap();
     // The block's length, just after the upstream's name.

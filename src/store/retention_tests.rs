@@ -4,24 +4,24 @@ use rusqlite::Connection;
 
 use super::*;
 use crate::event::Event;
-use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
+use crate::store::{EventRow, insert_rows};
+use crate::testing::{self, T0, TempStore};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-fn event(seq: u64, padding: usize) -> Event {
-    let json = format!(r#"{{"container_id":"c{seq}{}"}}"#, "x".repeat(padding));
-    crate::event::sample(
-        seq,
-        1_714_557_600 + seq as i64,
-        "/tasks/oom",
-        "containerd.events.TaskOOM",
-        &json,
-    )
-}
-
-/// Stores one event per entry of `ages`, received that long before `now`.
+/// Stores one event per entry of `ages`, received that long before `now`: OOMs of
+/// containers whose ids are padded with `padding` bytes.
 fn store(conn: &mut Connection, now: SystemTime, ages: &[Duration], padding: usize) {
-    let events: Vec<Event> = (1..=ages.len() as u64).map(|s| event(s, padding)).collect();
+    let events: Vec<Event> = (1..=ages.len() as u64)
+        .map(|seq| {
+            let json = format!(r#"{{"container_id":"c{seq}{}"}}"#, "x".repeat(padding));
+            testing::event(seq)
+                .at(T0 + seq as i64)
+                .topic("/tasks/oom")
+                .json("containerd.events.TaskOOM", &json)
+                .build()
+        })
+        .collect();
     let rows: Vec<EventRow<'_>> = events
         .iter()
         .zip(ages)
@@ -76,8 +76,8 @@ fn prune(conn: &mut Connection, policy: &Policy, now: SystemTime, limit: usize) 
 
 #[test]
 fn max_rows_keeps_the_newest_rows_in_small_steps_and_moves_the_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = open_writer(&dir.path().join("audit.db"), &WriterOptions::default()).unwrap();
+    let audit = TempStore::new();
+    let mut conn = audit.writer();
     let now = SystemTime::now();
     store(&mut conn, now, &[Duration::ZERO; 10], 0);
     let hash_of_6 = stored_hash(&conn, 6);
@@ -103,8 +103,8 @@ fn max_rows_keeps_the_newest_rows_in_small_steps_and_moves_the_checkpoint() {
 
 #[test]
 fn max_age_deletes_only_the_old_front_and_stops_at_the_first_young_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = open_writer(&dir.path().join("audit.db"), &WriterOptions::default()).unwrap();
+    let audit = TempStore::new();
+    let mut conn = audit.writer();
     let now = SystemTime::now();
     // Row 4 is old again (a clock stepped back when it was received): the front
     // stops at row 3, so the remaining rows stay one contiguous stretch.
@@ -121,8 +121,8 @@ fn max_age_deletes_only_the_old_front_and_stops_at_the_first_young_row() {
 
 #[test]
 fn both_limits_delete_what_either_one_says() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = open_writer(&dir.path().join("audit.db"), &WriterOptions::default()).unwrap();
+    let audit = TempStore::new();
+    let mut conn = audit.writer();
     let now = SystemTime::now();
     let ages = [3 * HOUR, 2 * HOUR, HOUR, Duration::ZERO, Duration::ZERO];
     store(&mut conn, now, &ages, 0);
@@ -142,8 +142,8 @@ fn both_limits_delete_what_either_one_says() {
 
 #[test]
 fn inserts_after_pruning_everything_keep_increasing_row_ids() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = open_writer(&dir.path().join("audit.db"), &WriterOptions::default()).unwrap();
+    let audit = TempStore::new();
+    let mut conn = audit.writer();
     let now = SystemTime::now();
     store(&mut conn, now, &[2 * HOUR; 3], 0);
     let policy = Policy {
@@ -164,9 +164,9 @@ fn inserts_after_pruning_everything_keep_increasing_row_ids() {
 
 #[test]
 fn a_new_store_gives_pruned_pages_back_and_the_file_shrinks() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
-    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let audit = TempStore::new();
+    let path = audit.path().to_path_buf();
+    let mut conn = audit.writer();
     assert!(shrinks(&conn).unwrap());
     let now = SystemTime::now();
     store(&mut conn, now, &[2 * HOUR; 2000], 2000);
@@ -214,9 +214,9 @@ fn a_store_created_without_incremental_vacuum_says_it_cannot_shrink() {
 #[test]
 fn the_chain_verifies_after_pruning_and_a_deletion_beyond_it_is_caught() {
     use crate::store::verify;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
-    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let audit = TempStore::new();
+    let path = audit.path().to_path_buf();
+    let mut conn = audit.writer();
     let now = SystemTime::now();
     store(&mut conn, now, &[Duration::ZERO; 20], 0);
     let policy = Policy {

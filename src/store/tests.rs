@@ -4,28 +4,18 @@ use rusqlite::Connection;
 
 use super::migrate::{APPLICATION_ID, LATEST};
 use super::*;
-use crate::event::{EventId, Source};
+use crate::event::Source;
 use crate::forward::ErrorKind;
 use crate::forward::sqlite::classify;
-use crate::proto::Registry;
-use crate::proto::containerd::types::Envelope;
+use crate::testing::{self, T0, TempStore};
 
+/// `json` as `type_name` on `topic`, published at a time with nanoseconds.
 fn event(seq: u64, topic: &str, type_name: &str, json: &str) -> Event {
-    let any = Registry::global().encode_json(type_name, json).unwrap();
-    Event::new(
-        seq,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: 1_714_557_600,
-                nanos: 5,
-            }),
-            namespace: "default".into(),
-            topic: topic.into(),
-            event: Some(any),
-        },
-    )
+    testing::event(seq)
+        .at_nanos(T0, 5)
+        .topic(topic)
+        .json(type_name, json)
+        .build()
 }
 
 fn count(conn: &Connection) -> i64 {
@@ -276,8 +266,8 @@ fn a_version_1_store_is_upgraded_in_place_keeping_its_rows() {
 
 #[test]
 fn insert_skips_known_ids_and_raw_insert_writes_the_same_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = open_writer(&dir.path().join("a.db"), &WriterOptions::default()).unwrap();
+    let store = TempStore::new();
+    let mut conn = store.writer();
     // Rows with and without a workload, mixed in one batch (the writer has a
     // statement for each).
     let events: Vec<Event> = (1..=4)
@@ -301,7 +291,8 @@ fn insert_skips_known_ids_and_raw_insert_writes_the_same_rows() {
     assert_eq!(insert_rows(&mut conn, &rows).unwrap(), 0);
     assert_eq!(count(&conn), 4);
 
-    let mut raw = open_writer(&dir.path().join("b.db"), &WriterOptions::default()).unwrap();
+    let raw_store = TempStore::new();
+    let mut raw = raw_store.writer();
     raw_insert_rows(&mut raw, &rows).unwrap();
     type Dump = (
         i64,
@@ -343,8 +334,8 @@ fn insert_skips_known_ids_and_raw_insert_writes_the_same_rows() {
 /// retryable, and once there is room the same rows go in.
 #[test]
 fn a_full_disk_is_retryable_and_leaves_nothing_half_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = open_writer(&dir.path().join("a.db"), &WriterOptions::default()).unwrap();
+    let store = TempStore::new();
+    let mut conn = store.writer();
     let big = format!(r#"{{"container_id":"{}"}}"#, "x".repeat(64 * 1024));
     let events: Vec<Event> = (1..=20)
         .map(|seq| event(seq, "/tasks/oom", "containerd.events.TaskOOM", &big))
@@ -373,8 +364,8 @@ fn a_full_disk_is_retryable_and_leaves_nothing_half_written() {
 /// is kept.
 #[test]
 fn a_row_added_at_the_next_row_id_stops_the_writer_with_a_clear_retryable_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = open_writer(&dir.path().join("a.db"), &WriterOptions::default()).unwrap();
+    let store = TempStore::new();
+    let mut conn = store.writer();
     let first = event(1, "/tasks/oom", "containerd.events.TaskOOM", "{}");
     insert_rows(&mut conn, &[EventRow::from_event(&first)]).unwrap();
     conn.execute(

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use prost::Message;
-use prost_types::{Any, Timestamp};
 
 use super::tests::{DEADLINE, Server_, connected, next, serve_exchange, socket, spec};
 use super::*;
@@ -18,22 +17,20 @@ use crate::proto::containerd::types::Envelope;
 use crate::reconcile::NodeState;
 use crate::reconcile::snapshot;
 use crate::spool::{Gate, Spool, SpoolSettings};
+use crate::testing;
 
+/// Container `id` created now.
 fn create(id: &str) -> Envelope {
-    Envelope {
-        timestamp: Some(Timestamp::from(SystemTime::now())),
-        namespace: "default".into(),
-        topic: "/containers/create".into(),
-        event: Some(Any {
-            type_url: "containerd.events.ContainerCreate".into(),
-            value: ContainerCreate {
-                id: id.into(),
-                image: "busybox".into(),
-                runtime: None,
-            }
-            .encode_to_vec(),
-        }),
-    }
+    let create = ContainerCreate {
+        id: id.into(),
+        image: "busybox".into(),
+        runtime: None,
+    };
+    testing::envelope()
+        .topic("/containers/create")
+        .now()
+        .message("containerd.events.ContainerCreate", &create)
+        .build()
 }
 
 fn container_id(event: &crate::event::Event) -> String {

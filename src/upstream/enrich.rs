@@ -524,15 +524,15 @@ fn count(upstream: &str, result: &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::Registry;
+    use crate::testing;
 
+    /// `json` as `ty` on `topic`, in Kubernetes' namespace.
     fn envelope(topic: &str, ty: &str, json: &str) -> Envelope {
-        Envelope {
-            timestamp: None,
-            namespace: "k8s.io".into(),
-            topic: topic.into(),
-            event: Some(Registry::global().encode_json(ty, json).unwrap()),
-        }
+        testing::envelope()
+            .namespace("k8s.io")
+            .topic(topic)
+            .json(ty, json)
+            .build()
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt};
 use prost::Message;
-use prost_types::Timestamp;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
@@ -27,6 +26,7 @@ use crate::proto::containerd::services::events::v1::{
 };
 use crate::proto::containerd::types::Envelope;
 use crate::proto::eventgate::events::v1::{UpstreamConnected, UpstreamDisconnected};
+use crate::testing;
 
 pub(super) const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -369,23 +369,14 @@ async fn an_upstream_envelope_eventgate_cannot_accept_is_skipped_not_fatal() {
     let mut upstreams = subscribed(&[spec(&path)], &exchange, &mut sub).await;
 
     // An envelope without a timestamp (containerd 2.x can forward such) and a good one.
-    let bad = Envelope {
-        timestamp: None,
-        namespace: "default".into(),
-        topic: "/tasks/exit".into(),
-        event: Some(task_exit("bad", 1)),
-    };
+    let bad = testing::envelope()
+        .payload(Some(task_exit("bad", 1)))
+        .build();
     upstream.accept(Source::Forward, bad).await.unwrap();
-    let good = Envelope {
-        timestamp: Some(Timestamp::from(SystemTime::now())),
-        ..Envelope::default()
-    };
-    let good = Envelope {
-        namespace: "default".into(),
-        topic: "/tasks/exit".into(),
-        event: Some(task_exit("good", 0)),
-        ..good
-    };
+    let good = testing::envelope()
+        .now()
+        .payload(Some(task_exit("good", 0)))
+        .build();
     upstream.accept(Source::Forward, good).await.unwrap();
     let got = next(&mut sub).await;
     assert_eq!(decode::<TaskExit>(&got).container_id, "good");

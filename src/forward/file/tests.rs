@@ -7,14 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use prost_types::Timestamp;
-
 use super::archive::Archive;
 use super::options::{FileOptions, Fsync};
 use super::writer::{Clock, Writer};
-use crate::event::{Event, EventId, Source};
-use crate::proto::Registry;
-use crate::proto::containerd::types::Envelope;
+use crate::event::Event;
+use crate::testing::{self, T0};
 
 struct ManualClock(Mutex<SystemTime>);
 
@@ -30,27 +27,15 @@ impl Clock for ManualClock {
     }
 }
 
+/// An exit of container `c{seq}` with status `seq`: lines differ and say which event.
 fn event(seq: u64) -> Arc<Event> {
-    let any = Registry::global()
-        .encode_json(
+    testing::event(seq)
+        .at_nanos(T0, 1)
+        .json(
             "containerd.events.TaskExit",
             &format!(r#"{{"container_id":"c{seq}","exit_status":{seq}}}"#),
         )
-        .unwrap();
-    Arc::new(Event::new(
-        seq,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: Some(Timestamp {
-                seconds: 1_714_557_600,
-                nanos: 1,
-            }),
-            namespace: "default".into(),
-            topic: "/tasks/exit".into(),
-            event: Some(any),
-        },
-    ))
+        .arc()
 }
 
 fn events(seqs: std::ops::RangeInclusive<u64>) -> Vec<Arc<Event>> {

@@ -2,53 +2,35 @@
 
 use std::sync::Arc;
 
-use prost_types::{Any, Timestamp};
 use serde_json::Value;
 
 use super::*;
-use crate::event::{Clock, EventId, Origin};
+use crate::event::{Clock, Origin};
 use crate::forward::kafka::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat};
-use crate::proto::Registry;
-use crate::proto::containerd::types::Envelope;
+use crate::testing::{self, T0};
 
-fn envelope(ns: &str, topic: &str, payload: Option<Any>, seconds: i64) -> Envelope {
-    Envelope {
-        timestamp: Some(Timestamp {
-            seconds,
-            nanos: 123_456_789,
-        }),
-        namespace: ns.into(),
-        topic: topic.into(),
-        event: payload,
-    }
-}
+/// Nanoseconds every timestamp below carries, so that CloudEvents' `time` shows them.
+const NANOS: i32 = 123_456_789;
 
 fn task_exit(source: Source) -> Event {
-    let any = Registry::global()
-        .encode_json(
+    testing::event(7)
+        .source(source)
+        .at_nanos(T0, NANOS)
+        .json(
             "containerd.events.TaskExit",
             r#"{"container_id":"c1","id":"c1","pid":42,"exit_status":3}"#,
         )
-        .unwrap();
-    Event::new(
-        7,
-        EventId::generate(),
-        source,
-        envelope("default", "/tasks/exit", Some(any), 1_714_557_600),
-    )
+        .build()
 }
 
 fn unknown_type() -> Event {
-    let any = Any {
-        type_url: "example.Custom".into(),
-        value: vec![1, 2, 3],
-    };
-    Event::new(
-        9,
-        EventId::generate(),
-        Source::Forward,
-        envelope("team-a", "/custom/thing", Some(any), 1_714_557_600),
-    )
+    testing::event(9)
+        .source(Source::Forward)
+        .namespace("team-a")
+        .topic("/custom/thing")
+        .at_nanos(T0, NANOS)
+        .raw("example.Custom", vec![1, 2, 3])
+        .build()
 }
 
 fn encode(format: ValueFormat, event: &Event) -> Record {
@@ -180,9 +162,7 @@ fn undecodable_payloads_travel_as_protobuf_bytes() {
 
 #[test]
 fn envelopes_without_payload_or_time_leave_those_attributes_out() {
-    let mut bare = envelope("default", "/tasks/exit", None, 0);
-    bare.timestamp = None;
-    let e = Event::new(1, EventId::generate(), Source::Internal, bare);
+    let e = testing::event(1).source(Source::Internal).build();
     let binary = encode(ValueFormat::CloudeventsBinary, &e);
     assert_eq!(binary.value, None, "no data: a message with no value");
     assert_eq!(binary.header("content-type"), None);
@@ -197,12 +177,10 @@ fn envelopes_without_payload_or_time_leave_those_attributes_out() {
         assert_eq!(value.get(absent), None, "{absent}");
     }
     // Year 10000 has no RFC 3339 form.
-    let far = Event::new(
-        1,
-        EventId::generate(),
-        Source::Publish,
-        envelope("default", "/t", None, 253_402_300_800),
-    );
+    let far = testing::event(1)
+        .topic("/t")
+        .at_nanos(253_402_300_800, NANOS)
+        .build();
     assert_eq!(
         encode(ValueFormat::CloudeventsBinary, &far).header("ce_time"),
         None
@@ -226,12 +204,11 @@ fn sources_name_the_node_and_the_upstream_percent_encoded() {
         source("rack 7:a", &Source::Publish),
         "eventgate://rack%207%3Aa/publish"
     );
-    let e = Event::new(
-        1,
-        EventId::generate(),
-        Source::Upstream(Arc::from("k8s/containerd")),
-        envelope("default", "/t", None, 0),
-    );
+    let e = testing::event(1)
+        .source(Source::Upstream(Arc::from("k8s/containerd")))
+        .topic("/t")
+        .at_nanos(0, NANOS)
+        .build();
     let value = structured_value(&encode(ValueFormat::CloudeventsStructured, &e));
     assert_eq!(
         value["source"],

@@ -1,25 +1,16 @@
 //! Topics, keys, values and headers of the records events become.
 
-use prost_types::Any;
-
 use super::*;
-use crate::event::{EventId, Source};
-use crate::proto::Registry;
 use crate::proto::containerd::types::Envelope;
+use crate::testing;
 
+/// Event 7: `json` as `ty` in `ns` on `topic`.
 fn event(ns: &str, topic: &str, ty: &str, json: &str) -> Event {
-    let any = Registry::global().encode_json(ty, json).unwrap();
-    Event::new(
-        7,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: None,
-            namespace: ns.into(),
-            topic: topic.into(),
-            event: Some(any),
-        },
-    )
+    testing::event(7)
+        .namespace(ns)
+        .topic(topic)
+        .json(ty, json)
+        .build()
 }
 
 #[test]
@@ -79,20 +70,10 @@ fn keys_follow_the_object() {
         r#"{"key":"s1","name":"layer-9"}"#,
     );
     assert_eq!(message_key(&commit), "default/s1");
-    let unknown = Event::new(
-        1,
-        EventId::generate(),
-        Source::Publish,
-        Envelope {
-            timestamp: None,
-            namespace: "default".into(),
-            topic: "/custom".into(),
-            event: Some(Any {
-                type_url: "example.Custom".into(),
-                value: vec![1],
-            }),
-        },
-    );
+    let unknown = testing::event(1)
+        .topic("/custom")
+        .raw("example.Custom", vec![1])
+        .build();
     assert_eq!(message_key(&unknown), "default");
 }
 

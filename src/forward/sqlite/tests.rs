@@ -1,10 +1,8 @@
 use std::path::Path;
 
 use super::*;
-use crate::event::{Event, EventId, Source};
 use crate::forward::ErrorKind;
-use crate::proto::Registry;
-use crate::proto::containerd::types::Envelope;
+use crate::testing;
 
 fn options(toml: &str) -> Options {
     toml.parse().unwrap()
@@ -20,20 +18,11 @@ fn context(data_dir: &Path) -> Context {
 fn batch(seqs: std::ops::RangeInclusive<u64>) -> Batch {
     let events = seqs
         .map(|seq| {
-            let any = Registry::global()
-                .encode_json("containerd.events.TaskOOM", r#"{"container_id":"c"}"#)
-                .unwrap();
-            Arc::new(Event::new(
-                seq,
-                EventId::generate(),
-                Source::Publish,
-                Envelope {
-                    timestamp: Some(prost_types::Timestamp::default()),
-                    namespace: "default".into(),
-                    topic: "/tasks/oom".into(),
-                    event: Some(any),
-                },
-            ))
+            testing::event(seq)
+                .at(0)
+                .topic("/tasks/oom")
+                .json("containerd.events.TaskOOM", r#"{"container_id":"c"}"#)
+                .arc()
         })
         .collect();
     Batch::new(events, 0)

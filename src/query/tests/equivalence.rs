@@ -4,10 +4,11 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{store_with, varied_events};
+use super::varied_events;
 use crate::event::Event;
 use crate::filter::Filter;
 use crate::query::{Query, Reader, RowRange, sql};
+use crate::testing::TempStore;
 
 fn via_store(reader: &Reader, filter: &Filter) -> Vec<String> {
     let query = Query {
@@ -156,9 +157,9 @@ const SELECTORS: &[&str] = &[
 
 #[test]
 fn every_selector_alone_keeps_what_the_matcher_keeps() {
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     let mut answered_by_sql = 0;
     for text in SELECTORS {
         let filter = Filter::parse(text).unwrap();
@@ -180,9 +181,9 @@ fn every_selector_alone_keeps_what_the_matcher_keeps() {
 
 #[test]
 fn random_filters_keep_what_the_matcher_keeps() {
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     let mut rng = StdRng::seed_from_u64(0x4576_4774);
     for _ in 0..400 {
         let strings: Vec<String> = (0..rng.random_range(1..=3))
@@ -228,9 +229,9 @@ fn regex_topic_globs_and_nested_any_paths_are_rechecked_the_rest_is_not() {
 
 #[test]
 fn count_agrees_with_the_rows_emitted_within_a_row_range() {
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     let rows = RowRange {
         after: 3,
         up_to: 20,
@@ -257,9 +258,9 @@ fn count_agrees_with_the_rows_emitted_within_a_row_range() {
 #[test]
 fn every_selector_with_time_bounds_keeps_what_the_matcher_keeps() {
     use std::time::{Duration, SystemTime};
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     let at = |secs: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64);
     let t0 = super::T0;
     for (since, until) in [

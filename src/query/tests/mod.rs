@@ -4,46 +4,11 @@ mod equivalence;
 mod plan;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::event::{Clock, Event, EventId, Origin, Source, Workload};
-use crate::proto::Registry;
-use crate::proto::containerd::types::Envelope;
-use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
-
-pub(super) const T0: i64 = 1_714_557_600; // 2024-05-01T10:00:00Z
-
-pub(super) fn envelope(
-    secs: Option<i64>,
-    namespace: &str,
-    topic: &str,
-    payload: Option<prost_types::Any>,
-) -> Envelope {
-    Envelope {
-        timestamp: secs.map(|seconds| prost_types::Timestamp { seconds, nanos: 7 }),
-        namespace: namespace.into(),
-        topic: topic.into(),
-        event: payload,
-    }
-}
-
-pub(super) fn json_any(type_name: &str, json: &str) -> prost_types::Any {
-    Registry::global().encode_json(type_name, json).unwrap()
-}
-
-pub(super) fn event(seq: u64, source: Source, envelope: Envelope) -> Event {
-    Event::new(seq, EventId::generate(), source, envelope)
-}
-
-/// A store holding `events`, in order.
-pub(super) fn store_with(dir: &Path, events: &[Event]) -> PathBuf {
-    let path = dir.join("audit.db");
-    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
-    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
-    insert_rows(&mut conn, &rows).unwrap();
-    path
-}
+use crate::event::{Clock, Event, Origin, Source, Workload};
+pub(super) use crate::testing::T0;
+use crate::testing::{self, json_any};
 
 /// Events of every shape the adaptor treats differently: string, bool, nested
 /// message (set and unset), labels (dotted keys, empty values), a nested Any,
@@ -57,11 +22,15 @@ pub(super) fn varied_events() -> Vec<Event> {
             1 => Source::Forward,
             _ => Source::Upstream("node-a".into()),
         };
-        out.push(event(
-            out.len() as u64 + 1,
-            source,
-            envelope(secs, ns, topic, any),
-        ));
+        out.push(
+            testing::event(out.len() as u64 + 1)
+                .source(source)
+                .timestamp(secs.map(|seconds| prost_types::Timestamp { seconds, nanos: 7 }))
+                .namespace(ns)
+                .topic(topic)
+                .payload(any)
+                .build(),
+        );
     };
     let exit = |c: &str, id: &str| {
         json_any(

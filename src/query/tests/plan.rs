@@ -4,10 +4,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{T0, store_with, varied_events};
+use super::{T0, varied_events};
 use crate::event::Event;
 use crate::filter::Filter;
 use crate::query::{Query, Reader, RowRange};
+use crate::testing::TempStore;
 
 fn query(filter: &str, hour: bool, limit: Option<u64>) -> Query {
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(T0 as u64);
@@ -47,9 +48,9 @@ fn seqs(reader: &Reader, query: &Query) -> Vec<u64> {
 
 #[test]
 fn first_rows_of_a_topic_or_namespace_are_read_in_row_order_without_sorting() {
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     for (filter, index) in [
         ("namespace==k8s.io", "events_namespace_row"),
         (r#"topic=="/tasks/exit""#, "events_topic_row"),
@@ -72,9 +73,9 @@ fn first_rows_of_a_topic_or_namespace_are_read_in_row_order_without_sorting() {
 
 #[test]
 fn a_time_range_reads_row_ids_from_the_column_and_timestamp_index_and_sorts_only_them() {
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     for (filter, index) in [
         (r#"topic=="/tasks/exit""#, "events_topic_timestamp"),
         ("namespace==k8s.io", "events_namespace_timestamp"),
@@ -121,9 +122,9 @@ fn a_time_range_reads_row_ids_from_the_column_and_timestamp_index_and_sorts_only
 /// row.
 #[test]
 fn reconciled_rows_are_read_from_their_partial_index() {
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     for (filter, hour, limit) in [
         ("origin==reconciled", false, None),
         ("origin==reconciled", false, Some(2)),
@@ -158,9 +159,9 @@ fn reconciled_rows_are_read_from_their_partial_index() {
 /// order: `--pod` with `--limit` sorts nothing, and a name alone is a range of it.
 #[test]
 fn a_pods_rows_are_read_from_its_index_in_row_order() {
-    let dir = tempfile::tempdir().unwrap();
     let events = varied_events();
-    let reader = Reader::open(&store_with(dir.path(), &events)).unwrap();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
     for (filter, limit) in [
         ("pod.name==web-7,pod.namespace==shop", Some(2)),
         ("pod.name==web-7,pod.namespace==shop", None),

@@ -4,8 +4,8 @@ use super::*;
 
 #[tokio::test]
 async fn appends_are_read_back_in_order_across_segment_rolls() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, recovery) = dir.open(&["a"]);
     assert_eq!((recovery.next_seq, recovery.records), (1, 0));
     append(&spool, 50).await;
     assert!(
@@ -41,8 +41,8 @@ async fn appends_are_read_back_in_order_across_segment_rolls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_appends_are_durable_in_order_in_every_mode() {
     for fsync in [Fsync::Batch, Fsync::Always, Fsync::None] {
-        let dir = tempfile::tempdir().unwrap();
-        let (spool, _) = Spool::open(dir.path(), &settings(fsync), &["a"]).unwrap();
+        let dir = TempSpool::new();
+        let (spool, _) = dir.open_with(&spool_settings(fsync), &["a"]);
         let order = Arc::new(std::sync::Mutex::new(()));
         let mut tasks = Vec::new();
         for _ in 0..8 {
@@ -99,8 +99,8 @@ fn on_disk(dir: &Path, seq: u64) -> bool {
 
 #[tokio::test]
 async fn reopening_resumes_the_sequence_and_the_cursors() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a", "b"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a", "b"]);
     append(&spool, 30).await;
     spool.set_cursor("a", 20);
     spool.set_cursor("b", 10);
@@ -110,8 +110,7 @@ async fn reopening_resumes_the_sequence_and_the_cursors() {
     spool.close().await.unwrap();
     assert!(matches!(spool.append(&event(31)), Err(SpoolError::Closed)));
 
-    let (spool, recovery) =
-        Spool::open(dir.path(), &settings(Fsync::Batch), &["a", "b", "c"]).unwrap();
+    let (spool, recovery) = dir.open(&["a", "b", "c"]);
     assert_eq!((recovery.next_seq, recovery.records), (31, 30));
     assert_eq!(recovery.cursors_added, ["c"]);
     assert!(!recovery.damaged());
@@ -130,7 +129,7 @@ async fn reopening_resumes_the_sequence_and_the_cursors() {
     append(&spool, 1).await;
     spool.close().await.unwrap();
 
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, recovery) = dir.open(&["a"]);
     assert_eq!(recovery.cursors_dropped, ["b", "c"]);
     assert_eq!((spool.next_seq(), spool.cursor("a")), (32, 20));
     spool.close().await.unwrap();
@@ -138,8 +137,8 @@ async fn reopening_resumes_the_sequence_and_the_cursors() {
 
 #[tokio::test]
 async fn cursors_reach_the_disk_within_a_second_without_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a"]);
     append(&spool, 10).await;
     spool.set_cursor("a", 8);
     let file = dir.path().join("cursors");
@@ -150,8 +149,8 @@ async fn cursors_reach_the_disk_within_a_second_without_close() {
 
 #[tokio::test]
 async fn segments_go_once_every_cursor_has_passed_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a", "b"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a", "b"]);
     append(&spool, 40).await;
     let before = segment_files(dir.path()).len();
     spool.set_cursor("a", 41);
@@ -179,7 +178,7 @@ async fn segments_go_once_every_cursor_has_passed_them() {
     spool.set_cursor("b", 41);
     spool.close().await.unwrap();
     assert_eq!(segment_files(dir.path()).len(), 1);
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a", "b"]).unwrap();
+    let (spool, recovery) = dir.open(&["a", "b"]);
     assert_eq!((recovery.next_seq, spool.cursor("b")), (41, 41));
     spool.close().await.unwrap();
 }
@@ -189,12 +188,12 @@ async fn an_unusable_directory_is_a_precise_error() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
-    let error = Spool::open(&file.join("spool"), &settings(Fsync::Batch), &[])
+    let error = Spool::open(&file.join("spool"), &spool_settings(Fsync::Batch), &[])
         .err()
         .unwrap();
     let message = error.to_string();
     assert!(message.contains("not-a-dir"), "{message}");
-    let mut bad = settings(Fsync::Batch);
+    let mut bad = spool_settings(Fsync::Batch);
     bad.max_bytes = ByteSize(4096);
     let message = Spool::open(dir.path(), &bad, &[])
         .err()
@@ -223,7 +222,7 @@ async fn origins_survive_a_reopen_next_to_records_from_before_them() {
     use crate::event::{Clock, Origin};
     use prost::Message as _;
 
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempSpool::new();
     let old = event(1);
     let mut body = Vec::new();
     body.extend_from_slice(&1u64.to_le_bytes());
@@ -243,13 +242,13 @@ async fn origins_survive_a_reopen_next_to_records_from_before_them() {
     let reconciled = Origin::Reconciled {
         clock: Clock::Daemon,
     };
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, recovery) = dir.open(&["a"]);
     assert_eq!((recovery.next_seq, recovery.records), (2, 1));
     let ticket = spool.append(&event(2).with_origin(reconciled)).unwrap();
     spool.durable(ticket).await.unwrap();
     spool.close().await.unwrap();
 
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, _) = dir.open(&["a"]);
     let mut reader = spool.reader(1);
     let batch = tokio::time::timeout(Duration::from_secs(5), reader.next(10, 1 << 20))
         .await

@@ -66,8 +66,8 @@ fn recover_copy(spool: &Path, chunk: usize) -> (Outcome, usize) {
 
 #[tokio::test]
 async fn recovery_in_small_chunks_finds_and_repairs_exactly_what_whole_reads_do() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a"]);
     append(&spool, 40).await;
     spool.close().await.unwrap();
     let files = segment_files(dir.path());
@@ -106,11 +106,11 @@ async fn recovery_in_small_chunks_finds_and_repairs_exactly_what_whole_reads_do(
 
 #[tokio::test]
 async fn a_large_spool_is_opened_holding_one_chunk_of_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut big = settings(Fsync::Batch);
+    let dir = TempSpool::new();
+    let mut big = spool_settings(Fsync::Batch);
     big.segment_bytes = ByteSize(256 << 10);
     big.max_bytes = ByteSize(4 << 20);
-    let (spool, _) = Spool::open(dir.path(), &big, &["a"]).unwrap();
+    let (spool, _) = dir.open_with(&big, &["a"]);
     // Segments several times the chunk below: a whole read would hold 256 KiB.
     let mut tickets = Vec::new();
     for _ in 0..3000 {
@@ -127,7 +127,7 @@ async fn a_large_spool_is_opened_holding_one_chunk_of_it() {
     assert!(outcome.segments.len() > 2, "{:?}", outcome.segments);
     assert!(peak <= 16 << 10, "held {peak} bytes");
     // And the spool opened that way reads back every event.
-    let (spool, recovery) = Spool::open(dir.path(), &big, &["a"]).unwrap();
+    let (spool, recovery) = dir.open_with(&big, &["a"]);
     assert_eq!(recovery.next_seq, 3001);
     assert_eq!(read_all(&spool, 1).await, (range(1, 3000), vec![]));
     spool.close().await.unwrap();

@@ -1,8 +1,8 @@
 use super::*;
 
-async fn filled(n: usize) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+async fn filled(n: usize) -> TempSpool {
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a"]);
     append(&spool, n).await;
     spool.close().await.unwrap();
     dir
@@ -17,7 +17,7 @@ async fn a_torn_tail_is_cut_at_every_offset_and_only_that_record_is_lost() {
     assert_eq!(offset + len, original.len());
     for cut in offset..offset + len {
         std::fs::write(&last, &original[..cut]).unwrap();
-        let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+        let (spool, recovery) = dir.open(&["a"]);
         assert_eq!(
             recovery.truncated_bytes,
             (cut - offset) as u64,
@@ -31,7 +31,7 @@ async fn a_torn_tail_is_cut_at_every_offset_and_only_that_record_is_lost() {
     }
     assert!(corrupt_files(dir.path()).is_empty());
     // Appending goes on right where the intact records end.
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, _) = dir.open(&["a"]);
     append(&spool, 3).await;
     assert_eq!(read_all(&spool, 1).await, (range(1, 22), vec![]));
     spool.close().await.unwrap();
@@ -51,7 +51,7 @@ async fn bit_flips_in_the_middle_lose_only_the_damaged_records() {
     flip(first, first_records[2].0 + 1, 0x40);
     flip(second, second_records[4].0 + 200, 0x01);
 
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, recovery) = dir.open(&["a"]);
     assert_eq!(recovery.corrupt_ranges, 2, "{recovery:?}");
     assert_eq!(recovery.missing_records, 2);
     assert_eq!(recovery.records, 38);
@@ -90,7 +90,7 @@ async fn bit_flips_in_the_middle_lose_only_the_damaged_records() {
     spool.close().await.unwrap();
 
     // Repaired for good: the next open finds nothing to move aside; the gaps stay.
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, recovery) = dir.open(&["a"]);
     assert!(!recovery.damaged(), "{recovery:?}");
     assert_eq!((recovery.records, recovery.missing_records), (38, 2));
     spool.close().await.unwrap();
@@ -102,7 +102,7 @@ async fn a_damaged_last_record_is_kept_aside_not_just_cut() {
     let last = segment_files(dir.path()).pop().unwrap();
     let &(offset, _) = records_in(&last).last().unwrap();
     flip(&last, offset + 100, 0x80);
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, recovery) = dir.open(&["a"]);
     assert_eq!((recovery.corrupt_ranges, recovery.next_seq), (1, 5));
     assert_eq!(corrupt_files(dir.path()).len(), 1);
     assert_eq!(read_all(&spool, 1).await, (range(1, 4), vec![]));
@@ -115,7 +115,7 @@ async fn garbage_files_are_moved_aside_and_the_spool_opens() {
     let segments = dir.path().join("segments");
     std::fs::write(segments.join("00000000000000000100.log"), vec![0xab; 5000]).unwrap();
     std::fs::write(segments.join("notes.txt"), "hello").unwrap();
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, recovery) = dir.open(&["a"]);
     assert_eq!(recovery.corrupt_ranges, 2);
     assert_eq!(recovery.next_seq, 21);
     let mut names: Vec<String> = corrupt_files(dir.path())
@@ -130,8 +130,8 @@ async fn garbage_files_are_moved_aside_and_the_spool_opens() {
 
 #[tokio::test]
 async fn a_damaged_cursors_file_means_redelivery_not_loss() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a"]);
     append(&spool, 10).await;
     spool.set_cursor("a", 8);
     spool.close().await.unwrap();
@@ -139,7 +139,7 @@ async fn a_damaged_cursors_file_means_redelivery_not_loss() {
     let text = std::fs::read_to_string(&cursors).unwrap();
     assert!(text.contains("a 8\n"), "{text}");
     std::fs::write(&cursors, text.replace("a 8", "a 9")).unwrap();
-    let (spool, recovery) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+    let (spool, recovery) = dir.open(&["a"]);
     assert!(recovery.cursors_reset && recovery.damaged());
     assert_eq!(spool.cursor("a"), 1);
     assert_eq!(corrupt_files(dir.path()).len(), 1);

@@ -5,7 +5,7 @@ fn small(full: FullPolicy) -> SpoolSettings {
         max_bytes: ByteSize(3 * 4096),
         full,
         block_timeout: Duration::from_millis(300),
-        ..settings(Fsync::Batch)
+        ..spool_settings(Fsync::Batch)
     }
 }
 
@@ -21,8 +21,8 @@ async fn fill(spool: &Spool) -> Result<Vec<Dropped>, SpoolFull> {
 
 #[tokio::test]
 async fn block_waits_for_room_then_refuses_and_proceeds_once_a_cursor_frees_a_segment() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &small(FullPolicy::Block), &["a"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open_with(&small(FullPolicy::Block), &["a"]);
     let started = tokio::time::Instant::now();
     let full = fill(&spool).await.unwrap_err();
     assert!(started.elapsed() >= Duration::from_millis(300));
@@ -60,8 +60,8 @@ async fn block_waits_for_room_then_refuses_and_proceeds_once_a_cursor_frees_a_se
 
 #[tokio::test]
 async fn drop_oldest_discards_the_slowest_forwarders_records_and_says_which() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &small(FullPolicy::DropOldest), &["a", "b"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open_with(&small(FullPolicy::DropOldest), &["a", "b"]);
     append(&spool, 4).await;
     spool.set_cursor("b", 5);
     let dropped = fill(&spool).await.unwrap();
@@ -100,8 +100,8 @@ use super::basic::wait_for;
 
 #[tokio::test]
 async fn drop_oldest_reports_no_loss_for_records_a_sink_already_received() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spool, _) = Spool::open(dir.path(), &small(FullPolicy::DropOldest), &["a", "b"]).unwrap();
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open_with(&small(FullPolicy::DropOldest), &["a", "b"]);
     append(&spool, 4).await;
     // "a" has sent everything so far to its sink and waits for its checkpoint;
     // "b" has received nothing.

@@ -11,35 +11,15 @@ use std::time::Duration;
 
 use super::reader::Gap;
 use super::*;
-use crate::event::{EventId, Source};
-use crate::proto::containerd::types::Envelope;
+use crate::testing::{self, TempSpool, spool_settings};
 use crate::units::ByteSize;
 
-/// 4 KiB segments hold 12 of the ~330-byte records below.
-fn settings(fsync: Fsync) -> SpoolSettings {
-    SpoolSettings {
-        fsync,
-        segment_bytes: ByteSize(4096),
-        max_bytes: ByteSize(1 << 20),
-        full: FullPolicy::Block,
-        block_timeout: Duration::from_secs(5),
-        high_water: 0.9,
-        // The reserve has its own tests; these must not depend on the host's disk.
-        min_free: MinFree::Bytes(ByteSize(0)),
-    }
-}
-
+/// Event `seq` in a ~330-byte record, 12 to a segment of [`spool_settings`]; its
+/// payload's bytes are its seq, which [`read_all`] checks.
 fn event(seq: u64) -> Event {
-    let envelope = Envelope {
-        timestamp: None,
-        namespace: "default".into(),
-        topic: "/tasks/exit".into(),
-        event: Some(prost_types::Any {
-            type_url: "containerd.events.TaskExit".into(),
-            value: vec![seq as u8; 250],
-        }),
-    };
-    Event::new(seq, EventId::generate(), Source::Publish, envelope)
+    testing::event(seq)
+        .raw("containerd.events.TaskExit", vec![seq as u8; 250])
+        .build()
 }
 
 /// Appends `n` events and waits until each is durable.

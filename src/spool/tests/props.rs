@@ -28,9 +28,9 @@ proptest! {
         garbage in proptest::collection::vec(any::<u8>(), 0..64),
     ) {
         let runtime = runtime();
-        let dir = tempfile::tempdir().unwrap();
+        let dir = TempSpool::new();
         runtime.block_on(async {
-            let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+            let (spool, _) = dir.open(&["a"]);
             append(&spool, 30).await;
             spool.close().await.unwrap();
         });
@@ -53,7 +53,7 @@ proptest! {
         std::fs::write(last, bytes).unwrap();
 
         let seqs = runtime.block_on(async {
-            let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+            let (spool, _) = dir.open(&["a"]);
             let seqs = read_back(&spool).await;
             // The spool stays writable after any recovery.
             append(&spool, 1).await;
@@ -68,16 +68,16 @@ proptest! {
     #[test]
     fn a_segment_of_noise_yields_no_events(noise in proptest::collection::vec(any::<u8>(), 0..4096)) {
         let runtime = runtime();
-        let dir = tempfile::tempdir().unwrap();
+        let dir = TempSpool::new();
         runtime.block_on(async {
-            let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+            let (spool, _) = dir.open(&["a"]);
             append(&spool, 1).await;
             spool.close().await.unwrap();
         });
         let files = segment_files(dir.path());
         std::fs::write(&files[0], &noise).unwrap();
         let seqs = runtime.block_on(async {
-            let (spool, _) = Spool::open(dir.path(), &settings(Fsync::Batch), &["a"]).unwrap();
+            let (spool, _) = dir.open(&["a"]);
             let seqs = read_back(&spool).await;
             spool.close().await.unwrap();
             seqs

@@ -8,7 +8,8 @@ use super::*;
 
 #[test]
 fn an_untouched_store_verifies_and_reports_its_head() {
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     let report = intact(&path);
     assert_eq!((report.verified, report.legacy), (10, 0));
     let head = report.head.unwrap();
@@ -17,16 +18,17 @@ fn an_untouched_store_verifies_and_reports_its_head() {
     let state = report.state.unwrap();
     assert_eq!((state.first_row_id, state.head_row_id), (1, 10));
 
-    let empty = tempfile::tempdir().unwrap();
-    let path = empty.path().join("audit.db");
-    drop(open_writer(&path, &WriterOptions::default()).unwrap());
+    let empty = TempStore::new();
+    let path = empty.path().to_path_buf();
+    drop(empty.writer());
     let report = intact(&path);
     assert_eq!((report.verified, report.head), (0, None));
 }
 
 #[test]
 fn a_store_verifies_after_pruning_and_after_pruning_everything() {
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     prune(&path, 4);
     let report = intact(&path);
     assert_eq!(report.verified, 6);
@@ -44,8 +46,8 @@ fn a_store_verifies_after_pruning_and_after_pruning_everything() {
 
 #[test]
 fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
+    let store = TempStore::new();
+    let path = store.path().to_path_buf();
     {
         let conn = store_at_version(&path, 2);
         for i in 1..=3 {
@@ -79,8 +81,8 @@ fn an_upgraded_schema_2_store_counts_its_legacy_rows_then_chains_new_ones() {
 #[test]
 fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
     use crate::publisher::Publisher;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
+    let store = TempStore::new();
+    let path = store.path().to_path_buf();
     {
         // A store as version 4 left it: chained rows without publisher columns.
         let conn = store_at_version(&path, 4);
@@ -115,7 +117,7 @@ fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
         })),
         event(6),
     ];
-    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let mut conn = store.writer();
     let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
     insert_rows(&mut conn, &rows).unwrap();
     drop(conn);
@@ -137,7 +139,7 @@ fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
         "UPDATE events SET publisher_subject = NULL WHERE row_id = 5",
         "UPDATE events SET publisher_gid = 0 WHERE row_id = 2",
     ] {
-        let copy = dir.path().join("copy.db");
+        let copy = store.dir().join("copy.db");
         std::fs::copy(&path, &copy).unwrap();
         sql(&copy, edit);
         let found = problem(&copy);
@@ -148,10 +150,10 @@ fn a_schema_4_chain_keeps_verifying_and_rows_with_publishers_join_it() {
 
 #[test]
 fn redelivery_and_a_rolled_back_batch_leave_the_chain_intact() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
+    let store = TempStore::new();
+    let path = store.path().to_path_buf();
     let events = write(&path, 1..=3);
-    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let mut conn = store.writer();
     let before = head(&path).unwrap().unwrap();
     let again: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
     assert_eq!(insert_rows(&mut conn, &again).unwrap(), 0);
@@ -189,8 +191,9 @@ fn redelivery_and_a_rolled_back_batch_leave_the_chain_intact() {
 
 #[test]
 fn verify_reads_while_a_writer_holds_its_transaction_open() {
-    let (_dir, path) = store();
-    let mut writer = open_writer(&path, &WriterOptions::default()).unwrap();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
+    let mut writer = store.writer();
     let tx = writer
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .unwrap();

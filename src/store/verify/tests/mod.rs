@@ -6,43 +6,37 @@ mod origin;
 mod tampered;
 mod workload;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
-use tempfile::TempDir;
 
 pub use super::*;
 use crate::event::Event;
-use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
+use crate::store::{EventRow, insert_rows};
+use crate::testing::{self, T0, TempStore};
 
-const T0: i64 = 1_714_557_600;
-
+/// Event `seq`: an exit of container `c{seq}`, `seq` seconds after [`T0`].
 fn event(seq: u64) -> Event {
     let json = format!(r#"{{"container_id":"c{seq}","pid":{seq},"exit_status":1}}"#);
-    crate::event::sample(
-        seq,
-        T0 + seq as i64,
-        "/tasks/exit",
-        "containerd.events.TaskExit",
-        &json,
-    )
+    testing::event(seq)
+        .at(T0 + seq as i64)
+        .json("containerd.events.TaskExit", &json)
+        .build()
 }
 
+/// Writes events `seqs` with the store's own writer to the store at `path`.
 fn write(path: &Path, seqs: std::ops::RangeInclusive<u64>) -> Vec<Event> {
     let events: Vec<Event> = seqs.map(event).collect();
-    let mut conn = open_writer(path, &WriterOptions::default()).unwrap();
-    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
-    insert_rows(&mut conn, &rows).unwrap();
+    testing::insert(path, &events);
     events
 }
 
 /// Ten events, seq 1..=10 at row_id 1..=10.
-fn store() -> (TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
-    write(&path, 1..=10);
-    (dir, path)
+fn ten_events() -> TempStore {
+    let store = TempStore::new();
+    write(store.path(), 1..=10);
+    store
 }
 
 fn sql(path: &Path, statements: &str) {

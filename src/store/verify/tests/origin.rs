@@ -13,8 +13,8 @@ fn reconciled(clock: Clock) -> Origin {
 
 #[test]
 fn a_schema_5_chain_keeps_verifying_and_reconciled_rows_join_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
+    let store = TempStore::new();
+    let path = store.path().to_path_buf();
     {
         // A store as version 5 left it: one row without a publisher, one with.
         let conn = store_at_version(&path, 5);
@@ -55,7 +55,7 @@ fn a_schema_5_chain_keeps_verifying_and_reconciled_rows_join_it() {
             })),
         event(5),
     ];
-    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let mut conn = store.writer();
     let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
     insert_rows(&mut conn, &rows).unwrap();
     drop(conn);
@@ -93,7 +93,7 @@ fn a_schema_5_chain_keeps_verifying_and_reconciled_rows_join_it() {
         "UPDATE events SET origin_clock = 'reconcile' WHERE row_id = 3",
         "UPDATE events SET origin = 'live', origin_clock = NULL WHERE row_id = 4",
     ] {
-        let copy = dir.path().join("copy.db");
+        let copy = store.dir().join("copy.db");
         std::fs::copy(&path, &copy).unwrap();
         sql(&copy, edit);
         let found = problem(&copy);

@@ -27,7 +27,8 @@ fn a_modified_column_is_reported_at_its_row() {
         ("pod_name", "'web-7'"),
         ("labels", "'{}'"),
     ] {
-        let (_dir, path) = store();
+        let store = ten_events();
+        let path = store.path().to_path_buf();
         sql(
             &path,
             &format!("UPDATE events SET {column} = {value} WHERE seq = 5"),
@@ -40,7 +41,8 @@ fn a_modified_column_is_reported_at_its_row() {
 
 #[test]
 fn a_row_deleted_in_the_middle_is_reported_between_its_neighbours() {
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(&path, "DELETE FROM events WHERE row_id = 5");
     let found = problem(&path);
     assert_at(&found, Kind::Deleted, 6, 6);
@@ -50,7 +52,8 @@ fn a_row_deleted_in_the_middle_is_reported_between_its_neighbours() {
 
 #[test]
 fn rows_deleted_at_the_start_or_the_end_are_reported() {
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(&path, "DELETE FROM events WHERE row_id <= 2");
     let found = problem(&path);
     assert_at(&found, Kind::Deleted, 3, 3);
@@ -58,14 +61,16 @@ fn rows_deleted_at_the_start_or_the_end_are_reported() {
     assert!(found.what.contains("(row_id 1 to 2: 2 rows)"), "{found}");
 
     // The same after pruning: the first row must link to the checkpoint.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     prune(&path, 3);
     sql(&path, "DELETE FROM events WHERE row_id = 4");
     let found = problem(&path);
     assert_at(&found, Kind::Deleted, 5, 5);
     assert!(found.what.contains("retention checkpoint"), "{found}");
 
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(&path, "DELETE FROM events WHERE row_id >= 9");
     let found = problem(&path);
     assert_at(&found, Kind::Deleted, 8, 8);
@@ -84,7 +89,8 @@ fn open_a_gap_at_5(path: &Path) {
 #[test]
 fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
     // Appended with the sqlite3 shell: no hash.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (99, 'x', 't', 'default', '/x')",
@@ -92,7 +98,8 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
     assert_at(&problem(&path), Kind::Inserted, 11, 99);
 
     // In the middle, with a made-up hash.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     open_a_gap_at_5(&path);
     sql(
         &path,
@@ -104,7 +111,8 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
     assert!(found.what.contains("does not match its content"), "{found}");
 
     // In the middle, its own hash computed right and linked to the row before.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     open_a_gap_at_5(&path);
     let conn = Connection::open(&path).unwrap();
     let prev: Hash = conn
@@ -147,7 +155,8 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
     assert!(found.what.contains("both link to the same row"), "{found}");
 
     // Appended with a computed hash but without moving the recorded head.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "INSERT INTO events (seq, id, received_at, namespace, topic) VALUES (99, 'x', 't', 'default', '/x')",
@@ -162,7 +171,8 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
 
 #[test]
 fn swapped_rows_and_a_changed_row_id_are_reported() {
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "UPDATE events SET row_id = 100 WHERE row_id = 5;
@@ -171,7 +181,8 @@ fn swapped_rows_and_a_changed_row_id_are_reported() {
     );
     assert_at(&problem(&path), Kind::Reordered, 5, 6);
 
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(&path, "UPDATE events SET row_id = 50 WHERE row_id = 10");
     assert_at(&problem(&path), Kind::Modified, 50, 10);
 }
@@ -186,12 +197,14 @@ fn a_tampered_chain_table_is_reported_as_such() {
         "DROP TABLE audit_chain",
         "UPDATE audit_chain SET pruned_row_id = 12",
     ] {
-        let (_dir, path) = store();
+        let store = ten_events();
+        let path = store.path().to_path_buf();
         sql(&path, statements);
         assert_eq!(problem(&path).kind, Kind::ChainTable, "{statements}");
     }
     // The recorded head moved back over intact rows.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     sql(
         &path,
         "UPDATE audit_chain SET head_row_id = 9, head_seq = 9, head_hash = (SELECT hash FROM events WHERE row_id = 9)",
@@ -201,7 +214,8 @@ fn a_tampered_chain_table_is_reported_as_such() {
 
 #[test]
 fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     let anchor = head_anchor(&path);
     let report = verify(&path, &[anchor]).unwrap();
     assert_eq!((report.problem, report.anchors), (None, vec![anchor]));
@@ -216,7 +230,8 @@ fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
     assert_at(&found, Kind::Rewritten, 10, 10);
 
     // Rows deleted at the end, the head moved back to match.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     let anchor = head_anchor(&path);
     sql(
         &path,
@@ -228,7 +243,8 @@ fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
     assert_at(&found, Kind::Rewritten, 9, 9);
 
     // An anchor on the checkpoint is checked against it; one before it cannot be.
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     let hash_4: Hash = Connection::open(&path)
         .unwrap()
         .query_row("SELECT hash FROM events WHERE row_id = 4", [], |r| r.get(0))
@@ -257,7 +273,8 @@ fn only_an_anchor_catches_a_chain_recomputed_after_an_edit() {
 /// upgraded store of legacy rows; an anchor recorded earlier does not.
 #[test]
 fn unchaining_every_row_is_caught_by_an_anchor() {
-    let (_dir, path) = store();
+    let store = ten_events();
+    let path = store.path().to_path_buf();
     let anchor = head_anchor(&path);
     sql(
         &path,

@@ -52,8 +52,8 @@ fn stored(path: &Path) -> Vec<[Option<String>; 7]> {
 
 #[test]
 fn a_schema_7_chain_keeps_verifying_and_rows_with_a_workload_join_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
+    let store = TempStore::new();
+    let path = store.path().to_path_buf();
     {
         // A store as version 7 left it: a plain row, one with a publisher, a
         // reconciled one, each hashed as that version's writer did.
@@ -110,7 +110,7 @@ fn a_schema_7_chain_keeps_verifying_and_rows_with_a_workload_join_it() {
                 pid: Some(1),
             })),
     ];
-    let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
+    let mut conn = store.writer();
     let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
     insert_rows(&mut conn, &rows).unwrap();
     drop(conn);
@@ -199,7 +199,7 @@ fn a_schema_7_chain_keeps_verifying_and_rows_with_a_workload_join_it() {
             5,
         ),
     ] {
-        let copy = dir.path().join("copy.db");
+        let copy = store.dir().join("copy.db");
         std::fs::copy(&path, &copy).unwrap();
         sql(&copy, edit);
         let found = problem(&copy);
