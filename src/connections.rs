@@ -29,27 +29,27 @@ use crate::exchange::Limit;
 
 /// The connections open on one listener; cheap to clone, clones share the count.
 #[derive(Clone, Debug)]
-pub struct OpenConnections {
+pub(crate) struct OpenConnections {
     listener: &'static str,
     open: Arc<AtomicUsize>,
 }
 
 impl OpenConnections {
     /// `listener` labels the gauge: `unix` or `tcp`.
-    pub fn new(listener: &'static str) -> Self {
+    pub(crate) fn new(listener: &'static str) -> Self {
         Self {
             listener,
             open: Arc::default(),
         }
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }
 
     /// Sets `eventgate_connections{listener}`; also called at each scrape, so the
     /// gauge stays while nothing changes.
-    pub fn publish(&self) {
+    pub(crate) fn publish(&self) {
         metrics::gauge!("eventgate_connections", "listener" => self.listener)
             .set(self.count() as f64);
     }
@@ -75,7 +75,7 @@ const PREFACE: usize = 24;
 
 /// An accepting stream (what `serve_with_incoming` takes) that closes connections
 /// over the cap and counts the rest while they are open.
-pub struct Capped<S> {
+pub(crate) struct Capped<S> {
     inner: S,
     open: OpenConnections,
     limit: usize,
@@ -85,7 +85,7 @@ pub struct Capped<S> {
 impl<S> Capped<S> {
     /// At most `limit` connections open at once, each sending its first bytes
     /// within `first_bytes_within`.
-    pub fn new(
+    pub(crate) fn new(
         inner: S,
         open: OpenConnections,
         limit: usize,
@@ -134,7 +134,7 @@ where
 }
 
 /// An accepted connection that gives its place back when it closes.
-pub struct Counted<IO> {
+pub(crate) struct Counted<IO> {
     io: IO,
     open: OpenConnections,
     /// Until the first [`PREFACE`] bytes arrived: when they must have.

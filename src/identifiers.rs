@@ -5,7 +5,7 @@
 use thiserror::Error;
 
 /// containerd's limit on identifier length (namespaces and topic components).
-pub const MAX_IDENTIFIER_LEN: usize = 76;
+pub(crate) const MAX_IDENTIFIER_LEN: usize = 76;
 
 /// The pattern containerd prints in its error message.
 const IDENTIFIER_PATTERN: &str = "^[A-Za-z0-9]+(?:[._-](?:[A-Za-z0-9]+))*$";
@@ -22,7 +22,7 @@ pub enum IdentifierError {
 
 /// Validates a namespace name or a topic component: ASCII alphanumeric runs joined by
 /// single `.`, `_` or `-`, at most 76 characters.
-pub fn validate(s: &str) -> Result<(), IdentifierError> {
+pub(crate) fn validate(s: &str) -> Result<(), IdentifierError> {
     if s.is_empty() {
         return Err(IdentifierError::Empty);
     }
@@ -60,7 +60,7 @@ pub enum TopicError {
 }
 
 /// Validates a topic: `/`-separated identifiers with a leading `/`.
-pub fn validate_topic(topic: &str) -> Result<(), TopicError> {
+pub(crate) fn validate_topic(topic: &str) -> Result<(), TopicError> {
     if topic.is_empty() {
         return Err(TopicError::Empty);
     }

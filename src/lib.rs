@@ -36,6 +36,9 @@
 //! - [`cli`]: the `eventgate` command; `bench` (with the `bench` feature):
 //!   rerunnable benchmarks.
 
+// Crate-private items say so: `pub` is the library's surface (see above).
+#![cfg_attr(not(test), warn(unreachable_pub))]
+
 mod admin;
 #[cfg(feature = "bench")]
 pub mod bench;

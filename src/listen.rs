@@ -105,19 +105,19 @@ pub enum ListenError {
 
 /// A bound unix socket that removes its file when dropped, but only if the file is
 /// still the one it created (a successor may have replaced it).
-pub struct UnixSocket {
+pub(crate) struct UnixSocket {
     listener: Option<UnixListener>,
     path: PathBuf,
     inode: u64,
 }
 
 impl UnixSocket {
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Hands out the listener; the file is still cleaned up when `self` drops.
-    pub fn take_listener(&mut self) -> Option<UnixListener> {
+    pub(crate) fn take_listener(&mut self) -> Option<UnixListener> {
         self.listener.take()
     }
 }
@@ -133,7 +133,7 @@ impl Drop for UnixSocket {
 
 /// A group the socket file is given to (`exchange.socket_group`), resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SocketGroup {
+pub(crate) struct SocketGroup {
     /// As configured, for messages.
     pub name: String,
     pub gid: u32,
@@ -142,7 +142,7 @@ pub struct SocketGroup {
 impl SocketGroup {
     /// A numeric gid is taken as it is (a container may have no /etc/group entry for
     /// it); a name is looked up in the system's group database.
-    pub fn resolve(spec: &str) -> Result<Self, ListenError> {
+    pub(crate) fn resolve(spec: &str) -> Result<Self, ListenError> {
         if let Ok(gid) = spec.parse::<u32>() {
             return Ok(Self {
                 name: spec.to_owned(),
@@ -196,7 +196,7 @@ fn lookup_group(name: &str) -> Result<Option<u32>, ListenError> {
 /// Binds a unix socket at `path` with `mode` (and `group`, when given). A socket file
 /// left by a dead process is replaced; one that still accepts connections is left
 /// alone and reported.
-pub fn bind_unix(
+pub(crate) fn bind_unix(
     path: &Path,
     mode: u32,
     group: Option<&SocketGroup>,
@@ -283,7 +283,7 @@ fn remove_if_stale(path: &Path) -> Result<(), ListenError> {
 
 /// How the TCP listener is protected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TcpSecurity {
+pub(crate) enum TcpSecurity {
     Tls {
         /// Clients must present a certificate (`client_ca`).
         client_certificates: bool,
@@ -298,7 +298,10 @@ pub enum TcpSecurity {
 /// unencrypted exchange to the network, so it needs TLS or an explicit `insecure`
 /// (logged as a warning); TLS without client certificates authenticates nobody, so
 /// beyond loopback it needs an explicit `allow_anonymous_clients` (a warning too).
-pub async fn bind_tcp(addr: SocketAddr, security: TcpSecurity) -> Result<TcpListener, ListenError> {
+pub(crate) async fn bind_tcp(
+    addr: SocketAddr,
+    security: TcpSecurity,
+) -> Result<TcpListener, ListenError> {
     match security {
         TcpSecurity::Tls {
             client_certificates: false,

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// The lock file's name in the data directory.
-pub const LOCK_FILE: &str = "eventgate.lock";
+pub(crate) const LOCK_FILE: &str = "eventgate.lock";
 
 #[derive(Debug, Error)]
 pub enum LockError {
@@ -47,14 +47,14 @@ pub enum LockError {
 
 /// Held for the life of the process; dropping it releases the lock.
 #[derive(Debug)]
-pub struct DataDirLock {
+pub(crate) struct DataDirLock {
     _file: File,
 }
 
 impl DataDirLock {
     /// Takes the lock without waiting: a second gateway is refused at once, naming the
     /// first. Writes this process's pid and host name into the file.
-    pub fn acquire(dir: &Path) -> Result<Self, LockError> {
+    pub(crate) fn acquire(dir: &Path) -> Result<Self, LockError> {
         let path = dir.join(LOCK_FILE);
         let io_error = |source| LockError::Io {
             dir: dir.to_path_buf(),
@@ -88,7 +88,6 @@ impl DataDirLock {
             .map_err(io_error)?;
         Ok(Self { _file: file })
     }
-
 }
 
 /// "pid 1234 on host node-1", from what the holder wrote.

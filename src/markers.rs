@@ -17,18 +17,18 @@ use crate::proto::eventgate::events::v1::{
 use crate::spool::Dropped;
 
 /// The gateway's own namespace.
-pub const NAMESPACE: &str = "eventgate";
-pub const CONNECTED_TOPIC: &str = "/eventgate/upstream/connected";
-pub const DISCONNECTED_TOPIC: &str = "/eventgate/upstream/disconnected";
-pub const RECONCILED_TOPIC: &str = "/eventgate/upstream/reconciled";
-pub const CONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamConnected";
-pub const RECONCILED_TYPE: &str = "eventgate.events.v1.UpstreamReconciled";
-pub const DISCONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamDisconnected";
-pub const SPOOL_DROPPED_TOPIC: &str = "/eventgate/spool/dropped";
-pub const SPOOL_DROPPED_TYPE: &str = "eventgate.events.v1.SpoolDropped";
+pub(crate) const NAMESPACE: &str = "eventgate";
+pub(crate) const CONNECTED_TOPIC: &str = "/eventgate/upstream/connected";
+pub(crate) const DISCONNECTED_TOPIC: &str = "/eventgate/upstream/disconnected";
+pub(crate) const RECONCILED_TOPIC: &str = "/eventgate/upstream/reconciled";
+pub(crate) const CONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamConnected";
+pub(crate) const RECONCILED_TYPE: &str = "eventgate.events.v1.UpstreamReconciled";
+pub(crate) const DISCONNECTED_TYPE: &str = "eventgate.events.v1.UpstreamDisconnected";
+pub(crate) const SPOOL_DROPPED_TOPIC: &str = "/eventgate/spool/dropped";
+pub(crate) const SPOOL_DROPPED_TYPE: &str = "eventgate.events.v1.SpoolDropped";
 
 /// What the connected marker says; `gap_started_at` is when the record broke.
-pub struct Connected<'a> {
+pub(crate) struct Connected<'a> {
     pub upstream: &'a str,
     pub address: &'a str,
     pub filters: &'a [String],
@@ -37,7 +37,7 @@ pub struct Connected<'a> {
     pub attempts: u64,
 }
 
-pub struct Disconnected<'a> {
+pub(crate) struct Disconnected<'a> {
     pub upstream: &'a str,
     pub address: &'a str,
     pub reason: &'a str,
@@ -46,7 +46,7 @@ pub struct Disconnected<'a> {
     pub events_received: u64,
 }
 
-pub fn connected(marker: &Connected<'_>) -> Envelope {
+pub(crate) fn connected(marker: &Connected<'_>) -> Envelope {
     let payload = UpstreamConnected {
         upstream: marker.upstream.to_owned(),
         address: marker.address.to_owned(),
@@ -63,7 +63,7 @@ pub fn connected(marker: &Connected<'_>) -> Envelope {
     )
 }
 
-pub fn disconnected(marker: &Disconnected<'_>) -> Envelope {
+pub(crate) fn disconnected(marker: &Disconnected<'_>) -> Envelope {
     let payload = UpstreamDisconnected {
         upstream: marker.upstream.to_owned(),
         address: marker.address.to_owned(),
@@ -81,7 +81,7 @@ pub fn disconnected(marker: &Disconnected<'_>) -> Envelope {
 }
 
 /// The reconciled marker, stamped with the time the daemon was listed.
-pub fn reconciled(marker: UpstreamReconciled, listed_at: SystemTime) -> Envelope {
+pub(crate) fn reconciled(marker: UpstreamReconciled, listed_at: SystemTime) -> Envelope {
     envelope(
         listed_at,
         RECONCILED_TOPIC,
@@ -91,7 +91,7 @@ pub fn reconciled(marker: UpstreamReconciled, listed_at: SystemTime) -> Envelope
 }
 
 /// What a forwarder lost to a full spool under `drop_oldest`, stamped now.
-pub fn spool_dropped(lost: &Dropped) -> Envelope {
+pub(crate) fn spool_dropped(lost: &Dropped) -> Envelope {
     let now = SystemTime::now();
     let payload = SpoolDropped {
         forwarder: lost.forwarder.clone(),

@@ -15,12 +15,12 @@ use std::sync::LazyLock;
 use regex::{Captures, Regex};
 
 /// What a secret value is shown as.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// Keys whose values must never be shown: passwords, secrets, tokens, credentials,
 /// inline PEM (`ssl.key.pem`; certificates too, rather than guess which are public)
 /// and librdkafka's OAUTHBEARER configuration string.
-pub fn is_secret(key: &str) -> bool {
+pub(crate) fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     key.contains("password")
         || key.contains("secret")
@@ -78,7 +78,7 @@ fn masked(value: &str) -> String {
 /// Replaces the value of every secret key in an option table, at any depth
 /// (`properties = { "sasl.password" = ... }`), with "***": what a forwarder kind shows
 /// of its options unless it knows better (see `forward::Kind::redact`).
-pub fn table(options: &mut toml::Table) {
+pub(crate) fn table(options: &mut toml::Table) {
     for (key, value) in options.iter_mut() {
         match value {
             toml::Value::Table(inner) => table(inner),
@@ -89,7 +89,7 @@ pub fn table(options: &mut toml::Table) {
 }
 
 /// `text` with the value of every assignment to a secret key masked.
-pub fn by_key(text: &str) -> Cow<'_, str> {
+pub(crate) fn by_key(text: &str) -> Cow<'_, str> {
     let text = PROPERTY_ERROR.replace_all(text, |c: &Captures| {
         if is_secret(&c["key"]) {
             format!("{}{}{}", &c["before"], masked(&c["value"]), &c["after"])
@@ -114,7 +114,7 @@ pub fn by_key(text: &str) -> Cow<'_, str> {
 
 /// The values assigned to secret keys in `text` (a configuration file, possibly
 /// broken), so that they can be masked wherever else they appear.
-pub fn assigned_secrets(text: &str) -> Vec<String> {
+pub(crate) fn assigned_secrets(text: &str) -> Vec<String> {
     let mut found: Vec<String> = ASSIGNMENT
         .captures_iter(text)
         .chain(JSON_MEMBER.captures_iter(text))
@@ -130,7 +130,7 @@ pub fn assigned_secrets(text: &str) -> Vec<String> {
 /// `text` with each of `secrets` masked where it stands as a token of its own: not
 /// preceded or followed by a letter, digit or `_`. A short secret then cannot mangle
 /// the words that happen to contain it.
-pub fn values(text: &str, secrets: &[String]) -> String {
+pub(crate) fn values(text: &str, secrets: &[String]) -> String {
     let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
     let mut out = text.to_owned();
     for secret in secrets.iter().filter(|s| !s.is_empty()) {
@@ -155,7 +155,7 @@ pub fn values(text: &str, secrets: &[String]) -> String {
 }
 
 /// Both: assignments to secret keys, then the known values where they stand alone.
-pub fn text(text: &str, secrets: &[String]) -> String {
+pub(crate) fn text(text: &str, secrets: &[String]) -> String {
     values(&by_key(text), secrets)
 }
 

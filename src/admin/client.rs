@@ -44,18 +44,22 @@ pub enum FetchError {
 }
 
 /// `addr` is `HOST:PORT`, optionally with `http://` in front.
-pub fn host_port(addr: &str) -> &str {
+pub(crate) fn host_port(addr: &str) -> &str {
     addr.trim_start_matches("http://").trim_end_matches('/')
 }
 
 /// GETs `path`; returns the status code and the body.
-pub async fn get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String), FetchError> {
+pub(crate) async fn get(
+    addr: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), FetchError> {
     request(http::Method::GET, addr, path, None, timeout).await
 }
 
 /// POSTs to `path` with an empty body, with `token` as `Authorization: Bearer`
 /// when given; returns the status code and the body.
-pub async fn post(
+pub(crate) async fn post(
     addr: &str,
     path: &str,
     token: Option<&str>,
@@ -114,7 +118,7 @@ async fn request(
 }
 
 /// GETs and decodes `/status`.
-pub async fn status(addr: &str, timeout: Duration) -> Result<Status, FetchError> {
+pub(crate) async fn status(addr: &str, timeout: Duration) -> Result<Status, FetchError> {
     let (code, body) = get(addr, "/status", timeout).await?;
     if code != 200 {
         return Err(FetchError::Status {

@@ -24,7 +24,11 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How often histogram samples are folded in when nobody scrapes.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
-pub async fn serve(listener: TcpListener, observed: Arc<Observed>, cancel: CancellationToken) {
+pub(super) async fn serve(
+    listener: TcpListener,
+    observed: Arc<Observed>,
+    cancel: CancellationToken,
+) {
     let graceful = GracefulShutdown::new();
     let mut upkeep = tokio::time::interval(UPKEEP_EVERY);
     loop {

@@ -31,7 +31,7 @@ static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 /// Installs the recorder the first time (later calls, e.g. a second gateway in the
 /// same process, share it). `None` when another recorder was installed first: its
 /// owner gets the metrics, and /metrics says so.
-pub fn install() -> Option<&'static PrometheusHandle> {
+pub(crate) fn install() -> Option<&'static PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
             let recorder = builder().build_recorder();
@@ -79,7 +79,7 @@ fn builder() -> PrometheusBuilder {
 
 /// Sets the gauges computed at scrape time: queue depth, backlog, oldest pending
 /// event per forwarder, spool use, subscribers and readiness.
-pub fn refresh(observed: &Observed) {
+pub(crate) fn refresh(observed: &Observed) {
     let now = SystemTime::now();
     let spool = observed.spool.as_ref();
     let next_seq = spool.map(|s| s.next_seq());

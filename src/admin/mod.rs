@@ -9,12 +9,12 @@
 //! It binds before the gateway serves anything (a busy port stops the start) and
 //! stops last, so health and metrics stay visible while forwarders drain.
 
-pub mod client;
+pub(crate) mod client;
 mod http;
-pub mod metrics;
-pub mod readiness;
-pub mod settings;
-pub mod status;
+pub(crate) mod metrics;
+pub(crate) mod readiness;
+pub(crate) mod settings;
+pub(crate) mod status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub enum AdminError {
 
 /// What the endpoint reports on: views of the running gateway's parts.
 #[derive(Clone)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The forwarders running now (follows reloads).
     pub forwarders: Forwarders,
     /// Serves `POST /reload`; `None`: the endpoint answers that it cannot reload.
@@ -65,7 +65,7 @@ pub struct Observed {
 }
 
 /// A bound, not yet serving, admin listener.
-pub struct Bound {
+pub(crate) struct Bound {
     listener: TcpListener,
     addr: SocketAddr,
 }
@@ -73,7 +73,7 @@ pub struct Bound {
 impl Bound {
     /// Installs the metrics recorder (so everything recorded from now on is kept) and
     /// binds `addr`.
-    pub async fn bind(addr: SocketAddr) -> Result<Self, AdminError> {
+    pub(crate) async fn bind(addr: SocketAddr) -> Result<Self, AdminError> {
         metrics::install();
         let listener = TcpListener::bind(addr)
             .await
@@ -83,7 +83,7 @@ impl Bound {
     }
 
     /// Starts answering requests.
-    pub fn serve(self, observed: Observed) -> Admin {
+    pub(crate) fn serve(self, observed: Observed) -> Admin {
         let cancel = CancellationToken::new();
         let task = tokio::spawn(http::serve(
             self.listener,
@@ -103,19 +103,19 @@ impl Bound {
 }
 
 /// The running endpoint.
-pub struct Admin {
+pub(crate) struct Admin {
     addr: SocketAddr,
     cancel: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl Admin {
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Stops accepting, lets requests in flight finish, and waits for that.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.cancel.cancel();
         if let Err(error) = (&mut self.task).await {
             tracing::warn!(%error, "the admin endpoint task died");

@@ -25,7 +25,7 @@ use crate::upstream::UpstreamStatus;
 
 /// One part's verdict: `problem` is `Some` when it is not ready.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Part {
+pub(crate) struct Part {
     pub name: String,
     pub problem: Option<String>,
     /// What is fine about it, for `?verbose`.
@@ -33,16 +33,16 @@ pub struct Part {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     pub parts: Vec<Part>,
 }
 
 impl Readiness {
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         self.parts.iter().all(|p| p.problem.is_none())
     }
 
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         self.parts
             .iter()
             .filter_map(|p| p.problem.clone())
@@ -51,7 +51,7 @@ impl Readiness {
 
     /// The /readyz body: "ready", or "not ready" and one line per failing part;
     /// `verbose` lists every part.
-    pub fn render(&self, verbose: bool) -> String {
+    pub(crate) fn render(&self, verbose: bool) -> String {
         let mut out = String::from(if self.ready() {
             "ready\n"
         } else {
@@ -74,7 +74,7 @@ impl Readiness {
 
 /// The spool's fill level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpoolUse {
+pub(crate) struct SpoolUse {
     pub bytes: u64,
     pub max_bytes: u64,
     pub high_water_bytes: u64,
@@ -83,7 +83,7 @@ pub struct SpoolUse {
 /// The settings (`[admin]`) that say how long a forwarder may be behind or failing
 /// before it counts as not ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rules {
+pub(crate) struct Rules {
     pub max_spill: Duration,
     pub max_failing: Duration,
 }
@@ -98,7 +98,7 @@ impl From<&super::AdminSettings> for Rules {
 }
 
 /// Everything readiness looks at, taken at one moment.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     pub upstreams: &'a [UpstreamStatus],
     pub forwarders: &'a [(String, HealthSnapshot)],
     pub spool: Option<SpoolUse>,
@@ -110,7 +110,7 @@ pub struct Inputs<'a> {
     pub now: SystemTime,
 }
 
-pub fn evaluate(inputs: &Inputs<'_>) -> Readiness {
+pub(crate) fn evaluate(inputs: &Inputs<'_>) -> Readiness {
     let mut parts = Vec::new();
     for status in inputs.upstreams {
         let text = status.to_string();
@@ -142,7 +142,7 @@ pub fn evaluate(inputs: &Inputs<'_>) -> Readiness {
 }
 
 /// Takes the snapshots from a running gateway.
-pub fn check(observed: &Observed) -> Readiness {
+pub(crate) fn check(observed: &Observed) -> Readiness {
     let upstreams = observed.upstreams.statuses();
     let forwarders: Vec<(String, HealthSnapshot)> = observed
         .forwarders
@@ -174,7 +174,12 @@ pub fn check(observed: &Observed) -> Readiness {
 }
 
 /// One forwarder's verdict.
-pub fn forwarder(name: &str, health: &HealthSnapshot, rules: Rules, now: SystemTime) -> Part {
+pub(crate) fn forwarder(
+    name: &str,
+    health: &HealthSnapshot,
+    rules: Rules,
+    now: SystemTime,
+) -> Part {
     let Rules {
         max_spill,
         max_failing,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The default address: loopback, Prometheus's customary exporter port range.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]

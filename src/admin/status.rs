@@ -11,7 +11,7 @@ use super::Observed;
 use super::readiness;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Status {
+pub(crate) struct Status {
     pub version: String,
     pub uptime_seconds: f64,
     pub ready: bool,
@@ -26,7 +26,7 @@ pub struct Status {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SpoolStatus {
+pub(crate) struct SpoolStatus {
     pub bytes: u64,
     pub max_bytes: u64,
     pub high_water_bytes: u64,
@@ -39,7 +39,7 @@ pub struct SpoolStatus {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ForwarderStatus {
+pub(crate) struct ForwarderStatus {
     pub name: String,
     /// `delivering`, `retrying`, `spilling` or `stopped`.
     pub state: String,
@@ -60,7 +60,7 @@ pub struct ForwarderStatus {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct UpstreamStatus {
+pub(crate) struct UpstreamStatus {
     pub name: String,
     pub address: String,
     pub connected: bool,
@@ -68,7 +68,7 @@ pub struct UpstreamStatus {
     pub detail: String,
 }
 
-pub fn collect(observed: &Observed) -> Status {
+pub(crate) fn collect(observed: &Observed) -> Status {
     let now = SystemTime::now();
     let readiness = readiness::check(observed);
     let spool = observed.spool.as_ref();

@@ -10,7 +10,7 @@ use super::sinks::{kafka_error, store_error, topic};
 use crate::store;
 
 /// Counts what the gateway's sink holds so far.
-pub struct Counter {
+pub(super) struct Counter {
     sink: Sink,
     data_dir: PathBuf,
     sqlite: Option<rusqlite::Connection>,
@@ -23,7 +23,7 @@ pub struct Counter {
 }
 
 impl Counter {
-    pub fn new(sink: &Sink, data_dir: &Path, round: usize) -> Self {
+    pub(super) fn new(sink: &Sink, data_dir: &Path, round: usize) -> Self {
         Self {
             kafka: None,
             round,
@@ -37,7 +37,7 @@ impl Counter {
         }
     }
 
-    pub fn count(&mut self) -> Result<u64, BenchError> {
+    pub(super) fn count(&mut self) -> Result<u64, BenchError> {
         match self.sink {
             Sink::None => Ok(u64::MAX),
             Sink::Sqlite => {

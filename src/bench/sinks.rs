@@ -14,7 +14,7 @@ use crate::pipeline::{Parts, Pipeline};
 use crate::store::{self, EventRow};
 
 /// The forwarder's kind-specific options for round `round`.
-pub fn options(sink: &Sink, round: usize) -> Options {
+pub(super) fn options(sink: &Sink, round: usize) -> Options {
     let mut options = Options::new();
     match sink {
         Sink::None => {}
@@ -40,7 +40,7 @@ pub(super) fn topic(round: usize) -> String {
 }
 
 /// The config the gateway runs with: the one forwarder under test.
-pub fn config(sink: &Sink, batch: usize, round: usize, fsync: &str) -> String {
+pub(super) fn config(sink: &Sink, batch: usize, round: usize, fsync: &str) -> String {
     let mut spool = toml::Table::new();
     spool.insert("fsync".into(), fsync.into());
     let mut root = toml::Table::new();
@@ -64,7 +64,7 @@ pub fn config(sink: &Sink, batch: usize, round: usize, fsync: &str) -> String {
 
 /// The same forwarder driven in-process through the pipeline (no gRPC): what the
 /// forwarder and pipeline cost on their own.
-pub async fn pipeline(
+pub(super) async fn pipeline(
     sink: &Sink,
     dir: &Path,
     events: &[Arc<Event>],
@@ -126,7 +126,7 @@ pub struct Raw {
 }
 
 /// Writes `events` straight to the sink, `batch` at a time.
-pub async fn raw(
+pub(super) async fn raw(
     sink: &Sink,
     dir: &Path,
     events: &[Arc<Event>],

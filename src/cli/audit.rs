@@ -55,7 +55,7 @@ fn parse_anchor(text: &str) -> Result<Anchor, String> {
 /// Tampering found.
 const TAMPERED: u8 = 1;
 
-pub async fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
     tokio::task::spawn_blocking(move || match args.command {
         AuditCommand::Verify(args) => run_verify(args),
         AuditCommand::Head(args) => run_head(args),

@@ -20,7 +20,7 @@ pub struct CheckConfigArgs {
     pub print: bool,
 }
 
-pub fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
+pub(super) fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     let config = Config::load(&args.file)?;
     config.check_kinds(&Kinds::default())?;
     // As `serve` opens the spool: a reserve the file system cannot hold would refuse

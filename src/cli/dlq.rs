@@ -147,7 +147,7 @@ async fn check_forwarder(store: &Store, forwarder: Option<&str>) -> Result<(), C
     )))
 }
 
-pub async fn run(args: DlqArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: DlqArgs) -> Result<ExitCode, CliError> {
     match args.command {
         DlqCommand::List(args) => list(args).await,
         DlqCommand::Retry(args) => retry(args).await,

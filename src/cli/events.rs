@@ -42,7 +42,7 @@ pub struct EventsArgs {
     pub filters: Vec<String>,
 }
 
-pub async fn run(args: EventsArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: EventsArgs) -> Result<ExitCode, CliError> {
     let mut client =
         crate::client::connect_tls(&args.address, args.connect_timeout, &args.tls.client_tls())
             .await?;

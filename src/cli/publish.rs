@@ -45,7 +45,7 @@ pub struct PublishArgs {
     pub tls: crate::client::TlsArgs,
 }
 
-pub async fn run(args: PublishArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: PublishArgs) -> Result<ExitCode, CliError> {
     let event = match (&args.event_type, &args.json) {
         (Some(event_type), Some(json)) => Registry::global().encode_json(event_type, json)?,
         _ => read_stdin_any()?,

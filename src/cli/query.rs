@@ -39,7 +39,7 @@ impl StoreLocation {
 }
 
 /// `--since`/`--until`, parsed against the clock when the command starts.
-pub fn time_bound(text: &str) -> Result<SystemTime, String> {
+pub(super) fn time_bound(text: &str) -> Result<SystemTime, String> {
     parse_bound(text, SystemTime::now())
 }
 
@@ -112,7 +112,7 @@ pub struct QueryArgs {
 /// How often `--follow` looks for new rows.
 pub(super) const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
-pub fn parse_filters(filters: &[String]) -> Result<Filter, CliError> {
+pub(super) fn parse_filters(filters: &[String]) -> Result<Filter, CliError> {
     Filter::parse_all(filters).map_err(|e| {
         let which = match filters.len() {
             1 => String::new(),
@@ -122,7 +122,7 @@ pub fn parse_filters(filters: &[String]) -> Result<Filter, CliError> {
     })
 }
 
-pub async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
     let mut query = Query {
         filter: parse_filters(&args.filters)?,
         since: args.since,
@@ -163,7 +163,7 @@ pub async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
 
 /// Writes events in one format; a table keeps its column widths across batches so
 /// followed rows stay aligned with the ones before.
-pub struct Printer {
+pub(super) struct Printer {
     format: Format,
     utc: bool,
     widths: [usize; 3],
@@ -173,7 +173,7 @@ pub struct Printer {
 const HEADERS: [&str; 5] = ["TIME", "NAMESPACE", "TOPIC", "SOURCE", "EVENT"];
 
 impl Printer {
-    pub fn new(format: Format, utc: bool) -> Self {
+    pub(super) fn new(format: Format, utc: bool) -> Self {
         Self {
             format,
             utc,
@@ -183,7 +183,7 @@ impl Printer {
     }
 
     /// False once the output is closed (`| head`): the reader has enough.
-    pub fn print(&mut self, out: &mut dyn Write, events: &[StoredEvent]) -> bool {
+    pub(super) fn print(&mut self, out: &mut dyn Write, events: &[StoredEvent]) -> bool {
         let mut lines = Vec::with_capacity(events.len() + 1);
         match self.format {
             Format::Json => lines.extend(
@@ -264,7 +264,7 @@ fn time_width(utc: bool) -> usize {
 }
 
 /// UTC with every stored digit, or local time to the millisecond with its offset.
-pub fn format_time(ts: &prost_types::Timestamp, utc: bool) -> String {
+pub(super) fn format_time(ts: &prost_types::Timestamp, utc: bool) -> String {
     let nanos = u32::try_from(ts.nanos).unwrap_or(0);
     let Some(time) = DateTime::<Utc>::from_timestamp(ts.seconds, nanos) else {
         return format!("{}s", ts.seconds);

@@ -69,7 +69,7 @@ fn token(args: &ReloadArgs) -> Result<Option<ReloadToken>, CliError> {
 
 /// Exits 0 when the reload was applied, 2 when it was rejected, 1 when the gateway
 /// could not be asked.
-pub async fn run(args: ReloadArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: ReloadArgs) -> Result<ExitCode, CliError> {
     if let Some(pid) = args.pid {
         return hangup(pid);
     }

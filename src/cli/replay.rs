@@ -90,7 +90,7 @@ fn bound(text: &str) -> Result<Bound, String> {
     })
 }
 
-pub async fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     // Checked here too, for the filter's position in the message.
     super::query::parse_filters(&args.filters)?;
     let target = match (args.to_forwarder, args.config, args.to_address) {

@@ -151,7 +151,7 @@ impl ServeArgs {
     }
 }
 
-pub async fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     let config = args.config()?;
     // Before anything else: the default action of SIGHUP, SIGTERM and SIGINT would end
     // the process, and a stop asked for while starting (socket already bound) should

@@ -70,7 +70,7 @@ fn bucket(text: &str) -> Result<i64, String> {
     bucket_seconds(parse_duration(text)?)
 }
 
-pub async fn run(args: StatsArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: StatsArgs) -> Result<ExitCode, CliError> {
     let query = Query {
         filter: parse_filters(&args.filters)?,
         since: args.since,
@@ -116,7 +116,7 @@ fn print(text: &str) -> ExitCode {
 }
 
 /// POD (namespace/name) and its counts, aligned, in the order given.
-pub fn pod_table(pods: &[(PodName, PodCounts)]) -> String {
+pub(super) fn pod_table(pods: &[(PodName, PodCounts)]) -> String {
     const HEADERS: [&str; 6] = ["POD", "RESTARTS", "OOM", "NONZERO", "137", "OOMKILLED"];
     let names: Vec<String> = pods.iter().map(|(pod, _)| pod.to_string()).collect();
     let width = names
@@ -138,7 +138,7 @@ pub fn pod_table(pods: &[(PodName, PodCounts)]) -> String {
 
 /// BUCKET, TOPIC (or NAMESPACE), COUNT: aligned, a total per bucket is left to the
 /// reader's tools.
-pub fn table(counts: &[Count], by: GroupBy, utc: bool) -> String {
+pub(super) fn table(counts: &[Count], by: GroupBy, utc: bool) -> String {
     let group_header = match by {
         GroupBy::Topic => "TOPIC",
         GroupBy::Namespace => "NAMESPACE",

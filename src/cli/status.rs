@@ -42,7 +42,7 @@ impl From<FetchError> for CliError {
 }
 
 /// Exits 0 when the gateway is ready, 2 when it is not, 1 when it cannot be asked.
-pub async fn run(args: StatusArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: StatusArgs) -> Result<ExitCode, CliError> {
     let first = client::status(&args.admin, args.timeout).await?;
     let (status, previous) = if args.sample.is_zero() {
         (first, None)
@@ -60,7 +60,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode, CliError> {
 }
 
 /// The summary; with an earlier sample, delivery rates per forwarder.
-pub fn render(status: &Status, previous: Option<&Status>) -> String {
+pub(super) fn render(status: &Status, previous: Option<&Status>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

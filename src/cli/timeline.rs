@@ -15,7 +15,7 @@ use crate::query::{Query, Reader, RowRange, StoredEvent};
 /// The pod `--pod NAME` (and `--pod-namespace`) names among the rows `query` selects.
 /// A name used in several namespaces is refused with the list, rather than mixing
 /// two pods into one timeline.
-pub fn resolve(
+pub(super) fn resolve(
     reader: &Reader,
     name: &str,
     namespace: Option<&str>,
@@ -52,7 +52,7 @@ pub fn resolve(
 }
 
 /// `query` narrowed to `pod`'s rows.
-pub fn narrow(query: Query, pod: &PodName) -> Query {
+pub(super) fn narrow(query: Query, pod: &PodName) -> Query {
     let namespace = (!pod.namespace.is_empty()).then_some(pod.namespace.as_str());
     Query {
         filter: query.filter.and(&pod_filter(&pod.name, namespace)),
@@ -62,7 +62,7 @@ pub fn narrow(query: Query, pod: &PodName) -> Query {
 
 /// Prints the timeline of `pod` (`query` already narrowed to it), then, unless
 /// following, what it counted.
-pub fn print(
+pub(super) fn print(
     reader: &Reader,
     pod: &PodName,
     query: &Query,

@@ -23,7 +23,7 @@ pub struct TopArgs {
     pub interval: Duration,
 }
 
-pub async fn run(args: TopArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: TopArgs) -> Result<ExitCode, CliError> {
     let interval = args.interval.max(Duration::from_millis(100));
     let _terminal = KeyMode::enter();
     let mut keys = keys();

@@ -75,7 +75,7 @@ fn sqlite(path: &Path, what: &'static str) -> impl Fn(rusqlite::Error) -> DeadLe
 /// it at the same time) and applies pending migrations. With `create`, a missing
 /// file and its directory are created; without, a missing file is
 /// [`DeadLetterError::Missing`]. Blocking.
-pub fn open(path: &Path, create: bool) -> Result<Connection, DeadLetterError> {
+pub(super) fn open(path: &Path, create: bool) -> Result<Connection, DeadLetterError> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -31,7 +31,7 @@ fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
-pub fn record(
+pub(super) fn record(
     conn: &mut Connection,
     forwarder: &str,
     events: &[Arc<Event>],
@@ -134,7 +134,7 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
 }
 
 /// Entries in the order they first died, optionally of one forwarder.
-pub fn list(
+pub(super) fn list(
     conn: &Connection,
     forwarder: Option<&str>,
     limit: Option<u64>,
@@ -148,7 +148,7 @@ pub fn list(
 
 /// Marks `dead` entries as requested for redelivery: all of `forwarder` (or of every
 /// forwarder), or only those with the given ids. Returns how many were marked.
-pub fn request(
+pub(super) fn request(
     conn: &mut Connection,
     forwarder: Option<&str>,
     ids: &[i64],
@@ -175,7 +175,11 @@ pub fn request(
 
 /// Takes up to `limit` requested entries of `forwarder` for redelivery: they become
 /// `queued` in the same transaction, so two takers never get the same entry.
-pub fn take(conn: &mut Connection, forwarder: &str, limit: u64) -> rusqlite::Result<Vec<Entry>> {
+pub(super) fn take(
+    conn: &mut Connection,
+    forwarder: &str,
+    limit: u64,
+) -> rusqlite::Result<Vec<Entry>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let entries = {
         let mut select = tx.prepare_cached(&format!(
@@ -196,7 +200,7 @@ pub fn take(conn: &mut Connection, forwarder: &str, limit: u64) -> rusqlite::Res
 }
 
 /// Removes entries by id (redelivered). Returns how many there were.
-pub fn delete(conn: &mut Connection, ids: &[i64]) -> rusqlite::Result<usize> {
+pub(super) fn delete(conn: &mut Connection, ids: &[i64]) -> rusqlite::Result<usize> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut deleted = 0;
     {
@@ -211,7 +215,7 @@ pub fn delete(conn: &mut Connection, ids: &[i64]) -> rusqlite::Result<usize> {
 
 /// Puts entries back to `dead` with a new error, without counting an attempt (used
 /// when an entry cannot even be turned back into an event).
-pub fn release(conn: &mut Connection, id: i64, error: &str) -> rusqlite::Result<usize> {
+pub(super) fn release(conn: &mut Connection, id: i64, error: &str) -> rusqlite::Result<usize> {
     conn.execute(
         "UPDATE dead_letters SET state = 'dead', retry_requested_at = NULL, error = ?2 WHERE id = ?1",
         params![id, error],
@@ -219,7 +223,7 @@ pub fn release(conn: &mut Connection, id: i64, error: &str) -> rusqlite::Result<
 }
 
 /// Removes entries of `forwarder` (or all) that died before `before` (or whenever).
-pub fn purge(
+pub(super) fn purge(
     conn: &mut Connection,
     forwarder: Option<&str>,
     before: Option<SystemTime>,
@@ -231,7 +235,7 @@ pub fn purge(
 }
 
 /// Entries a stopped gateway left `queued` go back to `requested`.
-pub fn requeue_interrupted(conn: &mut Connection) -> rusqlite::Result<usize> {
+pub(super) fn requeue_interrupted(conn: &mut Connection) -> rusqlite::Result<usize> {
     conn.execute(
         "UPDATE dead_letters SET state = 'requested' WHERE state = 'queued'",
         [],
@@ -239,7 +243,7 @@ pub fn requeue_interrupted(conn: &mut Connection) -> rusqlite::Result<usize> {
 }
 
 /// The forwarders with entries, and how many each has, by name.
-pub fn forwarders(conn: &Connection) -> rusqlite::Result<Vec<(String, u64)>> {
+pub(super) fn forwarders(conn: &Connection) -> rusqlite::Result<Vec<(String, u64)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT forwarder, count(*) FROM dead_letters GROUP BY forwarder ORDER BY forwarder",
     )?;
@@ -248,7 +252,7 @@ pub fn forwarders(conn: &Connection) -> rusqlite::Result<Vec<(String, u64)>> {
 }
 
 /// Whether `forwarder` has any entry.
-pub fn has_forwarder(conn: &Connection, forwarder: &str) -> rusqlite::Result<bool> {
+pub(super) fn has_forwarder(conn: &Connection, forwarder: &str) -> rusqlite::Result<bool> {
     conn.query_row(
         "SELECT 1 FROM dead_letters WHERE forwarder = ?1 LIMIT 1",
         [forwarder],

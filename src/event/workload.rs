@@ -9,19 +9,19 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// The CRI plugin's labels on every container and sandbox it creates.
-pub const POD_NAME: &str = "io.kubernetes.pod.name";
-pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-pub const POD_UID: &str = "io.kubernetes.pod.uid";
-pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub(crate) const POD_NAME: &str = "io.kubernetes.pod.name";
+pub(crate) const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub(crate) const POD_UID: &str = "io.kubernetes.pod.uid";
+pub(crate) const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// `sandbox` (the pod's pause container) or `container`.
-pub const KIND: &str = "io.cri-containerd.kind";
+pub(crate) const KIND: &str = "io.cri-containerd.kind";
 
 /// Labels kept per event at most, and their bytes (keys and values) at most: a
 /// container's labels are the daemon's, not a client's, but every event repeats them.
-pub const MAX_LABELS: usize = 64;
-pub const MAX_LABEL_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_LABELS: usize = 64;
+pub(crate) const MAX_LABEL_BYTES: usize = 16 * 1024;
 /// Longer texts (an image reference, a CRI field) are cut at a character boundary.
-pub const MAX_TEXT: usize = 1024;
+pub(crate) const MAX_TEXT: usize = 1024;
 
 /// An event's container as its record described it. Also its encoding in the spool
 /// and in dead letters (protobuf, so fields can be added).

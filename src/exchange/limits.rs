@@ -12,7 +12,7 @@ use crate::units::ByteSize;
 /// Room for the request wrapper around an envelope (ForwardRequest's tag and length
 /// prefix): a request larger than `max_event_bytes` plus this cannot carry an
 /// acceptable event, so it is refused before its body is read.
-pub const REQUEST_OVERHEAD: usize = 64;
+pub(crate) const REQUEST_OVERHEAD: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -164,7 +164,7 @@ const MIN_REGEX_MEMORY: u64 = 128 << 10;
 
 /// Which limit refused a call: the `limit` label of the counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
+pub(crate) enum Limit {
     EventBytes,
     Subscribers,
     Filters,
@@ -177,7 +177,7 @@ pub enum Limit {
 }
 
 impl Limit {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Limit::EventBytes => "max_event_bytes",
             Limit::Subscribers => "max_subscribers",
@@ -194,7 +194,7 @@ impl Limit {
     /// Limits on what a request *is* are INVALID_ARGUMENT: the same request will never
     /// succeed, as with containerd's own validation errors. A full gateway is
     /// RESOURCE_EXHAUSTED (it may have room later); a slow call DEADLINE_EXCEEDED.
-    pub fn code(self) -> Code {
+    pub(crate) fn code(self) -> Code {
         match self {
             Limit::EventBytes | Limit::Filters | Limit::FilterBytes | Limit::RegexMemory => {
                 Code::InvalidArgument
@@ -207,7 +207,7 @@ impl Limit {
     }
 
     /// The refusal as a client sees it, counted.
-    pub fn reject(self, message: String) -> Status {
+    pub(crate) fn reject(self, message: String) -> Status {
         self.count();
         tracing::debug!(limit = self.label(), %message, "call refused by a limit");
         Status::new(self.code(), message)
@@ -215,17 +215,17 @@ impl Limit {
 
     /// Counts one refusal (for refusals that are not a gRPC status, such as a
     /// connection closed at accept).
-    pub fn count(self) {
+    pub(crate) fn count(self) {
         metrics::counter!("eventgate_limit_rejections_total", "limit" => self.label()).increment(1);
     }
 }
 
 /// The largest `max_event_bytes`: below the spool's record limit with room for the
 /// record's header and source name.
-pub const MAX_EVENT_BYTES: u64 = 15 << 20;
+pub(crate) const MAX_EVENT_BYTES: u64 = 15 << 20;
 
 /// The message for an event (or a request) over `max_event_bytes`.
-pub fn event_too_large(what: &str, size: usize, limit: usize) -> String {
+pub(crate) fn event_too_large(what: &str, size: usize, limit: usize) -> String {
     format!(
         "{what} is {size} bytes, more than the {limit} bytes exchange.limits.max_event_bytes \
          allows: invalid argument"
@@ -233,7 +233,7 @@ pub fn event_too_large(what: &str, size: usize, limit: usize) -> String {
 }
 
 /// Checks a Subscribe request's filters against the count and length limits.
-pub fn check_filters(limits: &LimitSettings, filters: &[String]) -> Result<(), Status> {
+pub(crate) fn check_filters(limits: &LimitSettings, filters: &[String]) -> Result<(), Status> {
     if filters.len() > limits.max_filters {
         return Err(Limit::Filters.reject(format!(
             "subscription has {} filters, more than the {} exchange.limits.max_filters allows: \
@@ -260,7 +260,7 @@ pub fn check_filters(limits: &LimitSettings, filters: &[String]) -> Result<(), S
 
 /// The message for filters whose regular expressions need more than
 /// `max_regex_memory`.
-pub fn regex_memory(index: usize, limit: usize) -> String {
+pub(crate) fn regex_memory(index: usize, limit: usize) -> String {
     format!(
         "the regular expressions of filter {} (with those of the filters before it) need more \
          than the {limit} bytes exchange.limits.max_regex_memory allows (compiled size plus \

@@ -15,7 +15,7 @@
 
 mod append;
 mod dropped;
-pub mod limits;
+pub(crate) mod limits;
 mod matching;
 mod routes;
 mod service;
@@ -31,11 +31,12 @@ use prost_types::{Any, Timestamp};
 use thiserror::Error;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
-pub use append::{Appended, Durable};
-pub use limits::{Limit, LimitSettings};
-pub use service::{EventsService, NAMESPACE_HEADER};
+pub(crate) use append::{Appended, Durable};
+pub(crate) use limits::Limit;
+pub use limits::LimitSettings;
+pub(crate) use service::{EventsService, NAMESPACE_HEADER};
 pub use settings::ExchangeSettings;
-pub use subscription::Subscription;
+pub(crate) use subscription::Subscription;
 
 use crate::event::{Event, EventId, Origin, Source};
 use crate::filter::Filter;

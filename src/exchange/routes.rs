@@ -28,7 +28,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// What `Server::add_service` takes: answers to containerd's Events service name.
 #[derive(Clone)]
-pub struct EventsRoutes {
+pub(crate) struct EventsRoutes {
     service: EventsService,
     generated: EventsServer<EventsService>,
 }

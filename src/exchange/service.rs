@@ -18,19 +18,19 @@ use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 
 /// The gRPC metadata key containerd clients put the namespace in.
-pub const NAMESPACE_HEADER: &str = "containerd-namespace";
+pub(crate) const NAMESPACE_HEADER: &str = "containerd-namespace";
 
 #[derive(Clone)]
-pub struct EventsService {
+pub(crate) struct EventsService {
     exchange: Exchange,
 }
 
 impl EventsService {
-    pub fn new(exchange: Exchange) -> Self {
+    pub(crate) fn new(exchange: Exchange) -> Self {
         Self { exchange }
     }
 
-    pub fn into_server(self) -> EventsRoutes {
+    pub(crate) fn into_server(self) -> EventsRoutes {
         EventsRoutes::new(self)
     }
 

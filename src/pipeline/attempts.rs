@@ -12,7 +12,7 @@ use crate::forward::Batch;
 
 /// How many attempts a delivery took and when the first and the last began.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Attempts {
+pub(crate) struct Attempts {
     pub count: u32,
     /// Wall-clock start of the first attempt (`None`: never attempted).
     pub first: Option<SystemTime>,
@@ -43,20 +43,20 @@ impl Attempts {
 /// One batch on its way through the stack, with its attempt tally. Clones share the
 /// tally, which is how the retried copies report back.
 #[derive(Clone, Debug)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     pub batch: Batch,
     attempts: Arc<Mutex<Attempts>>,
 }
 
 impl Delivery {
-    pub fn new(batch: Batch) -> Self {
+    pub(crate) fn new(batch: Batch) -> Self {
         Self {
             batch,
             attempts: Arc::default(),
         }
     }
 
-    pub fn attempts(&self) -> Attempts {
+    pub(crate) fn attempts(&self) -> Attempts {
         *self.attempts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

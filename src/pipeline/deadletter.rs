@@ -57,7 +57,7 @@ pub(super) struct Hook {
 }
 
 impl Hook {
-    pub fn new(
+    pub(super) fn new(
         forwarder: Arc<str>,
         dead_letters: Option<DeadLetters>,
         batch_events: usize,
@@ -72,7 +72,7 @@ impl Hook {
 
     /// How long the worker may wait for its queue before it should call
     /// [`Hook::redeliver_if_due`]; `None`: as long as it likes.
-    pub fn until_due(&self) -> Option<Duration> {
+    pub(super) fn until_due(&self) -> Option<Duration> {
         self.dead_letters
             .as_ref()
             .map(|_| self.due.saturating_duration_since(Instant::now()))
@@ -80,7 +80,7 @@ impl Hook {
 
     /// Records the batch's events as dead; true once they are recorded (or there is
     /// no store). False when the store cannot be written (see [`Hook::bury_with`]).
-    pub async fn bury(&self, batch: &Batch, error: &BoxError, attempts: Attempts) -> bool {
+    pub(super) async fn bury(&self, batch: &Batch, error: &BoxError, attempts: Attempts) -> bool {
         self.bury_with(batch, reason_of(error), chain(&**error), attempts)
             .await
     }
@@ -91,7 +91,7 @@ impl Hook {
     /// error is logged and counted and false returned: the worker must then hold the
     /// events rather than acknowledge them, or the spool would forget events that
     /// are nowhere.
-    pub async fn bury_with(
+    pub(super) async fn bury_with(
         &self,
         batch: &Batch,
         reason: Reason,
@@ -150,7 +150,7 @@ impl Hook {
     /// [`Hook::bury_with`] until it succeeds, with backoff; the forwarder reports
     /// itself failing meanwhile. False if `stop` came first: the events were not
     /// acknowledged, so the spool keeps them for the next start.
-    pub async fn bury_until_recorded(
+    pub(super) async fn bury_until_recorded(
         &self,
         batch: &Batch,
         reason: Reason,
@@ -185,7 +185,7 @@ impl Hook {
     /// entries through `stack`; what was delivered is returned, for the worker to
     /// resolve after its checkpoint. Entries still in flight when `stop` fires, or
     /// never resolved, stay queued; the next start requests them again.
-    pub async fn redeliver_if_due(
+    pub(super) async fn redeliver_if_due(
         &mut self,
         stack: &mut DeliveryStack,
         stop: &CancellationToken,
@@ -257,7 +257,7 @@ impl Hook {
     }
 
     /// Removes redelivered entries from the store: the sink holds them durably.
-    pub async fn resolve(&self, redelivered: Redelivered) {
+    pub(super) async fn resolve(&self, redelivered: Redelivered) {
         let Some(dead_letters) = &self.dead_letters else {
             return;
         };
@@ -270,7 +270,7 @@ impl Hook {
 }
 
 /// The dead-letter reason for a batch the retry stack gave up on.
-pub fn reason_of(error: &BoxError) -> Reason {
+pub(crate) fn reason_of(error: &BoxError) -> Reason {
     if is_retryable(error) {
         Reason::RetriesExhausted
     } else {

@@ -26,7 +26,7 @@ const LEN: usize = 24;
 
 /// A batch that was in flight when the process died.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Suspect {
+pub(super) struct Suspect {
     pub first: u64,
     pub last: u64,
     /// How many processes died with these events in flight (this start counted).
@@ -35,25 +35,25 @@ pub struct Suspect {
 
 impl Suspect {
     /// Whether `seq` is the one event the process died on twice.
-    pub fn is_poison(&self, seq: u64) -> bool {
+    pub(super) fn is_poison(&self, seq: u64) -> bool {
         self.first == seq && self.last == seq && self.deaths >= 2
     }
 
-    pub fn covers(&self, seq: u64) -> bool {
+    pub(super) fn covers(&self, seq: u64) -> bool {
         (self.first..=self.last).contains(&seq)
     }
 }
 
 /// One forwarder's in-flight record. Without a directory (no durable spool: nothing
 /// is redelivered after a restart anyway) it records nothing.
-pub struct Inflight {
+pub(super) struct Inflight {
     file: Option<(File, PathBuf)>,
     /// Left by the previous process, until the worker has delivered past it.
     pub suspect: Option<Suspect>,
 }
 
 impl Inflight {
-    pub fn disabled() -> Self {
+    pub(super) fn disabled() -> Self {
         Self {
             file: None,
             suspect: None,
@@ -63,7 +63,7 @@ impl Inflight {
     /// Opens (creating) `<dir>/<forwarder>` and reads what the previous process left.
     /// Forwarder names are `[A-Za-z0-9_-]+` (checked by the configuration), so the
     /// name is a safe file name.
-    pub fn open(dir: &Path, forwarder: &str) -> io::Result<Self> {
+    pub(super) fn open(dir: &Path, forwarder: &str) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(forwarder);
         let file = OpenOptions::new()
@@ -89,7 +89,7 @@ impl Inflight {
 
     /// The worker is about to hand events `first..=last` to the forwarder. A failure
     /// to record is logged, not fatal: delivery matters more than this safeguard.
-    pub fn begin(&self, first: u64, last: u64) {
+    pub(super) fn begin(&self, first: u64, last: u64) {
         let deaths = self
             .suspect
             .filter(|s| s.covers(first) || s.covers(last))
@@ -98,12 +98,12 @@ impl Inflight {
     }
 
     /// The batch is done (delivered, buried or abandoned at shutdown).
-    pub fn end(&self) {
+    pub(super) fn end(&self) {
         self.write(&[0u8; LEN]);
     }
 
     /// The worker has delivered past the suspect range: back to whole batches.
-    pub fn passed(&mut self, seq: u64) {
+    pub(super) fn passed(&mut self, seq: u64) {
         if self.suspect.is_some_and(|s| seq >= s.last) {
             self.suspect = None;
         }

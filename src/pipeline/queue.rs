@@ -18,7 +18,7 @@ use crate::event::Event;
 
 /// What a push did.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Pushed {
+pub(crate) enum Pushed {
     Queued,
     /// The queue was full: `dropped` events were discarded (the new one for
     /// `drop_newest`, old ones for `drop_oldest`).
@@ -28,7 +28,7 @@ pub enum Pushed {
     Closed,
 }
 
-pub struct Queue {
+pub(crate) struct Queue {
     settings: QueueSettings,
     /// `spill` needs somewhere to spill to; without it a full queue behaves as `block`.
     spills: bool,
@@ -52,7 +52,7 @@ impl Queue {
     }
 
     /// A queue whose consumer can read what did not fit from a backlog.
-    pub fn with_backlog(settings: QueueSettings, backlog: bool) -> Self {
+    pub(crate) fn with_backlog(settings: QueueSettings, backlog: bool) -> Self {
         Self {
             spills: backlog && settings.overflow == Overflow::Spill,
             settings,
@@ -66,12 +66,12 @@ impl Queue {
         }
     }
 
-    pub fn settings(&self) -> &QueueSettings {
+    pub(crate) fn settings(&self) -> &QueueSettings {
         &self.settings
     }
 
     /// Whether publishers must wait for room (`block`, or `spill` with no backlog).
-    pub fn blocks(&self) -> bool {
+    pub(crate) fn blocks(&self) -> bool {
         match self.settings.overflow {
             Overflow::Block => true,
             Overflow::Spill => !self.spills,
@@ -92,7 +92,7 @@ impl Queue {
     }
 
     /// Adds an event of `size` encoded bytes, applying the overflow policy.
-    pub fn push(&self, event: Arc<Event>, size: usize) -> Pushed {
+    pub(crate) fn push(&self, event: Arc<Event>, size: usize) -> Pushed {
         let mut state = self.lock();
         if state.closed {
             return Pushed::Closed;
@@ -129,7 +129,7 @@ impl Queue {
 
     /// Waits until the queue has room for one more event, or `deadline` passes
     /// (returns false). Only meaningful for `overflow = "block"`.
-    pub async fn wait_for_room(&self, deadline: Instant) -> bool {
+    pub(crate) async fn wait_for_room(&self, deadline: Instant) -> bool {
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
@@ -149,7 +149,12 @@ impl Queue {
 
     /// Moves up to `max_events` / `max_bytes` into `into`. An event larger than
     /// `max_bytes` is still taken when `into` is empty, so it goes out alone.
-    pub fn take(&self, max_events: usize, max_bytes: usize, into: &mut Vec<Arc<Event>>) -> usize {
+    pub(crate) fn take(
+        &self,
+        max_events: usize,
+        max_bytes: usize,
+        into: &mut Vec<Arc<Event>>,
+    ) -> usize {
         let mut state = self.lock();
         let mut bytes = 0;
         let mut taken = 0;
@@ -177,7 +182,7 @@ impl Queue {
 
     /// Waits until at least one event is queued or the queue is closed and empty
     /// (returns false then), or `timeout` passes (returns true: look again).
-    pub async fn wait_ready(&self, timeout: Option<Duration>) -> bool {
+    pub(crate) async fn wait_ready(&self, timeout: Option<Duration>) -> bool {
         let ready = self.ready.notified();
         tokio::pin!(ready);
         ready.as_mut().enable();
@@ -200,13 +205,13 @@ impl Queue {
     }
 
     /// (events, bytes) queued now.
-    pub fn depth(&self) -> (usize, usize) {
+    pub(crate) fn depth(&self) -> (usize, usize) {
         let state = self.lock();
         (state.items.len(), state.bytes)
     }
 
     /// When the oldest queued event was received.
-    pub fn front_received_at(&self) -> Option<std::time::SystemTime> {
+    pub(crate) fn front_received_at(&self) -> Option<std::time::SystemTime> {
         self.lock()
             .items
             .front()
@@ -214,14 +219,14 @@ impl Queue {
     }
 
     /// Refuses further pushes; the consumer drains what is queued.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_one();
         self.room.notify_waiters();
     }
 
     /// Empties the queue, returning the events left undelivered.
-    pub fn drain_all(&self) -> Vec<Arc<Event>> {
+    pub(crate) fn drain_all(&self) -> Vec<Arc<Event>> {
         let mut state = self.lock();
         state.bytes = 0;
         let items = std::mem::take(&mut state.items);

@@ -27,13 +27,16 @@ use tower::retry::{Policy, Retry};
 use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
-pub use super::attempts::{Attempts, Delivery};
+pub(crate) use super::attempts::{Attempts, Delivery};
 use super::health::Health;
 use super::settings::RetrySettings;
 use crate::forward::{Batch, ForwardError, Forwarder};
 
 /// Sends one batch through the stack: the outcome, and the attempts it took.
-pub async fn deliver(stack: &mut DeliveryStack, batch: Batch) -> (Result<(), BoxError>, Attempts) {
+pub(crate) async fn deliver(
+    stack: &mut DeliveryStack,
+    batch: Batch,
+) -> (Result<(), BoxError>, Attempts) {
     let delivery = Delivery::new(batch);
     let result = match stack.ready().await {
         Ok(ready) => ready.call(delivery.clone()).await,
@@ -44,7 +47,7 @@ pub async fn deliver(stack: &mut DeliveryStack, batch: Batch) -> (Result<(), Box
 
 /// Calls the forwarder; the innermost service.
 #[derive(Clone)]
-pub struct Deliver {
+pub(crate) struct Deliver {
     forwarder: Arc<dyn Forwarder>,
 }
 
@@ -67,7 +70,7 @@ impl Service<Delivery> for Deliver {
 /// Per-batch retry state. tower clones the policy for every request, so each batch
 /// starts from attempt 1 with a fresh budget.
 #[derive(Clone)]
-pub struct BackoffPolicy {
+pub(crate) struct BackoffPolicy {
     settings: Arc<RetrySettings>,
     forwarder: Arc<str>,
     attempts: u32,
@@ -77,7 +80,7 @@ pub struct BackoffPolicy {
 }
 
 impl BackoffPolicy {
-    pub fn reporting(settings: RetrySettings, forwarder: &str, health: Arc<Health>) -> Self {
+    pub(crate) fn reporting(settings: RetrySettings, forwarder: &str, health: Arc<Health>) -> Self {
         Self {
             settings: Arc::new(settings),
             forwarder: forwarder.into(),
@@ -89,7 +92,7 @@ impl BackoffPolicy {
 
     /// The backoff ceiling after `attempt` failed attempts: initial * 2^(attempt-1),
     /// capped at max.
-    pub fn ceiling(settings: &RetrySettings, attempt: u32) -> Duration {
+    pub(crate) fn ceiling(settings: &RetrySettings, attempt: u32) -> Duration {
         let doubled = settings
             .initial
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(30));
@@ -98,7 +101,7 @@ impl BackoffPolicy {
 }
 
 /// True when the pipeline should try the batch again after this error.
-pub fn is_retryable(error: &BoxError) -> bool {
+pub(crate) fn is_retryable(error: &BoxError) -> bool {
     match error.downcast_ref::<ForwardError>() {
         Some(error) => error.is_retryable(),
         // tower's Elapsed (the attempt timed out) and anything unexpected.
@@ -155,11 +158,11 @@ impl Policy<Delivery, (), BoxError> for BackoffPolicy {
     }
 }
 
-pub type DeliveryStack = Retry<BackoffPolicy, Timeout<MapErr>>;
+pub(crate) type DeliveryStack = Retry<BackoffPolicy, Timeout<MapErr>>;
 
 /// Converts the forwarder's error into tower's boxed error, keeping it downcastable.
 #[derive(Clone)]
-pub struct MapErr(Deliver);
+pub(crate) struct MapErr(Deliver);
 
 impl Service<Delivery> for MapErr {
     type Response = ();
@@ -177,12 +180,16 @@ impl Service<Delivery> for MapErr {
 }
 
 /// Builds the stack described at the top of this file.
-pub fn stack(forwarder: Arc<dyn Forwarder>, name: &str, settings: &RetrySettings) -> DeliveryStack {
+pub(crate) fn stack(
+    forwarder: Arc<dyn Forwarder>,
+    name: &str,
+    settings: &RetrySettings,
+) -> DeliveryStack {
     stack_reporting(forwarder, name, settings, Arc::default())
 }
 
 /// The same stack, telling `health` about every failed attempt.
-pub fn stack_reporting(
+pub(crate) fn stack_reporting(
     forwarder: Arc<dyn Forwarder>,
     name: &str,
     settings: &RetrySettings,

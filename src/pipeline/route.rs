@@ -32,7 +32,7 @@ impl RouteState {
     /// `start` is the first sequence number this process will route; `resume_from`
     /// the forwarder's cursor in the backlog (events before `start` it has not yet
     /// processed are read from there first).
-    pub fn new(start: u64, resume_from: Option<u64>) -> Self {
+    pub(super) fn new(start: u64, resume_from: Option<u64>) -> Self {
         Self {
             inner: Mutex::new(Inner {
                 last_routed: start.saturating_sub(1),
@@ -44,7 +44,7 @@ impl RouteState {
 
     /// A forwarder being replaced (a reload): from `start` on it queues nothing, as if
     /// spilled; its successor reads the backlog from [`RouteState::resume_at`].
-    pub fn held(start: u64) -> Self {
+    pub(super) fn held(start: u64) -> Self {
         Self {
             inner: Mutex::new(Inner {
                 last_routed: start.saturating_sub(1),
@@ -56,7 +56,7 @@ impl RouteState {
 
     /// A held forwarder's successor starts reading the backlog at `cursor` (where its
     /// predecessor stopped; never after what the hold began with).
-    pub fn resume_at(&self, cursor: u64) {
+    pub(super) fn resume_at(&self, cursor: u64) {
         let mut inner = self.lock();
         let from = inner.spilled_from.map_or(cursor, |from| from.min(cursor));
         inner.spilled_from = Some(from);
@@ -64,13 +64,13 @@ impl RouteState {
 
     /// The next sequence number routing will see: the backlog holds everything
     /// before it.
-    pub fn next_to_route(&self) -> u64 {
+    pub(super) fn next_to_route(&self) -> u64 {
         self.lock().last_routed + 1
     }
 
     /// A spilled forwarder's sink already holds everything before `next` durably:
     /// it reads the backlog from there instead.
-    pub fn skip_to(&self, next: u64) {
+    pub(super) fn skip_to(&self, next: u64) {
         let mut inner = self.lock();
         if let Some(from) = inner.spilled_from
             && from < next
@@ -86,7 +86,13 @@ impl RouteState {
 
     /// Routes one event (in sequence order, under the exchange lock). `matches` says
     /// whether the forwarder's filter wants it.
-    pub fn route(&self, event: &Arc<Event>, matches: bool, queue: &Queue, size: usize) -> Pushed {
+    pub(super) fn route(
+        &self,
+        event: &Arc<Event>,
+        matches: bool,
+        queue: &Queue,
+        size: usize,
+    ) -> Pushed {
         let mut inner = self.lock();
         inner.last_routed = event.seq;
         if !matches {
@@ -104,13 +110,13 @@ impl RouteState {
         pushed
     }
 
-    pub fn spilled_from(&self) -> Option<u64> {
+    pub(super) fn spilled_from(&self) -> Option<u64> {
         self.lock().spilled_from
     }
 
     /// The backlog reader is at `position`: rejoin the queue if routing has not got
     /// further. Returns whether it rejoined.
-    pub fn try_rejoin(&self, position: u64) -> bool {
+    pub(super) fn try_rejoin(&self, position: u64) -> bool {
         let mut inner = self.lock();
         if inner.spilled_from.is_some() && position == inner.last_routed + 1 {
             inner.spilled_from = None;
@@ -122,7 +128,7 @@ impl RouteState {
     /// The cursor once the queue's batches up to `delivered` are done: past every
     /// routed event if nothing is queued (non-matching events are done too), else
     /// just past the delivered ones.
-    pub fn cursor_after(&self, delivered: u64, queue: &Queue) -> u64 {
+    pub(super) fn cursor_after(&self, delivered: u64, queue: &Queue) -> u64 {
         let inner = self.lock();
         if inner.spilled_from.is_none() && queue.depth().0 == 0 {
             inner.last_routed + 1

@@ -90,7 +90,7 @@ enum Next {
 const IDLE_CURSOR_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Worker {
-    pub async fn run(mut self) -> Report {
+    pub(super) async fn run(mut self) -> Report {
         let _closed = CloseOnDrop(Arc::clone(&self.health));
         let mut report = Report {
             forwarder: self.name.to_string(),
@@ -384,7 +384,7 @@ pub(super) struct DropLog {
 }
 
 impl DropLog {
-    pub fn record(&self, forwarder: &str, policy: &'static str, dropped: usize, seq: u64) {
+    pub(super) fn record(&self, forwarder: &str, policy: &'static str, dropped: usize, seq: u64) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.1 += dropped as u64;
         let now = Instant::now();

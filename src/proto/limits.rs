@@ -19,14 +19,14 @@ pub const MAX_DEPTH: u32 = 64;
 /// The budget left at one point of a walk. Copy: each branch of the walk carries
 /// its own, so siblings do not share a budget, only ancestors count.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Depth {
+pub(super) struct Depth {
     messages: u32,
     anys: u32,
 }
 
 impl Depth {
     /// One message level deeper, or `None` past [`MAX_DEPTH`].
-    pub fn enter(self) -> Option<Depth> {
+    pub(super) fn enter(self) -> Option<Depth> {
         (self.messages < MAX_DEPTH).then_some(Depth {
             messages: self.messages + 1,
             ..self
@@ -34,7 +34,7 @@ impl Depth {
     }
 
     /// Into an Any's payload, or `None` past [`MAX_ANY_NESTING`].
-    pub fn enter_any(self) -> Option<Depth> {
+    pub(super) fn enter_any(self) -> Option<Depth> {
         (self.anys < MAX_ANY_NESTING).then_some(Depth {
             anys: self.anys + 1,
             ..self
@@ -48,15 +48,15 @@ impl Depth {
 /// one (an empty message in a repeated field): 400 KB of empty mounts decoded into
 /// 60 MB and rendered into 30 MB of JSON. containerd's events spend 8 or more bytes
 /// per value; the allowance keeps even the smallest of them decodable.
-pub const VALUES_ALLOWED: usize = 64;
-pub const BYTES_PER_VALUE: usize = 4;
+pub(super) const VALUES_ALLOWED: usize = 64;
+pub(super) const BYTES_PER_VALUE: usize = 4;
 
 /// Whether `bytes`, decoded as `desc`, stays within the value budget. One pass over
 /// the wire format without allocating, guided by the descriptor (the costly values
 /// are messages inside messages, which only the descriptor tells apart from
 /// strings); nested Anys are not entered, their own decode checks them. Malformed
 /// bytes answer `true`: the decoder itself refuses them, with its own error.
-pub fn within_value_budget(desc: &MessageDescriptor, bytes: &[u8]) -> bool {
+pub(super) fn within_value_budget(desc: &MessageDescriptor, bytes: &[u8]) -> bool {
     let mut budget = VALUES_ALLOWED + bytes.len() / BYTES_PER_VALUE;
     match count_values(Some(desc), bytes, &mut budget, 0) {
         Ok(_) => true,

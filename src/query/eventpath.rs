@@ -9,7 +9,7 @@ use crate::proto::{Registry, has_adaptor};
 
 /// Where a resolved path's value lives in the `event` JSON.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// A string field: present when non-empty.
     String { json_path: String },
     /// A bool field: always present, as `true` or `false`.
@@ -21,11 +21,11 @@ pub enum Access {
 /// The path crosses something whose value depends on more than the descriptor (a
 /// nested `Any` is decoded through the registry by its own type_url).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Unsupported;
+pub(crate) struct Unsupported;
 
 /// For each event type (full name) whose adaptor can find `path`, where it is.
 /// Types not listed never have the field.
-pub fn resolve_all(path: &[String]) -> Result<Vec<(String, Access)>, Unsupported> {
+pub(crate) fn resolve_all(path: &[String]) -> Result<Vec<(String, Access)>, Unsupported> {
     let mut found = Vec::new();
     for desc in Registry::global().pool().all_messages() {
         if !has_adaptor(&desc) {

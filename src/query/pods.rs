@@ -26,7 +26,7 @@ use crate::event::Event;
 use crate::filter::{Filter, quote};
 
 /// The exit status of a process killed by SIGKILL (128 + 9).
-pub const SIGKILL_STATUS: u32 = 137;
+pub(crate) const SIGKILL_STATUS: u32 = 137;
 
 /// A pod by namespace and name, the way people name it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -63,7 +63,7 @@ pub struct PodCounts {
 
 /// What an event meant for the counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// A container's start: its `n`th restart, 0 for its first start.
     Start {
         restart: u64,
@@ -80,7 +80,7 @@ pub enum Change {
 
 /// The counts so far, fed events in store order.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     starts: HashMap<ContainerKey, u64>,
     /// Container ids with a `/tasks/oom` since their last start.
     oomed: HashSet<String>,
@@ -89,12 +89,12 @@ pub struct Tally {
 
 impl Tally {
     /// A container that started before the events fed here (an earlier time range).
-    pub fn started_before(&mut self, key: ContainerKey) {
+    pub(crate) fn started_before(&mut self, key: ContainerKey) {
         self.starts.entry(key).or_insert(1);
     }
 
     /// Counts `event`, which must have a pod (events without one change nothing).
-    pub fn add(&mut self, event: &Event) -> Change {
+    pub(crate) fn add(&mut self, event: &Event) -> Change {
         let Some(workload) = event.workload.as_deref() else {
             return Change::Other;
         };
@@ -159,7 +159,7 @@ impl Tally {
 
     /// Pods, crash-looping ones first: most restarts, then OOMs, then non-zero exits,
     /// then by name.
-    pub fn ranked(self) -> Vec<(PodName, PodCounts)> {
+    pub(crate) fn ranked(self) -> Vec<(PodName, PodCounts)> {
         let mut pods: Vec<_> = self.pods.into_iter().collect();
         pods.sort_by(|(a_name, a), (b_name, b)| {
             let key = |c: &PodCounts| (c.restarts, c.ooms, c.nonzero_exits);
@@ -170,7 +170,7 @@ impl Tally {
 }
 
 /// A string field, `None` when empty.
-pub fn text(message: &DynamicMessage, field: &str) -> Option<String> {
+pub(crate) fn text(message: &DynamicMessage, field: &str) -> Option<String> {
     match message.get_field_by_name(field).as_deref() {
         Some(Field::String(s)) if !s.is_empty() => Some(s.clone()),
         _ => None,
@@ -179,7 +179,7 @@ pub fn text(message: &DynamicMessage, field: &str) -> Option<String> {
 
 /// An unsigned integer field (`pid`, `exit_status`); the adaptor behind filters has
 /// none, so read from the message.
-pub fn uint(message: &DynamicMessage, field: &str) -> Option<u32> {
+pub(crate) fn uint(message: &DynamicMessage, field: &str) -> Option<u32> {
     match message.get_field_by_name(field).as_deref() {
         Some(Field::U32(n)) => Some(*n),
         _ => None,
@@ -187,7 +187,7 @@ pub fn uint(message: &DynamicMessage, field: &str) -> Option<u32> {
 }
 
 /// `pod.name==NAME` and, with one, `pod.namespace==NAMESPACE`.
-pub fn pod_filter(name: &str, namespace: Option<&str>) -> Filter {
+pub(crate) fn pod_filter(name: &str, namespace: Option<&str>) -> Filter {
     let mut text = format!("pod.name=={}", quote(name));
     if let Some(namespace) = namespace {
         text.push_str(&format!(",pod.namespace=={}", quote(namespace)));

@@ -12,7 +12,7 @@ use crate::filter::{Fields, Filter, Operator, Selector};
 
 /// A WHERE clause fragment and the values for its `?` placeholders, in order.
 #[derive(Clone, Debug, Default)]
-pub struct Predicate {
+pub(crate) struct Predicate {
     pub sql: String,
     pub params: Vec<Value>,
     /// True when SQL keeps a superset and the filter must be applied to each row.
@@ -24,7 +24,7 @@ pub struct Predicate {
 /// name, leaving the prefix whose length is skipped.
 const TYPE_NAME: &str = "substr(type_url, length(rtrim(type_url, replace(type_url, '/', ''))) + 1)";
 
-pub fn translate(filter: &Filter) -> Predicate {
+pub(crate) fn translate(filter: &Filter) -> Predicate {
     let mut out = Predicate::default();
     let mut alternatives = Vec::new();
     for conjunction in filter.alternatives() {

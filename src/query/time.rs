@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 
 /// `15m`, `2h`, `7d` (before `now`), or an RFC 3339 time with any offset.
-pub fn parse_bound(text: &str, now: SystemTime) -> Result<SystemTime, String> {
+pub(crate) fn parse_bound(text: &str, now: SystemTime) -> Result<SystemTime, String> {
     let text = text.trim();
     if let Ok(time) = DateTime::parse_from_rfc3339(text) {
         return Ok(SystemTime::from(time.with_timezone(&Utc)));
@@ -38,21 +38,21 @@ fn representable(time: SystemTime) -> bool {
 }
 
 /// The stored form (RFC 3339 UTC, nine fraction digits), so bounds compare as text.
-pub fn stored_form(time: SystemTime) -> String {
+pub(crate) fn stored_form(time: SystemTime) -> String {
     DateTime::<Utc>::from(time)
         .format("%Y-%m-%dT%H:%M:%S%.9fZ")
         .to_string()
 }
 
 /// Reads a stored time back; `None` if the text is not RFC 3339.
-pub fn from_stored(text: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn from_stored(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.with_timezone(&Utc))
 }
 
 /// A bucket width in whole seconds (at least one).
-pub fn bucket_seconds(width: Duration) -> Result<i64, String> {
+pub(crate) fn bucket_seconds(width: Duration) -> Result<i64, String> {
     match i64::try_from(width.as_secs()) {
         Ok(secs) if secs >= 1 && width.subsec_nanos() == 0 => Ok(secs),
         _ => Err(format!(

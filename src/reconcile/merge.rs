@@ -7,7 +7,11 @@ use super::apply::Object;
 use super::state::{NamespaceState, NodeState};
 
 /// `daemon`, with `recorded`'s version of every object in `skip`.
-pub fn merged(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Object>) -> NodeState {
+pub(crate) fn merged(
+    recorded: &NodeState,
+    daemon: &NodeState,
+    skip: &BTreeSet<Object>,
+) -> NodeState {
     let mut merged = daemon.clone();
     for object in skip {
         match object {

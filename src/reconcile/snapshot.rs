@@ -23,7 +23,7 @@ use crate::event::{Event, Source, Workload};
 use crate::spool::{Spool, SpoolError};
 
 /// How often a changed snapshot is written when nothing else saves it.
-pub const SAVE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const SAVE_EVERY: Duration = Duration::from_secs(5);
 
 /// How long an unchanged snapshot may hold other sources' events in the spool.
 const HOLD_AT_MOST: Duration = Duration::from_secs(60);
@@ -31,7 +31,7 @@ const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 const VERSION: u32 = 1;
 
 #[derive(Debug, Error)]
-pub enum SnapshotError {
+pub(crate) enum SnapshotError {
     #[error("cannot write the state snapshot {}", path.display())]
     Write {
         path: PathBuf,
@@ -61,7 +61,7 @@ struct Saving<'a> {
     state: &'a NodeState,
 }
 
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     upstream: String,
     path: PathBuf,
     pub state: NodeState,
@@ -76,18 +76,18 @@ pub struct Snapshot {
 }
 
 /// The spool cursor that holds the events a snapshot file does not have yet.
-pub fn cursor_name(upstream: &str) -> String {
+pub(crate) fn cursor_name(upstream: &str) -> String {
     format!("state:{upstream}")
 }
 
-pub fn path(data_dir: &Path, upstream: &str) -> PathBuf {
+pub(crate) fn path(data_dir: &Path, upstream: &str) -> PathBuf {
     data_dir.join("state").join(format!("{upstream}.json"))
 }
 
 impl Snapshot {
     /// Loads the saved snapshot (an unreadable one is moved aside and the next
     /// reconcile starts afresh, saying so) and applies what the spool holds after it.
-    pub async fn open(
+    pub(crate) async fn open(
         data_dir: &Path,
         upstream: &str,
         spool: Option<&Spool>,
@@ -161,7 +161,7 @@ impl Snapshot {
 
     /// Advances the snapshot by one event the spool holds (others' events are
     /// ignored).
-    pub fn record(&mut self, event: &Event) {
+    pub(crate) fn record(&mut self, event: &Event) {
         self.next_seq = self.next_seq.max(event.seq + 1);
         if !matches!(&event.source, Source::Upstream(name) if **name == *self.upstream) {
             return;
@@ -192,17 +192,21 @@ impl Snapshot {
 
     /// From now until [`Snapshot::end_listing`], remembers what the live stream
     /// changes.
-    pub fn begin_listing(&mut self) {
+    pub(crate) fn begin_listing(&mut self) {
         self.touched = Some(BTreeSet::new());
     }
 
     /// The objects the live stream changed since `begin_listing`.
-    pub fn end_listing(&mut self) -> BTreeSet<Object> {
+    pub(crate) fn end_listing(&mut self) -> BTreeSet<Object> {
         self.touched.take().unwrap_or_default()
     }
 
     /// Replaces the state after a reconcile, and saves it.
-    pub fn reset(&mut self, state: NodeState, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+    pub(crate) fn reset(
+        &mut self,
+        state: NodeState,
+        spool: Option<&Spool>,
+    ) -> Result<(), SnapshotError> {
         self.state = state;
         self.known = true;
         self.dirty = true;
@@ -215,7 +219,7 @@ impl Snapshot {
     /// not seen is someone else's, so the snapshot is good up to there, or up to the
     /// spool's next seq when none is in flight. Saying so releases those events from
     /// the spool too; an event in flight stays in the spool for the next start.
-    pub fn tick(
+    pub(crate) fn tick(
         &mut self,
         spool: Option<&Spool>,
         in_flight: Option<u64>,
@@ -235,7 +239,7 @@ impl Snapshot {
     /// A snapshot no reconcile has completed is not written: it holds only what the
     /// stream said since this process started, and taken for the whole record it
     /// would make the next reconcile tell everything else as news.
-    pub fn save(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+    pub(crate) fn save(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
         if !self.known {
             self.dirty = false;
             self.saved_at = Instant::now();

@@ -5,7 +5,7 @@ use crate::config::{Config, ForwarderSpec};
 
 /// Forwarders of the running and the new configuration, compared by name.
 #[derive(Debug, Default, PartialEq)]
-pub struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     /// Only in the new configuration.
     pub added: Vec<&'a ForwarderSpec>,
     /// Only in the running configuration.
@@ -17,7 +17,7 @@ pub struct Plan<'a> {
 }
 
 /// Compares forwarder lists by name; each list keeps its configuration order.
-pub fn forwarders<'a>(running: &'a [ForwarderSpec], new: &'a [ForwarderSpec]) -> Plan<'a> {
+pub(crate) fn forwarders<'a>(running: &'a [ForwarderSpec], new: &'a [ForwarderSpec]) -> Plan<'a> {
     let mut plan = Plan::default();
     for spec in new {
         match running.iter().find(|r| r.name == spec.name) {
@@ -36,7 +36,7 @@ pub fn forwarders<'a>(running: &'a [ForwarderSpec], new: &'a [ForwarderSpec]) ->
 /// Dotted keys, other than the forwarders, whose values differ: these need a
 /// restart (sockets, listeners, the spool, upstreams...). Compared as the TOML the
 /// configuration renders to, so every key is covered, present and future.
-pub fn restart_keys(running: &Config, new: &Config) -> Vec<String> {
+pub(crate) fn restart_keys(running: &Config, new: &Config) -> Vec<String> {
     let table = |config: &Config| {
         let mut value = toml::Value::try_from(config).ok();
         if let Some(toml::Value::Table(table)) = value.as_mut() {

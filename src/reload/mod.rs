@@ -13,7 +13,7 @@
 //! Other keys (sockets, listeners, the spool, upstreams, ...) need a restart: they
 //! are named in the answer and the log, and otherwise left as they run.
 
-pub mod diff;
+pub(crate) mod diff;
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,7 +26,7 @@ use crate::pipeline::{DeadLetters, Parts, Pipeline, PipelineError};
 
 /// Reads the configuration again, as the gateway was started: defaults, the file,
 /// then the command-line flags, validated.
-pub type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+pub(crate) type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 
 /// What a reload did, for the log, the admin endpoint and `eventgate reload`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use crate::forward::{Batch, ForwardError, Forwarder};
 use crate::proto::containerd::services::events::v1::ForwardRequest;
 use crate::proto::containerd::services::events::v1::events_client::EventsClient;
 
-pub struct ExchangeTarget {
+pub(crate) struct ExchangeTarget {
     address: String,
     client: EventsClient<Channel>,
     /// Forward calls in flight at once.
@@ -39,7 +39,7 @@ pub struct ExchangeTarget {
 }
 
 impl ExchangeTarget {
-    pub fn new(address: String, client: EventsClient<Channel>, in_flight: usize) -> Self {
+    pub(crate) fn new(address: String, client: EventsClient<Channel>, in_flight: usize) -> Self {
         Self {
             address,
             client,
@@ -51,7 +51,7 @@ impl ExchangeTarget {
     /// How many events of `batch`, from its start, the exchange has taken. Events
     /// taken after the first one not taken are not counted (a resumed replay sends
     /// them again).
-    pub fn taken(&self, batch: &Batch) -> usize {
+    pub(crate) fn taken(&self, batch: &Batch) -> usize {
         self.taken_set(batch).iter().take_while(|t| **t).count()
     }
 

@@ -15,21 +15,21 @@
 
 mod exchange;
 mod order;
-pub mod progress;
-pub mod rate;
+pub(crate) mod progress;
+pub(crate) mod rate;
 mod run;
 mod source;
-pub mod state;
-pub mod target;
+pub(crate) mod state;
+pub(crate) mod target;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use thiserror::Error;
 
-pub use progress::ProgressMode;
-pub use run::Stop;
-pub use target::TargetSpec;
+pub(crate) use progress::ProgressMode;
+pub(crate) use run::Stop;
+pub(crate) use target::TargetSpec;
 
 use crate::client::ConnectError;
 use crate::config::ConfigError;
@@ -135,7 +135,7 @@ pub struct Bound {
 
 /// Which events: the store and the selection, as the command line gave them.
 #[derive(Clone, Debug)]
-pub struct Selection {
+pub(crate) struct Selection {
     pub store: PathBuf,
     pub filters: Vec<String>,
     pub since: Option<Bound>,
@@ -143,7 +143,7 @@ pub struct Selection {
 }
 
 #[derive(Clone, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// Events per batch instead of the target's.
     pub batch: Option<usize>,
     /// At most this many events per second.
@@ -155,7 +155,7 @@ pub struct Options {
 
 /// What a finished replay did.
 #[derive(Clone, Debug)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub target: String,
     /// Sent by this run.
     pub sent: u64,
@@ -188,7 +188,7 @@ impl std::fmt::Display for Summary {
 }
 
 /// Runs a replay to its end, its interruption (`stop`) or its first failure.
-pub async fn run(
+pub(crate) async fn run(
     kinds: &Kinds,
     selection: Selection,
     target: TargetSpec,
@@ -276,7 +276,7 @@ pub async fn run(
 
 /// `<directory of the store>/replay`: next to what is replayed, so the same store
 /// finds its progress whatever the working directory.
-pub fn state_dir(store: &Path) -> PathBuf {
+pub(crate) fn state_dir(store: &Path) -> PathBuf {
     store.parent().unwrap_or(Path::new(".")).join("replay")
 }
 

@@ -24,7 +24,7 @@ use crate::event::Event;
 const OBJECT_FIELDS: [&str; 6] = ["container_id", "sandbox_id", "id", "key", "name", "digest"];
 
 /// The object an event is about, within its namespace; `None` for a barrier.
-pub fn object(event: &Event) -> Option<String> {
+pub(super) fn object(event: &Event) -> Option<String> {
     let message = event.decoded()?;
     OBJECT_FIELDS
         .iter()
@@ -37,7 +37,7 @@ pub fn object(event: &Event) -> Option<String> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Slot {
+pub(super) enum Slot {
     Waiting,
     InFlight,
     Done,
@@ -48,7 +48,7 @@ pub enum Slot {
 /// A waiting event may start when no earlier event of its object is waiting or in
 /// flight, and no barrier is before it; a barrier starts when everything before it
 /// is done.
-pub fn startable(objects: &[Option<String>], slots: &[Slot], room: usize) -> Vec<usize> {
+pub(super) fn startable(objects: &[Option<String>], slots: &[Slot], room: usize) -> Vec<usize> {
     let mut ready = Vec::new();
     // Objects with an event in flight or waiting earlier in the batch.
     let mut busy: HashSet<&str> = HashSet::new();

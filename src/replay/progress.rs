@@ -23,7 +23,7 @@ pub enum ProgressMode {
 /// How often progress is logged without a bar.
 const LOG_EVERY: Duration = Duration::from_secs(5);
 
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     log: bool,
     total: u64,
@@ -36,7 +36,7 @@ pub struct Progress {
 
 impl Progress {
     /// `done` of `total` events were done by earlier runs.
-    pub fn new(mode: ProgressMode, total: u64, done: u64) -> Self {
+    pub(crate) fn new(mode: ProgressMode, total: u64, done: u64) -> Self {
         let terminal = std::io::stderr().is_terminal();
         let target = match (mode, terminal) {
             (ProgressMode::Always, false) => Some(ProgressDrawTarget::term_like(Box::new(
@@ -79,14 +79,14 @@ impl Progress {
     }
 
     /// A line for the person running the replay, above the bar if there is one.
-    pub fn note(&self, line: &str) {
+    pub(crate) fn note(&self, line: &str) {
         match &self.bar {
             Some(bar) => bar.println(line),
             None => eprintln!("{line}"),
         }
     }
 
-    pub fn advance(&mut self, events: u64) {
+    pub(crate) fn advance(&mut self, events: u64) {
         self.done += events;
         if let Some(bar) = &self.bar {
             bar.set_position(self.done);
@@ -114,7 +114,7 @@ impl Progress {
     }
 
     /// Events per second in this run.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         let secs = self.elapsed().as_secs_f64();
         match secs > 0.0 {
             true => (self.done - self.earlier) as f64 / secs,
@@ -122,12 +122,12 @@ impl Progress {
         }
     }
 
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
     /// Removes the bar (the summary or the error says the rest).
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 #[derive(Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     per_sec: f64,
     capacity: usize,
     tokens: f64,
@@ -19,7 +19,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket for `per_sec` events per second (at least 1).
-    pub fn new(per_sec: u32) -> Self {
+    pub(crate) fn new(per_sec: u32) -> Self {
         let per_sec = per_sec.max(1);
         let capacity = per_sec.div_ceil(10).max(1) as usize;
         Self {
@@ -31,13 +31,13 @@ impl TokenBucket {
     }
 
     /// The most events one batch may carry.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Waits until `events` tokens are there and takes them. `events` above the
     /// capacity is treated as the capacity (callers cap their batches).
-    pub async fn take(&mut self, events: usize) {
+    pub(crate) async fn take(&mut self, events: usize) {
         let wanted = events.min(self.capacity) as f64;
         loop {
             let now = Instant::now();

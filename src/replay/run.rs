@@ -19,12 +19,12 @@ use crate::forward::Batch;
 use crate::pipeline::retry::{self, DeliveryStack};
 
 /// How long an interrupted replay waits for the batch in flight before abandoning it.
-pub const IN_FLIGHT_GRACE: Duration = Duration::from_secs(10);
+pub(super) const IN_FLIGHT_GRACE: Duration = Duration::from_secs(10);
 
 /// Asks a replay to stop: `interrupt` at the next batch boundary (the batch in flight
 /// may finish, for at most [`IN_FLIGHT_GRACE`]), `abandon` at once.
 #[derive(Clone, Debug, Default)]
-pub struct Stop {
+pub(crate) struct Stop {
     pub interrupt: CancellationToken,
     pub abandon: CancellationToken,
 }
@@ -42,7 +42,7 @@ struct Pending {
     last_row: i64,
 }
 
-pub struct Engine {
+pub(super) struct Engine {
     pub target: Target,
     pub stack: DeliveryStack,
     pub state: StateFile,
@@ -58,7 +58,7 @@ enum Flushed {
 
 impl Engine {
     /// Sends every chunk. Returns how many events this run sent and skipped.
-    pub async fn run(&mut self, mut chunks: Chunks) -> Result<Summary, ReplayError> {
+    pub(super) async fn run(&mut self, mut chunks: Chunks) -> Result<Summary, ReplayError> {
         let mut pending = Pending::default();
         let (sent_before, skipped_before) = (self.state.state.sent, self.state.state.skipped);
         let limit = match &self.bucket {
@@ -103,7 +103,7 @@ impl Engine {
     }
 
     /// What this run did, given what earlier runs had done.
-    pub fn summary(&self, sent_before: u64, skipped_before: u64) -> Summary {
+    pub(super) fn summary(&self, sent_before: u64, skipped_before: u64) -> Summary {
         let state = &self.state.state;
         Summary {
             target: self.target.label.clone(),
@@ -230,7 +230,7 @@ impl Engine {
     }
 
     /// Writes the state file off the async thread (it syncs).
-    pub async fn save(&mut self) -> Result<(), ReplayError> {
+    pub(super) async fn save(&mut self) -> Result<(), ReplayError> {
         let mut file = StateFile {
             path: self.state.path.clone(),
             state: self.state.state.clone(),

@@ -13,14 +13,14 @@ use crate::query::{Query, QueryError, Reader, RowRange, StoredEvent};
 /// Chunks read ahead of the sender.
 const READ_AHEAD: usize = 2;
 
-pub struct Chunks {
+pub(super) struct Chunks {
     rx: mpsc::Receiver<Result<Vec<StoredEvent>, QueryError>>,
 }
 
 impl Chunks {
     /// Reads matching rows in `rows`, `size` at a time, in row_id order. The thread
     /// ends at the end of the range, at an error, or when `Chunks` is dropped.
-    pub fn spawn(reader: Reader, query: Query, rows: RowRange, size: usize) -> Chunks {
+    pub(super) fn spawn(reader: Reader, query: Query, rows: RowRange, size: usize) -> Chunks {
         let (tx, rx) = mpsc::channel(READ_AHEAD);
         let query = Query {
             limit: Some(size.max(1) as u64),
@@ -52,7 +52,7 @@ impl Chunks {
     }
 
     /// The next chunk; `None` at the end of the range.
-    pub async fn next(&mut self) -> Option<Result<Vec<StoredEvent>, QueryError>> {
+    pub(super) async fn next(&mut self) -> Option<Result<Vec<StoredEvent>, QueryError>> {
         self.rx.recv().await
     }
 }

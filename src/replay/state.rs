@@ -26,7 +26,7 @@ const VERSION: u32 = 1;
 
 /// What is saved between runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct State {
+pub(crate) struct State {
     pub version: u32,
     /// The audit store, canonical.
     pub store: PathBuf,
@@ -56,7 +56,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(identity: &Identity, up_to: i64, total: u64) -> Self {
+    pub(crate) fn new(identity: &Identity, up_to: i64, total: u64) -> Self {
         let now = stored_form(SystemTime::now());
         Self {
             version: VERSION,
@@ -79,14 +79,14 @@ impl State {
     }
 
     /// Events done: sent or skipped.
-    pub fn done(&self) -> u64 {
+    pub(crate) fn done(&self) -> u64 {
         self.sent + self.skipped
     }
 }
 
 /// What names a replay: everything that, changed, makes it a different one.
 #[derive(Clone, Debug)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub store: PathBuf,
     pub target: String,
     /// Part of the file name, so a listing of the directory says what is what.
@@ -100,7 +100,7 @@ pub struct Identity {
 
 impl Identity {
     /// `<slug>-<first 16 hex digits of SHA-256 over the identity>.json`
-    pub fn file_name(&self) -> String {
+    pub(crate) fn file_name(&self) -> String {
         let mut hash = Sha256::new();
         let store = self.store.to_string_lossy();
         let mut fields = vec![store.as_ref(), self.target.as_str()];
@@ -120,7 +120,7 @@ impl Identity {
 
 /// A state and where it lives.
 #[derive(Debug)]
-pub struct StateFile {
+pub(crate) struct StateFile {
     pub path: PathBuf,
     pub state: State,
 }
@@ -128,7 +128,7 @@ pub struct StateFile {
 impl StateFile {
     /// The saved state at `path`, if any. A file that cannot be read or parsed is an
     /// error that names it: guessing would risk sending everything twice.
-    pub fn load(path: &Path) -> Result<Option<State>, ReplayError> {
+    pub(crate) fn load(path: &Path) -> Result<Option<State>, ReplayError> {
         let text = match std::fs::read(path) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -156,7 +156,7 @@ impl StateFile {
 
     /// Writes the state atomically: a synced temporary file renamed over the old one,
     /// then the directory synced so the rename itself survives a power loss. Blocking.
-    pub fn save(&mut self) -> Result<(), ReplayError> {
+    pub(crate) fn save(&mut self) -> Result<(), ReplayError> {
         self.state.updated_at = stored_form(SystemTime::now());
         let io = |what: &'static str| {
             let path = self.path.clone();

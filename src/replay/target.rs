@@ -16,7 +16,7 @@ use crate::tls::ClientTls;
 
 /// `--to-forwarder NAME --config FILE` or `--to-address SOCK`.
 #[derive(Clone, Debug)]
-pub enum TargetSpec {
+pub(crate) enum TargetSpec {
     Forwarder {
         name: String,
         config: PathBuf,
@@ -31,11 +31,11 @@ pub enum TargetSpec {
 }
 
 /// Events per Forward batch (and per state-file update) with `--to-address`.
-pub const ADDRESS_BATCH: usize = 100;
+pub(crate) const ADDRESS_BATCH: usize = 100;
 
 /// The same with `--in-flight` above 1: a batch is also how far ahead the window
 /// looks for events of other objects, and it drains at each batch's end.
-pub const ADDRESS_BATCH_IN_FLIGHT: usize = 1000;
+pub(crate) const ADDRESS_BATCH_IN_FLIGHT: usize = 1000;
 
 /// Retries towards another exchange: the pipeline's backoff for transient answers
 /// (UNAVAILABLE while it restarts, RESOURCE_EXHAUSTED while its queues are full), for
@@ -49,7 +49,7 @@ fn address_retry() -> RetrySettings {
 }
 
 /// A target resolved far enough to name it (for the state file), not yet built.
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// As people read it: `forwarder "kafka" of /etc/eventgate.toml`.
     pub label: String,
     /// Part of the state file's name.
@@ -71,7 +71,7 @@ enum Plan {
 }
 
 /// A built target, ready to send.
-pub struct Target {
+pub(crate) struct Target {
     pub label: String,
     pub name: String,
     pub forwarder: Arc<dyn Forwarder>,
@@ -87,7 +87,7 @@ pub struct Target {
 
 impl TargetSpec {
     /// Reads the configuration (or looks at the socket) without connecting anywhere.
-    pub fn resolve(&self) -> Result<Resolved, ReplayError> {
+    pub(crate) fn resolve(&self) -> Result<Resolved, ReplayError> {
         match self {
             TargetSpec::Forwarder { name, config } => {
                 let loaded = Config::load(config)?;
@@ -148,7 +148,11 @@ impl TargetSpec {
 impl Resolved {
     /// Builds the forwarder (opening files, connecting to brokers) or connects to the
     /// exchange. `batch` overrides the configured batch size.
-    pub async fn build(&self, kinds: &Kinds, batch: Option<usize>) -> Result<Target, ReplayError> {
+    pub(crate) async fn build(
+        &self,
+        kinds: &Kinds,
+        batch: Option<usize>,
+    ) -> Result<Target, ReplayError> {
         match &self.plan {
             Plan::Forwarder { spec, data_dir } => {
                 let build_error = |source| ReplayError::Build {

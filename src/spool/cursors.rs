@@ -17,10 +17,10 @@ use super::files;
 
 const MAGIC: &str = "eventgate spool cursors 1";
 
-pub type Cursors = BTreeMap<String, u64>;
+pub(super) type Cursors = BTreeMap<String, u64>;
 
 /// `Ok(None)` when there is no file yet; `Err(problem)` when it cannot be trusted.
-pub fn load(path: &Path) -> io::Result<Result<Option<Cursors>, String>> {
+pub(super) fn load(path: &Path) -> io::Result<Result<Option<Cursors>, String>> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok(None)),
@@ -45,7 +45,7 @@ fn parse(bytes: &[u8]) -> Result<Cursors, String> {
     Ok(cursors)
 }
 
-pub fn render(cursors: &Cursors) -> String {
+pub(super) fn render(cursors: &Cursors) -> String {
     let mut text = format!("{MAGIC}\n");
     for (name, seq) in cursors {
         text.push_str(&format!("{name} {seq}\n"));
@@ -53,7 +53,7 @@ pub fn render(cursors: &Cursors) -> String {
     files::seal(text)
 }
 
-pub fn save(path: &Path, cursors: &Cursors) -> io::Result<()> {
+pub(super) fn save(path: &Path, cursors: &Cursors) -> io::Result<()> {
     files::write_atomic(path, render(cursors).as_bytes())
 }
 

@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 
 /// `<dir>/segments`, `<dir>/corrupt` and `<dir>/cursors`.
 #[derive(Clone, Debug)]
-pub struct Dirs {
+pub(super) struct Dirs {
     pub root: PathBuf,
     pub segments: PathBuf,
     pub corrupt: PathBuf,
 }
 
 impl Dirs {
-    pub fn new(root: &Path) -> Self {
+    pub(super) fn new(root: &Path) -> Self {
         Self {
             root: root.to_path_buf(),
             segments: root.join("segments"),
@@ -21,21 +21,21 @@ impl Dirs {
         }
     }
 
-    pub fn cursors(&self) -> PathBuf {
+    pub(super) fn cursors(&self) -> PathBuf {
         self.root.join("cursors")
     }
 
-    pub fn segment(&self, first_seq: u64) -> PathBuf {
+    pub(super) fn segment(&self, first_seq: u64) -> PathBuf {
         self.segments.join(segment_name(first_seq))
     }
 }
 
 /// Twenty digits, so that names sort like the numbers.
-pub fn segment_name(first_seq: u64) -> String {
+pub(super) fn segment_name(first_seq: u64) -> String {
     format!("{first_seq:020}.log")
 }
 
-pub fn parse_segment_name(name: &str) -> Option<u64> {
+pub(super) fn parse_segment_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".log")?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -44,20 +44,20 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
 }
 
 /// Makes a rename or a new file in `dir` survive a power loss.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 /// Ends `text` (lines, each with its newline) with `crc32 <hex>` of everything before,
 /// so that a flipped bit in a small state file is found instead of trusted.
-pub fn seal(mut text: String) -> String {
+pub(crate) fn seal(mut text: String) -> String {
     let crc = crc32fast::hash(text.as_bytes());
     text.push_str(&format!("crc32 {crc:08x}\n"));
     text
 }
 
 /// The lines of a [`seal`]ed text before its checksum line, once the checksum holds.
-pub fn unseal(bytes: &[u8]) -> Result<&str, String> {
+pub(crate) fn unseal(bytes: &[u8]) -> Result<&str, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
     let body_end = text
         .trim_end_matches('\n')
@@ -78,12 +78,12 @@ pub fn unseal(bytes: &[u8]) -> Result<&str, String> {
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new file:
 /// temp file, fsync, rename, fsync of the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |file| file.write_all(bytes))
 }
 
 /// [`write_atomic`] with the content written by `write`, so it need not be in memory.
-pub fn write_atomic_with(
+pub(super) fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
 ) -> io::Result<()> {
@@ -101,7 +101,7 @@ pub fn write_atomic_with(
 
 /// Keeps bad bytes, written by `write`, for inspection: `<corrupt>/<name>`, never
 /// overwriting an earlier one.
-pub fn quarantine_with(
+pub(super) fn quarantine_with(
     corrupt: &Path,
     name: &str,
     write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
@@ -116,7 +116,7 @@ pub fn quarantine_with(
 }
 
 /// Moves a whole file into `<corrupt>/`.
-pub fn move_aside(corrupt: &Path, file: &Path, name: &str) -> io::Result<PathBuf> {
+pub(super) fn move_aside(corrupt: &Path, file: &Path, name: &str) -> io::Result<PathBuf> {
     let path = free_name(corrupt, name);
     fs::rename(file, &path)?;
     sync_dir(corrupt)?;

@@ -21,9 +21,9 @@ mod open;
 mod reader;
 pub(crate) mod record;
 mod recovery;
-pub mod settings;
+pub(crate) mod settings;
 mod shared;
-pub mod space;
+pub(crate) mod space;
 mod window;
 mod writer;
 
@@ -39,14 +39,15 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::event::Event;
-pub use files::{seal, unseal, write_atomic};
+pub(crate) use files::{seal, unseal, write_atomic};
 #[cfg(test)]
 pub(crate) use gate::Gate;
-pub use reader::Reader;
-pub use recovery::Recovery;
+pub(crate) use reader::Reader;
+pub(crate) use recovery::Recovery;
 pub use settings::{Fsync, FullPolicy, SpoolSettings};
 use shared::Shared;
-pub use space::{DiskLow, DiskSnapshot, MinFree};
+pub use space::MinFree;
+pub(crate) use space::{DiskLow, DiskSnapshot};
 
 #[derive(Debug, Error)]
 pub enum SpoolError {

@@ -14,7 +14,7 @@ use super::shared::{Gauges, Progress, Segment, Shared, State};
 use super::space::{self, Reserve};
 use super::{Recovery, SpoolError, SpoolSettings, cursors, files, recovery, writer};
 
-pub fn open(
+pub(super) fn open(
     dir: &Path,
     settings: &SpoolSettings,
     forwarders: &[&str],

@@ -28,17 +28,17 @@ use crate::event::{Clock, Event, EventId, Origin, Source, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 
-pub const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 /// seq + id + received_at + kind + name len.
-pub const MIN_BODY: usize = 8 + 16 + 8 + 1 + 2;
+pub(crate) const MIN_BODY: usize = 8 + 16 + 8 + 1 + 2;
 /// Anything longer is taken for corruption rather than allocated.
-pub const MAX_BODY: usize = 16 << 20;
+pub(crate) const MAX_BODY: usize = 16 << 20;
 /// The bit of the kind byte that announces a publisher block.
-pub const HAS_PUBLISHER: u8 = 0x80;
+pub(crate) const HAS_PUBLISHER: u8 = 0x80;
 /// The bit of the kind byte that announces an origin byte (a reconciled event).
-pub const HAS_ORIGIN: u8 = 0x40;
+pub(crate) const HAS_ORIGIN: u8 = 0x40;
 /// The bit of the kind byte that announces a workload block.
-pub const HAS_WORKLOAD: u8 = 0x20;
+pub(crate) const HAS_WORKLOAD: u8 = 0x20;
 /// The source's bits of the kind byte.
 const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN | HAS_WORKLOAD);
 /// Where the kind byte is in the body.
@@ -50,7 +50,7 @@ const CLOCK_RECONCILE: u8 = 2;
 
 /// Appends `event` as one record to `buf`; returns the record's length, or the body
 /// length it would have had when that is over [`MAX_BODY`].
-pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
+pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
     let name: &[u8] = match &event.source {
         Source::Upstream(name) => name.as_bytes(),
         _ => &[],
@@ -140,7 +140,7 @@ pub fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
 
 /// What [`check`] found at an offset.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Check {
+pub(crate) enum Check {
     /// A whole, intact record of `len` bytes (header included) with this seq.
     Valid { seq: u64, len: usize },
     /// The bytes end before the record does (a torn write, or a bad length field).
@@ -150,7 +150,7 @@ pub enum Check {
 }
 
 /// Validates the record starting at `bytes[0]` without decoding the envelope.
-pub fn check(bytes: &[u8]) -> Check {
+pub(crate) fn check(bytes: &[u8]) -> Check {
     let Some(header) = bytes.get(..HEADER) else {
         return Check::Incomplete;
     };
@@ -171,12 +171,12 @@ pub fn check(bytes: &[u8]) -> Check {
 }
 
 /// The seq a record at `bytes[0]` claims, without validating it.
-pub fn claimed_seq(bytes: &[u8]) -> Option<u64> {
+pub(crate) fn claimed_seq(bytes: &[u8]) -> Option<u64> {
     bytes.get(HEADER..HEADER + 8).map(|b| u64_at(b, 0))
 }
 
 /// Decodes a record that [`check`] found valid.
-pub fn decode(record: &[u8]) -> Option<Event> {
+pub(crate) fn decode(record: &[u8]) -> Option<Event> {
     let body = record.get(HEADER..)?;
     let seq = u64_at(body, 0);
     let id: [u8; 16] = body.get(8..24)?.try_into().ok()?;

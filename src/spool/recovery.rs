@@ -54,7 +54,7 @@ impl Recovery {
 }
 
 /// The segments recovered, oldest first, and the last intact seq (0 when none).
-pub struct Recovered {
+pub(super) struct Recovered {
     pub segments: Vec<Segment>,
     pub last_seq: u64,
     /// The most bytes of segment files held in memory at once while scanning them.
@@ -63,7 +63,7 @@ pub struct Recovered {
 }
 
 /// Scans `dirs.segments`; only failing to list the directory is an error.
-pub fn recover(dirs: &Dirs, report: &mut Recovery) -> io::Result<Recovered> {
+pub(super) fn recover(dirs: &Dirs, report: &mut Recovery) -> io::Result<Recovered> {
     recover_in_chunks(dirs, report, CHUNK)
 }
 

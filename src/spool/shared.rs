@@ -14,7 +14,7 @@ use super::settings::SpoolSettings;
 use super::space::Reserve;
 use super::{Dropped, SpoolError};
 
-pub struct Shared {
+pub(super) struct Shared {
     pub dirs: Dirs,
     pub settings: SpoolSettings,
     /// Free space on the spool's file system against `min_free`; refreshed by the
@@ -35,7 +35,7 @@ pub struct Shared {
 
 /// What the writer has made durable; readers and `durable` wait on it.
 #[derive(Clone, Debug, Default)]
-pub struct Progress {
+pub(super) struct Progress {
     /// Every record up to and including this seq is durable per the fsync mode.
     pub durable_seq: u64,
     /// The first write or sync error; the spool accepts nothing after it.
@@ -46,7 +46,7 @@ pub struct Progress {
 
 /// One segment file; the last one in [`State::segments`] is the one being written.
 #[derive(Clone, Debug)]
-pub struct Segment {
+pub(super) struct Segment {
     /// From the file name: no record in it has a smaller seq.
     pub first_seq: u64,
     /// One past the last record written to it.
@@ -56,7 +56,7 @@ pub struct Segment {
     pub path: PathBuf,
 }
 
-pub struct State {
+pub(super) struct State {
     pub next_seq: u64,
     /// Encoded records appended but not yet taken by the writer.
     pub buf: Vec<u8>,
@@ -83,13 +83,13 @@ pub struct State {
 
 /// The spool's size gauges, looked up once: the writer sets them after every group,
 /// and a lookup hashes the key each time.
-pub struct Gauges {
+pub(super) struct Gauges {
     bytes: metrics::Gauge,
     segments: metrics::Gauge,
 }
 
 impl Gauges {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             bytes: metrics::gauge!("eventgate_spool_bytes"),
             segments: metrics::gauge!("eventgate_spool_segments"),
@@ -98,13 +98,13 @@ impl Gauges {
 }
 
 impl Shared {
-    pub fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind, still consistent
         // enough to keep serving or to close.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn wake_writer(&self, state: &mut State) {
+    pub(super) fn wake_writer(&self, state: &mut State) {
         if state.writer_idle {
             state.writer_idle = false;
             self.wake.notify_one();
@@ -114,7 +114,7 @@ impl Shared {
 
 impl State {
     /// The oldest seq any registered forwarder still needs.
-    pub fn min_cursor(&self) -> u64 {
+    pub(super) fn min_cursor(&self) -> u64 {
         self.cursors
             .values()
             .copied()
@@ -123,7 +123,7 @@ impl State {
     }
 
     /// Forgets segments every cursor has passed; true when something was freed.
-    pub fn trim(&mut self) -> bool {
+    pub(super) fn trim(&mut self) -> bool {
         let min = self.min_cursor();
         let mut freed = false;
         while self.segments.len() > 1 && self.segments[0].end_seq <= min {
@@ -136,7 +136,7 @@ impl State {
     /// `drop_oldest`: deletes the oldest segment whatever the cursors say, moves the
     /// cursors that were inside it past it, and says what each forwarder lost. `None`
     /// when only the active segment is left.
-    pub fn drop_oldest(&mut self) -> Option<Vec<Dropped>> {
+    pub(super) fn drop_oldest(&mut self) -> Option<Vec<Dropped>> {
         if self.segments.len() < 2 {
             return None;
         }
@@ -171,11 +171,11 @@ impl State {
         Some(segment)
     }
 
-    pub fn first_seq(&self) -> u64 {
+    pub(super) fn first_seq(&self) -> u64 {
         self.segments.front().map_or(self.next_seq, |s| s.first_seq)
     }
 
-    pub fn publish_gauges(&self) {
+    pub(super) fn publish_gauges(&self) {
         self.gauges.bytes.set(self.total_bytes as f64);
         self.gauges.segments.set(self.segments.len() as f64);
     }

@@ -29,10 +29,10 @@ use crate::units::human_bytes;
 
 /// Longest time between two looks at the file system while the spool is idle: the
 /// sinks may be filling it while nothing is published.
-pub const REFRESH_PERIOD: Duration = Duration::from_millis(250);
+pub(crate) const REFRESH_PERIOD: Duration = Duration::from_millis(250);
 
 /// Shortest time between two looks while the spool is busy.
-pub const REFRESH_MIN: Duration = Duration::from_millis(10);
+pub(crate) const REFRESH_MIN: Duration = Duration::from_millis(10);
 
 /// `spool.min_free`: bytes, or a percentage of the file system's size.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -125,13 +125,13 @@ impl Serialize for MinFree {
 /// may have a little more on file systems that keep blocks for it; that stays an
 /// extra margin).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub free: u64,
     pub total: u64,
 }
 
 /// `statvfs(2)` of the file system holding `path`.
-pub fn usage(path: &Path) -> io::Result<Usage> {
+pub(crate) fn usage(path: &Path) -> io::Result<Usage> {
     let c_path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `c_path` is a valid C string and `stat` memory owned here; both outlive
@@ -149,7 +149,7 @@ pub fn usage(path: &Path) -> io::Result<Usage> {
 
 /// The nearest existing directory at or above `path` (the data directory may not
 /// exist yet when `check-config` runs).
-pub fn existing_ancestor(path: &Path) -> Option<&Path> {
+pub(crate) fn existing_ancestor(path: &Path) -> Option<&Path> {
     path.ancestors()
         .find(|p| !p.as_os_str().is_empty() && p.is_dir())
         .or_else(|| Path::new(".").is_dir().then_some(Path::new(".")))
@@ -157,7 +157,7 @@ pub fn existing_ancestor(path: &Path) -> Option<&Path> {
 
 /// Checks that the file system holding `path` (or its nearest existing parent) is
 /// larger than the reserve: otherwise nothing could ever be accepted.
-pub fn check_fits(path: &Path, min_free: &MinFree) -> Result<(), String> {
+pub(crate) fn check_fits(path: &Path, min_free: &MinFree) -> Result<(), String> {
     let Some(existing) = existing_ancestor(path) else {
         return Ok(());
     };
@@ -208,14 +208,14 @@ pub struct DiskSnapshot {
 
 /// What a refresh changed, for the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     Reached,
     Recovered,
 }
 
 /// The reserve as the spool shares it between the writer (refresh) and publishers
 /// (check).
-pub struct Reserve {
+pub(crate) struct Reserve {
     dir: PathBuf,
     min_free: MinFree,
     low: AtomicBool,
@@ -225,7 +225,7 @@ pub struct Reserve {
 }
 
 impl Reserve {
-    pub fn new(dir: &Path, min_free: MinFree) -> Self {
+    pub(crate) fn new(dir: &Path, min_free: MinFree) -> Self {
         Self {
             dir: dir.to_path_buf(),
             min_free,
@@ -241,7 +241,7 @@ impl Reserve {
     }
 
     /// Looks at the file system again; logs a change of state.
-    pub fn refresh(&self) {
+    pub(crate) fn refresh(&self) {
         if self.off() {
             return;
         }
@@ -275,7 +275,7 @@ impl Reserve {
     }
 
     /// Applies new figures; the hysteresis lives here.
-    pub fn update(&self, found: Usage) -> Option<Transition> {
+    pub(crate) fn update(&self, found: Usage) -> Option<Transition> {
         self.free.store(found.free, Ordering::Relaxed);
         self.total.store(found.total, Ordering::Relaxed);
         let required = self.min_free.bytes(found.total);
@@ -307,7 +307,7 @@ impl Reserve {
     }
 
     /// The hot path: one atomic load, and the figures only when refusing.
-    pub fn check(&self) -> Result<(), DiskLow> {
+    pub(crate) fn check(&self) -> Result<(), DiskLow> {
         if !self.low.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -322,7 +322,7 @@ impl Reserve {
         })
     }
 
-    pub fn snapshot(&self) -> DiskSnapshot {
+    pub(crate) fn snapshot(&self) -> DiskSnapshot {
         let total = self.total.load(Ordering::Relaxed);
         DiskSnapshot {
             dir: self.dir.clone(),
@@ -337,7 +337,7 @@ impl Reserve {
     }
 
     /// Whether the reserve is configured at all.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         !self.off()
     }
 }

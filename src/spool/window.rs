@@ -10,9 +10,9 @@ use std::os::unix::fs::FileExt;
 use super::record::{HEADER, MAX_BODY, MIN_BODY};
 
 /// How much of a segment recovery reads at a time.
-pub const CHUNK: usize = 1 << 20;
+pub(super) const CHUNK: usize = 1 << 20;
 
-pub struct Window<'f> {
+pub(super) struct Window<'f> {
     file: &'f File,
     len: u64,
     chunk: usize,
@@ -25,7 +25,7 @@ pub struct Window<'f> {
 
 impl<'f> Window<'f> {
     /// A window over the first `len` bytes of `file`, read `chunk` bytes at a time.
-    pub fn new(file: &'f File, len: u64, chunk: usize) -> Self {
+    pub(super) fn new(file: &'f File, len: u64, chunk: usize) -> Self {
         Self {
             file,
             len,
@@ -36,7 +36,7 @@ impl<'f> Window<'f> {
         }
     }
 
-    pub fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         self.len
     }
 
@@ -46,7 +46,7 @@ impl<'f> Window<'f> {
     }
 
     /// `want` bytes from `at`, fewer only where the file ends.
-    pub fn get(&mut self, at: u64, want: usize) -> io::Result<&[u8]> {
+    pub(super) fn get(&mut self, at: u64, want: usize) -> io::Result<&[u8]> {
         let end = at.saturating_add(want as u64).min(self.len);
         let at = at.min(end);
         let held = self.start + self.buf.len() as u64;
@@ -70,7 +70,7 @@ impl<'f> Window<'f> {
     /// The record at `at` as [`super::record::check`] takes it: header and body; the
     /// header alone when its length is out of range or past the end of the file
     /// (`check` then finds it bad or incomplete, as it would the whole rest).
-    pub fn record(&mut self, at: u64) -> io::Result<&[u8]> {
+    pub(super) fn record(&mut self, at: u64) -> io::Result<&[u8]> {
         let header = self.get(at, HEADER)?;
         if header.len() < HEADER {
             return self.get(at, HEADER);
@@ -89,7 +89,7 @@ impl<'f> Window<'f> {
 }
 
 /// Copies `range` of `from` into `to`, a chunk at a time.
-pub fn copy_range(from: &File, range: Range<u64>, to: &mut impl Write) -> io::Result<()> {
+pub(super) fn copy_range(from: &File, range: Range<u64>, to: &mut impl Write) -> io::Result<()> {
     let mut buf = vec![0; CHUNK.min((range.end - range.start) as usize)];
     let mut at = range.start;
     while at < range.end {
@@ -102,7 +102,7 @@ pub fn copy_range(from: &File, range: Range<u64>, to: &mut impl Write) -> io::Re
 }
 
 /// The parts of `0..len` outside `cut` (sorted, not overlapping).
-pub fn complement(len: u64, cut: &[Range<u64>]) -> Vec<Range<u64>> {
+pub(super) fn complement(len: u64, cut: &[Range<u64>]) -> Vec<Range<u64>> {
     let mut kept = Vec::new();
     let mut at = 0;
     for range in cut {

@@ -33,12 +33,12 @@ const GATHER_MAX: Duration = Duration::from_millis(1);
 
 /// The last group, which the next one waits to match (see the module doc).
 #[derive(Default)]
-pub struct Gather {
+pub(super) struct Gather {
     records: usize,
     sync: Duration,
 }
 
-pub struct Writer {
+pub(super) struct Writer {
     pub shared: Arc<Shared>,
     /// The active segment, open for appending.
     pub file: File,
@@ -51,14 +51,14 @@ pub struct Writer {
 }
 
 /// Looked up once: each turn records several, and a lookup hashes the key every time.
-pub struct WriterMetrics {
+pub(super) struct WriterMetrics {
     group_records: metrics::Histogram,
     fsyncs: metrics::Counter,
     fsync_seconds: metrics::Histogram,
 }
 
 impl WriterMetrics {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             group_records: metrics::histogram!("eventgate_spool_group_records"),
             fsyncs: metrics::counter!("eventgate_spool_fsyncs_total"),
@@ -77,7 +77,7 @@ struct Turn {
 }
 
 impl Writer {
-    pub fn run(mut self) {
+    pub(super) fn run(mut self) {
         let mut last_persist = Instant::now();
         let mut last_refresh = Instant::now();
         let mut spare = (Vec::new(), Vec::new());
@@ -365,7 +365,7 @@ impl Writer {
 }
 
 /// A write, sync or roll that failed, and which of them.
-pub struct Fault {
+pub(super) struct Fault {
     op: &'static str,
     /// About the segments directory rather than the active segment.
     in_dir: bool,
@@ -393,7 +393,7 @@ impl Fault {
 /// What the spool reports after a failure: the operation, the file and the OS error.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {op} {}", path.display())]
-pub struct DiskFault {
+pub(super) struct DiskFault {
     pub op: &'static str,
     pub path: std::path::PathBuf,
     #[source]

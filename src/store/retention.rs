@@ -19,7 +19,7 @@ use crate::proto::rfc3339_nanos;
 
 /// What to keep. At least one of `max_age` and `max_rows` is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Rows received longer ago than this are deleted.
     pub max_age: Option<Duration>,
     /// At most this many rows are kept (the newest).
@@ -28,14 +28,14 @@ pub struct Policy {
 
 /// What one step deleted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Step {
+pub(crate) struct Step {
     pub deleted: u64,
     /// The last deleted row (the new checkpoint), when anything was deleted.
     pub checkpoint: Option<Checkpoint>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     pub row_id: i64,
     pub seq: i64,
     pub timestamp: Option<String>,
@@ -45,7 +45,7 @@ pub struct Checkpoint {
 
 /// The number of rows stored, for the `max_rows` policy. A full count walks the
 /// smallest index, so callers count once per round and subtract what they delete.
-pub fn count_rows(conn: &Connection) -> rusqlite::Result<u64> {
+pub(crate) fn count_rows(conn: &Connection) -> rusqlite::Result<u64> {
     let count: i64 = conn.query_row("SELECT count(*) FROM events", [], |row| row.get(0))?;
     Ok(count.max(0) as u64)
 }
@@ -54,7 +54,7 @@ pub fn count_rows(conn: &Connection) -> rusqlite::Result<u64> {
 /// transaction that also moves the checkpoint. `stored` is the current row count
 /// (only read for `max_rows`). Returns what was deleted; `deleted < limit` means the
 /// front is now within the policy.
-pub fn prune_step(
+pub(crate) fn prune_step(
     conn: &mut Connection,
     policy: &Policy,
     stored: u64,
@@ -120,20 +120,20 @@ pub fn prune_step(
 
 /// Whether the file can give pages back (`auto_vacuum = INCREMENTAL`). Only stores
 /// created by this version can; older ones need a one-off `VACUUM` to switch.
-pub fn shrinks(conn: &Connection) -> rusqlite::Result<bool> {
+pub(crate) fn shrinks(conn: &Connection) -> rusqlite::Result<bool> {
     let mode: i64 = conn.pragma_query_value(None, "auto_vacuum", |row| row.get(0))?;
     Ok(mode == 2)
 }
 
 /// Pages on the free list: space pruning freed that the file still holds.
-pub fn free_pages(conn: &Connection) -> rusqlite::Result<u64> {
+pub(crate) fn free_pages(conn: &Connection) -> rusqlite::Result<u64> {
     let pages: i64 = conn.pragma_query_value(None, "freelist_count", |row| row.get(0))?;
     Ok(pages.max(0) as u64)
 }
 
 /// Returns up to `pages` free pages to the file system (one short write
 /// transaction). Returns how many the free list shrank by.
-pub fn vacuum_step(conn: &Connection, pages: u64) -> rusqlite::Result<u64> {
+pub(crate) fn vacuum_step(conn: &Connection, pages: u64) -> rusqlite::Result<u64> {
     let before = free_pages(conn)?;
     // incremental_vacuum returns no rows but must be stepped to run.
     let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
@@ -145,7 +145,7 @@ pub fn vacuum_step(conn: &Connection, pages: u64) -> rusqlite::Result<u64> {
 
 /// Copies the WAL into the database without waiting for readers, so the freed
 /// pages at the end of the file can actually be truncated away.
-pub fn checkpoint_wal(conn: &Connection) -> rusqlite::Result<()> {
+pub(crate) fn checkpoint_wal(conn: &Connection) -> rusqlite::Result<()> {
     conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
         .optional()
         .map(drop)

@@ -9,7 +9,7 @@ use rusqlite::types::ValueRef;
 use crate::event::Workload;
 
 /// The columns, in table, insert and hashing order.
-pub const COLUMNS: [&str; 7] = [
+pub(crate) const COLUMNS: [&str; 7] = [
     "pod_name",
     "pod_namespace",
     "pod_uid",
@@ -80,7 +80,7 @@ impl<'a> WorkloadColumns<'a> {
 /// The workload back from its columns' values (in [`COLUMNS`] order); `None` when
 /// all are NULL. Errs, naming the column, on labels that are not a JSON object of
 /// strings (the row was edited).
-pub fn from_columns(values: [Option<String>; 7]) -> Result<Option<Workload>, String> {
+pub(crate) fn from_columns(values: [Option<String>; 7]) -> Result<Option<Workload>, String> {
     if values.iter().all(Option::is_none) {
         return Ok(None);
     }

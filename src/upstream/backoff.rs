@@ -7,14 +7,14 @@ use rand::Rng;
 
 use super::settings::ReconnectSettings;
 
-pub struct Backoff {
+pub(super) struct Backoff {
     initial: Duration,
     max: Duration,
     failures: u32,
 }
 
 impl Backoff {
-    pub fn new(settings: &ReconnectSettings) -> Self {
+    pub(super) fn new(settings: &ReconnectSettings) -> Self {
         Self {
             initial: settings.initial,
             max: settings.max,
@@ -25,7 +25,7 @@ impl Backoff {
     /// The delay before the next attempt: "equal jitter", uniformly between half and
     /// all of `initial * 2^failures` (capped at `max`). Unlike full jitter it never
     /// comes out near zero, so a dead socket is not retried in a tight loop.
-    pub fn next_delay(&mut self, rng: &mut impl Rng) -> Duration {
+    pub(super) fn next_delay(&mut self, rng: &mut impl Rng) -> Duration {
         let ceiling = self
             .initial
             .saturating_mul(1u32 << self.failures.min(20))
@@ -35,7 +35,7 @@ impl Backoff {
         half + rng.random_range(Duration::ZERO..=ceiling - half)
     }
 
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.failures = 0;
     }
 }

@@ -61,12 +61,12 @@ pub(super) enum Lookup {
 }
 
 impl Lookup {
-    pub fn is_ready(&self) -> bool {
+    pub(super) fn is_ready(&self) -> bool {
         matches!(self, Lookup::Ready(_))
     }
 
     /// The record, once ready (`None` while waiting).
-    pub fn take(&mut self) -> Option<Arc<Workload>> {
+    pub(super) fn take(&mut self) -> Option<Arc<Workload>> {
         match self {
             Lookup::Ready(workload) => workload.take(),
             Lookup::Waiting { .. } => None,
@@ -133,7 +133,7 @@ fn container_of(envelope: &Envelope) -> Option<String> {
 }
 
 impl Enricher {
-    pub fn new(upstream: Arc<str>, enabled: bool) -> Self {
+    pub(super) fn new(upstream: Arc<str>, enabled: bool) -> Self {
         Self {
             upstream,
             enabled,
@@ -149,7 +149,7 @@ impl Enricher {
 
     /// A new subscription: questions go over its connection. Nothing waits for the
     /// last one's any more (its events were all recorded before it ended).
-    pub fn connected(&mut self, channel: Channel) {
+    pub(super) fn connected(&mut self, channel: Channel) {
         self.calls = FuturesUnordered::new();
         self.queued.clear();
         self.pending.clear();
@@ -159,17 +159,17 @@ impl Enricher {
     }
 
     /// Whether another event may be read: a question it needs could be asked.
-    pub fn has_room(&self) -> bool {
+    pub(super) fn has_room(&self) -> bool {
         self.pending.len() < MAX_WAITING
     }
 
-    pub fn is_fetching(&self) -> bool {
+    pub(super) fn is_fetching(&self) -> bool {
         !self.calls.is_empty()
     }
 
     /// What the record of a live event's container says, or the answer it waits for
     /// (the first time a container is seen). Called in the stream's order.
-    pub fn begin(&mut self, envelope: &Envelope) -> Lookup {
+    pub(super) fn begin(&mut self, envelope: &Envelope) -> Lookup {
         if !self.enabled {
             return Lookup::Ready(None);
         }
@@ -239,7 +239,7 @@ impl Enricher {
     /// The answers of the next call to finish, remembered unless outdated
     /// meanwhile; the next call starts with what queued up. Pending forever when
     /// no call is under way.
-    pub async fn fetched(&mut self) -> Vec<Fetched> {
+    pub(super) async fn fetched(&mut self) -> Vec<Fetched> {
         let Some(answers) = self.calls.next().await else {
             return std::future::pending().await;
         };
@@ -283,7 +283,7 @@ impl Enricher {
     }
 
     /// Completes `lookup` if it waited for `fetched`.
-    pub fn settle(&mut self, lookup: &mut Lookup, fetched: &Fetched) {
+    pub(super) fn settle(&mut self, lookup: &mut Lookup, fetched: &Fetched) {
         let Lookup::Waiting { key, fetch, image } = lookup else {
             return;
         };
@@ -307,7 +307,7 @@ impl Enricher {
 
     /// Gives up waiting (eventgate is stopping): the event is recorded with what is
     /// known without the daemon's answer.
-    pub fn give_up(lookup: &mut Lookup) {
+    pub(super) fn give_up(lookup: &mut Lookup) {
         if let Lookup::Waiting { image, .. } = lookup {
             let workload = image
                 .take()
@@ -319,7 +319,7 @@ impl Enricher {
 
     /// What the record of a reconstructed event's container said: the daemon's list
     /// for one it still has, the snapshot for one it deleted meanwhile.
-    pub fn reconciled(
+    pub(super) fn reconciled(
         &mut self,
         envelope: &Envelope,
         daemon: &NodeState,
@@ -349,7 +349,7 @@ impl Enricher {
 
     /// Remembers every container a reconcile listed, so live events about them need
     /// no question.
-    pub fn listed(&mut self, daemon: &NodeState) {
+    pub(super) fn listed(&mut self, daemon: &NodeState) {
         if !self.enabled {
             return;
         }

@@ -26,14 +26,14 @@ use crate::exchange::{AcceptError, Appended, Durable};
 /// before the stream is held, while a stalled disk still stops the upstream within a
 /// bounded amount of memory. An entry itself is small: the event is shared with the
 /// spool's buffer and the forwarders' queues.
-pub const MAX_EVENTS: usize = 4096;
+pub(super) const MAX_EVENTS: usize = 4096;
 
 /// At most this many bytes of envelopes in flight: upstream events have no size
 /// limit, so the count alone would not bound the memory they keep alive.
-pub const MAX_BYTES: usize = 16 << 20;
+pub(super) const MAX_BYTES: usize = 16 << 20;
 
 /// What happens once an event is durable.
-pub enum Then {
+pub(super) enum Then {
     /// One of the upstream's events (live or reconciled): the snapshot records it.
     Record,
     /// A reconcile's marker, after its events: the reconcile is complete.
@@ -47,14 +47,14 @@ struct Entry {
     bytes: usize,
 }
 
-pub struct InFlight {
+pub(super) struct InFlight {
     entries: VecDeque<Entry>,
     bytes: usize,
     gauge: metrics::Gauge,
 }
 
 impl InFlight {
-    pub fn new(upstream: &str) -> Self {
+    pub(super) fn new(upstream: &str) -> Self {
         let gauge = metrics::gauge!("eventgate_upstream_inflight_events", "upstream" => upstream.to_owned());
         gauge.set(0.0);
         Self {
@@ -64,7 +64,7 @@ impl InFlight {
         }
     }
 
-    pub fn push(&mut self, appended: Appended, then: Then) {
+    pub(super) fn push(&mut self, appended: Appended, then: Then) {
         let bytes = appended.event.envelope.encoded_len();
         self.bytes += bytes;
         self.entries.push_back(Entry {
@@ -77,22 +77,22 @@ impl InFlight {
     }
 
     /// Whether another event may be appended.
-    pub fn has_room(&self) -> bool {
+    pub(super) fn has_room(&self) -> bool {
         self.entries.len() < MAX_EVENTS && self.bytes < MAX_BYTES
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// The seq of the oldest event not durable yet.
-    pub fn first_seq(&self) -> Option<u64> {
+    pub(super) fn first_seq(&self) -> Option<u64> {
         self.entries.front().map(|entry| entry.event.seq)
     }
 
     /// The oldest event once it is durable, or once its write failed; never resolves
     /// while nothing is in flight. Cancel-safe: the event stays until it resolves.
-    pub async fn next(&mut self) -> (Arc<Event>, Then, Result<(), AcceptError>) {
+    pub(super) async fn next(&mut self) -> (Arc<Event>, Then, Result<(), AcceptError>) {
         let synced = std::future::poll_fn(|cx| match self.entries.front_mut() {
             Some(entry) => std::pin::Pin::new(&mut entry.durable).poll(cx),
             None => std::task::Poll::Pending,

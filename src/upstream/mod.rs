@@ -32,9 +32,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "bench")]
-pub use reconciler::SETTLE;
+pub(crate) use reconciler::SETTLE;
 pub use settings::UpstreamSpec;
-pub use status::{UpstreamState, UpstreamStatus, UpstreamWatch};
+pub(crate) use status::{UpstreamState, UpstreamStatus, UpstreamWatch};
 
 use crate::exchange::Exchange;
 

@@ -28,7 +28,7 @@ use crate::reconcile::snapshot::{SAVE_EVERY, Snapshot, SnapshotError};
 use crate::spool::Spool;
 
 /// How long after the lists are read events may still arrive for what they show.
-pub const SETTLE: Duration = Duration::from_secs(1);
+pub(crate) const SETTLE: Duration = Duration::from_secs(1);
 
 /// How long listing a daemon may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -41,7 +41,7 @@ const CANNOT_KNOW: &str = "a container created and removed inside the gap leaves
      are the reconcile's";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
+pub(super) enum Trigger {
     Connected,
     Interval,
 }
@@ -79,14 +79,14 @@ enum Phase {
 
 /// What a finished reconcile asks the task to record, in order: the events, then
 /// the marker. [`Reconciler::recorded`] completes it.
-pub struct Plan {
+pub(super) struct Plan {
     pub events: Vec<(Envelope, Clock)>,
     pub marker: Envelope,
     pub daemon: NodeState,
     skip: BTreeSet<Object>,
 }
 
-pub struct Reconciler {
+pub(super) struct Reconciler {
     upstream: String,
     address: String,
     connect_timeout: Duration,
@@ -102,7 +102,7 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    pub async fn open(
+    pub(super) async fn open(
         upstream: &str,
         address: &str,
         connect_timeout: Duration,
@@ -127,7 +127,7 @@ impl Reconciler {
 
     /// Starts listing the daemon (a reconcile under way is abandoned: its lists may
     /// predate the new subscription).
-    pub fn begin(&mut self, trigger: Trigger, gap_started: SystemTime) {
+    pub(super) fn begin(&mut self, trigger: Trigger, gap_started: SystemTime) {
         let address = self.address.clone();
         let timeout = self.connect_timeout;
         let listing: Listing = Box::pin(async move {
@@ -149,20 +149,20 @@ impl Reconciler {
     }
 
     /// Stops reconciling until the next connection (the subscription broke).
-    pub fn pause(&mut self) {
+    pub(super) fn pause(&mut self) {
         self.phase = Phase::Idle;
         self.snapshot.end_listing();
         self.next_interval = None;
     }
 
     /// Advances the snapshot by one of the upstream's events, once the spool has it.
-    pub fn record(&mut self, event: &Event) {
+    pub(super) fn record(&mut self, event: &Event) {
         self.snapshot.record(event);
     }
 
     /// Whether a reconcile has settled and waits for the task to be quiet (see
     /// [`Reconciler::ready`]): the task reads no more of the stream until it is.
-    pub fn settled(&self) -> bool {
+    pub(super) fn settled(&self) -> bool {
         matches!(&self.phase, Phase::Settling { until, .. } if tokio::time::Instant::now() >= *until)
     }
 
@@ -176,7 +176,7 @@ impl Reconciler {
     /// delivered is recorded. A settled reconcile is planned only when quiet: an event
     /// still on its way to the disk would look like a change the stream missed, and be
     /// recorded twice.
-    pub async fn ready(&mut self, in_flight: Option<u64>, quiet: bool) -> Plan {
+    pub(super) async fn ready(&mut self, in_flight: Option<u64>, quiet: bool) -> Plan {
         loop {
             let now = tokio::time::Instant::now();
             if now >= self.next_tick {
@@ -346,7 +346,7 @@ impl Reconciler {
     /// After the plan's events are recorded (each through [`Reconciler::record`]):
     /// the snapshot takes the daemon's view, saved, and the next periodic reconcile
     /// is scheduled.
-    pub fn recorded(&mut self, plan: Plan) {
+    pub(super) fn recorded(&mut self, plan: Plan) {
         let state = crate::reconcile::merge::merged(&self.snapshot.state, &plan.daemon, &plan.skip);
         if let Err(error) = self.snapshot.reset(state, self.spool.as_ref()) {
             self.failed("save", &crate::errors::chain(&error));
@@ -355,7 +355,7 @@ impl Reconciler {
     }
 
     /// Saves the snapshot as the upstream stops.
-    pub fn close(&mut self) {
+    pub(super) fn close(&mut self) {
         if let Err(error) = self.snapshot.save(self.spool.as_ref()) {
             self.failed("save", &crate::errors::chain(&error));
         }

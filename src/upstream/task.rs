@@ -62,7 +62,7 @@ pub(super) struct Task {
 }
 
 impl Task {
-    pub async fn run(self) {
+    pub(super) async fn run(self) {
         let mut reconciler = match Reconciler::open(
             &self.name,
             &self.spec.address,

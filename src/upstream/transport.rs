@@ -22,13 +22,13 @@ type Notifier = Arc<Mutex<Option<oneshot::Sender<()>>>>;
 
 /// A channel whose next request reports, once, when its body has been fully sent.
 #[derive(Clone)]
-pub struct NotifySent {
+pub(super) struct NotifySent {
     channel: Channel,
     notifier: Notifier,
 }
 
 impl NotifySent {
-    pub fn new(channel: Channel) -> (Self, oneshot::Receiver<()>) {
+    pub(super) fn new(channel: Channel) -> (Self, oneshot::Receiver<()>) {
         let (tx, rx) = oneshot::channel();
         let service = Self {
             channel,

@@ -34,15 +34,15 @@ use crate::client::Address;
 /// appears has a daemon behind it that is about to answer. The first retries come
 /// sooner (1, 2, 4, 8 ms), as the socket usually accepts within a millisecond of
 /// its creation; on a busy machine the daemon may take tens of milliseconds.
-pub const BURST_FIRST: Duration = Duration::from_millis(1);
-pub const BURST_INTERVAL: Duration = Duration::from_millis(10);
-pub const BURST_WINDOW: Duration = Duration::from_secs(2);
+pub(super) const BURST_FIRST: Duration = Duration::from_millis(1);
+pub(super) const BURST_INTERVAL: Duration = Duration::from_millis(10);
+pub(super) const BURST_WINDOW: Duration = Duration::from_secs(2);
 
 /// Bounds the walk when directories appear and vanish as fast as we can watch them.
 const MAX_REARMS: usize = 64;
 
 #[derive(Debug, Error)]
-pub enum WatchError {
+pub(super) enum WatchError {
     #[error("cannot start an inotify instance")]
     Init(#[source] Errno),
     #[error("cannot register the inotify instance with the runtime")]
@@ -71,7 +71,7 @@ impl AsRawFd for Fd {
 }
 
 /// Watches for a socket file to be created (or renamed into place) at a path.
-pub struct SocketWatch {
+pub(super) struct SocketWatch {
     inotify: AsyncFd<Fd>,
     socket: PathBuf,
     /// The socket's directory, or while it does not exist its nearest existing
@@ -83,7 +83,7 @@ pub struct SocketWatch {
 impl SocketWatch {
     /// Starts watching at once: a socket created after this returns is reported by
     /// the next [`changed`](Self::changed), even if nobody was waiting at the time.
-    pub fn new(socket: &Path) -> Result<Self, WatchError> {
+    pub(super) fn new(socket: &Path) -> Result<Self, WatchError> {
         // Absolute, so every ancestor has a name (cwd does not change under us).
         let socket = std::path::absolute(socket).map_err(|_| WatchError::NoDirectory {
             path: socket.to_owned(),
@@ -106,14 +106,14 @@ impl SocketWatch {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.socket
     }
 
     /// Returns once the socket file has been created since the last call (or since
     /// `new`). Each creation is reported once, so a socket that appears and never
     /// answers wakes its waiter once, not in a loop.
-    pub async fn changed(&mut self) -> Result<(), WatchError> {
+    pub(super) async fn changed(&mut self) -> Result<(), WatchError> {
         loop {
             let mut ready = self.inotify.readable().await.map_err(WatchError::Read)?;
             let read = ready.try_io(|fd| fd.get_ref().0.read_events().map_err(io::Error::from));
@@ -227,7 +227,7 @@ fn nearest_directory(socket: &Path) -> Option<&Path> {
 
 /// One upstream's wake-ups: the watch (for a unix-socket address) and the burst of
 /// quick attempts that follows a wake-up until a subscription is established.
-pub struct SocketWake {
+pub(super) struct SocketWake {
     socket: Option<PathBuf>,
     watch: Option<SocketWatch>,
     burst_until: Option<Instant>,
@@ -239,7 +239,7 @@ pub struct SocketWake {
 impl SocketWake {
     /// Arms the watch at once for a unix socket, so a daemon that comes back before
     /// the first wait is still noticed; TCP addresses keep the timer only.
-    pub fn new(address: &str, upstream: &str) -> Self {
+    pub(super) fn new(address: &str, upstream: &str) -> Self {
         let socket = match Address::parse(address) {
             Ok(Address::Unix(path)) => Some(path),
             _ => None,
@@ -257,7 +257,7 @@ impl SocketWake {
 
     /// Inside the burst after a wake-up, the delay before the next quick attempt;
     /// `None` when the regular backoff applies.
-    pub fn burst_delay(&mut self, upstream: &str) -> Option<Duration> {
+    pub(super) fn burst_delay(&mut self, upstream: &str) -> Option<Duration> {
         let until = self.burst_until?;
         if Instant::now() < until {
             let delay = self.burst_next;
@@ -275,7 +275,7 @@ impl SocketWake {
 
     /// Returns when the socket is created; never, for a TCP upstream or one whose
     /// socket cannot be watched (the timer then decides alone).
-    pub async fn socket_created(&mut self, upstream: &str) {
+    pub(super) async fn socket_created(&mut self, upstream: &str) {
         self.ensure_watch(upstream);
         let Some(watch) = self.watch.as_mut() else {
             return std::future::pending().await;
@@ -297,7 +297,7 @@ impl SocketWake {
 
     /// A subscription is up: the burst, if any, is over, so a subscription that
     /// breaks at once is retried at the backoff's pace.
-    pub fn subscribed(&mut self) {
+    pub(super) fn subscribed(&mut self) {
         self.burst_until = None;
     }
 

@@ -55,7 +55,7 @@ pub struct BacklogBenchArgs {
     pub tansu: PathBuf,
 }
 
-pub async fn run(args: BacklogBenchArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: BacklogBenchArgs) -> Result<ExitCode, CliError> {
     let (eventgate, dir) = super::binary_and_dir()?;
     let bench = BacklogBench {
         events: args.events as usize,

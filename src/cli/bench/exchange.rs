@@ -111,7 +111,7 @@ pub(super) struct RawRun {
     pub figures: Figures,
 }
 
-pub async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
     let (eventgate, dir) = super::binary_and_dir()?;
     let bench = ExchangeBench {
         publishers: args.publishers as usize,

@@ -62,7 +62,7 @@ pub struct ForwarderArgs {
     pub workloads: bool,
 }
 
-pub async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: ForwarderArgs) -> Result<ExitCode, CliError> {
     let (eventgate, dir) = super::binary_and_dir()?;
     let bench = ForwarderBench {
         events: args.events as usize,

@@ -54,7 +54,7 @@ pub enum Which {
     Backlog(backlog::BacklogBenchArgs),
 }
 
-pub async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
     match args.which {
         Which::Exchange(args) => exchange::run(args).await,
         Which::Forwarder(args) => forwarder::run(args).await,

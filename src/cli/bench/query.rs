@@ -41,7 +41,7 @@ fn ms(d: Duration) -> String {
     micros(d.as_micros() as u64)
 }
 
-pub async fn run(args: QueryBenchArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: QueryBenchArgs) -> Result<ExitCode, CliError> {
     tokio::task::spawn_blocking(move || run_blocking(args))
         .await
         .map_err(|e| CliError::Usage(format!("the benchmark stopped unexpectedly: {e}")))?

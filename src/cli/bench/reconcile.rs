@@ -46,7 +46,7 @@ pub struct ReconcileBenchArgs {
     pub ctr: PathBuf,
 }
 
-pub async fn run(args: ReconcileBenchArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: ReconcileBenchArgs) -> Result<ExitCode, CliError> {
     let bench = ReconcileBench {
         containerd: args.containerd,
         ctr: args.ctr,

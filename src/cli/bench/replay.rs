@@ -32,7 +32,7 @@ pub struct ReplayBenchArgs {
     pub spool_fsync: super::exchange::SpoolFsync,
 }
 
-pub async fn run(args: ReplayBenchArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: ReplayBenchArgs) -> Result<ExitCode, CliError> {
     let (eventgate, dir) = super::binary_and_dir()?;
     let bench = ReplayBench {
         events: args.events as usize,

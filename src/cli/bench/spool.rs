@@ -50,7 +50,7 @@ const ROWS: [&str; 7] = [
 /// varies a lot between rounds on shared machines; within a round it is comparable).
 const PEER: [Option<usize>; 7] = [Some(1), None, Some(1), Some(4), None, Some(6), None];
 
-pub async fn run(args: SpoolArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: SpoolArgs) -> Result<ExitCode, CliError> {
     let io = |context: &str| {
         let context = context.to_string();
         move |source| CliError::Io { context, source }

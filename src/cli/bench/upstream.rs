@@ -52,7 +52,7 @@ pub enum Enrich {
     Off,
 }
 
-pub async fn run(args: UpstreamBenchArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(args: UpstreamBenchArgs) -> Result<ExitCode, CliError> {
     let (eventgate, dir) = super::binary_and_dir()?;
     let mut results: Vec<(SpoolFsync, Enrich, Vec<Round>)> = Vec::new();
     let configurations = args

@@ -26,12 +26,12 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 
 /// Mode of every file the forwarder creates.
-pub const FILE_MODE: u32 = 0o640;
+pub(super) const FILE_MODE: u32 = 0o640;
 
 /// Length of the time part of a rotated name: `20240501T100000.123456789Z`.
 const STAMP_LEN: usize = 26;
 
-pub struct Archive {
+pub(super) struct Archive {
     pub name: Arc<str>,
     dir: PathBuf,
     stem: String,
@@ -49,7 +49,7 @@ struct Rotated {
 }
 
 impl Archive {
-    pub fn new(name: Arc<str>, active: &Path, keep: usize, compress: bool) -> Self {
+    pub(super) fn new(name: Arc<str>, active: &Path, keep: usize, compress: bool) -> Self {
         let dir = active.parent().map_or_else(PathBuf::new, Path::to_path_buf);
         let file_name = active
             .file_name()
@@ -70,13 +70,13 @@ impl Archive {
         }
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(super) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// The name for a rotation happening at `now`: later than every existing rotated
     /// file, so that names keep sorting in rotation order.
-    pub fn next_rotated_path(&self, now: SystemTime) -> io::Result<PathBuf> {
+    pub(super) fn next_rotated_path(&self, now: SystemTime) -> io::Result<PathBuf> {
         let mut stamp = stamp(now);
         if let Some(newest) = self.list()?.keys().next_back()
             && stamp.as_str() <= newest.as_str()
@@ -118,7 +118,7 @@ impl Archive {
 
     /// Compresses what is due and removes what is beyond `keep`. Safe to run again at
     /// any point: every step leaves the directory in a state the next pass completes.
-    pub fn tidy(&self) -> io::Result<()> {
+    pub(super) fn tidy(&self) -> io::Result<()> {
         let mut rotated = self.list()?;
         for files in rotated.values_mut() {
             if let Some(tmp) = files.tmp.take() {
@@ -181,13 +181,13 @@ impl Archive {
 
 /// Runs [`Archive::tidy`] on its own thread whenever asked, so that compression never
 /// holds up writes.
-pub struct Housekeeper {
+pub(super) struct Housekeeper {
     tx: Mutex<Option<mpsc::Sender<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Housekeeper {
-    pub fn spawn(archive: Arc<Archive>) -> io::Result<Self> {
+    pub(super) fn spawn(archive: Arc<Archive>) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("eventgate-file-housekeeping".into())
@@ -209,14 +209,14 @@ impl Housekeeper {
     }
 
     /// Asks for a pass (after a rotation, or at start).
-    pub fn nudge(&self) {
+    pub(super) fn nudge(&self) {
         if let Some(tx) = lock(&self.tx).as_ref() {
             let _ = tx.send(());
         }
     }
 
     /// Lets the pending pass finish and stops the thread. Blocking.
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         lock(&self.tx).take();
         let thread = lock(&self.thread).take();
         if let Some(thread) = thread {
@@ -232,7 +232,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Creates (or truncates) a file with [`FILE_MODE`], whatever the umask.
-pub fn create_file(path: &Path) -> io::Result<File> {
+pub(super) fn create_file(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -244,7 +244,7 @@ pub fn create_file(path: &Path) -> io::Result<File> {
 }
 
 /// Makes renames and new files in `dir` survive a crash.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -261,7 +261,7 @@ fn remove(path: &Path) -> io::Result<()> {
 }
 
 /// `20240501T100000.123456789Z` for a UTC time.
-pub fn stamp(time: SystemTime) -> String {
+pub(super) fn stamp(time: SystemTime) -> String {
     let since = match time.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => d,
         Err(_) => std::time::Duration::ZERO,

@@ -29,13 +29,13 @@ const MAGIC: &str = "eventgate file checkpoint 1";
 
 /// Which file: device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileId {
+pub(super) struct FileId {
     pub dev: u64,
     pub ino: u64,
 }
 
 impl FileId {
-    pub fn of(metadata: &std::fs::Metadata) -> Self {
+    pub(super) fn of(metadata: &std::fs::Metadata) -> Self {
         Self {
             dev: metadata.dev(),
             ino: metadata.ino(),
@@ -44,7 +44,7 @@ impl FileId {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Record {
+pub(super) struct Record {
     /// The spool position everything before which is durable in the files.
     pub next: u64,
     pub file: FileId,
@@ -56,7 +56,7 @@ pub struct Record {
 
 /// What to do with the active file before sending resumes.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Resume {
+pub(super) enum Resume {
     /// Cut the active file to this length and resume at `next`.
     CutTo { len: u64, next: u64 },
     /// The record does not describe the active file (or the spool): keep the file,
@@ -67,7 +67,7 @@ pub enum Resume {
 impl Record {
     /// What the record says about `active` (the active file's identity and length)
     /// for a pipeline resuming at `cursor` with a spool that ends at `end`.
-    pub fn resume(&self, active: FileId, active_len: u64, end: u64) -> Resume {
+    pub(super) fn resume(&self, active: FileId, active_len: u64, end: u64) -> Resume {
         if self.next > end {
             return Resume::Keep(format!(
                 "the checkpoint is at spool position {}, past the spool's end {end}",
@@ -97,7 +97,7 @@ impl Record {
     }
 }
 
-pub fn render(record: &Record) -> String {
+pub(super) fn render(record: &Record) -> String {
     seal(format!(
         "{MAGIC}\nnext {}\nfile {} {}\nlen {}\nsealed {}\n",
         record.next,
@@ -108,7 +108,7 @@ pub fn render(record: &Record) -> String {
     ))
 }
 
-pub fn parse(bytes: &[u8]) -> Result<Record, String> {
+pub(super) fn parse(bytes: &[u8]) -> Result<Record, String> {
     let mut lines = unseal(bytes)?.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("the first line is not {MAGIC:?}"));
@@ -143,7 +143,7 @@ pub fn parse(bytes: &[u8]) -> Result<Record, String> {
 }
 
 /// `Ok(None)` when there is no record yet; `Err(problem)` when it cannot be trusted.
-pub fn load(path: &Path) -> io::Result<Result<Option<Record>, String>> {
+pub(super) fn load(path: &Path) -> io::Result<Result<Option<Record>, String>> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(parse(&bytes).map(Some)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Ok(None)),
@@ -152,7 +152,7 @@ pub fn load(path: &Path) -> io::Result<Result<Option<Record>, String>> {
 }
 
 /// Written atomically and synced: the cursor is persisted after this returns.
-pub fn save(path: &Path, record: &Record) -> io::Result<()> {
+pub(super) fn save(path: &Path, record: &Record) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }

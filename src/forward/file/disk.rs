@@ -12,7 +12,7 @@ use thiserror::Error;
 use super::archive::FILE_MODE;
 
 #[derive(Debug, Error)]
-pub enum WriteError {
+pub(super) enum WriteError {
     #[error("cannot open {}", path.display())]
     Open {
         path: PathBuf,
@@ -55,7 +55,7 @@ pub enum WriteError {
 
 impl WriteError {
     /// The OS error underneath, for callers that word the context themselves.
-    pub fn into_io(self) -> io::Error {
+    pub(super) fn into_io(self) -> io::Error {
         match self {
             WriteError::Open { source, .. }
             | WriteError::Write { source, .. }
@@ -68,11 +68,11 @@ impl WriteError {
 }
 
 /// The writer's idea of now, replaceable in tests.
-pub trait Clock: Send + Sync {
+pub(super) trait Clock: Send + Sync {
     fn now(&self) -> SystemTime;
 }
 
-pub struct SystemClock;
+pub(super) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
@@ -94,7 +94,7 @@ pub struct Faults {
     pub record: bool,
 }
 
-pub fn write_all(
+pub(super) fn write_all(
     file: &mut File,
     bytes: &[u8],
     #[cfg(test)] faults: &mut Faults,
@@ -111,7 +111,7 @@ pub fn write_all(
 
 /// Opens the active file for appending, creating it with [`FILE_MODE`]; returns it
 /// with its length after cutting off a partial last line.
-pub fn open_active(name: &str, path: &Path) -> Result<(File, u64), WriteError> {
+pub(super) fn open_active(name: &str, path: &Path) -> Result<(File, u64), WriteError> {
     let open_error = |source| WriteError::Open {
         path: path.to_path_buf(),
         source,

@@ -37,13 +37,13 @@ use super::archive::{self, Archive};
 use super::checkpoint::{self, FileId, Record};
 #[cfg(test)]
 use super::disk::Faults;
-pub use super::disk::{Clock, SystemClock, WriteError};
+pub(super) use super::disk::{Clock, SystemClock, WriteError};
 use super::disk::{open_active, write_all};
 use super::options::{FileOptions, Fsync};
 use super::render_into;
 use crate::event::{Event, EventId};
 
-pub struct Writer {
+pub(super) struct Writer {
     name: Arc<str>,
     path: PathBuf,
     options: FileOptions,
@@ -87,7 +87,7 @@ pub struct Writer {
 impl Writer {
     /// Opens (or creates) the active file. A partial last line left by a crash is cut
     /// off, so appended lines never run into it.
-    pub fn open(
+    pub(super) fn open(
         name: Arc<str>,
         path: PathBuf,
         options: FileOptions,
@@ -164,14 +164,14 @@ impl Writer {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Writes a batch in its order (the pipeline's are in ascending `seq`; redelivered
     /// dead letters and replays may be older), rotating between lines as needed.
     /// `Ok` once every line is written and synced per the fsync policy.
-    pub fn write_batch(&mut self, events: &[Arc<Event>]) -> Result<(), WriteError> {
+    pub(super) fn write_batch(&mut self, events: &[Arc<Event>]) -> Result<(), WriteError> {
         self.awaiting_resume = false;
         self.repair()?;
         self.forget_other_batches(events);
@@ -233,7 +233,7 @@ impl Writer {
     /// `next`, the spool position the pipeline persists once this returns. On error
     /// the file is cut back to the previous checkpoint: the pipeline sends everything
     /// after it again.
-    pub fn checkpoint(&mut self, next: u64) -> Result<(), WriteError> {
+    pub(super) fn checkpoint(&mut self, next: u64) -> Result<(), WriteError> {
         self.repair()?;
         if self.unsynced
             && self.options.fsync != Fsync::Never
@@ -269,7 +269,7 @@ impl Writer {
     /// The pipeline sends again everything from `cursor` on (its spool ends at
     /// `end`): cuts the file back to the last checkpoint, and answers where to resume
     /// (the checkpoint's position when it is ahead of the cursor).
-    pub fn resume(&mut self, cursor: u64, end: u64) -> Result<u64, WriteError> {
+    pub(super) fn resume(&mut self, cursor: u64, end: u64) -> Result<u64, WriteError> {
         self.awaiting_resume = false;
         let (Some(record), Some(file)) = (self.record, self.file.as_ref()) else {
             return Ok(cursor);
@@ -341,7 +341,7 @@ impl Writer {
     }
 
     /// Periodic work between batches: a due interval sync, a due age rotation.
-    pub fn tick(&mut self) {
+    pub(super) fn tick(&mut self) {
         let now = self.clock.now();
         if self.options.fsync == Fsync::Interval
             && self.unsynced
@@ -361,7 +361,7 @@ impl Writer {
     }
 
     /// Syncs what is written (unless `fsync = "never"`). For shutdown.
-    pub fn flush(&mut self) -> Result<(), WriteError> {
+    pub(super) fn flush(&mut self) -> Result<(), WriteError> {
         if self.unsynced && !self.torn && self.options.fsync != Fsync::Never {
             self.sync()?;
         }

@@ -24,9 +24,9 @@ use crate::event::{Event, Source};
 use crate::proto::rfc3339_nanos;
 
 /// `content-type` of a structured message (the JSON event format's media type).
-pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json; charset=UTF-8";
-pub const JSON_CONTENT_TYPE: &str = "application/json";
-pub const PROTOBUF_CONTENT_TYPE: &str = "application/protobuf";
+pub(super) const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json; charset=UTF-8";
+pub(super) const JSON_CONTENT_TYPE: &str = "application/json";
+pub(super) const PROTOBUF_CONTENT_TYPE: &str = "application/protobuf";
 
 /// `type` for an envelope that carries no payload type at all: the attribute is
 /// required and may not be empty.
@@ -34,7 +34,7 @@ const NO_TYPE: &str = "eventgate.unknown";
 
 /// This machine's hostname, the default `node`; empty when it cannot be read (the
 /// options then refuse to start without an explicit `node`).
-pub fn default_node() -> String {
+pub(super) fn default_node() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_default()
@@ -89,7 +89,7 @@ fn extension(field: &str) -> (&'static str, &'static str) {
 }
 
 /// `eventgate://{node}/{publish|forward|internal}` or `.../upstream/{name}`.
-pub fn source(node: &str, source: &Source) -> String {
+pub(super) fn source(node: &str, source: &Source) -> String {
     let mut out = String::from("eventgate://");
     percent_encode(&mut out, node);
     match source {
@@ -123,7 +123,7 @@ fn percent_encode(out: &mut String, text: &str) {
 
 /// The message name of a type URL (`containerd.events.TaskExit`, also for a
 /// `type.googleapis.com/...` URL).
-pub fn event_type(type_url: &str) -> &str {
+pub(super) fn event_type(type_url: &str) -> &str {
     let bare = type_url.rsplit('/').next().unwrap_or(type_url);
     if bare.is_empty() { NO_TYPE } else { bare }
 }
@@ -152,7 +152,7 @@ fn data(event: &Event) -> Data<'_> {
 
 /// Binary mode: the attributes go to `headers` as `ce_*`, with `content-type`;
 /// the value is the data alone (`None`, no value, for an envelope without payload).
-pub fn binary(
+pub(super) fn binary(
     event: &Event,
     node: &str,
     subject: &str,
@@ -179,7 +179,7 @@ pub fn binary(
 /// Structured mode: one JSON event format object as the value, its media type in
 /// `content-type`. `data` is the payload's JSON itself, `data_base64` the bytes of
 /// a payload that cannot be decoded.
-pub fn structured(
+pub(super) fn structured(
     event: &Event,
     node: &str,
     subject: &str,

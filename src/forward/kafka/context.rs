@@ -16,13 +16,13 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::Notify;
 
 /// The forwarder's producer type.
-pub type Producer = FutureProducer<LogContext>;
+pub(super) type Producer = FutureProducer<LogContext>;
 
 const INTERVAL: Duration = Duration::from_secs(10);
 /// Kinds remembered at most; librdkafka's facilities and error codes are few.
 const MAX_KINDS: usize = 256;
 
-pub struct LogContext {
+pub(super) struct LogContext {
     forwarder: Arc<str>,
     seen: Mutex<HashMap<String, (Instant, u64)>>,
     down: Arc<BrokersDown>,
@@ -36,18 +36,18 @@ pub struct LogContext {
 /// forwarder's own failure is then often only a timeout; this says why. Shared with
 /// the forwarder because librdkafka's producer does not hand its context back.
 #[derive(Default)]
-pub struct Trouble(Mutex<Option<String>>);
+pub(super) struct Trouble(Mutex<Option<String>>);
 
 impl Trouble {
     /// What the brokers last failed with since the last successful delivery.
-    pub fn get(&self) -> Option<String> {
+    pub(super) fn get(&self) -> Option<String> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    pub fn clear(&self) {
+    pub(super) fn clear(&self) {
         self.set(None);
     }
 
@@ -60,13 +60,13 @@ impl Trouble {
 /// every bootstrap address refused the connection), so the start-up check need not
 /// wait out its whole metadata timeout before serving without Kafka.
 #[derive(Default)]
-pub struct BrokersDown {
+pub(super) struct BrokersDown {
     seen: AtomicBool,
     notify: Notify,
 }
 
 impl BrokersDown {
-    pub async fn wait(&self) {
+    pub(super) async fn wait(&self) {
         loop {
             let notified = self.notify.notified();
             if self.seen.load(Ordering::Acquire) {
@@ -83,7 +83,7 @@ impl BrokersDown {
 }
 
 impl LogContext {
-    pub fn new(forwarder: Arc<str>, down: Arc<BrokersDown>) -> Self {
+    pub(super) fn new(forwarder: Arc<str>, down: Arc<BrokersDown>) -> Self {
         Self {
             forwarder,
             seen: Mutex::new(HashMap::new()),
@@ -94,13 +94,13 @@ impl LogContext {
     }
 
     /// Records the brokers' errors in `trouble` (see [`Trouble`]).
-    pub fn reporting(mut self, trouble: Arc<Trouble>) -> Self {
+    pub(super) fn reporting(mut self, trouble: Arc<Trouble>) -> Self {
         self.trouble = trouble;
         self
     }
 
     /// Masks these values (the configured secrets) in everything logged.
-    pub fn hiding(mut self, secrets: Vec<String>) -> Self {
+    pub(super) fn hiding(mut self, secrets: Vec<String>) -> Self {
         self.secrets = secrets;
         self
     }

@@ -8,7 +8,7 @@ use crate::forward::ForwardError;
 
 /// What kind of failure a librdkafka error is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
+pub(super) enum Class {
     /// May succeed later (broker down, timeouts, leadership moves...).
     Retryable,
     /// Will fail the same way every time (too large, invalid topic, not authorized).
@@ -19,7 +19,7 @@ pub enum Class {
     Fatal,
 }
 
-pub fn classify(error: &KafkaError) -> Class {
+pub(super) fn classify(error: &KafkaError) -> Class {
     use RDKafkaErrorCode::*;
     match error.rdkafka_error_code() {
         // Besides librdkafka's own fatal errors: a broker that fences or forgets the
@@ -56,7 +56,7 @@ pub fn classify(error: &KafkaError) -> Class {
 
 /// Failures seen while delivering one batch.
 #[derive(Default)]
-pub struct Outcome {
+pub(super) struct Outcome {
     pub delivered: usize,
     pub failed: usize,
     pub fatal: bool,
@@ -67,7 +67,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn fail(&mut self, topic: &str, error: KafkaError) {
+    pub(super) fn fail(&mut self, topic: &str, error: KafkaError) {
         self.failed += 1;
         match classify(&error) {
             Class::Fatal => self.fatal = true,
@@ -84,13 +84,17 @@ impl Outcome {
     }
 
     /// Whether the batch is already bound to be retried.
-    pub fn must_retry(&self) -> bool {
+    pub(super) fn must_retry(&self) -> bool {
         self.fatal || self.retryable
     }
 
     /// The batch's verdict. `missing` are topics that do not exist and may not be
     /// created; their events were not sent. `total` is the batch size.
-    pub fn verdict(self, missing: &BTreeSet<String>, total: usize) -> Result<(), ForwardError> {
+    pub(super) fn verdict(
+        self,
+        missing: &BTreeSet<String>,
+        total: usize,
+    ) -> Result<(), ForwardError> {
         let unsent = total.saturating_sub(self.delivered + self.failed);
         if self.failed > 0 {
             let message = format!(

@@ -16,7 +16,7 @@ use thiserror::Error;
 use super::context::Producer;
 
 #[derive(Debug, Error)]
-pub enum TopicError {
+pub(super) enum TopicError {
     #[error("kafka metadata request failed")]
     Metadata(#[source] KafkaError),
     #[error("kafka reports topic {topic:?} unusable: {code}")]
@@ -35,7 +35,7 @@ pub enum TopicError {
 }
 
 /// Topics known to exist, and what to do about ones that do not.
-pub struct Topics {
+pub(super) struct Topics {
     forwarder: Arc<str>,
     known: Mutex<HashSet<String>>,
     create: bool,
@@ -48,7 +48,7 @@ pub struct Topics {
 }
 
 impl Topics {
-    pub fn new(
+    pub(super) fn new(
         forwarder: Arc<str>,
         producer_config: &ClientConfig,
         create: bool,
@@ -71,7 +71,11 @@ impl Topics {
 
     /// Whether `topic` exists (or was just created). `Ok(false)`: it does not, and
     /// this forwarder may not create it.
-    pub async fn ensure(&self, producer: &Arc<Producer>, topic: &str) -> Result<bool, TopicError> {
+    pub(super) async fn ensure(
+        &self,
+        producer: &Arc<Producer>,
+        topic: &str,
+    ) -> Result<bool, TopicError> {
         if self.lock().contains(topic) {
             return Ok(true);
         }
@@ -88,12 +92,12 @@ impl Topics {
 
     /// Drops `topic` from the known set, so the next use looks it up again (it may
     /// have been deleted).
-    pub fn forget(&self, topic: &str) {
+    pub(super) fn forget(&self, topic: &str) {
         self.lock().remove(topic);
     }
 
     /// Checks that the brokers answer at all.
-    pub async fn reachable(&self, producer: &Arc<Producer>) -> Result<(), TopicError> {
+    pub(super) async fn reachable(&self, producer: &Arc<Producer>) -> Result<(), TopicError> {
         let producer = Arc::clone(producer);
         let timeout = self.timeout;
         tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, timeout))

@@ -18,7 +18,7 @@ use crate::units::{duration_text, parse_duration};
 /// `[forwarder.retention]` keys of a `sqlite` forwarder.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct RetentionOptions {
+pub(super) struct RetentionOptions {
     #[serde(default, deserialize_with = "optional_duration")]
     pub max_age: Option<Duration>,
     #[serde(default, deserialize_with = "row_count")]
@@ -60,7 +60,7 @@ fn row_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
 }
 
 impl RetentionOptions {
-    pub fn validate(&self) -> Result<Policy, BuildError> {
+    pub(super) fn validate(&self) -> Result<Policy, BuildError> {
         let bad = |message: &str| Err(BuildError::Options(format!("retention: {message}")));
         if self.max_age.is_none() && self.max_rows.is_none() {
             return bad(
@@ -87,13 +87,13 @@ impl RetentionOptions {
 }
 
 /// A running pruner; dropping it does not stop it, [`Pruner::stop`] does.
-pub struct Pruner {
+pub(super) struct Pruner {
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Pruner {
-    pub fn start(
+    pub(super) fn start(
         name: Arc<str>,
         path: Arc<PathBuf>,
         conn: Arc<Mutex<Option<Connection>>>,
@@ -127,7 +127,7 @@ impl Pruner {
     }
 
     /// Stops after the current step (never in the middle of a transaction).
-    pub async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.cancel.cancel();
         if let Err(error) = self.task.await {
             tracing::warn!(%error, "the audit store pruning task failed");

@@ -24,11 +24,11 @@ use crate::proto::containerd::services::images::v1 as img;
 
 /// The exit status containerd (and its CRI plugin) records when a process's real one
 /// is unknown.
-pub const UNKNOWN_EXIT_STATUS: u32 = 255;
+pub(crate) const UNKNOWN_EXIT_STATUS: u32 = 255;
 
 /// One event to record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change {
+pub(crate) struct Change {
     pub namespace: String,
     pub topic: &'static str,
     pub event: Any,
@@ -40,7 +40,7 @@ pub struct Change {
 
 /// Everything a reconcile found.
 #[derive(Debug, Default, PartialEq)]
-pub struct Diff {
+pub(crate) struct Diff {
     pub changes: Vec<Change>,
     /// Tasks that exited and were removed while nobody watched: their exit status is
     /// recorded as 255 because it is lost.
@@ -49,7 +49,7 @@ pub struct Diff {
 
 impl Diff {
     /// How many changes of each topic, for the marker.
-    pub fn counts(&self) -> BTreeMap<&'static str, u64> {
+    pub(crate) fn counts(&self) -> BTreeMap<&'static str, u64> {
         let mut counts = BTreeMap::new();
         for change in &self.changes {
             *counts.entry(change.topic).or_default() += 1;
@@ -99,7 +99,7 @@ pub(super) struct Phases {
 }
 
 /// What must have happened for `recorded` to become `daemon`, leaving out `skip`.
-pub fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Object>) -> Diff {
+pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Object>) -> Diff {
     let mut phases = Phases::default();
     let mut unknown_exits = Vec::new();
     let empty = NamespaceState::default();

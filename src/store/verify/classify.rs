@@ -14,7 +14,7 @@ use super::{row_ref, short};
 use crate::store::chain::{self, Hash};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
+pub(super) enum Origin {
     /// A stored row.
     Row,
     /// The chain's start: 32 zero bytes.
@@ -24,7 +24,7 @@ pub enum Origin {
 }
 
 /// The row (or start) the chain has been verified up to.
-pub struct Link {
+pub(super) struct Link {
     pub row_id: i64,
     pub seq: Option<i64>,
     /// What it links to; `None` for the start and the checkpoint.
@@ -34,7 +34,7 @@ pub struct Link {
 }
 
 /// The first row whose hash or link is wrong.
-pub struct Broken {
+pub(super) struct Broken {
     pub at: RowRef,
     pub prev: Hash,
     pub hash: Hash,
@@ -42,14 +42,14 @@ pub struct Broken {
 }
 
 /// The row after it: only its links matter.
-pub struct Next {
+pub(super) struct Next {
     pub row_id: i64,
     pub prev: Option<Hash>,
     pub hash: Option<Hash>,
 }
 
 impl Next {
-    pub fn read(row: &Row<'_>) -> rusqlite::Result<Next> {
+    pub(super) fn read(row: &Row<'_>) -> rusqlite::Result<Next> {
         Ok(Next {
             row_id: row.get(0)?,
             prev: hash_value(row.get_ref(super::PREV_HASH)?).ok().flatten(),
@@ -58,7 +58,7 @@ impl Next {
     }
 }
 
-pub fn classify(
+pub(super) fn classify(
     conn: &Connection,
     state: &ChainState,
     last: &Link,

@@ -18,8 +18,8 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row};
 use thiserror::Error;
 
-pub use problem::{Kind, Problem, RowRef};
-pub use state::{Anchor, ChainState};
+pub(crate) use problem::{Kind, Problem, RowRef};
+pub(crate) use state::{Anchor, ChainState};
 
 use super::chain::{self, Hash, RowValues};
 use super::{StoreError, open_reader};
@@ -35,7 +35,7 @@ pub enum VerifyError {
 
 /// What verification found: counts up to the first problem, and that problem.
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     /// `None` when `audit_chain` itself is unreadable (then `problem` says why).
     pub state: Option<ChainState>,
     /// Chained rows whose hash and link were recomputed and found right.
@@ -64,7 +64,7 @@ const PREV_HASH: usize = 1 + chain::COLUMNS.len();
 const HASH: usize = PREV_HASH + 1;
 
 /// Opens the store read-only (a missing file is refused with the store's message).
-pub fn open(path: &Path) -> Result<Connection, VerifyError> {
+pub(crate) fn open(path: &Path) -> Result<Connection, VerifyError> {
     Ok(open_reader(path, BUSY_TIMEOUT)?)
 }
 
@@ -76,7 +76,7 @@ fn sqlite_error(path: &Path, what: &'static str) -> impl FnOnce(rusqlite::Error)
 
 /// Verifies the whole store at `path`; `anchors` are hashes recorded elsewhere for
 /// given rows. Blocking.
-pub fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
+pub(crate) fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
     let conn = open(path)?;
     let sqlite = |what| sqlite_error(path, what);
     let started = Instant::now();
@@ -109,14 +109,14 @@ pub fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
 /// The head `audit_chain` records, with its row's time: what to record elsewhere
 /// and pass to `verify --anchor` later. `None` row: nothing chained yet.
 #[derive(Debug)]
-pub struct Head {
+pub(crate) struct Head {
     pub row: Option<RowRef>,
     pub hash: Option<Hash>,
 }
 
 /// Reads the head without verifying anything. `Ok(Err(_))`: `audit_chain` is
 /// damaged. Blocking.
-pub fn head(path: &Path) -> Result<Result<Head, Problem>, VerifyError> {
+pub(crate) fn head(path: &Path) -> Result<Result<Head, Problem>, VerifyError> {
     let conn = open(path)?;
     let sqlite = |what| sqlite_error(path, what);
     let tx = conn

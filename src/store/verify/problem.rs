@@ -4,7 +4,7 @@ use std::fmt;
 
 /// The kinds of tampering verification tells apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A row's content (or its own `prev_hash`) no longer matches its hash.
     Modified,
     /// Rows are missing: a link skips over them, the chain ends before its recorded
@@ -22,7 +22,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Modified => "modified",
             Kind::Deleted => "deleted",
@@ -37,7 +37,7 @@ impl Kind {
 /// A row named in a report: its row_id, seq and time (the event's timestamp, or
 /// when it was received if it has none), as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RowRef {
+pub(crate) struct RowRef {
     pub row_id: i64,
     pub seq: Option<i64>,
     pub time: Option<String>,
@@ -59,7 +59,7 @@ impl fmt::Display for RowRef {
 
 /// The first problem found.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     pub kind: Kind,
     /// The row the problem is reported at, when there is one.
     pub row: Option<RowRef>,

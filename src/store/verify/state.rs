@@ -11,7 +11,7 @@ use crate::store::chain::{self, Hash};
 
 /// The chain's bounds and the retention checkpoint, as `audit_chain` records them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChainState {
+pub(crate) struct ChainState {
     pub first_row_id: i64,
     pub head_row_id: i64,
     pub head_seq: Option<i64>,
@@ -37,7 +37,7 @@ fn tampered(what: String) -> Problem {
 
 /// `Ok(Err(problem))`: the table is missing, empty, or holds values eventgate never
 /// writes.
-pub fn read(conn: &Connection) -> rusqlite::Result<Result<ChainState, Problem>> {
+pub(super) fn read(conn: &Connection) -> rusqlite::Result<Result<ChainState, Problem>> {
     let exists: bool = conn.query_row(
         "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'audit_chain'",
         [],
@@ -160,7 +160,7 @@ impl ChainState {
 
 /// A stored hash column: NULL, or a BLOB of exactly 32 bytes; `Err` for anything
 /// else (the writer never stores anything else).
-pub fn hash_value(value: ValueRef<'_>) -> Result<Option<Hash>, ()> {
+pub(super) fn hash_value(value: ValueRef<'_>) -> Result<Option<Hash>, ()> {
     match value {
         ValueRef::Null => Ok(None),
         ValueRef::Blob(bytes) => Hash::try_from(bytes).map(Some).map_err(|_| ()),
@@ -169,7 +169,7 @@ pub fn hash_value(value: ValueRef<'_>) -> Result<Option<Hash>, ()> {
 }
 
 /// A stored value in a message, briefly.
-pub fn describe(value: ValueRef<'_>) -> String {
+pub(super) fn describe(value: ValueRef<'_>) -> String {
     match value {
         ValueRef::Null => "NULL".into(),
         ValueRef::Integer(i) => format!("the integer {i}"),

@@ -9,7 +9,7 @@ use super::{Anchor, ChainState, Kind, Problem, Report, RowRef, VerifyError};
 use super::{HASH, PREV_HASH, ROWS, checkpoint_ref, here, row_ref, values};
 use crate::store::chain::{self, Hash};
 
-pub struct Walk<'a> {
+pub(super) struct Walk<'a> {
     conn: &'a Connection,
     state: &'a ChainState,
     anchors: &'a [Anchor],
@@ -20,7 +20,7 @@ pub struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    pub fn new(
+    pub(super) fn new(
         conn: &'a Connection,
         state: &'a ChainState,
         anchors: &'a [Anchor],
@@ -67,7 +67,7 @@ impl<'a> Walk<'a> {
         })
     }
 
-    pub fn run(mut self) -> rusqlite::Result<Option<Problem>> {
+    pub(super) fn run(mut self) -> rusqlite::Result<Option<Problem>> {
         // first_row_id is set once, by the migration: a row that had a hash when its
         // anchor was recorded cannot have become a legacy row since.
         let state = self.state;
