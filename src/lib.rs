@@ -1,40 +1,45 @@
 //! eventgate: a containerd-compatible event exchange that forwards and keeps every event.
 //!
 //! The map of the crate, in the order an event travels:
-//! - [`upstream`]: subscriptions to containerd sockets, feeding the exchange, with gap
-//!   markers where the record may be incomplete.
+//! - `upstream`: subscriptions to containerd sockets, feeding the exchange, each event
+//!   enriched with its pod and container (`upstream/enrich.rs`).
 //! - [`reconcile`]: after a gap, the daemon's state compared with what was recorded,
 //!   the differences recorded as events.
-//! - [`exchange`]: containerd's Events gRPC service (Publish, Forward, Subscribe) and
-//!   the hub that orders events and fans them out to subscribers.
-//! - [`identifiers`]: containerd's namespace and topic rules.
+//! - `markers`: the events eventgate writes about itself (where an upstream's record
+//!   breaks, resumes or was reconciled; what a full spool discarded).
+//! - `exchange`: containerd's Events gRPC service (Publish, Forward, Subscribe), the
+//!   hub that orders events and fans them out, its `[exchange]` settings and limits.
+//! - `identifiers`: containerd's namespace and topic rules.
 //! - [`filter`]: containerd's filter language (parse, match).
-//! - [`event`]: the one event type that flows everywhere (envelope + sequence + id).
+//! - [`event`]: the one event type that flows everywhere (envelope, sequence, id,
+//!   origin, publisher, workload).
 //! - [`publisher`]: who published an event (unix peer credentials or the client
 //!   certificate's subject), kept with it everywhere.
-//! - [`pipeline`]: per-forwarder route filters, bounded queues, batching, retries.
-//! - [`spool`]: the durable on-disk log every accepted event is appended to before it
+//! - `spool`: the durable on-disk log every accepted event is appended to before it
 //!   is acknowledged, with per-forwarder cursors.
-//! - [`forward`]: the [`forward::Forwarder`] trait and the file, SQLite and Kafka kinds.
-//! - [`deadletter`]: events forwarders gave up on, kept for `eventgate dlq` to
-//!   list, redeliver or purge.
+//! - [`pipeline`]: the `[[forwarder]]` table, route filters, bounded queues, batching,
+//!   retries, checkpoints.
+//! - [`forward`]: the [`forward::Forwarder`] and [`forward::Kind`] traits and the file,
+//!   SQLite and Kafka kinds.
+//! - [`deadletter`]: events forwarders gave up on, kept for `eventgate dlq`.
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
 //! - [`query`]: `eventgate query` and `stats`: filters as SQL over the audit store.
-//! - [`replay`]: `eventgate replay`: stored events sent again to a forwarder or to
-//!   another exchange, resumable.
+//! - `replay`: `eventgate replay`: stored events sent again, resumable.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
-//! - [`gateway`] and [`listen`]: wiring, sockets and graceful shutdown; [`lock`]: one
-//!   gateway per data directory; [`connections`]: the cap on client connections per
-//!   listener.
-//! - [`admin`]: the HTTP endpoint for Prometheus metrics, health, readiness and status.
-//! - [`client`]: connecting to an Events endpoint (eventgate or containerd).
-//! - [`config`]: the TOML file, defaults and validation; [`reload`]: applying a new
-//!   one to a running gateway (SIGHUP, `POST /reload`); [`redact`]: keeping secret
-//!   values out of logs and errors.
-//! - [`cli`]: the `eventgate` command; `bench` (with the `bench` feature):
-//!   rerunnable benchmarks.
+//! - [`gateway`]: wiring and graceful shutdown (`listen`: sockets; `lock`: one gateway
+//!   per data directory; `connections`: the cap on client connections per listener).
+//! - `admin`: the HTTP endpoint for Prometheus metrics, health, readiness and status.
+//! - [`client`] and [`tls`]: connecting to an Events endpoint (eventgate or containerd).
+//! - [`config`]: assembles the tables each module owns, from defaults, the TOML file
+//!   and flags, and validates them; [`units`]: sizes and durations; `reload`: applying
+//!   a new configuration to a running gateway; `redact`: secrets out of logs and errors.
+//! - `cli`: the `eventgate` command; `bench` (with the `bench` feature): rerunnable
+//!   benchmarks.
+//!
+//! Linked modules are the library's surface, what an embedder needs (see
+//! `examples/custom_forwarder.rs`); the rest is crate-private.
 
 // Crate-private items say so: `pub` is the library's surface (see above).
 #![cfg_attr(not(test), warn(unreachable_pub))]
