@@ -287,7 +287,7 @@ impl Gateway {
     }
 
     /// Applies a new configuration while running (what SIGHUP does); see
-    /// [`crate::reload`].
+    /// `crate::reload`.
     pub fn reloader(&self) -> &std::sync::Arc<Reloader> {
         &self.reloader
     }

@@ -152,7 +152,7 @@ impl LimitSettings {
     }
 
     /// The largest Publish or Forward request message read: any request above it
-    /// cannot hold an acceptable event, and is refused with [`Limit::EventBytes`]'s
+    /// cannot hold an acceptable event, and is refused with `Limit::EventBytes`'s
     /// message from its length prefix alone.
     pub fn max_request_bytes(&self) -> usize {
         self.max_event_bytes.get().saturating_add(REQUEST_OVERHEAD)

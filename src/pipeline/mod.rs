@@ -17,7 +17,7 @@
 //! events in gateway order.
 //!
 //! Acknowledgement: after a batch is delivered, or given up on and recorded in the
-//! dead-letter store ([`deadletter`]), the worker publishes the highest sequence
+//! dead-letter store (`deadletter`), the worker publishes the highest sequence
 //! number it is done with ([`ForwarderHandle::acked`]); the durable spool keeps its
 //! per-forwarder cursors from this.
 
@@ -132,7 +132,7 @@ impl ForwarderHandle {
 }
 
 /// All forwarders with their workers. Forwarders can be added, removed and replaced
-/// while events flow ([`swap`]).
+/// while events flow (`swap`).
 pub struct Pipeline {
     router: Router,
     entries: Forwarders,

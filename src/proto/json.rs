@@ -29,7 +29,7 @@ use super::time::rfc3339_nanos;
 /// nested Anys expanded with `"@type"` when the registry knows the type.
 ///
 /// Publishers choose every byte of a payload, so the walk is bounded (see
-/// [`super::limits`]): Anys are expanded [`MAX_ANY_NESTING`] deep and messages are
+/// `super::limits`): Anys are expanded [`MAX_ANY_NESTING`] deep and messages are
 /// written [`MAX_DEPTH`] levels deep; beyond either, the inner bytes are kept as
 /// base64 under `"@type"`/`"value"`, the form unknown types already take.
 pub fn write_json(out: &mut Vec<u8>, msg: &DynamicMessage) {

@@ -1,7 +1,7 @@
 //! Reading the audit store back: `eventgate query` and `eventgate stats`.
 //!
 //! A filter in containerd's language is turned into SQL where SQL can answer exactly
-//! ([`sql`]); the rest (regular expressions, topic globs, paths through a nested Any)
+//! (`sql`); the rest (regular expressions, topic globs, paths through a nested Any)
 //! is answered by the same matcher Subscribe uses, on events rebuilt from their rows.
 //! Reads use their own read-only connection ([`crate::store::open_reader`]): in WAL
 //! mode they never block the gateway's writer.

@@ -1,13 +1,13 @@
 //! Reconcile: after any gap in what an upstream delivered, compare what the daemon
 //! holds with what eventgate recorded, and record the differences as events.
 //!
-//! - [`state`]: the shape both sides share.
-//! - [`apply`]: a snapshot advanced by recorded events.
-//! - [`diff`]: the events that explain a difference, in the order they must have
+//! - `state`: the shape both sides share.
+//! - `apply`: a snapshot advanced by recorded events.
+//! - `diff`: the events that explain a difference, in the order they must have
 //!   happened, and what could not be known.
-//! - [`merge`]: the snapshot a reconcile leaves.
+//! - `merge`: the snapshot a reconcile leaves.
 //! - [`list`]: the daemon's own state, through containerd's List calls.
-//! - [`snapshot`]: one upstream's recorded state, on disk and held in the spool.
+//! - `snapshot`: one upstream's recorded state, on disk and held in the spool.
 
 pub(crate) mod apply;
 pub(crate) mod diff;

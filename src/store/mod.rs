@@ -1,5 +1,5 @@
 //! The SQLite audit store: one database file with one `events` table, hash-chained
-//! ([`chain`], checked by [`verify`]) with its head in `audit_chain` (schema in
+//! ([`chain`], checked by `verify`) with its head in `audit_chain` (schema in
 //! `migrations/`). The `sqlite` forwarder is its only writer; queries open their own
 //! read connections here, so both sides agree on PRAGMAs and schema versions.
 //!

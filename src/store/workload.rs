@@ -60,7 +60,7 @@ impl<'a> WorkloadColumns<'a> {
         self.values().iter().all(|v| *v == ValueRef::Null)
     }
 
-    /// The values as bound and hashed, in [`COLUMNS`] order.
+    /// The values as bound and hashed, in `COLUMNS` order.
     pub fn values(&self) -> [ValueRef<'_>; 7] {
         fn text(s: Option<&str>) -> ValueRef<'_> {
             s.map_or(ValueRef::Null, |s| ValueRef::Text(s.as_bytes()))

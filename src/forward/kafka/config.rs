@@ -42,9 +42,9 @@ pub struct KafkaOptions {
         with = "crate::units::duration_text"
     )]
     pub message_timeout: Duration,
-    /// TLS to the brokers (see [`Tls`]).
+    /// TLS to the brokers (see `Tls`).
     pub tls: Option<Tls>,
-    /// SASL authentication (see [`Sasl`]).
+    /// SASL authentication (see `Sasl`).
     pub sasl: Option<Sasl>,
     /// Any librdkafka property, passed through.
     #[serde(default)]
@@ -334,7 +334,7 @@ impl KafkaOptions {
         }
     }
 
-    /// A librdkafka error made safe to show (see [`Properties::describe`]).
+    /// A librdkafka error made safe to show (see `Properties::describe`).
     pub fn describe(&self, error: &rdkafka::error::KafkaError) -> String {
         crate::redact::text(&self.properties.describe(error), self.security.secrets())
     }

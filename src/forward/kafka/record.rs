@@ -23,7 +23,7 @@ pub enum ValueFormat {
     /// `render::write_event_json`: the envelope plus the event's `id` and `seq`.
     Json,
     /// CloudEvents 1.0, binary content mode: attributes in `ce_*` headers, the
-    /// payload alone as the value (see [`super::cloudevents`]).
+    /// payload alone as the value (see `super::cloudevents`).
     CloudeventsBinary,
     /// CloudEvents 1.0, structured content mode: one JSON event format object.
     CloudeventsStructured,
