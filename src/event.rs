@@ -16,6 +16,15 @@ use crate::proto::containerd::types::Envelope;
 use crate::proto::{Registry, event_field, to_json_string};
 use crate::publisher::Publisher;
 
+/// The payload fields that name what an event is about, in the order they are
+/// looked for. Task events name their container with `container_id` (their `id` is
+/// the exec id), so it comes first: a container's `/containers/*` and `/tasks/*`
+/// events then share one object. Snapshots name the active key in `key` and the
+/// committed snapshot in `name`; `key` comes before `name` because `SnapshotCommit`
+/// has both and its `key` is the one `SnapshotPrepare` used, so a snapshot's prepare
+/// and commit are one object.
+pub const OBJECT_FIELDS: [&str; 6] = ["container_id", "sandbox_id", "id", "key", "name", "digest"];
+
 mod origin;
 pub(crate) mod workload;
 pub use origin::{Clock, Origin};
@@ -206,6 +215,21 @@ impl Event {
     /// bytes or a missing payload (such events still flow, they just cannot be inspected).
     pub fn decoded(&self) -> Option<&DynamicMessage> {
         self.decoded.get_or_init(|| self.decode()).as_ref()
+    }
+
+    /// The id of the object the event is about (a container, sandbox, image, content
+    /// digest or snapshot), from the first non-empty payload field of
+    /// [`OBJECT_FIELDS`]; `None` when it names none (or cannot be decoded). Within its
+    /// namespace: Kafka keys and replay's per-object order both build on it.
+    pub fn object_id(&self) -> Option<String> {
+        use prost_reflect::Value;
+        let message = self.decoded()?;
+        OBJECT_FIELDS
+            .iter()
+            .find_map(|name| match message.get_field_by_name(name).as_deref() {
+                Some(Value::String(value)) if !value.is_empty() => Some(value.clone()),
+                _ => None,
+            })
     }
 
     /// The envelope as subscribers receive it, encoded on first use.

@@ -12,28 +12,12 @@
 
 use std::collections::HashSet;
 
-use prost_reflect::Value;
-
 use crate::event::Event;
-
-/// The payload fields that name what an event is about, in the order they are
-/// looked for. Task events name their container with `container_id` (their `id` is
-/// the exec id), so it comes first: a container's `/containers/*` and `/tasks/*`
-/// events then share one object. Snapshots name the active key in `key` and the
-/// committed snapshot in `name`.
-const OBJECT_FIELDS: [&str; 6] = ["container_id", "sandbox_id", "id", "key", "name", "digest"];
 
 /// The object an event is about, within its namespace; `None` for a barrier.
 pub(super) fn object(event: &Event) -> Option<String> {
-    let message = event.decoded()?;
-    OBJECT_FIELDS
-        .iter()
-        .find_map(|name| match message.get_field_by_name(name).as_deref() {
-            Some(Value::String(value)) if !value.is_empty() => {
-                Some(format!("{}\0{value}", event.namespace()))
-            }
-            _ => None,
-        })
+    let id = event.object_id()?;
+    Some(format!("{}\0{id}", event.namespace()))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

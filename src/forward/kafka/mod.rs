@@ -39,9 +39,7 @@ use rdkafka::producer::{DeliveryFuture, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
 pub use config::KafkaOptions;
-pub use record::{
-    KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key, object_id,
-};
+pub use record::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
 use context::{BrokersDown, LogContext, Producer, Trouble};

@@ -2,7 +2,6 @@
 //! benchmark can produce exactly the same records with a plain librdkafka producer.
 
 use prost::Message;
-use prost_reflect::Value as ReflectValue;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde::Deserialize;
@@ -180,25 +179,10 @@ fn first_component(topic: &str) -> &str {
     topic.split('/').find(|c| !c.is_empty()).unwrap_or("")
 }
 
-/// The id of the object an event is about, from the first of these fields its type
-/// has: containerd names the subject of each event type one of these ways. `key`
-/// comes before `name` because `SnapshotCommit` has both and its `key` is the one
-/// `SnapshotPrepare` used, so a snapshot's prepare and commit share a message key.
-pub fn object_id(event: &Event) -> Option<String> {
-    const FIELDS: &[&str] = &["container_id", "sandbox_id", "id", "key", "name", "digest"];
-    let message = event.decoded()?;
-    FIELDS
-        .iter()
-        .find_map(|field| match message.get_field_by_name(field)?.as_ref() {
-            ReflectValue::String(s) if !s.is_empty() => Some(s.clone()),
-            _ => None,
-        })
-}
-
 /// `namespace/object-id`, or the namespace alone for events about no object: the
 /// partitioner keeps one key in one partition, so one object's events stay in order.
 pub fn message_key(event: &Event) -> String {
-    subject(event, object_id(event).as_deref())
+    subject(event, event.object_id().as_deref())
 }
 
 fn subject(event: &Event, object: Option<&str>) -> String {
@@ -323,7 +307,7 @@ impl RecordEncoder {
         // Before any value: finding the object decodes the payload and keeps it, and
         // a JSON value is then rendered from that, not decoded a second time.
         let subject = (self.key == KeyMode::Object || cloudevents)
-            .then(|| subject(event, object_id(event).as_deref()));
+            .then(|| subject(event, event.object_id().as_deref()));
         let key = match self.key {
             KeyMode::Object => subject.clone(),
             KeyMode::Namespace => Some(event.namespace().to_owned()),
