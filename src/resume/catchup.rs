@@ -82,17 +82,20 @@ pub(crate) async fn run(
     }
     metrics.switched.increment(1);
     let mut live = std::pin::pin!(live);
-    let until = plan.until.map(|t| {
-        let left = t.duration_since(SystemTime::now()).unwrap_or_default();
-        tokio::time::Instant::now() + left
-    });
+    // Without `until`, a deadline that never comes.
+    let left = match plan.until {
+        Some(t) => t.duration_since(SystemTime::now()).unwrap_or_default(),
+        None => std::time::Duration::from_secs(100 * 365 * 24 * 3600),
+    };
+    let deadline = tokio::time::Instant::now() + left;
     loop {
-        let next = match until {
-            Some(deadline) => tokio::select! {
-                next = live.next() => next,
-                () = tokio::time::sleep_until(deadline) => return Ok(()),
-            },
-            None => live.next().await,
+        let next = tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(deadline) => return Ok(()),
+            // A client that left is noticed at once, not at the next event: its
+            // subscriber slot is freed.
+            () = out.tx.closed() => return Err(gone()),
+            next = live.next() => next,
         };
         match next {
             Some(Ok(event)) => out.send(&event).await?,

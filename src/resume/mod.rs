@@ -32,6 +32,7 @@ use crate::proto::eventgate::services::events::v1::{Record, SubscribeRequest, su
 use crate::spool::Spool;
 use history::History;
 use metrics::Metrics;
+pub(crate) use metrics::active;
 use position::{Kept, Start};
 
 /// Records a resumer's task may have ready ahead of the client.
@@ -172,11 +173,11 @@ impl Events for ResumeService {
         let exchange = self.exchange.clone();
         let metrics = Arc::clone(&self.metrics);
         tracing::debug!(from = plan.from, "resumer subscribed");
+        let active = metrics::Active::open();
         tokio::spawn(async move {
-            metrics.active.increment(1.0);
             let result =
                 catchup::run(exchange, history, plan, tx.clone(), Arc::clone(&metrics)).await;
-            metrics.active.decrement(1.0);
+            drop(active);
             if let Err(status) = result {
                 let _ = tx.send(Err(status)).await;
             }
