@@ -416,15 +416,24 @@ fn events_until_a_past_time_prints_that_history_and_exits() {
     let until = humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string();
     runtime.block_on(publish(&address, ids("late", 0..2)));
     let mut cmd = eventgate();
-    cmd.args(["events", "-a", &address, "--after", "0", "--until", &until, "--format", "json"]);
+    cmd.args([
+        "events", "-a", &address, "--after", "0", "--until", &until, "--format", "json",
+    ]);
     let mut watcher = Watcher::spawn(cmd);
     let status = wait_exit(&mut watcher.child, DEADLINE);
     assert!(status.success(), "{status}: {}", watcher.stderr.drain());
     let printed: Vec<String> = std::iter::from_fn(|| watcher.stdout.next(Duration::from_secs(1)))
         .map(|line| {
             let json: serde_json::Value = serde_json::from_str(&line).expect("json");
-            json["event"]["container_id"].as_str().unwrap_or_default().to_owned()
+            json["event"]["container_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
         })
         .collect();
-    assert_eq!(printed, ids("a", 0..3), "the events up to --until, then the end");
+    assert_eq!(
+        printed,
+        ids("a", 0..3),
+        "the events up to --until, then the end"
+    );
 }
