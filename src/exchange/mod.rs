@@ -463,6 +463,11 @@ impl Exchange {
         self.inner.spool.as_ref()
     }
 
+    /// Whether [`Exchange::close`] was called (graceful shutdown).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
     /// `exchange.subscriber_queue`: how far behind a subscriber may fall.
     pub(crate) fn subscriber_queue(&self) -> usize {
         self.inner.config.subscriber_queue.max(1)

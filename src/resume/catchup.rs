@@ -70,6 +70,13 @@ pub(crate) async fn run(
             if out.past_until() {
                 return Ok(());
             }
+            // Shutting down: a long catch-up must not hold the server's drain.
+            if exchange.is_closed() {
+                return Err(Status::unavailable(format!(
+                    "eventgate is shutting down; resume with after_seq {}",
+                    out.passed
+                )));
+            }
             pos = out.batch(history.read(pos, head).await, pos).await?;
         }
     }

@@ -15,6 +15,8 @@ mod history;
 mod metrics;
 mod position;
 pub(crate) mod record;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::pin::Pin;
