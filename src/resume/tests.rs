@@ -29,12 +29,18 @@ async fn publish(exchange: &Exchange, topic: &str, n: u64) {
 }
 
 /// Runs a resumer from seq 1 while two publishers add `DURING` events each; answers
-/// the seqs it delivered (with their topics) once it has `expect` of them.
-async fn resume_while_publishing(filter: Filter, expect: usize) -> Vec<(u64, String)> {
+/// the seqs it delivered (with their topics) once it has `expect` of them. `queue`
+/// is `exchange.subscriber_queue`: half of it is how close to the head the resumer
+/// goes live.
+async fn resume_while_publishing(
+    filter: Filter,
+    queue: usize,
+    expect: usize,
+) -> Vec<(u64, String)> {
     let temp = TempSpool::new();
     let (spool, _) = temp.open(&[]);
     let settings = ExchangeSettings {
-        subscriber_queue: 64,
+        subscriber_queue: queue,
         ..ExchangeSettings::default()
     };
     let exchange = Exchange::with_spool(settings, Router::default(), Some(spool.clone()));
@@ -84,7 +90,7 @@ async fn resume_while_publishing(filter: Filter, expect: usize) -> Vec<(u64, Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_then_live_events_arrive_once_each_in_gateway_order() {
     let total = (BEFORE + 2 * DURING) as usize;
-    let got = resume_while_publishing(Filter::default(), total).await;
+    let got = resume_while_publishing(Filter::default(), 64, total).await;
     let seqs: Vec<u64> = got.iter().map(|(seq, _)| *seq).collect();
     assert_eq!(seqs, (1..=total as u64).collect::<Vec<_>>());
 }
@@ -92,7 +98,9 @@ async fn stored_then_live_events_arrive_once_each_in_gateway_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filter_applies_to_stored_and_live_events_alike() {
     let filter = Filter::parse(r#"topic=="/tasks/oom""#).expect("filter");
-    let got = resume_while_publishing(filter, DURING as usize).await;
+    // Filtered live events wait for the paced matching thread; a queue that holds
+    // everything published keeps a loaded machine from cutting this one off.
+    let got = resume_while_publishing(filter, 2 * DURING as usize, DURING as usize).await;
     assert!(got.iter().all(|(_, topic)| topic == "/tasks/oom"));
     assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "in gateway order");
 }
