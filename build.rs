@@ -9,7 +9,10 @@ use prost_build::{Service, ServiceGenerator};
 /// The services eventgate answers itself. Every other service (containerd's
 /// namespaces, containers, tasks and images, which eventgate only lists) gets a
 /// client and no server, so nothing can be mistaken for an API eventgate offers.
-const SERVED: &[&str] = &["containerd.services.events.v1.Events"];
+const SERVED: &[&str] = &[
+    "containerd.services.events.v1.Events",
+    "eventgate.services.events.v1.Events",
+];
 
 struct ByService {
     served: Box<dyn ServiceGenerator>,

@@ -23,6 +23,7 @@ use crate::listen::{self, ListenError, SocketGroup, TcpSecurity, UnixSocket};
 use crate::lock::{DataDirLock, LockError};
 use crate::pipeline::{BacklogStart, DeadLetters, Pipeline, PipelineError, Report};
 use crate::reload::Reloader;
+use crate::resume::ResumeService;
 use crate::spool::{Spool, SpoolError};
 use crate::tls::TlsError;
 use crate::upstream::Upstreams;
@@ -162,6 +163,11 @@ impl Gateway {
             Some(spool.clone()),
         );
         let service = EventsService::new(exchange.clone()).into_server();
+        let resume = ResumeService::new(
+            exchange.clone(),
+            crate::resume::store_path(&config.forwarders, &config.data_dir),
+        )
+        .map(ResumeService::into_server);
         let cancel = CancellationToken::new();
         let mut servers = JoinSet::new();
 
@@ -208,6 +214,7 @@ impl Gateway {
             servers.spawn(
                 server()
                     .add_service(service.clone())
+                    .add_optional_service(resume.clone())
                     .serve_with_incoming_shutdown(incoming, stop),
             );
         }
@@ -232,6 +239,7 @@ impl Gateway {
             servers.spawn(
                 builder
                     .add_service(service)
+                    .add_optional_service(resume)
                     .serve_with_incoming_shutdown(incoming, stop),
             );
         }

@@ -26,6 +26,8 @@
 //!   connections), written by the `sqlite` forwarder and read by queries.
 //! - [`query`]: `eventgate query` and `stats`: filters as SQL over the audit store.
 //! - `replay`: `eventgate replay`: stored events sent again, resumable.
+//! - `resume`: the resumable Subscribe (`eventgate events --since/--after`): stored
+//!   events from a position, then live ones, handed over at an exact seq.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
 //! - [`render`]: `ctr events` lines and JSON lines.
 //! - [`gateway`]: wiring and graceful shutdown (`listen`: sockets; `lock`: one gateway
@@ -72,6 +74,7 @@ mod redact;
 mod reload;
 pub mod render;
 mod replay;
+mod resume;
 mod spool;
 pub mod store;
 /// Builders and fixtures shared by the unit tests (events, temporary stores and

@@ -121,6 +121,7 @@ pub(crate) fn refresh(observed: &Observed) {
         }
     }
     metrics::gauge!("eventgate_subscribers").set(observed.exchange.subscriber_count() as f64);
+    metrics::gauge!("eventgate_resumers").set(crate::resume::active() as f64);
     for open in &observed.connections {
         open.publish();
     }
@@ -162,6 +163,26 @@ fn describe() {
         (
             "eventgate_subscribe_rejected_total",
             "Subscribe calls refused, by reason.",
+        ),
+        (
+            "eventgate_resume_replayed_total",
+            "Stored events sent to resumed subscriptions (eventgate.services.events.v1 Subscribe), by where they were read: spool or store.",
+        ),
+        (
+            "eventgate_resume_switched_total",
+            "Resumed subscriptions that caught up and joined the live stream at their boundary seq.",
+        ),
+        (
+            "eventgate_resume_cut_off_total",
+            "Resumed subscriptions cut off with RESOURCE_EXHAUSTED (live events overflowed exchange.subscriber_queue while they caught up or read); the status names the seq to resume after.",
+        ),
+        (
+            "eventgate_resume_refused_total",
+            "Resumed subscriptions refused at their start, by reason: out_of_range (older than anything kept), future_position (a seq not given out yet), invalid_argument.",
+        ),
+        (
+            "eventgate_resume_missing_total",
+            "Seqs a resumed subscription passed that neither the spool nor the audit store held (dropped under spool.full = \"drop_oldest\", or dead-lettered by the sqlite forwarder).",
         ),
         (
             "eventgate_config_reloads_total",
@@ -352,6 +373,11 @@ fn describe() {
             "1 when /readyz answers 200 (every upstream connected, every forwarder able to deliver, the spool below its high-water mark, free disk space above spool.min_free, no spool write failure), else 0.",
         ),
         ("eventgate_subscribers", Count, "Subscribers connected."),
+        (
+            "eventgate_resumers",
+            Count,
+            "Resumed subscriptions open (reading history or live).",
+        ),
         (
             "eventgate_connections",
             Count,

@@ -13,6 +13,7 @@ pub mod node;
 pub mod query;
 pub mod reconcile;
 pub mod replay;
+pub mod resume;
 mod sink_count;
 mod sinks;
 pub mod spool;

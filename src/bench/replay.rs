@@ -140,7 +140,7 @@ async fn replay_once(
 
 /// Every envelope once, with `in_flight` callers on one connection, each sending
 /// the next envelope when its previous call is answered.
-async fn forward_all(
+pub(crate) async fn forward_all(
     target: &Daemon,
     events: &[Arc<Event>],
     in_flight: usize,

@@ -34,9 +34,9 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 pub(crate) use append::{Appended, Durable};
 pub(crate) use limits::Limit;
 pub use limits::LimitSettings;
-pub(crate) use service::{EventsService, NAMESPACE_HEADER};
+pub(crate) use service::{EventsService, NAMESPACE_HEADER, compile_filters};
 pub use settings::ExchangeSettings;
-pub(crate) use subscription::Subscription;
+pub(crate) use subscription::{Subscription, SubscriptionEnd};
 
 use crate::event::{Event, EventId, Origin, Source};
 use crate::filter::Filter;
@@ -400,6 +400,18 @@ impl Exchange {
     /// A filter that does not match everything is matched by the subscriber's own
     /// task, off the publishing path.
     pub fn subscribe(&self, filter: Filter) -> Result<Subscription, SubscribeError> {
+        self.subscribe_at(filter)
+            .map(|(subscription, _)| subscription)
+    }
+
+    /// [`Exchange::subscribe`], also answering the boundary: the seq of the first
+    /// event the subscription will see, read under the same lock that registers it.
+    /// Every event before it was sequenced earlier (a resumer reads those from the
+    /// spool or the store), every event from it on reaches the subscription.
+    pub(crate) fn subscribe_at(
+        &self,
+        filter: Filter,
+    ) -> Result<(Subscription, u64), SubscribeError> {
         let capacity = self.inner.config.subscriber_queue.max(1);
         let (outbound, rx) = mpsc::channel(capacity);
         let cut_off = Arc::new(CutOff::default());
@@ -431,6 +443,7 @@ impl Exchange {
             (inbound_tx, CutOffReason::SlowFilters)
         };
         state.next_subscriber += 1;
+        let boundary = state.next_seq;
         state.subscribers.push(Slot {
             id,
             tx,
@@ -440,13 +453,24 @@ impl Exchange {
         metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
         drop(state);
         tracing::debug!(subscriber = id, "subscriber added");
-        Ok(Subscription::new(
-            id,
-            rx,
-            cut_off,
-            capacity,
-            Arc::downgrade(&self.inner),
-        ))
+        let subscription =
+            Subscription::new(id, rx, cut_off, capacity, Arc::downgrade(&self.inner));
+        Ok((subscription, boundary))
+    }
+
+    /// The spool accepted events are appended to, if there is one.
+    pub(crate) fn spool(&self) -> Option<&Spool> {
+        self.inner.spool.as_ref()
+    }
+
+    /// Whether [`Exchange::close`] was called (graceful shutdown).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// `exchange.subscriber_queue`: how far behind a subscriber may fall.
+    pub(crate) fn subscriber_queue(&self) -> usize {
+        self.inner.config.subscriber_queue.max(1)
     }
 
     /// Events waiting to be matched against subscribers' filters, summed over the

@@ -46,6 +46,16 @@ pub(super) async fn subscribe(
     exchange: &Exchange,
     filters: Vec<String>,
 ) -> Result<Subscription, Status> {
+    let filter = compile_filters(exchange, filters).await?;
+    exchange.subscribe(filter).map_err(|e| e.status())
+}
+
+/// Subscribe's filter checks and compilation, with its limits and status codes; the
+/// resumable Subscribe applies the same.
+pub(crate) async fn compile_filters(
+    exchange: &Exchange,
+    filters: Vec<String>,
+) -> Result<crate::filter::Filter, Status> {
     limits::check_filters(exchange.limits(), &filters)?;
     let budget = RegexBudget::total(exchange.limits().max_regex_memory.get());
     let filter = match matching::compile(filters, budget).await {
@@ -64,7 +74,7 @@ pub(super) async fn subscribe(
         }
         Err(_) => return Err(super::SubscribeError::NoMatcher.status()),
     };
-    exchange.subscribe(filter).map_err(|e| e.status())
+    Ok(filter)
 }
 
 fn status(error: AcceptError) -> Status {

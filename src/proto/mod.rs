@@ -81,6 +81,14 @@ pub mod eventgate {
             tonic::include_proto!("eventgate.events.v1");
         }
     }
+    /// eventgate's resumable Subscribe (`eventgate events --since`).
+    pub mod services {
+        pub mod events {
+            pub mod v1 {
+                tonic::include_proto!("eventgate.services.events.v1");
+            }
+        }
+    }
 }
 
 /// The encoded `FileDescriptorSet` of everything under `proto/`.

@@ -6,6 +6,7 @@
 //! Reads use their own read-only connection ([`crate::store::open_reader`]): in WAL
 //! mode they never block the gateway's writer.
 
+mod by_seq;
 pub(crate) mod eventpath;
 pub(crate) mod pods;
 mod row;
@@ -21,6 +22,7 @@ use rusqlite::types::Value;
 use thiserror::Error;
 
 pub use row::StoredEvent;
+pub(crate) use row::parse_source;
 
 use crate::filter::Filter;
 use crate::store::{self, StoreError};

@@ -96,7 +96,7 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
 }
 
 /// The inverse of [`Source::describe`].
-fn parse_source(text: &str) -> Source {
+pub(crate) fn parse_source(text: &str) -> Source {
     match text {
         "publish" => Source::Publish,
         "forward" => Source::Forward,

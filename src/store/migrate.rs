@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_workload.sql",
         sql: include_str!("../../migrations/0008_workload.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_seq_index.sql",
+        sql: include_str!("../../migrations/0009_seq_index.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

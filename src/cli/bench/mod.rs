@@ -7,6 +7,7 @@ mod forwarder;
 mod query;
 mod reconcile;
 mod replay;
+mod resume;
 mod spool;
 mod upstream;
 
@@ -52,6 +53,9 @@ pub enum Which {
     /// forwarder whose broker is down, after a restart with that backlog, and while
     /// it drains once a broker is up.
     Backlog(backlog::BacklogBenchArgs),
+    /// A resumed subscription's catch-up rate from the audit store and from the
+    /// spool, each next to the same history read raw in the same run.
+    Resume(resume::ResumeBenchArgs),
 }
 
 pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -64,6 +68,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Reconcile(args) => reconcile::run(args).await,
         Which::Upstream(args) => upstream::run(args).await,
         Which::Backlog(args) => backlog::run(args).await,
+        Which::Resume(args) => resume::run(args).await,
     }
 }
 

@@ -1,0 +1,139 @@
+//! An event as the resumable Subscribe sends it ([`Record`]), and back (for the CLI,
+//! which prints it in the shapes `eventgate events` always printed).
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::event::{Event, EventId, Origin, Workload};
+use crate::proto::eventgate::services::events::v1 as wire;
+use crate::publisher::Publisher;
+
+/// The record of `event`, with everything eventgate keeps about it.
+pub(crate) fn to_record(event: &Event) -> wire::Record {
+    wire::Record {
+        seq: event.seq,
+        event_id: event.id.to_string(),
+        envelope: Some(event.envelope.clone()),
+        source: event.source.describe().into_owned(),
+        origin: event.origin.label().to_owned(),
+        origin_clock: event
+            .origin
+            .clock()
+            .map(|c| c.label().to_owned())
+            .unwrap_or_default(),
+        publisher: event.publisher.as_ref().map(publisher_to_wire),
+        workload: event.workload.as_deref().map(workload_to_wire),
+    }
+}
+
+/// The event a record describes; `Err` names what does not fit (a record from
+/// something that is not eventgate).
+pub(crate) fn from_record(record: wire::Record) -> Result<Event, String> {
+    let id = EventId::from_str(&record.event_id)
+        .map_err(|e| format!("event_id {:?}: {e}", record.event_id))?;
+    let clock = Some(record.origin_clock.as_str()).filter(|c| !c.is_empty());
+    let origin = match record.origin.as_str() {
+        // An empty origin is a live one (proto3's default).
+        "" => Origin::Live,
+        label => Origin::from_labels(label, clock)?,
+    };
+    let envelope = record.envelope.unwrap_or_default();
+    let source = crate::query::parse_source(&record.source);
+    Ok(Event::new(record.seq, id, source, envelope)
+        .with_origin(origin)
+        .with_publisher(record.publisher.and_then(publisher_from_wire))
+        .with_workload(record.workload.map(|w| Arc::new(workload_from_wire(w)))))
+}
+
+fn publisher_to_wire(publisher: &Publisher) -> wire::Publisher {
+    let identity = match publisher {
+        Publisher::Process { uid, gid, pid } => wire::publisher::Identity::Process(wire::Process {
+            uid: *uid,
+            gid: *gid,
+            pid: *pid,
+        }),
+        Publisher::Certificate { subject } => {
+            wire::publisher::Identity::CertificateSubject(subject.to_string())
+        }
+    };
+    wire::Publisher {
+        identity: Some(identity),
+    }
+}
+
+fn publisher_from_wire(publisher: wire::Publisher) -> Option<Publisher> {
+    Some(match publisher.identity? {
+        wire::publisher::Identity::Process(p) => Publisher::Process {
+            uid: p.uid,
+            gid: p.gid,
+            pid: p.pid,
+        },
+        wire::publisher::Identity::CertificateSubject(subject) => Publisher::Certificate {
+            subject: subject.into(),
+        },
+    })
+}
+
+fn workload_to_wire(w: &Workload) -> wire::Workload {
+    wire::Workload {
+        kind: w.kind.clone(),
+        pod_name: w.pod_name.clone(),
+        pod_namespace: w.pod_namespace.clone(),
+        pod_uid: w.pod_uid.clone(),
+        container_name: w.container_name.clone(),
+        image: w.image.clone(),
+        labels: w.labels.clone().into_iter().collect(),
+    }
+}
+
+fn workload_from_wire(w: wire::Workload) -> Workload {
+    Workload {
+        kind: w.kind,
+        pod_name: w.pod_name,
+        pod_namespace: w.pod_namespace,
+        pod_uid: w.pod_uid,
+        container_name: w.container_name,
+        image: w.image,
+        labels: w.labels.into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Clock;
+    use crate::testing;
+
+    #[test]
+    fn a_record_carries_what_eventgate_keeps_and_comes_back_the_same() {
+        let event = testing::event(7)
+            .upstream("node")
+            .at(testing::T0)
+            .json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+            .origin(Origin::Reconciled {
+                clock: Clock::Daemon,
+            })
+            .publisher(Some(Publisher::Process {
+                uid: 1,
+                gid: 2,
+                pid: Some(3),
+            }))
+            .workload(testing::workload(
+                "busybox",
+                &[("io.kubernetes.pod.name", "web"), ("team", "a")],
+            ))
+            .build();
+        let record = to_record(&event);
+        assert_eq!(record.seq, 7);
+        assert_eq!(record.origin, "reconciled");
+        assert_eq!(record.origin_clock, "daemon");
+        let back = from_record(record).unwrap();
+        assert_eq!(back.seq, event.seq);
+        assert_eq!(back.id, event.id);
+        assert_eq!(back.origin, event.origin);
+        assert_eq!(back.publisher, event.publisher);
+        assert_eq!(back.workload, event.workload);
+        assert_eq!(back.envelope, event.envelope);
+        assert_eq!(back.source, event.source);
+    }
+}
