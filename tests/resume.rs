@@ -437,3 +437,45 @@ fn events_until_a_past_time_prints_that_history_and_exits() {
         "the events up to --until, then the end"
     );
 }
+
+#[tokio::test]
+async fn resumers_still_reading_history_count_against_max_subscribers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("limits.toml");
+    std::fs::write(&config, "[exchange.limits]\nmax_subscribers = 2\n").expect("config");
+    let gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
+    let address = gw.address();
+    // More history than a client that does not read can have buffered for it (its
+    // HTTP/2 window is 1 MiB): its catch-up waits on it, short of the head.
+    publish(&address, ids("a", 0..20_000)).await;
+    let first = resume(&address, Some(Start::AfterSeq(0)))
+        .await
+        .expect("first");
+    let _second = resume(&address, Some(Start::AfterSeq(0)))
+        .await
+        .expect("second");
+    let status = resume(&address, Some(Start::AfterSeq(0)))
+        .await
+        .expect_err("a third is over the limit");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("max_subscribers"),
+        "names the limit: {}",
+        status.message()
+    );
+    // A client that leaves frees its place.
+    drop(first);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        match resume(&address, Some(Start::AfterSeq(19_999))).await {
+            Ok(_) => break,
+            Err(status)
+                if status.code() == Code::ResourceExhausted
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("a place is free again once a resumer left: {status:?}"),
+        }
+    }
+}

@@ -49,6 +49,7 @@ pub(crate) async fn run(
     exchange: Exchange,
     mut history: History,
     plan: Plan,
+    chasing: super::Chasing,
     tx: mpsc::Sender<Result<Record, Status>>,
     metrics: Arc<Metrics>,
 ) -> Result<(), Status> {
@@ -83,6 +84,8 @@ pub(crate) async fn run(
     let (live, boundary) = exchange
         .subscribe_at(plan.filter.clone())
         .map_err(|e| e.status())?;
+    // A subscriber of the exchange now, counted there.
+    drop(chasing);
     tracing::debug!(from = plan.from, boundary, "resumer joined the live stream");
     while pos < boundary {
         pos = out.batch(history.read(pos, boundary).await, pos).await?;

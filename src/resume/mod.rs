@@ -21,6 +21,7 @@ mod tests;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 use futures::Stream;
@@ -46,6 +47,19 @@ pub(crate) struct ResumeService {
     spool: Spool,
     store: Option<PathBuf>,
     metrics: Arc<Metrics>,
+    /// Resumers still reading history: not yet the exchange's subscribers, but they
+    /// count against `exchange.limits.max_subscribers` all the same, so that many
+    /// catch-ups cannot start at once past the limit.
+    chasing: Arc<AtomicUsize>,
+}
+
+/// One resumer counted as reading history until it goes live or ends.
+pub(crate) struct Chasing(Arc<AtomicUsize>);
+
+impl Drop for Chasing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl ResumeService {
@@ -57,6 +71,7 @@ impl ResumeService {
             spool,
             store,
             metrics: Arc::new(Metrics::new()),
+            chasing: Arc::default(),
         })
     }
 
@@ -64,7 +79,10 @@ impl ResumeService {
         EventsServer::new(self)
     }
 
-    async fn plan(&self, request: SubscribeRequest) -> Result<(History, catchup::Plan), Status> {
+    async fn plan(
+        &self,
+        request: SubscribeRequest,
+    ) -> Result<(History, catchup::Plan, Chasing), Status> {
         let start = match request.start {
             None => Start::Live,
             Some(subscribe_request::Start::AfterSeq(after)) => Start::After(after),
@@ -87,7 +105,9 @@ impl ResumeService {
         }
         let filter = compile_filters(&self.exchange, request.filters).await?;
         let limit = self.exchange.limits().max_subscribers;
-        if self.exchange.subscriber_count() >= limit {
+        let chasing = Chasing(Arc::clone(&self.chasing));
+        let others = self.chasing.fetch_add(1, Ordering::Relaxed);
+        if self.exchange.subscriber_count() + others >= limit {
             return Err(crate::exchange::SubscribeError::TooMany { limit }.status());
         }
         let mut history = History::new(self.spool.clone(), self.store.clone());
@@ -123,6 +143,7 @@ impl ResumeService {
                 since,
                 until,
             },
+            chasing,
         ))
     }
 }
@@ -170,15 +191,22 @@ impl Events for ResumeService {
         &self,
         request: Request<SubscribeRequest>,
     ) -> Result<Response<RecordStream>, Status> {
-        let (history, plan) = self.plan(request.into_inner()).await?;
+        let (history, plan, chasing) = self.plan(request.into_inner()).await?;
         let (tx, rx) = mpsc::channel(AHEAD);
         let exchange = self.exchange.clone();
         let metrics = Arc::clone(&self.metrics);
         tracing::debug!(from = plan.from, "resumer subscribed");
         let active = metrics::Active::open();
         tokio::spawn(async move {
-            let result =
-                catchup::run(exchange, history, plan, tx.clone(), Arc::clone(&metrics)).await;
+            let result = catchup::run(
+                exchange,
+                history,
+                plan,
+                chasing,
+                tx.clone(),
+                Arc::clone(&metrics),
+            )
+            .await;
             drop(active);
             if let Err(status) = result {
                 let _ = tx.send(Err(status)).await;

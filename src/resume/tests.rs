@@ -57,6 +57,7 @@ async fn resume_while_publishing(
         exchange.clone(),
         History::new(spool, None),
         plan,
+        super::Chasing(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
         tx,
         Arc::new(Metrics::new()),
     ));
