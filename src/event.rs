@@ -455,11 +455,15 @@ mod tests {
             .json("containerd.events.TaskExit", "{}")
             .node("web-1")
             .build();
-        let matches = |text: &str, fields: &dyn Fields| Filter::parse(text).unwrap().matches(fields);
+        let matches =
+            |text: &str, fields: &dyn Fields| Filter::parse(text).unwrap().matches(fields);
         assert!(matches("node==web-1", &event.record_fields()));
         assert!(matches("node~=^web-", &event.record_fields()));
         assert!(!matches("node==web-2", &event.record_fields()));
-        assert!(matches("node==web-1", &event), "Subscribe filters see it too");
+        assert!(
+            matches("node==web-1", &event),
+            "Subscribe filters see it too"
+        );
         let unknown = testing::event(2)
             .at(0)
             .json("containerd.events.TaskExit", "{}")

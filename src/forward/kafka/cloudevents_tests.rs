@@ -331,6 +331,9 @@ fn the_source_names_the_node_the_event_was_captured_on() {
 
     // Unknown: the forwarder's `node`, and no extension.
     let record = encode(ValueFormat::CloudeventsBinary, &task_exit(Source::Publish));
-    assert_eq!(record.header("ce_source"), Some("eventgate://node-1/publish"));
+    assert_eq!(
+        record.header("ce_source"),
+        Some("eventgate://node-1/publish")
+    );
     assert_eq!(record.header("ce_node"), None);
 }
