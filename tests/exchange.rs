@@ -16,17 +16,6 @@ use support::*;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Streaming};
 
-fn oom(id: &str) -> Option<Any> {
-    Some(
-        eventgate::proto::Registry::global()
-            .encode_json(
-                "containerd.events.TaskOOM",
-                &format!(r#"{{"container_id":"{id}"}}"#),
-            )
-            .expect("encode"),
-    )
-}
-
 fn publish_req(ns: Option<&str>, topic: &str, event: Option<Any>) -> Request<PublishRequest> {
     let mut req = Request::new(PublishRequest {
         topic: topic.into(),
@@ -67,13 +56,17 @@ async fn subscribe_is_live_before_the_first_event_and_publish_reaches_it() {
     // block here until an event arrives).
     let mut stream = subscribe(&mut client, &[]).await;
     client
-        .publish(publish_req(Some("default"), "/tasks/oom", oom("c1")))
+        .publish(publish_req(Some("default"), "/tasks/oom", task_oom("c1")))
         .await
         .expect("publish");
     let env = next(&mut stream).await;
     assert_eq!(env.namespace, "default");
     assert_eq!(env.topic, "/tasks/oom");
-    assert_eq!(env.event, oom("c1"), "the Any passes through untouched");
+    assert_eq!(
+        env.event,
+        task_oom("c1"),
+        "the Any passes through untouched"
+    );
     let ts = env.timestamp.expect("server sets the timestamp");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -93,32 +86,32 @@ async fn bad_input_gets_containerds_codes_and_the_gateway_keeps_serving() {
 
     let cases: Vec<(Request<PublishRequest>, Code, &str)> = vec![
         (
-            publish_req(None, "/a", oom("x")),
+            publish_req(None, "/a", task_oom("x")),
             Code::FailedPrecondition,
             "failed publishing event: namespace is required: failed precondition",
         ),
         (
-            publish_req(Some(""), "/a", oom("x")),
+            publish_req(Some(""), "/a", task_oom("x")),
             Code::FailedPrecondition,
             "namespace is required",
         ),
         (
-            publish_req(Some("-bad"), "/a", oom("x")),
+            publish_req(Some("-bad"), "/a", task_oom("x")),
             Code::InvalidArgument,
             r#"namespace validation: identifier "-bad" must match"#,
         ),
         (
-            publish_req(Some("default"), "no-slash", oom("x")),
+            publish_req(Some("default"), "no-slash", task_oom("x")),
             Code::InvalidArgument,
             r#"envelope topic "no-slash": must start with '/': invalid argument"#,
         ),
         (
-            publish_req(Some("default"), "/", oom("x")),
+            publish_req(Some("default"), "/", task_oom("x")),
             Code::InvalidArgument,
             "must have at least one component",
         ),
         (
-            publish_req(Some("default"), "/tasks/?", oom("x")),
+            publish_req(Some("default"), "/tasks/?", task_oom("x")),
             Code::InvalidArgument,
             r#"failed validation on component "?""#,
         ),
@@ -142,7 +135,7 @@ async fn bad_input_gets_containerds_codes_and_the_gateway_keeps_serving() {
         timestamp: None,
         namespace: "default".into(),
         topic: "/x".into(),
-        event: oom("x"),
+        event: task_oom("x"),
     };
     let status = client
         .forward(ForwardRequest {
@@ -207,7 +200,7 @@ async fn bad_input_gets_containerds_codes_and_the_gateway_keeps_serving() {
         .await
         .expect("accepted");
     client
-        .publish(publish_req(Some("default"), "/done", oom("end")))
+        .publish(publish_req(Some("default"), "/done", task_oom("end")))
         .await
         .expect("accepted");
     let env = next(&mut healthy).await;
@@ -234,7 +227,7 @@ async fn forward_keeps_namespace_and_timestamp_and_filters_select() {
         }),
         namespace: "other".into(),
         topic: "/containers/delete".into(),
-        event: oom("c9"),
+        event: task_oom("c9"),
     };
     client
         .forward(ForwardRequest {
@@ -243,7 +236,7 @@ async fn forward_keeps_namespace_and_timestamp_and_filters_select() {
         .await
         .expect("forward");
     client
-        .publish(publish_req(Some("default"), "/tasks/oom", oom("c1")))
+        .publish(publish_req(Some("default"), "/tasks/oom", task_oom("c1")))
         .await
         .expect("publish");
     assert_eq!(next(&mut all).await, env, "distributed exactly as received");
@@ -266,7 +259,7 @@ async fn concurrent_publishers_one_order_for_every_subscriber() {
                 c.publish(publish_req(
                     Some("default"),
                     "/t",
-                    oom(&format!("p{p}-{i}")),
+                    task_oom(&format!("p{p}-{i}")),
                 ))
                 .await
                 .expect("publish");
@@ -291,7 +284,7 @@ async fn concurrent_publishers_one_order_for_every_subscriber() {
             })
             .collect();
         assert_eq!(mine.len(), 100);
-        let expected: Vec<_> = (0..100).map(|i| oom(&format!("p{p}-{i}"))).collect();
+        let expected: Vec<_> = (0..100).map(|i| task_oom(&format!("p{p}-{i}"))).collect();
         assert!(
             mine.iter().zip(&expected).all(|(x, y)| *x == y),
             "per-publisher order kept"
@@ -317,7 +310,7 @@ async fn a_stalled_subscriber_is_cut_off_and_does_not_slow_a_healthy_one() {
         let mut c = gw.client().await;
         tokio::spawn(async move {
             for i in 0..N {
-                c.publish(publish_req(Some("default"), "/t", oom(&padded(i))))
+                c.publish(publish_req(Some("default"), "/t", task_oom(&padded(i))))
                     .await
                     .expect("publishing never blocks on a slow subscriber");
             }
@@ -327,7 +320,7 @@ async fn a_stalled_subscriber_is_cut_off_and_does_not_slow_a_healthy_one() {
         let env = next(&mut healthy).await;
         assert_eq!(
             env.event,
-            oom(&padded(i)),
+            task_oom(&padded(i)),
             "healthy subscriber gets every event in order"
         );
     }
@@ -417,7 +410,7 @@ async fn tcp_listener_is_loopback_only() {
         .expect("tcp");
     let mut stream = subscribe(&mut tcp, &[]).await;
     let mut unix = gw.client().await;
-    unix.publish(publish_req(Some("default"), "/x", oom("c")))
+    unix.publish(publish_req(Some("default"), "/x", task_oom("c")))
         .await
         .expect("publish");
     assert_eq!(next(&mut stream).await.topic, "/x");

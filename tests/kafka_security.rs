@@ -130,8 +130,11 @@ fn tls_with_client_certificates_delivers_and_a_wrong_ca_is_named() {
     assert_eq!(event_ids(&read.messages).len(), 3, "every event, once");
 
     let body = readyz_naming(&mut gateway, "wrong-ca");
+    // librdkafka words it "SSL handshake failed: ... certificate verify failed" or
+    // "SSL routines::certificate verify failed (... in state SSL_HANDSHAKE)",
+    // depending on when the handshake breaks; the cause is named either way.
     assert!(
-        body.contains("SSL handshake failed") && body.contains("certificate verify failed"),
+        body.contains("certificate verify failed"),
         "the refusal is named: {body}"
     );
     assert!(

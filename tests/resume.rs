@@ -16,17 +16,6 @@ use support::*;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Streaming};
 
-fn oom(id: &str) -> Option<prost_types::Any> {
-    Some(
-        eventgate::proto::Registry::global()
-            .encode_json(
-                "containerd.events.TaskOOM",
-                &format!(r#"{{"container_id":"{id}"}}"#),
-            )
-            .expect("encode"),
-    )
-}
-
 async fn publish(gw_address: &str, ids: impl IntoIterator<Item = String>) {
     let mut client = eventgate::client::connect(gw_address, Duration::from_secs(5))
         .await
@@ -34,7 +23,7 @@ async fn publish(gw_address: &str, ids: impl IntoIterator<Item = String>) {
     for id in ids {
         let mut req = Request::new(PublishRequest {
             topic: "/tasks/oom".into(),
-            event: oom(&id),
+            event: task_oom(&id),
         });
         req.metadata_mut()
             .insert("containerd-namespace", "default".parse().expect("header"));

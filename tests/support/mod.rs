@@ -451,6 +451,18 @@ pub fn task_exit_event(
     ))
 }
 
+/// A `TaskOOM` payload for `container`.
+pub fn task_oom(container: &str) -> Option<prost_types::Any> {
+    Some(
+        eventgate::proto::Registry::global()
+            .encode_json(
+                "containerd.events.TaskOOM",
+                &format!(r#"{{"container_id":"{container}"}}"#),
+            )
+            .expect("encode"),
+    )
+}
+
 /// A Publish request for a `/tasks/exit` of `container` in namespace `default`.
 pub fn exit_request(
     container: &str,
