@@ -101,11 +101,11 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     );
 }
 
+/// An event's id, seq, source, publisher, origin and node, as the archive shape adds them.
+type Identity<'a> = (EventId, u64, &'a str, Value, Origin, Option<&'a str>);
+
 /// The envelope object as it was built before, through a `serde_json::Value` tree.
-fn reference_object(
-    envelope: &Envelope,
-    identity: Option<(EventId, u64, &str, Value, Origin, Option<&str>)>,
-) -> String {
+fn reference_object(envelope: &Envelope, identity: Option<Identity<'_>>) -> String {
     use crate::proto::json_reference::to_json;
     let decoded = decode(envelope);
     let mut object = Map::new();
