@@ -48,6 +48,9 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// The node every event this gateway captures is recorded as captured on (this
+    /// machine's host name by default); see `node.rs` for what a name may hold.
+    pub node: String,
     /// Where eventgate keeps its socket, audit store and logs.
     pub data_dir: PathBuf,
     pub exchange: ExchangeSettings,
@@ -69,6 +72,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            node: crate::node::host_name(),
             data_dir: PathBuf::from("./data"),
             exchange: ExchangeSettings::default(),
             forwarders: ForwarderSpec::embedded_default(),
@@ -104,6 +108,9 @@ impl Config {
     /// Checks what serde cannot: ranges and cross-field rules. Called again after
     /// command-line overrides.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(problem) = crate::node::problem(&self.node) {
+            return Err(invalid("node", problem));
+        }
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
         }

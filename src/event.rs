@@ -130,6 +130,13 @@ pub struct Event {
     /// What the upstream's record of the event's container said when it was captured
     /// (pod, container name, image, labels); `None` for other events.
     pub workload: Option<Arc<Workload>>,
+    /// The node the event was captured on (see `node.rs`). The exchange gives an
+    /// event without one its own configured node when it takes its place, so every
+    /// event this gateway captures carries it; an event taken in from another
+    /// gateway (a later Kafka source) arrives with its own and keeps it. `None` only
+    /// for events read from spool records written before nodes were kept: where
+    /// they were captured is not recorded, so it is left unknown rather than guessed.
+    pub node: Option<Arc<str>>,
     pub envelope: Envelope,
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
@@ -165,6 +172,7 @@ impl Event {
             publisher: None,
             origin: Origin::Live,
             workload: None,
+            node: None,
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
@@ -188,6 +196,17 @@ impl Event {
     pub fn with_workload(mut self, workload: Option<Arc<Workload>>) -> Self {
         self.workload = workload;
         self
+    }
+
+    /// The same, captured on `node` (`None`: unknown).
+    pub fn with_node(mut self, node: Option<Arc<str>>) -> Self {
+        self.node = node;
+        self
+    }
+
+    /// The node name, or `None` when unknown.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
     }
 
     /// What eventgate's own filters look at (see [`RecordFields`]).
@@ -266,11 +285,15 @@ impl Event {
 
 /// containerd's envelope adaptor: only the first path component of `namespace` and
 /// `topic` is looked at; `event.<path>` goes through the event type's field rules.
+/// Plus `node`, where the event was captured: containerd has no such field (a
+/// filter naming it never matches there), and a subscriber to a gateway that takes
+/// in a fleet's events needs it to pick one machine's.
 impl Fields for Event {
     fn field(&self, path: &[String]) -> Option<Cow<'_, str>> {
         match path.first()?.as_str() {
             "namespace" => non_empty(&self.envelope.namespace),
             "topic" => non_empty(&self.envelope.topic),
+            "node" => self.node().map(Cow::Borrowed),
             "event" => event_field(self.decoded()?, &path[1..]).map(Cow::Owned),
             _ => None,
         }
@@ -278,8 +301,9 @@ impl Fields for Event {
 }
 
 /// The fields of the record eventgate keeps of an event: containerd's envelope
-/// fields plus `origin` (`live` or `reconciled`, always present) and `origin_clock`
-/// (`daemon` or `reconcile`, present only for reconciled events). For `eventgate
+/// fields plus `origin` (`live` or `reconciled`, always present), `origin_clock`
+/// (`daemon` or `reconcile`, present only for reconciled events), `node` (where it
+/// was captured; absent when unknown) and the pod and container fields. For `eventgate
 /// query`, `stats`, `replay` and forwarders' route filters. Subscribe matches with
 /// containerd's adaptor alone ([`Fields`] for [`Event`]), so a subscriber's filter
 /// means exactly what it would mean to containerd.
@@ -419,6 +443,33 @@ mod tests {
                 .unwrap()
                 .matches(&plain.record_fields())
         );
+    }
+
+    /// The node is filterable everywhere: route filters and queries (the record
+    /// fields) and Subscribe (containerd's adaptor); an unknown node is absent.
+    #[test]
+    fn the_node_is_a_field_of_both_adaptors() {
+        use crate::filter::Filter;
+        let event = testing::event(1)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .node("web-1")
+            .build();
+        let matches =
+            |text: &str, fields: &dyn Fields| Filter::parse(text).unwrap().matches(fields);
+        assert!(matches("node==web-1", &event.record_fields()));
+        assert!(matches("node~=^web-", &event.record_fields()));
+        assert!(!matches("node==web-2", &event.record_fields()));
+        assert!(
+            matches("node==web-1", &event),
+            "Subscribe filters see it too"
+        );
+        let unknown = testing::event(2)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .build();
+        assert!(!matches("node", &unknown.record_fields()));
+        assert!(!matches("node", &unknown));
     }
 
     /// A forwarder that renders JSON leaves the event holding its JSON, not the

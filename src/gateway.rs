@@ -157,10 +157,11 @@ impl Gateway {
             Some(dead_letters),
             config.clone(),
         ));
-        let exchange = Exchange::with_spool(
+        let exchange = Exchange::on_node(
             config.exchange.clone(),
             pipeline.router(),
             Some(spool.clone()),
+            std::sync::Arc::from(config.node.as_str()),
         );
         let service = EventsService::new(exchange.clone()).into_server();
         let resume = ResumeService::new(

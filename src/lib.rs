@@ -5,6 +5,7 @@
 //!   enriched with its pod and container (`upstream/enrich.rs`).
 //! - [`reconcile`]: after a gap, the daemon's state compared with what was recorded,
 //!   the differences recorded as events.
+//! - `node`: the node name kept with every event (default: the host name).
 //! - `markers`: the events eventgate writes about itself (where an upstream's record
 //!   breaks, resumes or was reconciled; what a full spool discarded).
 //! - `exchange`: containerd's Events gRPC service (Publish, Forward, Subscribe), the
@@ -65,6 +66,7 @@ mod identifiers;
 mod listen;
 mod lock;
 mod markers;
+mod node;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;

@@ -96,6 +96,7 @@ struct Identity<'a> {
     publisher: Option<&'a Publisher>,
     origin: Origin,
     workload: Option<&'a Workload>,
+    node: Option<&'a str>,
 }
 
 impl<'a> Identity<'a> {
@@ -107,6 +108,7 @@ impl<'a> Identity<'a> {
             publisher: event.publisher.as_ref(),
             origin: event.origin,
             workload: event.workload.as_deref(),
+            node: event.node(),
         }
     }
 }
@@ -133,7 +135,7 @@ fn base64_of(bytes: &[u8]) -> String {
 }
 
 /// The keys, in the byte order a sorted map would give them: `container`, `event`,
-/// `id`, `namespace`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`, `seq`,
+/// `id`, `namespace`, `node`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`, `seq`,
 /// `source`, `timestamp`, `topic`, `type_url`. `container` (`image`, `kind`,
 /// `labels`, `name`) and `pod` (`name`, `namespace`, `uid`) are what the
 /// container's record said at capture ([`Workload`]), each there only when it says
@@ -141,7 +143,9 @@ fn base64_of(bytes: &[u8]) -> String {
 /// object, or `null` for events no client of ours sent (upstreams, eventgate's own,
 /// TCP clients without a certificate, rows stored before publishers were kept).
 /// `origin` is `live` or `reconciled`; `origin_clock` is there for reconciled events
-/// only. Without the gateway's identity (a bare envelope) neither is written.
+/// only. `node` is where the event was captured, `null` when unknown (events
+/// spooled, or rows stored, before nodes were kept). Without the gateway's identity
+/// (a bare envelope) none of these is written.
 fn write_object(
     out: &mut Vec<u8>,
     envelope: &Envelope,
@@ -165,6 +169,13 @@ fn write_object(
     out.extend_from_slice(b",\"namespace\":");
     let _ = serde_json::to_writer(&mut *out, &envelope.namespace);
     if let Some(identity) = &identity {
+        out.extend_from_slice(b",\"node\":");
+        match identity.node {
+            Some(node) => {
+                let _ = serde_json::to_writer(&mut *out, node);
+            }
+            None => out.extend_from_slice(b"null"),
+        }
         let _ = write!(out, ",\"origin\":\"{}\"", identity.origin.label());
         if let Some(clock) = identity.origin.clock() {
             let _ = write!(out, ",\"origin_clock\":\"{}\"", clock.label());

@@ -71,6 +71,12 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     assert_eq!(object["source"], "publish");
     assert_eq!(object["publisher"], Value::Null, "no client known");
     assert_eq!(object["origin"], "live");
+    assert_eq!(object["node"], Value::Null, "captured nowhere known");
+    let on_node = testing::event(8)
+        .envelope(envelope(None))
+        .node("web-1")
+        .build();
+    assert_eq!(parsed(&event_json(&on_node))["node"], "web-1");
     assert!(
         !object.contains_key("origin_clock"),
         "a live event has no clock"
@@ -81,6 +87,7 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     without_identity.remove("source");
     without_identity.remove("publisher");
     without_identity.remove("origin");
+    without_identity.remove("node");
     assert_eq!(without_identity, parsed(&envelope_json(&event.envelope)));
     assert_eq!(event_ctr_line(&event), ctr_line(&event.envelope));
 
@@ -94,11 +101,11 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     );
 }
 
+/// An event's id, seq, source, publisher, origin and node, as the archive shape adds them.
+type Identity<'a> = (EventId, u64, &'a str, Value, Origin, Option<&'a str>);
+
 /// The envelope object as it was built before, through a `serde_json::Value` tree.
-fn reference_object(
-    envelope: &Envelope,
-    identity: Option<(EventId, u64, &str, Value, Origin)>,
-) -> String {
+fn reference_object(envelope: &Envelope, identity: Option<Identity<'_>>) -> String {
     use crate::proto::json_reference::to_json;
     let decoded = decode(envelope);
     let mut object = Map::new();
@@ -129,8 +136,9 @@ fn reference_object(
             }
         }
     }
-    if let Some((id, seq, source, publisher, origin)) = identity {
+    if let Some((id, seq, source, publisher, origin, node)) = identity {
         object.insert("id".into(), json!(id.to_string()));
+        object.insert("node".into(), json!(node));
         object.insert("seq".into(), json!(seq));
         object.insert("source".into(), json!(source));
         object.insert("publisher".into(), publisher);
@@ -214,16 +222,25 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
                 clock: Clock::Reconcile,
             },
         };
-        let event = testing::event(i as u64)
+        // Known nodes (one needing JSON escapes) and unknown ones.
+        let node = match i % 3 {
+            0 => None,
+            1 => Some("web-1"),
+            _ => Some("n\"\\é"),
+        };
+        let mut event = testing::event(i as u64)
             .envelope(env)
             .publisher(publisher)
-            .origin(origin)
-            .build();
+            .origin(origin);
+        if let Some(node) = node {
+            event = event.node(node);
+        }
+        let event = event.build();
         assert_eq!(
             event_json(&event),
             reference_object(
                 &event.envelope,
-                Some((event.id, event.seq, "publish", expected, origin))
+                Some((event.id, event.seq, "publish", expected, origin, node))
             ),
             "{event:?}"
         );

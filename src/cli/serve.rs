@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// embedded defaults are used.
     #[arg(long, short = 'c', env = "EVENTGATE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// The node this gateway's events are recorded as captured on; overrides `node`
+    /// (default: the host name).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
     /// Data directory (socket, stores); overrides `data_dir`.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -85,6 +89,9 @@ impl ServeArgs {
             Some(path) => Config::load(path)?,
             None => Config::default(),
         };
+        if let Some(node) = &self.node {
+            config.node = node.clone();
+        }
         if let Some(dir) = &self.data_dir {
             config.data_dir = dir.clone();
         }

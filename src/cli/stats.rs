@@ -22,6 +22,9 @@ pub enum By {
     Topic,
     /// Events per namespace per bucket.
     Namespace,
+    /// Events per node (where each was captured) per bucket; rows whose node is
+    /// unknown (stored before nodes were kept) count under "".
+    Node,
     /// Per Kubernetes pod (namespace/name) over the whole range: restarts, OOM
     /// events and non-zero exits, crash-looping pods first.
     Pod,
@@ -81,6 +84,7 @@ pub(super) async fn run(args: StatsArgs) -> Result<ExitCode, CliError> {
     let by = match args.by {
         By::Topic => GroupBy::Topic,
         By::Namespace => GroupBy::Namespace,
+        By::Node => GroupBy::Node,
         By::Pod if args.bucket.is_some() => {
             return Err(CliError::Usage(
                 "--by pod counts over the whole range; --bucket does not apply".to_owned(),
@@ -142,6 +146,7 @@ pub(super) fn table(counts: &[Count], by: GroupBy, utc: bool) -> String {
     let group_header = match by {
         GroupBy::Topic => "TOPIC",
         GroupBy::Namespace => "NAMESPACE",
+        GroupBy::Node => "NODE",
     };
     let rows: Vec<(String, &str, u64)> = counts
         .iter()
@@ -150,7 +155,12 @@ pub(super) fn table(counts: &[Count], by: GroupBy, utc: bool) -> String {
                 seconds: c.bucket,
                 nanos: 0,
             };
-            (format_time(&start, utc), c.group.as_str(), c.count)
+            // With a space, which no node name has, so it cannot be taken for one.
+            let group = match (by, c.group.as_str()) {
+                (GroupBy::Node, "") => "(node unknown)",
+                (_, group) => group,
+            };
+            (format_time(&start, utc), group, c.count)
         })
         .collect();
     let time = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);

@@ -101,6 +101,11 @@ impl Exchange {
         if inner.closed.load(Ordering::Acquire) {
             return Err(AcceptError::Closed);
         }
+        // Before admission: route filters on `node` decide which `block` queues
+        // the event waits for.
+        if event.node.is_none() {
+            event.node = Some(Arc::clone(&inner.node));
+        }
         let mut dropped = Vec::new();
         if let Some(spool) = &inner.spool {
             spool
@@ -109,7 +114,8 @@ impl Exchange {
             dropped = spool
                 .reserve(
                     event.envelope.encoded_len()
-                        + event.workload.as_ref().map_or(0, |w| w.encoded_len()),
+                        + event.workload.as_ref().map_or(0, |w| w.encoded_len())
+                        + event.node.as_ref().map_or(0, |n| n.len()),
                 )
                 .await
                 .map_err(|full| rejected(AcceptError::SpoolFull(full)))?;

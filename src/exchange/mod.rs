@@ -161,6 +161,8 @@ pub struct Exchange {
 
 struct Inner {
     config: ExchangeSettings,
+    /// Given to every event that arrives without a node, before routing.
+    node: Arc<str>,
     router: Router,
     /// Where accepted events are made durable before they are acknowledged.
     spool: Option<Spool>,
@@ -222,11 +224,25 @@ impl Exchange {
 
     /// An exchange that appends every event to the spool (continuing its sequence
     /// numbers) and acknowledges it only once it is durable.
+    /// Its events are captured on this machine's host name; see [`Exchange::on_node`].
     pub fn with_spool(config: ExchangeSettings, router: Router, spool: Option<Spool>) -> Self {
+        let node = Arc::from(crate::node::host_name());
+        Self::on_node(config, router, spool, node)
+    }
+
+    /// An exchange whose events, unless they arrive with a node of their own, are
+    /// recorded as captured on `node` (the config's validated `node`).
+    pub fn on_node(
+        config: ExchangeSettings,
+        router: Router,
+        spool: Option<Spool>,
+        node: Arc<str>,
+    ) -> Self {
         let next_seq = spool.as_ref().map_or(1, Spool::next_seq);
         Self {
             inner: Arc::new(Inner {
                 config,
+                node,
                 router,
                 spool,
                 state: Mutex::new(State {

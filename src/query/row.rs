@@ -17,7 +17,7 @@ use crate::store::workload;
 pub(super) const COLUMNS: &str = "row_id, seq, id, timestamp, received_at, namespace, topic, \
      type_url, payload, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject, \
      origin, origin_clock, pod_name, pod_namespace, pod_uid, container_name, container_kind, image, \
-     labels";
+     labels, node";
 
 /// A stored event with what only the store knows about it.
 #[derive(Debug)]
@@ -62,6 +62,7 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
         *column = row.get(16 + i).map_err(sqlite)?;
     }
     let workload = workload::from_columns(workload).map_err(bad)?;
+    let node: Option<String> = row.get(23).map_err(sqlite)?;
 
     let seq = u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?;
     let id = EventId::from_str(&id).map_err(|e| bad(format!("id {id:?}: {e}")))?;
@@ -90,7 +91,8 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
         event: Event::with_received_at(seq, id, received_at.into(), from, envelope)
             .with_publisher(publisher)
             .with_origin(origin)
-            .with_workload(workload.map(Arc::new)),
+            .with_workload(workload.map(Arc::new))
+            .with_node(node.map(Arc::from)),
         source,
     })
 }

@@ -74,6 +74,7 @@ fn selector_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> 
         Some("origin") => origin_sql(selector, params),
         Some("origin_clock") => origin_clock_sql(selector, params),
         Some("pod" | "container") => workload_sql(selector, params),
+        Some("node") => node_sql(selector, params),
         Some("event") => event_sql(selector, params),
         _ => Some(constant(selector)),
     }
@@ -138,6 +139,25 @@ fn origin_clock_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<Stri
         Operator::NotEqual => {
             params.push(Value::Text(selector.value.clone()));
             Some("(coalesce(origin_clock, '') <> ?)".to_owned())
+        }
+        Operator::Matches => None,
+    }
+}
+
+/// `node` is NULL where unknown (rows stored before the column), as the matcher then
+/// finds the field absent. Only the first component counts, as for `namespace`.
+fn node_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> {
+    match selector.op {
+        Operator::Present => Some("(node IS NOT NULL)".to_owned()),
+        // Bare, so that `node = ?` can use the partial index `events_node`; NULL is
+        // false to WHERE, and the translation never negates a term.
+        Operator::Equal => {
+            params.push(Value::Text(selector.value.clone()));
+            Some("node = ?".to_owned())
+        }
+        Operator::NotEqual => {
+            params.push(Value::Text(selector.value.clone()));
+            Some("(coalesce(node, '') <> ?)".to_owned())
         }
         Operator::Matches => None,
     }

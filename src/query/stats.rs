@@ -11,6 +11,9 @@ use super::{Query, QueryError, Reader, RowRange};
 pub enum GroupBy {
     Topic,
     Namespace,
+    /// The node each event was captured on; rows whose node is unknown (stored
+    /// before nodes were kept) count under the empty group.
+    Node,
 }
 
 impl GroupBy {
@@ -18,6 +21,7 @@ impl GroupBy {
         match self {
             GroupBy::Topic => "topic",
             GroupBy::Namespace => "namespace",
+            GroupBy::Node => "coalesce(node, '')",
         }
     }
 }
@@ -97,6 +101,7 @@ impl Reader {
             let group = match by {
                 GroupBy::Topic => event.topic(),
                 GroupBy::Namespace => event.namespace(),
+                GroupBy::Node => event.node().unwrap_or_default(),
             };
             *counts.entry((bucket, group.to_owned())).or_default() += 1;
             true

@@ -18,6 +18,13 @@
 //! The third bit ([`HAS_WORKLOAD`]) says a workload block follows: `u32 len |
 //! prost-encoded Workload` (what the container's record said at capture). Records
 //! without it read as events without one, as before.
+//!
+//! The fourth bit ([`HAS_NODE`]) says a node block follows the workload's place:
+//! `u8 len | UTF-8 node name` (at most 255 bytes, as `node` validation allows).
+//! Every record written since nodes were kept has it. A record without it (written
+//! by an earlier version) reads as an event whose node is unknown (`None`), not as
+//! this gateway's node: the host may have been renamed since, and a wrong name in an
+//! audit trail is worse than none.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,8 +46,10 @@ pub(crate) const HAS_PUBLISHER: u8 = 0x80;
 pub(crate) const HAS_ORIGIN: u8 = 0x40;
 /// The bit of the kind byte that announces a workload block.
 pub(crate) const HAS_WORKLOAD: u8 = 0x20;
+/// The bit of the kind byte that announces a node block.
+pub(crate) const HAS_NODE: u8 = 0x10;
 /// The source's bits of the kind byte.
-const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN | HAS_WORKLOAD);
+const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN | HAS_WORKLOAD | HAS_NODE);
 /// Where the kind byte is in the body.
 const KIND_AT: usize = 32;
 const PROCESS: u8 = 1;
@@ -72,11 +81,13 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Some(Clock::Reconcile) => Some(CLOCK_RECONCILE),
     };
     let workload_len = event.workload.as_ref().map_or(0, |w| 4 + w.encoded_len());
+    let node = event.node().map(|node| clip_to(node, u8::MAX as usize));
     let body_len = MIN_BODY
         + name.len()
         + publisher_len
         + usize::from(origin.is_some())
         + workload_len
+        + node.map_or(0, |n| 1 + n.len())
         + event.envelope.encoded_len();
     if body_len > MAX_BODY {
         return Err(body_len);
@@ -106,7 +117,11 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Some(_) => HAS_WORKLOAD,
         None => 0,
     };
-    buf.push(kind | publisher_bit | origin_bit | workload_bit);
+    let node_bit = match node {
+        Some(_) => HAS_NODE,
+        None => 0,
+    };
+    buf.push(kind | publisher_bit | origin_bit | workload_bit | node_bit);
     buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
     buf.extend_from_slice(name);
     match &event.publisher {
@@ -130,6 +145,10 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         buf.extend_from_slice(&(workload.encoded_len() as u32).to_le_bytes());
         // Encoding into a Vec cannot run out of room.
         let _ = workload.encode(buf);
+    }
+    if let Some(node) = node {
+        buf.push(node.len() as u8);
+        buf.extend_from_slice(node.as_bytes());
     }
     // Encoding into a Vec cannot run out of room.
     let _ = event.envelope.encode(buf);
@@ -219,6 +238,14 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
     } else {
         None
     };
+    let node = if kind & HAS_NODE != 0 {
+        let (&len, after) = rest.split_first()?;
+        let (node, after) = after.split_at_checked(usize::from(len))?;
+        rest = after;
+        Some(Arc::from(std::str::from_utf8(node).ok()?))
+    } else {
+        None
+    };
     let envelope = Envelope::decode(rest).ok()?;
     Some(
         Event::with_received_at(
@@ -230,7 +257,8 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         )
         .with_publisher(publisher)
         .with_origin(origin)
-        .with_workload(workload),
+        .with_workload(workload)
+        .with_node(node),
     )
 }
 
@@ -267,11 +295,18 @@ fn decode_publisher(bytes: &[u8]) -> Option<(Publisher, &[u8])> {
 /// A subject cut to what the u16 length can say, on a character boundary. Real
 /// subjects are far shorter; a certificate is no place for 64 KiB of name.
 fn clip(subject: &str) -> &str {
-    let mut end = subject.len().min(u16::MAX as usize);
-    while !subject.is_char_boundary(end) {
+    clip_to(subject, u16::MAX as usize)
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary. A node name from this
+/// gateway's config is never cut (validation allows 255 bytes); one that came with
+/// an event from elsewhere may be.
+fn clip_to(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    &subject[..end]
+    &text[..end]
 }
 
 fn unix_nanos(time: SystemTime) -> i64 {

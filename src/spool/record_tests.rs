@@ -287,3 +287,73 @@ fn damaged_workload_blocks_are_refused() {
         assert!(decode(&bad).is_none(), "workload length {len}");
     }
 }
+
+/// The node survives with and without the other optional blocks, and a record
+/// without it (every one written before nodes were kept, whose bytes are checked
+/// above) reads as an unknown node.
+#[test]
+fn nodes_survive_the_round_trip_and_old_records_have_none() {
+    let publisher = Some(crate::publisher::Publisher::Process {
+        uid: 1,
+        gid: 2,
+        pid: Some(3),
+    });
+    for (workload, origin) in [
+        (None, Origin::Live),
+        (Some(workload()), reconciled(Clock::Reconcile)),
+    ] {
+        let event = testing::event(5)
+            .upstream("k8s")
+            .envelope(envelope())
+            .publisher(publisher.clone())
+            .origin(origin)
+            .workload(workload.clone())
+            .node("web-1")
+            .build();
+        let mut buf = Vec::new();
+        let len = encode(&event, &mut buf).unwrap();
+        assert_eq!(check(&buf), Check::Valid { seq: 5, len });
+        assert_eq!(buf[HEADER + KIND_AT] & HAS_NODE, HAS_NODE);
+        let back = decode(&buf).unwrap();
+        assert_eq!(back.node(), Some("web-1"));
+        assert_eq!(
+            (back.workload, back.origin, back.publisher, back.envelope),
+            (workload, origin, publisher.clone(), envelope())
+        );
+    }
+    let unknown = testing::event(6).envelope(envelope()).build();
+    let mut buf = Vec::new();
+    encode(&unknown, &mut buf).unwrap();
+    assert_eq!(buf[HEADER + KIND_AT] & HAS_NODE, 0);
+    assert_eq!(decode(&buf).unwrap().node(), None);
+}
+
+/// A node name longer than the block can say is cut on a character boundary,
+/// never written with a length that lies.
+#[test]
+fn long_node_names_are_cut_to_the_block() {
+    let long = "é".repeat(200);
+    let event = testing::event(7).envelope(envelope()).node(&long).build();
+    let mut buf = Vec::new();
+    encode(&event, &mut buf).unwrap();
+    let back = decode(&buf).unwrap();
+    let node = back.node().unwrap();
+    assert_eq!(node.len(), 254, "127 two-byte characters");
+    assert!(long.starts_with(node));
+}
+
+#[test]
+fn damaged_node_blocks_are_refused() {
+    let event = testing::event(8).envelope(envelope()).node("web-1").build();
+    let mut buf = Vec::new();
+    encode(&event, &mut buf).unwrap();
+    // The block's length byte comes right after the (empty) source name.
+    let at = HEADER + MIN_BODY;
+    assert_eq!(buf[at], 5);
+    let mut too_long = buf.clone();
+    too_long[at] = 255;
+    assert!(decode(&too_long).is_none(), "a length past the record");
+    let mut not_utf8 = buf.clone();
+    not_utf8[at + 1] = 0xff;
+    assert!(decode(&not_utf8).is_none(), "a name that is not UTF-8");
+}

@@ -10,7 +10,8 @@
 //! live (`origin` other than `'live'`, or an `origin_clock` that is not NULL), `origin,
 //! origin_clock` the same way, then, only when at least one of them is not NULL,
 //! `pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels`
-//! the same way:
+//! the same way (and always when `node` is not NULL), then, only when it is not
+//! NULL, `node` the same way:
 //!
 //! - NULL: the single byte `0x00`;
 //! - INTEGER: `0x01`, the length 8 as u64 big-endian, the i64 big-endian;
@@ -42,6 +43,12 @@
 //! (every row stored before them, and every event about no container's record
 //! since). With them a row hashes 17, 19, 21 or 23 values, none of which is a count
 //! without them, so giving a row a pod, or taking its pod away, changes its hash too.
+//!
+//! The node column (schema version 10) is left out when NULL (every row stored
+//! before it). A row with a node hashes the seven workload values too, NULL or not,
+//! then the node: 18, 20, 22 or 24 values, never a count a row without a node has
+//! (10, 12, 14, 16, 17, 19, 21, 23), so setting, changing or removing a row's node
+//! changes its hash, and chains written before it keep verifying.
 
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
@@ -61,8 +68,9 @@ pub const ZERO: Hash = [0; HASH_LEN];
 
 /// The hashed columns, in hashing order; the publisher's [`PUBLISHER_COLUMNS`] only
 /// when one of them is not NULL, the [`ORIGIN_COLUMNS`] only when the row is not
-/// live, the last [`WORKLOAD_COLUMNS`] only when one of them is not NULL.
-pub const COLUMNS: [&str; 23] = [
+/// live, the [`WORKLOAD_COLUMNS`] only when one of them (or `node`) is not NULL,
+/// `node` last only when not NULL.
+pub const COLUMNS: [&str; 24] = [
     "seq",
     "id",
     "timestamp",
@@ -86,6 +94,7 @@ pub const COLUMNS: [&str; 23] = [
     "container_kind",
     "image",
     "labels",
+    "node",
 ];
 
 /// How many of [`COLUMNS`] are the publisher's, hashed only when not all NULL.
@@ -95,15 +104,19 @@ pub const PUBLISHER_COLUMNS: usize = 4;
 /// the row is not live.
 pub const ORIGIN_COLUMNS: usize = 2;
 
-/// How many of [`COLUMNS`] are the workload's (the last ones), hashed only when one of
-/// them is not NULL.
+/// How many of [`COLUMNS`] are the workload's (after the origin's), hashed only when
+/// one of them, or the node, is not NULL.
 pub const WORKLOAD_COLUMNS: usize = super::workload::COLUMNS.len();
 
+/// How many of [`COLUMNS`] are the node's (the last one), hashed only when not NULL.
+pub const NODE_COLUMNS: usize = 1;
+
 /// The columns hashed for every row.
-const ALWAYS: usize = COLUMNS.len() - PUBLISHER_COLUMNS - ORIGIN_COLUMNS - WORKLOAD_COLUMNS;
+const ALWAYS: usize =
+    COLUMNS.len() - PUBLISHER_COLUMNS - ORIGIN_COLUMNS - WORKLOAD_COLUMNS - NODE_COLUMNS;
 
 /// One row's hashed columns as stored (or about to be stored).
-pub type RowValues<'a> = [ValueRef<'a>; 23];
+pub type RowValues<'a> = [ValueRef<'a>; 24];
 
 /// The hash of a row chained to `prev`.
 pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
@@ -126,7 +139,8 @@ impl RowHasher {
         buf.extend_from_slice(prev);
         let (always, rest) = values.split_at(ALWAYS);
         let (publisher, rest) = rest.split_at(PUBLISHER_COLUMNS);
-        let (origin, workload) = rest.split_at(ORIGIN_COLUMNS);
+        let (origin, rest) = rest.split_at(ORIGIN_COLUMNS);
+        let (workload, node) = rest.split_at(WORKLOAD_COLUMNS);
         let unless_null =
             |values: &'v [ValueRef<'v>]| match values.iter().all(|v| *v == ValueRef::Null) {
                 true => &[][..],
@@ -136,8 +150,13 @@ impl RowHasher {
             [ValueRef::Text(b"live"), ValueRef::Null] => &[][..],
             other => other,
         };
+        let node = unless_null(node);
+        let workload = match node.is_empty() {
+            true => unless_null(workload),
+            false => workload,
+        };
         let parts = always.iter().chain(unless_null(publisher));
-        for value in parts.chain(origin).chain(unless_null(workload)) {
+        for value in parts.chain(origin).chain(workload).chain(node) {
             match *value {
                 ValueRef::Null => buf.push(0),
                 ValueRef::Integer(i) => tagged(buf, 1, &i.to_be_bytes()),
@@ -185,6 +204,7 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
         workload[4],
         workload[5],
         workload[6],
+        text(row.node),
     ]
 }
 

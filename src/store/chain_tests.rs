@@ -27,6 +27,7 @@ fn sample() -> RowValues<'static> {
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Null,
+        ValueRef::Null,
     ]
 }
 
@@ -225,6 +226,8 @@ fn null_empty_type_and_boundaries_all_change_the_hash() {
     with(18, ValueRef::Text(b"web-7"));
     with(22, ValueRef::Text(b"{}"));
     with(22, ValueRef::Blob(b"{}"));
+    with(23, ValueRef::Text(b"web-1"));
+    with(23, ValueRef::Text(b""));
     with(7, ValueRef::Null);
     with(7, ValueRef::Blob(&[]));
     with(7, ValueRef::Text(&[10, 2, 99, 49]));
@@ -253,4 +256,37 @@ fn hex_round_trips_and_bad_hex_is_named() {
     assert!(parse_hex("abc").unwrap_err().contains("64 hex digits"));
     let bad = format!("{}zz", &text[..62]);
     assert!(parse_hex(&bad).unwrap_err().contains("'z'"));
+}
+
+/// A row with a node hashes the ten, the workload's seven (NULL or not) and the
+/// node, byte for byte; a row without one hashes as before the column existed.
+#[test]
+fn the_node_is_hashed_after_the_workload_only_when_set() {
+    let prev = [0x11; 32];
+    let base = sample();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(DOMAIN);
+    expected.extend_from_slice(&prev);
+    fn bytes_of(out: &mut Vec<u8>, values: &[ValueRef<'_>]) {
+        for value in values {
+            match *value {
+                ValueRef::Null => out.push(0),
+                ValueRef::Integer(i) => tagged(out, 1, &i.to_be_bytes()),
+                ValueRef::Text(t) => tagged(out, 3, t),
+                ValueRef::Blob(b) => tagged(out, 4, b),
+                ValueRef::Real(_) => unreachable!(),
+            }
+        }
+    }
+    bytes_of(&mut expected, &base[..10]);
+    let without_node: Hash = Sha256::digest(&expected).into();
+    assert_eq!(row_hash(&prev, &base), without_node, "as before");
+
+    let mut with_node = base;
+    with_node[23] = ValueRef::Text(b"web-1");
+    // The seven NULL workload values, then the node.
+    bytes_of(&mut expected, &base[16..23]);
+    tagged(&mut expected, 3, b"web-1");
+    let direct: Hash = Sha256::digest(&expected).into();
+    assert_eq!(row_hash(&prev, &with_node), direct);
 }

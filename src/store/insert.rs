@@ -8,9 +8,12 @@ use super::{EventRow, chain};
 
 /// Re-delivery of an already stored event is a no-op, not an error, and takes no
 /// place in the chain: `row_id` is given explicitly and only advances on a new row.
+///
+/// `node` is bound in both statements: every event captured since nodes were kept
+/// has one.
 const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
      ON CONFLICT(id) DO NOTHING";
 
 /// [`INSERT`] with the workload columns, for rows that have one. Rows without one
@@ -18,10 +21,10 @@ const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_a
 /// cost per row stays what it was before the columns existed (measured: binding them
 /// took about 5% more CPU per row).
 const INSERT_WORKLOAD: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node, \
      pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-     ?20, ?21, ?22, ?23, ?24, ?25, ?26) \
+     ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) \
      ON CONFLICT(id) DO NOTHING";
 
 const READ_HEAD: &str = "SELECT head_row_id, head_hash FROM audit_chain WHERE id = 1";
@@ -146,6 +149,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                 row.origin_clock,
                 prev,
                 hash,
+                row.node,
             ];
             let w = &row.workload;
             let changed = match w.is_empty() {
@@ -200,9 +204,9 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
         let mut stmt = tx.prepare_cached(
             "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
              publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, \
-             pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels) \
+             pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, node) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-             ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+             ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
         )?;
         for row in rows {
             stmt.execute(params![
@@ -229,6 +233,7 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
                 row.workload.container_kind,
                 row.workload.image,
                 row.workload.labels,
+                row.node,
             ])?;
         }
     }

@@ -66,6 +66,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_seq_index.sql",
         sql: include_str!("../../migrations/0009_seq_index.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_node.sql",
+        sql: include_str!("../../migrations/0010_node.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

@@ -259,6 +259,8 @@ pub struct EventRow<'a> {
     /// What the container's record said: `pod_name` ... `labels`; all `None` for an
     /// event without a workload.
     pub workload: WorkloadColumns<'a>,
+    /// The node the event was captured on; `None` when unknown.
+    pub node: Option<&'a str>,
 }
 
 impl<'a> EventRow<'a> {
@@ -279,6 +281,7 @@ impl<'a> EventRow<'a> {
             origin: event.origin.label(),
             origin_clock: event.origin.clock().map(Clock::label),
             workload: WorkloadColumns::of(event.workload.as_deref()),
+            node: event.node(),
         }
     }
 }

@@ -51,6 +51,7 @@ fn a_new_file_gets_the_schema_in_wal_mode_and_reopening_changes_nothing() {
         [
             "events_namespace_row",
             "events_namespace_timestamp",
+            "events_node",
             "events_pod",
             "events_reconciled",
             "events_seq",

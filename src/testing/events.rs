@@ -111,6 +111,7 @@ pub(crate) fn event(seq: u64) -> EventBuilder {
         publisher: None,
         origin: Origin::Live,
         workload: None,
+        node: None,
         envelope: envelope(),
     }
 }
@@ -125,6 +126,7 @@ pub(crate) struct EventBuilder {
     publisher: Option<Publisher>,
     origin: Origin,
     workload: Option<Arc<Workload>>,
+    node: Option<Arc<str>>,
     envelope: EnvelopeBuilder,
 }
 
@@ -161,6 +163,12 @@ impl EventBuilder {
 
     pub(crate) fn workload(mut self, workload: Option<Arc<Workload>>) -> Self {
         self.workload = workload;
+        self
+    }
+
+    /// Captured on the node named `node` (unset: unknown, as an old spool record).
+    pub(crate) fn node(mut self, node: &str) -> Self {
+        self.node = Some(node.into());
         self
     }
 
@@ -224,6 +232,7 @@ impl EventBuilder {
         .with_publisher(self.publisher)
         .with_origin(self.origin)
         .with_workload(self.workload)
+        .with_node(self.node)
     }
 
     pub(crate) fn arc(self) -> Arc<Event> {

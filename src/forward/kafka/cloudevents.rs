@@ -4,11 +4,13 @@
 //!
 //! Attributes: `id` is the gateway's event id; `source` is
 //! `eventgate://{node}/{publish|forward|internal}` or
-//! `eventgate://{node}/upstream/{name}`; `type` is the payload's message name
+//! `eventgate://{node}/upstream/{name}`, where `node` is the node the event was
+//! captured on (the forwarder's `node` option only for an event whose node is
+//! unknown: spooled before nodes were kept); `type` is the payload's message name
 //! (`containerd.events.TaskExit`); `subject` is the record's object key
 //! (`namespace/object id`, or the namespace alone); `time` is the envelope's
-//! timestamp. Extensions: `namespace`, `topic` (`/tasks/exit`), `seq`, `origin`
-//! and, for reconciled events, `originclock`; for an event about a container, what
+//! timestamp. Extensions: `namespace`, `topic` (`/tasks/exit`), `seq`, `origin`,
+//! `node` when known and, for reconciled events, `originclock`; for an event about a container, what
 //! its record said: `podname`, `podnamespace`, `poduid`, `containername`,
 //! `containerkind`, `image`, `containerlabels` (a JSON object), each when set. Every extension is a string: `seq`
 //! is a `u64`, and the CloudEvents Integer type stops at 2^31 - 1.
@@ -35,9 +37,7 @@ const NO_TYPE: &str = "eventgate.unknown";
 /// This machine's hostname, the default `node`; empty when it cannot be read (the
 /// options then refuse to start without an explicit `node`).
 pub(super) fn default_node() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_default()
+    crate::node::host_name()
 }
 
 /// One attribute: its name in a structured object, its binary-mode header, value.
@@ -46,6 +46,7 @@ type Attribute = (&'static str, &'static str, String);
 /// Every attribute but `datacontenttype` (the binary mode's `content-type`
 /// header), in the order both modes write them.
 fn attributes(event: &Event, node: &str, subject: &str) -> Vec<Attribute> {
+    let node = event.node().unwrap_or(node);
     let mut out = vec![
         ("specversion", "ce_specversion", "1.0".to_owned()),
         ("id", "ce_id", event.id.to_string()),
@@ -62,6 +63,9 @@ fn attributes(event: &Event, node: &str, subject: &str) -> Vec<Attribute> {
         ("seq", "ce_seq", event.seq.to_string()),
         ("origin", "ce_origin", event.origin.label().to_owned()),
     ]);
+    if let Some(node) = event.node() {
+        out.push(("node", "ce_node", node.to_owned()));
+    }
     if let Some(clock) = event.origin.clock() {
         out.push(("originclock", "ce_originclock", clock.label().to_owned()));
     }

@@ -297,3 +297,43 @@ fn workloads_travel_as_headers_and_extensions() {
     let plain = encode(ValueFormat::CloudeventsBinary, &task_exit(Source::Publish));
     assert!(plain.header("pod_name").is_none() && plain.header("ce_podname").is_none());
 }
+
+/// `source` names the node the event was captured on, percent-encoded into a valid
+/// URI authority, with a `node` extension in both modes; the forwarder's own `node`
+/// stands in only for an event whose node is unknown.
+#[test]
+fn the_source_names_the_node_the_event_was_captured_on() {
+    let on = |node: &str| {
+        testing::event(7)
+            .source(Source::Upstream(Arc::from("k8s")))
+            .at_nanos(T0, NANOS)
+            .json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+            .node(node)
+            .build()
+    };
+    let record = encode(ValueFormat::CloudeventsBinary, &on("web-1"));
+    assert_eq!(
+        record.header("ce_source"),
+        Some("eventgate://web-1/upstream/k8s")
+    );
+    assert_eq!(record.header("ce_node"), Some("web-1"));
+    let value = structured_value(&encode(ValueFormat::CloudeventsStructured, &on("web-1")));
+    assert_eq!(value["source"], "eventgate://web-1/upstream/k8s");
+    assert_eq!(value["node"], "web-1");
+
+    // A name that is no host name still makes a valid URI-reference.
+    let odd = encode(ValueFormat::CloudeventsBinary, &on("wéb:1/@x"));
+    assert_eq!(
+        odd.header("ce_source"),
+        Some("eventgate://w%C3%A9b%3A1%2F%40x/upstream/k8s")
+    );
+    assert_eq!(odd.header("ce_node"), Some("wéb:1/@x"));
+
+    // Unknown: the forwarder's `node`, and no extension.
+    let record = encode(ValueFormat::CloudeventsBinary, &task_exit(Source::Publish));
+    assert_eq!(
+        record.header("ce_source"),
+        Some("eventgate://node-1/publish")
+    );
+    assert_eq!(record.header("ce_node"), None);
+}

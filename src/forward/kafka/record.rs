@@ -203,7 +203,7 @@ pub struct Record {
     pub value: Option<Vec<u8>>,
     /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, `origin` (`live` or
     /// `reconciled`), `origin_clock` (`daemon` or `reconcile`) for a reconciled event,
-    /// `publisher` (the JSON object JSON lines carry) when the event has one, what
+    /// `node` (where it was captured) when known, `publisher` (the JSON object JSON lines carry) when the event has one, what
     /// the container's record said (`pod_name`, `pod_namespace`, `pod_uid`,
     /// `container_name`, `container_kind`, `image`, `container_labels` as a JSON
     /// object; each when set: [`crate::event::Workload::fields`]); in
@@ -251,7 +251,7 @@ pub struct RecordEncoder {
     topic: TopicTemplate,
     format: ValueFormat,
     key: KeyMode,
-    /// The CloudEvents `source` authority.
+    /// The CloudEvents `source` authority for events whose node is unknown.
     node: String,
 }
 
@@ -325,6 +325,9 @@ impl RecordEncoder {
         ];
         if let Some(clock) = event.origin.clock() {
             headers.push(("origin_clock", clock.label().to_owned()));
+        }
+        if let Some(node) = event.node() {
+            headers.push(("node", node.to_owned()));
         }
         if let Some(publisher) = &event.publisher {
             headers.push(("publisher", publisher.to_json()));

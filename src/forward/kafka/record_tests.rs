@@ -310,3 +310,29 @@ proptest::proptest! {
         }
     }
 }
+
+/// In every value format, the node the event was captured on rides in a `node`
+/// header (and JSON's `node`); an event whose node is unknown has no header.
+#[test]
+fn the_node_header_names_where_the_event_was_captured() {
+    for format in ALL_FORMATS {
+        let encoder = RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), format);
+        let known = testing::event(3)
+            .at(0)
+            .json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+            .node("web-1")
+            .build();
+        let record = encoder.encode(&known);
+        assert_eq!(record.header("node"), Some("web-1"), "{format:?}");
+        if format == ValueFormat::Json {
+            let value: serde_json::Value =
+                serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
+            assert_eq!(value["node"], "web-1");
+        }
+        let unknown = testing::event(4)
+            .at(0)
+            .json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+            .build();
+        assert_eq!(encoder.encode(&unknown).header("node"), None, "{format:?}");
+    }
+}

@@ -22,15 +22,20 @@ pub(super) fn varied_events() -> Vec<Event> {
             1 => Source::Forward,
             _ => Source::Upstream("node-a".into()),
         };
-        out.push(
-            testing::event(out.len() as u64 + 1)
-                .source(source)
-                .timestamp(secs.map(|seconds| prost_types::Timestamp { seconds, nanos: 7 }))
-                .namespace(ns)
-                .topic(topic)
-                .payload(any)
-                .build(),
-        );
+        let event = testing::event(out.len() as u64 + 1)
+            .source(source)
+            .timestamp(secs.map(|seconds| prost_types::Timestamp { seconds, nanos: 7 }))
+            .namespace(ns)
+            .topic(topic)
+            .payload(any);
+        // Nodes of a small fleet, and unknown ones (rows from before nodes were kept).
+        let event = match out.len() % 4 {
+            0 => event,
+            1 => event.node("web-1"),
+            2 => event.node("web-2"),
+            _ => event.node("db-1"),
+        };
+        out.push(event.build());
     };
     let exit = |c: &str, id: &str| {
         json_any(
