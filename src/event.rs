@@ -79,11 +79,14 @@ pub enum Source {
     Upstream(Arc<str>),
     /// Emitted by eventgate itself (for example gap markers).
     Internal,
+    /// Consumed by the named `[[source]]` from Kafka, where another gateway (the
+    /// event's node) produced it.
+    Kafka(Arc<str>),
 }
 
 impl Source {
     /// Every value [`Source::label`] returns, in [`Source::index`] order.
-    pub const LABELS: [&'static str; 4] = ["publish", "forward", "upstream", "internal"];
+    pub const LABELS: [&'static str; 5] = ["publish", "forward", "upstream", "internal", "kafka"];
 
     /// A low-cardinality label for metrics.
     pub fn label(&self) -> &'static str {
@@ -97,6 +100,7 @@ impl Source {
             Source::Forward => 1,
             Source::Upstream(_) => 2,
             Source::Internal => 3,
+            Source::Kafka(_) => 4,
         }
     }
 
@@ -108,6 +112,21 @@ impl Source {
             Source::Forward => Cow::Borrowed("forward"),
             Source::Upstream(name) => Cow::Owned(format!("upstream:{name}")),
             Source::Internal => Cow::Borrowed("eventgate"),
+            Source::Kafka(name) => Cow::Owned(format!("kafka:{name}")),
+        }
+    }
+
+    /// The inverse of [`Source::describe`] (anything else reads as eventgate's own).
+    pub fn parse(text: &str) -> Source {
+        match text {
+            "publish" => Source::Publish,
+            "forward" => Source::Forward,
+            "eventgate" => Source::Internal,
+            other => match other.split_once(':') {
+                Some(("upstream", name)) => Source::Upstream(Arc::from(name)),
+                Some(("kafka", name)) => Source::Kafka(Arc::from(name)),
+                _ => Source::Internal,
+            },
         }
     }
 }
@@ -137,6 +156,10 @@ pub struct Event {
     /// for events read from spool records written before nodes were kept: where
     /// they were captured is not recorded, so it is left unknown rather than guessed.
     pub node: Option<Arc<str>>,
+    /// The event's seq on the gateway of its node, for an event taken in from another
+    /// gateway (a Kafka source); `None` for events this gateway captured, whose seq
+    /// is their own.
+    pub node_seq: Option<u64>,
     pub envelope: Envelope,
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
@@ -173,6 +196,7 @@ impl Event {
             origin: Origin::Live,
             workload: None,
             node: None,
+            node_seq: None,
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
@@ -201,6 +225,12 @@ impl Event {
     /// The same, captured on `node` (`None`: unknown).
     pub fn with_node(mut self, node: Option<Arc<str>>) -> Self {
         self.node = node;
+        self
+    }
+
+    /// The same event, with its seq on the gateway of its node.
+    pub fn with_node_seq(mut self, node_seq: Option<u64>) -> Self {
+        self.node_seq = node_seq;
         self
     }
 

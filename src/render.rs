@@ -97,6 +97,7 @@ struct Identity<'a> {
     origin: Origin,
     workload: Option<&'a Workload>,
     node: Option<&'a str>,
+    node_seq: Option<u64>,
 }
 
 impl<'a> Identity<'a> {
@@ -109,6 +110,7 @@ impl<'a> Identity<'a> {
             origin: event.origin,
             workload: event.workload.as_deref(),
             node: event.node(),
+            node_seq: event.node_seq,
         }
     }
 }
@@ -135,7 +137,7 @@ fn base64_of(bytes: &[u8]) -> String {
 }
 
 /// The keys, in the byte order a sorted map would give them: `container`, `event`,
-/// `id`, `namespace`, `node`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`, `seq`,
+/// `id`, `namespace`, `node`, `node_seq`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`, `seq`,
 /// `source`, `timestamp`, `topic`, `type_url`. `container` (`image`, `kind`,
 /// `labels`, `name`) and `pod` (`name`, `namespace`, `uid`) are what the
 /// container's record said at capture ([`Workload`]), each there only when it says
@@ -144,7 +146,8 @@ fn base64_of(bytes: &[u8]) -> String {
 /// TCP clients without a certificate, rows stored before publishers were kept).
 /// `origin` is `live` or `reconciled`; `origin_clock` is there for reconciled events
 /// only. `node` is where the event was captured, `null` when unknown (events
-/// spooled, or rows stored, before nodes were kept). Without the gateway's identity
+/// spooled, or rows stored, before nodes were kept); `node_seq`, the event's seq on
+/// its node's gateway, only for events taken in from another gateway. Without the gateway's identity
 /// (a bare envelope) none of these is written.
 fn write_object(
     out: &mut Vec<u8>,
@@ -175,6 +178,9 @@ fn write_object(
                 let _ = serde_json::to_writer(&mut *out, node);
             }
             None => out.extend_from_slice(b"null"),
+        }
+        if let Some(node_seq) = identity.node_seq {
+            let _ = write!(out, ",\"node_seq\":{node_seq}");
         }
         let _ = write!(out, ",\"origin\":\"{}\"", identity.origin.label());
         if let Some(clock) = identity.origin.clock() {

@@ -223,25 +223,12 @@ impl Entry {
             .map_err(|_| RestoreError::Id(self.event_id.clone()))?;
         let received_at = humantime::parse_rfc3339(&self.received_at)
             .map_err(|_| RestoreError::ReceivedAt(self.received_at.clone()))?;
-        let mut event = Event::new(self.seq, id, source(&self.source), envelope)
+        let mut event = Event::new(self.seq, id, Source::parse(&self.source), envelope)
             .with_publisher(self.publisher.clone())
             .with_origin(self.origin)
             .with_workload(self.workload.clone().map(Arc::new));
         event.received_at = received_at;
         Ok(event)
-    }
-}
-
-/// The inverse of [`Source::describe`].
-fn source(text: &str) -> Source {
-    match text {
-        "publish" => Source::Publish,
-        "forward" => Source::Forward,
-        "eventgate" => Source::Internal,
-        other => match other.strip_prefix("upstream:") {
-            Some(name) => Source::Upstream(name.into()),
-            None => Source::Internal,
-        },
     }
 }
 

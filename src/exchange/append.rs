@@ -89,7 +89,16 @@ impl Exchange {
         self.append_event(event).await
     }
 
-    /// `event` (whose seq and id are not assigned yet) takes its place.
+    /// An event another gateway accepted first (its id, node, node seq, received
+    /// time, origin, publisher and workload set; its envelope checked with
+    /// [`Exchange::check_envelope`]) takes its place here, as [`Exchange::append_with`]
+    /// does: refused before it is numbered, durable once `durable` resolves.
+    pub(crate) async fn append_taken_in(&self, event: Event) -> Result<Appended, AcceptError> {
+        self.append_event(event).await
+    }
+
+    /// `event` (whose seq is not assigned yet, nor its id unless it was accepted by
+    /// another gateway first) takes its place.
     ///
     /// First, outside the lock, refuses if free disk space is below the spool's
     /// reserve (`spool.min_free`), makes room in the spool (waiting, or dropping the
@@ -129,10 +138,14 @@ impl Exchange {
                 return Err(AcceptError::Closed);
             }
             // Sequence and id are taken together under the lock, so id order (UUIDv7
-            // is time-ordered) follows sequence order, and the spool holds events in
-            // the order everyone sees them.
+            // is time-ordered) follows sequence order for this gateway's own events,
+            // and the spool holds events in the order everyone sees them.
             event.seq = state.next_seq;
-            event.id = EventId::generate();
+            // An event taken in from another gateway keeps the id it was given there:
+            // it is the same event, and stores drop repeats by id.
+            if event.id == EventId::unassigned() {
+                event.id = EventId::generate();
+            }
             let ticket = match &inner.spool {
                 Some(spool) => Some(
                     spool

@@ -22,7 +22,6 @@ use rusqlite::types::Value;
 use thiserror::Error;
 
 pub use row::StoredEvent;
-pub(crate) use row::parse_source;
 
 use crate::filter::Filter;
 use crate::store::{self, StoreError};

@@ -17,7 +17,7 @@ use crate::store::workload;
 pub(super) const COLUMNS: &str = "row_id, seq, id, timestamp, received_at, namespace, topic, \
      type_url, payload, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject, \
      origin, origin_clock, pod_name, pod_namespace, pod_uid, container_name, container_kind, image, \
-     labels, node";
+     labels, node, node_seq";
 
 /// A stored event with what only the store knows about it.
 #[derive(Debug)]
@@ -63,8 +63,12 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
     }
     let workload = workload::from_columns(workload).map_err(bad)?;
     let node: Option<String> = row.get(23).map_err(sqlite)?;
+    let node_seq: Option<i64> = row.get(24).map_err(sqlite)?;
 
     let seq = u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?;
+    let node_seq = node_seq
+        .map(|seq| u64::try_from(seq).map_err(|_| bad(format!("negative node_seq {seq}"))))
+        .transpose()?;
     let id = EventId::from_str(&id).map_err(|e| bad(format!("id {id:?}: {e}")))?;
     let timestamp = match timestamp {
         None => None,
@@ -85,27 +89,15 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
         topic: row.get(6).map_err(sqlite)?,
         event,
     };
-    let from = source.as_deref().map_or(Source::Internal, parse_source);
+    let from = source.as_deref().map_or(Source::Internal, Source::parse);
     Ok(StoredEvent {
         row_id,
         event: Event::with_received_at(seq, id, received_at.into(), from, envelope)
             .with_publisher(publisher)
             .with_origin(origin)
             .with_workload(workload.map(Arc::new))
-            .with_node(node.map(Arc::from)),
+            .with_node(node.map(Arc::from))
+            .with_node_seq(node_seq),
         source,
     })
-}
-
-/// The inverse of [`Source::describe`].
-pub(crate) fn parse_source(text: &str) -> Source {
-    match text {
-        "publish" => Source::Publish,
-        "forward" => Source::Forward,
-        "eventgate" => Source::Internal,
-        other => match other.strip_prefix("upstream:") {
-            Some(name) => Source::Upstream(Arc::from(name)),
-            None => Source::Internal,
-        },
-    }
 }

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::event::{Event, EventId, Origin, Workload};
+use crate::event::{Event, EventId, Origin, Source, Workload};
 use crate::proto::eventgate::services::events::v1 as wire;
 use crate::publisher::Publisher;
 
@@ -38,7 +38,7 @@ pub(crate) fn from_record(record: wire::Record) -> Result<Event, String> {
         label => Origin::from_labels(label, clock)?,
     };
     let envelope = record.envelope.unwrap_or_default();
-    let source = crate::query::parse_source(&record.source);
+    let source = Source::parse(&record.source);
     Ok(Event::new(record.seq, id, source, envelope)
         .with_origin(origin)
         .with_publisher(record.publisher.and_then(publisher_from_wire))

@@ -21,6 +21,8 @@
 //!
 //! The fourth bit ([`HAS_NODE`]) says a node block follows the workload's place:
 //! `u8 len | UTF-8 node name` (at most 255 bytes, as `node` validation allows).
+//! Source 4 (a Kafka source, named like an upstream) adds `u64 node seq` after it:
+//! the event's seq on its node's gateway, 0 when the message did not say.
 //! Every record written since nodes were kept has it. A record without it (written
 //! by an earlier version) reads as an event whose node is unknown (`None`), not as
 //! this gateway's node: the host may have been renamed since, and a wrong name in an
@@ -50,6 +52,8 @@ pub(crate) const HAS_WORKLOAD: u8 = 0x20;
 pub(crate) const HAS_NODE: u8 = 0x10;
 /// The source's bits of the kind byte.
 const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN | HAS_WORKLOAD | HAS_NODE);
+/// The source kind of an event from a Kafka source, the last one.
+const KAFKA: u8 = 4;
 /// Where the kind byte is in the body.
 const KIND_AT: usize = 32;
 const PROCESS: u8 = 1;
@@ -61,9 +65,10 @@ const CLOCK_RECONCILE: u8 = 2;
 /// length it would have had when that is over [`MAX_BODY`].
 pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
     let name: &[u8] = match &event.source {
-        Source::Upstream(name) => name.as_bytes(),
+        Source::Upstream(name) | Source::Kafka(name) => name.as_bytes(),
         _ => &[],
     };
+    let node_seq = matches!(event.source, Source::Kafka(_)).then(|| event.node_seq.unwrap_or(0));
     // Source names come from validated config, so they are short; clip defensively.
     let name = &name[..name.len().min(u16::MAX as usize)];
     let subject = match &event.publisher {
@@ -88,6 +93,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         + usize::from(origin.is_some())
         + workload_len
         + node.map_or(0, |n| 1 + n.len())
+        + node_seq.map_or(0, |_| 8)
         + event.envelope.encoded_len();
     if body_len > MAX_BODY {
         return Err(body_len);
@@ -104,6 +110,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Source::Forward => 1,
         Source::Upstream(_) => 2,
         Source::Internal => 3,
+        Source::Kafka(_) => 4,
     };
     let publisher_bit = match event.publisher {
         Some(_) => HAS_PUBLISHER,
@@ -150,6 +157,9 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         buf.push(node.len() as u8);
         buf.extend_from_slice(node.as_bytes());
     }
+    if let Some(node_seq) = node_seq {
+        buf.extend_from_slice(&node_seq.to_le_bytes());
+    }
     // Encoding into a Vec cannot run out of room.
     let _ = event.envelope.encode(buf);
     let crc = crc32fast::hash(&buf[start + HEADER..]);
@@ -180,7 +190,7 @@ pub(crate) fn check(bytes: &[u8]) -> Check {
     let Some(body) = bytes.get(HEADER..HEADER + body_len) else {
         return Check::Incomplete;
     };
-    if crc32fast::hash(body) != u32_at(header, 4) || body[KIND_AT] & SOURCE_BITS > 3 {
+    if crc32fast::hash(body) != u32_at(header, 4) || body[KIND_AT] & SOURCE_BITS > KAFKA {
         return Check::Bad;
     }
     Check::Valid {
@@ -208,6 +218,7 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         1 => Source::Forward,
         2 => Source::Upstream(Arc::from(name)),
         3 => Source::Internal,
+        KAFKA => Source::Kafka(Arc::from(name)),
         _ => return None,
     };
     let mut rest = body.get(35 + name_len..)?;
@@ -246,6 +257,14 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
     } else {
         None
     };
+    let node_seq = match kind & SOURCE_BITS {
+        KAFKA => {
+            let (bytes, after) = rest.split_at_checked(8)?;
+            rest = after;
+            Some(u64_at(bytes, 0)).filter(|seq| *seq != 0)
+        }
+        _ => None,
+    };
     let envelope = Envelope::decode(rest).ok()?;
     Some(
         Event::with_received_at(
@@ -258,7 +277,8 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         .with_publisher(publisher)
         .with_origin(origin)
         .with_workload(workload)
-        .with_node(node),
+        .with_node(node)
+        .with_node_seq(node_seq),
     )
 }
 

@@ -161,7 +161,7 @@ fn damaged_publisher_blocks_are_refused() {
         );
     }
     let mut unknown_kind = buf.clone();
-    unknown_kind[HEADER + KIND_AT] = HAS_PUBLISHER | 4;
+    unknown_kind[HEADER + KIND_AT] = HAS_PUBLISHER | (KAFKA + 1);
     let crc = crc32fast::hash(&unknown_kind[HEADER..]);
     unknown_kind[4..8].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(check(&unknown_kind), Check::Bad);
@@ -230,7 +230,7 @@ fn damaged_origin_bytes_are_refused() {
     }
     // Both flag bits and an unknown source: damaged, not a new kind.
     let mut unknown_kind = buf.clone();
-    unknown_kind[HEADER + KIND_AT] = HAS_ORIGIN | HAS_PUBLISHER | 4;
+    unknown_kind[HEADER + KIND_AT] = HAS_ORIGIN | HAS_PUBLISHER | (KAFKA + 1);
     let crc = crc32fast::hash(&unknown_kind[HEADER..]);
     unknown_kind[4..8].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(check(&unknown_kind), Check::Bad);
@@ -356,4 +356,32 @@ fn damaged_node_blocks_are_refused() {
     let mut not_utf8 = buf.clone();
     not_utf8[at + 1] = 0xff;
     assert!(decode(&not_utf8).is_none(), "a name that is not UTF-8");
+}
+
+/// An event from a Kafka source keeps the source's name and its seq on its node; a
+/// message that did not say reads back as an unknown node seq.
+#[test]
+fn kafka_sourced_events_keep_their_source_and_node_seq() {
+    for node_seq in [Some(41), None] {
+        let mut event = testing::event(9)
+            .envelope(envelope())
+            .node("web-2")
+            .from_kafka("fleet", 41)
+            .build();
+        event.node_seq = node_seq;
+        let mut buf = Vec::new();
+        let len = encode(&event, &mut buf).unwrap();
+        assert_eq!(check(&buf), Check::Valid { seq: 9, len });
+        let back = decode(&buf).unwrap();
+        assert_eq!(back.source, Source::Kafka(Arc::from("fleet")));
+        assert_eq!((back.node(), back.node_seq), (Some("web-2"), node_seq));
+        assert_eq!((back.id, back.envelope), (event.id, envelope()));
+    }
+    let mut unknown_kind = Vec::new();
+    encode(&testing::event(10).envelope(envelope()).build(), &mut unknown_kind).unwrap();
+    unknown_kind[HEADER + KIND_AT] |= KAFKA + 1;
+    let body = &unknown_kind[HEADER..];
+    let crc = crc32fast::hash(body).to_le_bytes();
+    unknown_kind[4..8].copy_from_slice(&crc);
+    assert_eq!(check(&unknown_kind), Check::Bad, "source 5 is not known");
 }

@@ -49,6 +49,10 @@
 //! then the node: 18, 20, 22 or 24 values, never a count a row without a node has
 //! (10, 12, 14, 16, 17, 19, 21, 23), so setting, changing or removing a row's node
 //! changes its hash, and chains written before it keep verifying.
+//!
+//! The node_seq column (schema version 11) is set only on events a central gateway
+//! took in from another gateway. A row with one hashes every column, NULL or not,
+//! `node_seq` last: 25 values, a count no other row has.
 
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
@@ -70,7 +74,7 @@ pub const ZERO: Hash = [0; HASH_LEN];
 /// when one of them is not NULL, the [`ORIGIN_COLUMNS`] only when the row is not
 /// live, the [`WORKLOAD_COLUMNS`] only when one of them (or `node`) is not NULL,
 /// `node` last only when not NULL.
-pub const COLUMNS: [&str; 24] = [
+pub const COLUMNS: [&str; 25] = [
     "seq",
     "id",
     "timestamp",
@@ -95,6 +99,7 @@ pub const COLUMNS: [&str; 24] = [
     "image",
     "labels",
     "node",
+    "node_seq",
 ];
 
 /// How many of [`COLUMNS`] are the publisher's, hashed only when not all NULL.
@@ -108,15 +113,24 @@ pub const ORIGIN_COLUMNS: usize = 2;
 /// one of them, or the node, is not NULL.
 pub const WORKLOAD_COLUMNS: usize = super::workload::COLUMNS.len();
 
-/// How many of [`COLUMNS`] are the node's (the last one), hashed only when not NULL.
+/// How many of [`COLUMNS`] are the node's (after the workload's), hashed only when
+/// not NULL.
 pub const NODE_COLUMNS: usize = 1;
 
+/// How many of [`COLUMNS`] are the node seq's (the last one); when not NULL, every
+/// column is hashed.
+pub const NODE_SEQ_COLUMNS: usize = 1;
+
 /// The columns hashed for every row.
-const ALWAYS: usize =
-    COLUMNS.len() - PUBLISHER_COLUMNS - ORIGIN_COLUMNS - WORKLOAD_COLUMNS - NODE_COLUMNS;
+const ALWAYS: usize = COLUMNS.len()
+    - PUBLISHER_COLUMNS
+    - ORIGIN_COLUMNS
+    - WORKLOAD_COLUMNS
+    - NODE_COLUMNS
+    - NODE_SEQ_COLUMNS;
 
 /// One row's hashed columns as stored (or about to be stored).
-pub type RowValues<'a> = [ValueRef<'a>; 24];
+pub type RowValues<'a> = [ValueRef<'a>; 25];
 
 /// The hash of a row chained to `prev`.
 pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
@@ -137,10 +151,15 @@ impl RowHasher {
         buf.clear();
         buf.extend_from_slice(DOMAIN);
         buf.extend_from_slice(prev);
+        if values[COLUMNS.len() - 1] != ValueRef::Null {
+            values.iter().for_each(|value| push_value(buf, value));
+            return Sha256::digest(buf.as_slice()).into();
+        }
         let (always, rest) = values.split_at(ALWAYS);
         let (publisher, rest) = rest.split_at(PUBLISHER_COLUMNS);
         let (origin, rest) = rest.split_at(ORIGIN_COLUMNS);
-        let (workload, node) = rest.split_at(WORKLOAD_COLUMNS);
+        let (workload, rest) = rest.split_at(WORKLOAD_COLUMNS);
+        let node = &rest[..NODE_COLUMNS];
         let unless_null =
             |values: &'v [ValueRef<'v>]| match values.iter().all(|v| *v == ValueRef::Null) {
                 true => &[][..],
@@ -157,15 +176,19 @@ impl RowHasher {
         };
         let parts = always.iter().chain(unless_null(publisher));
         for value in parts.chain(origin).chain(workload).chain(node) {
-            match *value {
-                ValueRef::Null => buf.push(0),
-                ValueRef::Integer(i) => tagged(buf, 1, &i.to_be_bytes()),
-                ValueRef::Real(f) => tagged(buf, 2, &f.to_bits().to_be_bytes()),
-                ValueRef::Text(text) => tagged(buf, 3, text),
-                ValueRef::Blob(blob) => tagged(buf, 4, blob),
-            }
+            push_value(buf, value);
         }
         Sha256::digest(buf.as_slice()).into()
+    }
+}
+
+fn push_value(buf: &mut Vec<u8>, value: &ValueRef<'_>) {
+    match *value {
+        ValueRef::Null => buf.push(0),
+        ValueRef::Integer(i) => tagged(buf, 1, &i.to_be_bytes()),
+        ValueRef::Real(f) => tagged(buf, 2, &f.to_bits().to_be_bytes()),
+        ValueRef::Text(text) => tagged(buf, 3, text),
+        ValueRef::Blob(blob) => tagged(buf, 4, blob),
     }
 }
 
@@ -205,6 +228,7 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
         workload[5],
         workload[6],
         text(row.node),
+        int(row.node_seq),
     ]
 }
 

@@ -10,10 +10,10 @@ use super::{EventRow, chain};
 /// place in the chain: `row_id` is given explicitly and only advances on a new row.
 ///
 /// `node` is bound in both statements: every event captured since nodes were kept
-/// has one.
+/// has one; `node_seq` too, one more parameter rather than two more statements.
 const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node, node_seq) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) \
      ON CONFLICT(id) DO NOTHING";
 
 /// [`INSERT`] with the workload columns, for rows that have one. Rows without one
@@ -21,10 +21,10 @@ const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_a
 /// cost per row stays what it was before the columns existed (measured: binding them
 /// took about 5% more CPU per row).
 const INSERT_WORKLOAD: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node, \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node, node_seq, \
      pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-     ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) \
+     ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) \
      ON CONFLICT(id) DO NOTHING";
 
 const READ_HEAD: &str = "SELECT head_row_id, head_hash FROM audit_chain WHERE id = 1";
@@ -150,6 +150,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                 prev,
                 hash,
                 row.node,
+                row.node_seq,
             ];
             let w = &row.workload;
             let changed = match w.is_empty() {
@@ -204,9 +205,9 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
         let mut stmt = tx.prepare_cached(
             "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
              publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, \
-             pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, node) \
+             pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, node, node_seq) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-             ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
+             ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
         )?;
         for row in rows {
             stmt.execute(params![
@@ -234,6 +235,7 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
                 row.workload.image,
                 row.workload.labels,
                 row.node,
+                row.node_seq,
             ])?;
         }
     }

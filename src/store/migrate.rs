@@ -71,6 +71,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_node.sql",
         sql: include_str!("../../migrations/0010_node.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_node_seq.sql",
+        sql: include_str!("../../migrations/0011_node_seq.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

@@ -261,6 +261,9 @@ pub struct EventRow<'a> {
     pub workload: WorkloadColumns<'a>,
     /// The node the event was captured on; `None` when unknown.
     pub node: Option<&'a str>,
+    /// The event's seq on its node's gateway, for an event taken in from another
+    /// gateway; `None` for this gateway's own.
+    pub node_seq: Option<i64>,
 }
 
 impl<'a> EventRow<'a> {
@@ -282,6 +285,8 @@ impl<'a> EventRow<'a> {
             origin_clock: event.origin.clock().map(Clock::label),
             workload: WorkloadColumns::of(event.workload.as_deref()),
             node: event.node(),
+            // Past i64 (never assigned in practice) it is left out rather than wrapped.
+            node_seq: event.node_seq.and_then(|seq| i64::try_from(seq).ok()),
         }
     }
 }

@@ -112,6 +112,7 @@ pub(crate) fn event(seq: u64) -> EventBuilder {
         origin: Origin::Live,
         workload: None,
         node: None,
+        node_seq: None,
         envelope: envelope(),
     }
 }
@@ -127,6 +128,7 @@ pub(crate) struct EventBuilder {
     origin: Origin,
     workload: Option<Arc<Workload>>,
     node: Option<Arc<str>>,
+    node_seq: Option<u64>,
     envelope: EnvelopeBuilder,
 }
 
@@ -169,6 +171,13 @@ impl EventBuilder {
     /// Captured on the node named `node` (unset: unknown, as an old spool record).
     pub(crate) fn node(mut self, node: &str) -> Self {
         self.node = Some(node.into());
+        self
+    }
+
+    /// Taken in by the Kafka source `name`, where its node's gateway gave it `node_seq`.
+    pub(crate) fn from_kafka(mut self, name: &str, node_seq: u64) -> Self {
+        self.source = Source::Kafka(name.into());
+        self.node_seq = Some(node_seq);
         self
     }
 
@@ -233,6 +242,7 @@ impl EventBuilder {
         .with_origin(self.origin)
         .with_workload(self.workload)
         .with_node(self.node)
+        .with_node_seq(self.node_seq)
     }
 
     pub(crate) fn arc(self) -> Arc<Event> {

@@ -104,6 +104,10 @@ pub(super) fn source(node: &str, source: &Source) -> String {
             out.push_str("/upstream/");
             percent_encode(&mut out, name);
         }
+        Source::Kafka(name) => {
+            out.push_str("/kafka/");
+            percent_encode(&mut out, name);
+        }
     }
     out
 }

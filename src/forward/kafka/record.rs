@@ -203,7 +203,9 @@ pub struct Record {
     pub value: Option<Vec<u8>>,
     /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, `origin` (`live` or
     /// `reconciled`), `origin_clock` (`daemon` or `reconcile`) for a reconciled event,
-    /// `node` (where it was captured) when known, `publisher` (the JSON object JSON lines carry) when the event has one, what
+    /// `node` (where it was captured) when known, `node_seq` (its seq there) for an
+    /// event taken in from another gateway, `received_at` (when a gateway first
+    /// accepted it, RFC 3339 with nanoseconds), `publisher` (the JSON object JSON lines carry) when the event has one, what
     /// the container's record said (`pod_name`, `pod_namespace`, `pod_uid`,
     /// `container_name`, `container_kind`, `image`, `container_labels` as a JSON
     /// object; each when set: [`crate::event::Workload::fields`]); in
@@ -329,6 +331,13 @@ impl RecordEncoder {
         if let Some(node) = event.node() {
             headers.push(("node", node.to_owned()));
         }
+        if let Some(node_seq) = event.node_seq {
+            headers.push(("node_seq", node_seq.to_string()));
+        }
+        headers.push((
+            "received_at",
+            crate::proto::rfc3339_nanos(&prost_types::Timestamp::from(event.received_at)),
+        ));
         if let Some(publisher) = &event.publisher {
             headers.push(("publisher", publisher.to_json()));
         }

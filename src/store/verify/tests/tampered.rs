@@ -143,6 +143,7 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Null,
+        ValueRef::Null,
     ];
     conn.execute(
         "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, prev_hash, hash) \
