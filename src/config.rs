@@ -18,6 +18,7 @@ pub use crate::pipeline::settings::{
 };
 pub use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};
 pub use crate::tls::TlsSettings;
+pub use crate::source::SourceSpec;
 pub use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]
@@ -42,6 +43,8 @@ pub enum ConfigError {
     Forwarder { name: String, problem: String },
     #[error("invalid config: upstream {name:?}: {problem}")]
     Upstream { name: String, problem: String },
+    #[error("invalid config: source {name:?}: {problem}")]
+    Source { name: String, problem: String },
 }
 
 /// The whole configuration file.
@@ -64,6 +67,8 @@ pub struct Config {
     /// `[[upstream]]` tables: Events endpoints to subscribe to (containerd sockets).
     #[serde(rename = "upstream")]
     pub upstreams: Vec<UpstreamSpec>,
+    #[serde(rename = "source")]
+    pub sources: Vec<SourceSpec>,
     pub dead_letter: DeadLetterSettings,
     /// `[admin]`: the HTTP endpoint for metrics, health and readiness.
     pub admin: AdminSettings,
@@ -79,6 +84,7 @@ impl Default for Config {
             pipeline: PipelineSettings::default(),
             spool: SpoolSettings::default(),
             upstreams: Vec::new(),
+            sources: Vec::new(),
             dead_letter: DeadLetterSettings::default(),
             admin: AdminSettings::default(),
         }
@@ -145,6 +151,19 @@ impl Config {
                 });
             }
         }
+        let mut names = std::collections::HashSet::new();
+        for spec in &self.sources {
+            let invalid = |problem: String| ConfigError::Source {
+                name: spec.name.clone(),
+                problem,
+            };
+            spec.validate().map_err(invalid)?;
+            if !names.insert(spec.name.as_str()) {
+                return Err(invalid(
+                    "two sources have this name; give each a unique `name`".into(),
+                ));
+            }
+        }
         self.dead_letter
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
@@ -197,6 +216,9 @@ impl Config {
     /// own rule (the generic one for a kind `kinds` does not know).
     pub fn to_toml(&self, kinds: &Kinds) -> String {
         let mut shown = self.clone();
+        for spec in &mut shown.sources {
+            crate::redact::table(&mut spec.options);
+        }
         for spec in &mut shown.forwarders {
             match kinds.get(&spec.kind) {
                 Ok(kind) => kind.redact(&mut spec.options),

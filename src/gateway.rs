@@ -42,6 +42,8 @@ pub enum GatewayError {
     Pipeline(#[from] PipelineError),
     #[error(transparent)]
     Lock(#[from] LockError),
+    #[error(transparent)]
+    Source(#[from] crate::source::SourceError),
     #[error("cannot open the spool")]
     Spool(#[from] SpoolError),
     #[error("cannot create the data directory {path:?}")]
@@ -94,6 +96,7 @@ pub struct Gateway {
     reloader: std::sync::Arc<Reloader>,
     spool: Spool,
     upstreams: Upstreams,
+    sources: crate::source::Sources,
     socket: UnixSocket,
     tcp_addr: Option<SocketAddr>,
     cancel: CancellationToken,
@@ -257,6 +260,7 @@ impl Gateway {
             &config.data_dir,
             Some(spool.clone()),
         );
+        let sources = crate::source::Sources::start(&config.sources, &exchange)?;
         let admin = admin.map(|bound| {
             bound.serve(Observed {
                 forwarders: pipeline.view(),
@@ -276,6 +280,7 @@ impl Gateway {
             reloader,
             spool,
             upstreams,
+            sources,
             socket,
             tcp_addr,
             cancel,
@@ -364,6 +369,9 @@ impl Gateway {
         // A reload in progress finishes first; none starts after this.
         self.reloader.close().await;
         self.upstreams.stop(self.shutdown_timeout).await;
+        // Like upstreams: what they read is made durable and committed before the
+        // exchange closes.
+        self.sources.stop(self.shutdown_timeout).await;
         self.cancel.cancel();
         self.exchange.close();
         let drain = async { while self.servers.join_next().await.is_some() {} };

@@ -6,6 +6,8 @@
 //! - [`reconcile`]: after a gap, the daemon's state compared with what was recorded,
 //!   the differences recorded as events.
 //! - `node`: the node name kept with every event (default: the host name).
+//! - `source`: `[[source]]`, events other gateways produced, taken in from Kafka
+//!   with the id, node, seq and times they had there.
 //! - `markers`: the events eventgate writes about itself (where an upstream's record
 //!   breaks, resumes or was reconciled; what a full spool discarded).
 //! - `exchange`: containerd's Events gRPC service (Publish, Forward, Subscribe), the
@@ -77,6 +79,7 @@ mod reload;
 pub mod render;
 mod replay;
 mod resume;
+mod source;
 mod spool;
 pub mod store;
 /// Builders and fixtures shared by the unit tests (events, temporary stores and

@@ -357,6 +357,18 @@ fn describe() {
             "eventgate_sqlite_errors_total",
             "SQLite forwarder errors, by class.",
         ),
+        (
+            "eventgate_source_events_total",
+            "Events a [[source]] appended to the exchange (their offsets are stored for commit once they are durable).",
+        ),
+        (
+            "eventgate_source_skipped_total",
+            "Kafka messages a [[source]] could not take in and skipped after logging where they are, by reason (protobuf, json, field, header, payload: not an event; or the exchange's refusal: invalid_namespace, invalid_topic, missing_timestamp...).",
+        ),
+        (
+            "eventgate_source_errors_total",
+            "Errors the Kafka consumer of a [[source]] reported (brokers unreachable, offset commits that failed); librdkafka retries them.",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(*name, Count, *help);
@@ -443,6 +455,11 @@ fn describe() {
             "eventgate_upstream_connected",
             Count,
             "1 while subscribed to the upstream, else 0.",
+        ),
+        (
+            "eventgate_source_inflight_events",
+            Count,
+            "Events a [[source]] appended and that are not yet durable, with their offsets not yet stored for commit (at most 4096).",
         ),
         (
             "eventgate_upstream_inflight_events",

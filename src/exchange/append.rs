@@ -112,7 +112,9 @@ impl Exchange {
         }
         // Before admission: route filters on `node` decide which `block` queues
         // the event waits for.
-        if event.node.is_none() {
+        // An event taken in from another gateway whose node is unknown stays so:
+        // it was not captured here.
+        if event.node.is_none() && !matches!(event.source, Source::Kafka(_)) {
             event.node = Some(Arc::clone(&inner.node));
         }
         let mut dropped = Vec::new();

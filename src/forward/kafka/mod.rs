@@ -39,6 +39,11 @@ use rdkafka::producer::{DeliveryFuture, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
 pub use config::KafkaOptions;
+// What a Kafka source shares with the forwarder: brokers, TLS, SASL, passthrough
+// properties, read and checked the same way.
+pub(crate) use config::Brokers;
+pub(crate) use properties::Properties;
+pub(crate) use security::{OWNED as SECURITY_OWNED, Sasl, Security, Tls};
 pub use record::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};

@@ -122,7 +122,7 @@ impl fmt::Debug for Security {
 
 /// librdkafka properties that the typed keys own once either is given, with their
 /// aliases: a passthrough property naming one is dropped in their favour.
-pub(super) const OWNED: &[&str] = &[
+pub(crate) const OWNED: &[&str] = &[
     "security.protocol",
     "sasl.mechanisms",
     "sasl.mechanism",

@@ -1,0 +1,369 @@
+//! A `kafka` source: a consumer in a consumer group, reading what node gateways'
+//! `kafka` forwarders produced and appending each event, with the id, node, seq and
+//! times it had there, to this gateway's exchange.
+//!
+//! At least once: a message's offset is stored for librdkafka's (auto) commit only
+//! once its event is durable in the spool, in the order the messages were read, so
+//! a crash, a rebalance or a broker outage can make events be read again but never
+//! skipped. Stores drop repeats by event id.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{CommitMode, Consumer as _, ConsumerContext, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers as _, Message as _};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use crate::exchange::{AcceptError, Durable, Exchange};
+use crate::forward::BuildError;
+
+mod decode;
+mod options;
+
+pub(crate) use options::SourceOptions;
+
+/// At most this many events appended and not yet durable; at the bound the source
+/// stops reading until the oldest is durable (the rest wait in Kafka).
+const MAX_IN_FLIGHT: usize = 4096;
+
+/// Between attempts to append while the exchange has no room (a full `block` queue,
+/// a full spool, a disk at its reserve).
+const FULL_PAUSE: Duration = Duration::from_millis(50);
+
+/// librdkafka's logs and errors, into tracing, secrets scrubbed.
+struct SourceContext {
+    source: Arc<str>,
+    secrets: Vec<String>,
+}
+
+impl ClientContext for SourceContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel::*;
+        let message = crate::redact::text(message, &self.secrets);
+        match level {
+            Emerg | Alert | Critical | Error => {
+                tracing::error!(source = %self.source, facility, "librdkafka: {message}")
+            }
+            Warning => tracing::warn!(source = %self.source, facility, "librdkafka: {message}"),
+            _ => tracing::debug!(source = %self.source, facility, "librdkafka: {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        metrics::counter!("eventgate_source_errors_total", "source" => self.source.to_string())
+            .increment(1);
+        let reason = crate::redact::text(reason, &self.secrets);
+        tracing::warn!(source = %self.source, %error, "kafka consumer: {reason}");
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(error) = result {
+            // Nothing to store means nothing new to commit: not a failure.
+            if error.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::NoOffset) {
+                metrics::counter!("eventgate_source_errors_total", "source" => self.source.to_string())
+                    .increment(1);
+                tracing::warn!(source = %self.source, %error, "committing offsets failed; they are committed again with the next ones");
+            }
+        }
+    }
+}
+
+/// Where a message is in Kafka.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Position {
+    topic: Arc<str>,
+    partition: i32,
+    offset: i64,
+}
+
+/// A message read: its event on its way to the disk, or nothing to wait for (a
+/// skipped message, whose offset is stored in its turn all the same).
+struct Pending {
+    at: Position,
+    durable: Option<Durable>,
+}
+
+pub(crate) struct Consumer {
+    name: Arc<str>,
+    consumer: StreamConsumer<SourceContext>,
+    format: options::Format,
+    exchange: Exchange,
+    cancel: CancellationToken,
+    pending: VecDeque<Pending>,
+    /// The last offset stored per partition, committed once more at stop.
+    stored: HashMap<(Arc<str>, i32), i64>,
+    topics: HashMap<String, Arc<str>>,
+    inflight: metrics::Gauge,
+    taken_in: metrics::Counter,
+}
+
+impl Consumer {
+    /// Creates the consumer and subscribes; connecting happens in the background.
+    pub(crate) fn start(
+        name: Arc<str>,
+        options: &SourceOptions,
+        exchange: Exchange,
+        cancel: CancellationToken,
+    ) -> Result<Self, BuildError> {
+        let context = SourceContext {
+            source: Arc::clone(&name),
+            secrets: options.secrets(),
+        };
+        let consumer: StreamConsumer<SourceContext> = options
+            .client_config(&name)
+            .create_with_context(context)
+            .map_err(|e| BuildError::Options(options.describe(&e)))?;
+        let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| BuildError::Options(options.describe(&e)))?;
+        tracing::info!(source = %name, topics = ?options.topics, group = %options.group, "kafka source subscribed");
+        let label = name.to_string();
+        let inflight = metrics::gauge!("eventgate_source_inflight_events", "source" => label.clone());
+        inflight.set(0.0);
+        Ok(Self {
+            taken_in: metrics::counter!("eventgate_source_events_total", "source" => label),
+            name,
+            consumer,
+            format: options.value_format,
+            exchange,
+            cancel,
+            pending: VecDeque::new(),
+            stored: HashMap::new(),
+            topics: HashMap::new(),
+            inflight,
+        })
+    }
+
+    pub(crate) async fn run(mut self) {
+        loop {
+            let room = self.pending.len() < MAX_IN_FLIGHT;
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => break,
+                synced = next_durable(&mut self.pending) => {
+                    if !self.done(synced) {
+                        break;
+                    }
+                }
+                received = self.consumer.recv(), if room => match received {
+                    Ok(message) => {
+                        let topic = intern(&mut self.topics, message.topic());
+                        let taken = self.take(topic, &message);
+                        drop(message);
+                        if !self.append(taken).await {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        metrics::counter!("eventgate_source_errors_total", "source" => self.name.to_string()).increment(1);
+                        tracing::warn!(source = %self.name, %error, "kafka consumer error");
+                    }
+                },
+            }
+        }
+        self.finish().await;
+    }
+
+    /// The message as an event, or why it cannot be one (counted and logged here).
+    fn take(
+        &self,
+        topic: Arc<str>,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+    ) -> (Position, Option<crate::event::Event>) {
+        let at = Position {
+            topic,
+            partition: message.partition(),
+            offset: message.offset(),
+        };
+        let headers = message
+            .headers()
+            .map(|headers| {
+                headers
+                    .iter()
+                    .map(|h| (h.key, h.value.unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let view = decode::Message {
+            topic: message.topic(),
+            partition: at.partition,
+            offset: at.offset,
+            headers,
+            value: message.payload(),
+        };
+        let decoded = decode::decode(&view, self.format, &self.name).and_then(|event| {
+            self.exchange
+                .check_envelope(&event.envelope)
+                .map(|()| event)
+                .map_err(|refused| decode::DecodeError::Field(refused.to_string()))
+        });
+        match decoded {
+            Ok(event) => (at, Some(event)),
+            Err(error) => {
+                self.skipped(&at, error.reason(), &error);
+                (at, None)
+            }
+        }
+    }
+
+    fn skipped(&self, at: &Position, reason: &'static str, error: &dyn std::fmt::Display) {
+        metrics::counter!("eventgate_source_skipped_total", "source" => self.name.to_string(), "reason" => reason)
+            .increment(1);
+        tracing::warn!(
+            source = %self.name,
+            topic = %at.topic,
+            partition = at.partition,
+            offset = at.offset,
+            reason,
+            %error,
+            "kafka message skipped: it stays in the topic at this offset until the topic's retention removes it"
+        );
+    }
+
+    /// Appends the event, waiting while the exchange has no room: what is not read
+    /// waits in Kafka. False once the exchange is closed or cannot write.
+    async fn append(&mut self, (at, event): (Position, Option<crate::event::Event>)) -> bool {
+        let Some(event) = event else {
+            self.push(at, None);
+            return true;
+        };
+        let mut warned = false;
+        loop {
+            match self.exchange.append_taken_in(copy(&event)).await {
+                Ok(appended) => {
+                    self.taken_in.increment(1);
+                    self.push(at, Some(appended.durable));
+                    return true;
+                }
+                Err(
+                    full @ (AcceptError::QueueFull(_)
+                    | AcceptError::SpoolFull(_)
+                    | AcceptError::DiskLow(_)),
+                ) => {
+                    if !warned {
+                        tracing::warn!(source = %self.name, error = %full, "no room for the source's events; reading no further until there is");
+                        warned = true;
+                    }
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return false,
+                        () = tokio::time::sleep(FULL_PAUSE) => {}
+                    }
+                }
+                Err(AcceptError::Closed) => return false,
+                Err(error @ AcceptError::Spool(_)) => {
+                    tracing::error!(source = %self.name, %error, "cannot spool the source's events; it stops reading, and what was not durable is read again at the next start");
+                    return false;
+                }
+                Err(error) => {
+                    self.skipped(&at, error.reason(), &error);
+                    self.push(at, None);
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, at: Position, durable: Option<Durable>) {
+        self.pending.push_back(Pending { at, durable });
+        self.inflight.set(self.pending.len() as f64);
+    }
+
+    /// The oldest message's event is durable (or it had none): its offset is
+    /// stored. False when the spool failed to write it.
+    fn done(&mut self, (at, synced): (Position, Result<(), AcceptError>)) -> bool {
+        self.inflight.set(self.pending.len() as f64);
+        if let Err(error) = synced {
+            tracing::error!(source = %self.name, %error, "a taken-in event could not be made durable; the source stops, and reads it again at the next start");
+            return false;
+        }
+        if let Err(error) = self
+            .consumer
+            .store_offset(&at.topic, at.partition, at.offset)
+        {
+            // The partition was revoked meanwhile: its new owner reads from the last
+            // commit, and stores drop what is read twice.
+            tracing::debug!(source = %self.name, topic = %at.topic, partition = at.partition, %error, "offset not stored");
+            return true;
+        }
+        self.stored.insert((at.topic, at.partition), at.offset);
+        true
+    }
+
+    /// Waits for what was appended, then commits the last stored offsets, so the
+    /// next start (or the partitions' next owner) reads on from there.
+    async fn finish(mut self) {
+        while !self.pending.is_empty() {
+            let synced = next_durable(&mut self.pending).await;
+            if !self.done(synced) {
+                break;
+            }
+        }
+        let mut positions = TopicPartitionList::new();
+        for ((topic, partition), offset) in &self.stored {
+            if let Err(error) =
+                positions.add_partition_offset(topic, *partition, Offset::Offset(offset + 1))
+            {
+                tracing::warn!(source = %self.name, %error, "cannot list an offset to commit");
+            }
+        }
+        if positions.count() > 0 {
+            match self.consumer.commit(&positions, CommitMode::Sync) {
+                Ok(()) => tracing::info!(source = %self.name, partitions = positions.count(), "kafka source committed its offsets"),
+                Err(error) => tracing::warn!(source = %self.name, %error, "the last offsets could not be committed; events since the previous commit are read again (stores drop repeats)"),
+            }
+        }
+        self.inflight.set(0.0);
+    }
+}
+
+/// The oldest pending message once its event is durable; never resolves while
+/// nothing is pending. Cancel-safe: the entry stays until it resolves.
+async fn next_durable(pending: &mut VecDeque<Pending>) -> (Position, Result<(), AcceptError>) {
+    let synced = std::future::poll_fn(|cx| match pending.front_mut() {
+        Some(Pending {
+            durable: Some(durable),
+            ..
+        }) => std::pin::Pin::new(durable).poll(cx),
+        Some(Pending { durable: None, .. }) => std::task::Poll::Ready(Ok(())),
+        None => std::task::Poll::Pending,
+    })
+    .await;
+    match pending.pop_front() {
+        Some(entry) => (entry.at, synced),
+        // Only reached with an entry: poll_fn resolves for the front one.
+        None => std::future::pending().await,
+    }
+}
+
+/// One shared name per topic, rather than one allocation per message.
+fn intern(topics: &mut HashMap<String, Arc<str>>, topic: &str) -> Arc<str> {
+    if let Some(name) = topics.get(topic) {
+        return Arc::clone(name);
+    }
+    let name: Arc<str> = Arc::from(topic);
+    topics.insert(topic.to_owned(), Arc::clone(&name));
+    name
+}
+
+/// A fresh copy of a decoded event, for one more attempt to append it.
+fn copy(event: &crate::event::Event) -> crate::event::Event {
+    crate::event::Event::with_received_at(
+        0,
+        event.id,
+        event.received_at,
+        event.source.clone(),
+        event.envelope.clone(),
+    )
+    .with_publisher(event.publisher.clone())
+    .with_origin(event.origin)
+    .with_workload(event.workload.clone())
+    .with_node(event.node.clone())
+    .with_node_seq(event.node_seq)
+}

@@ -1,0 +1,140 @@
+//! `[[source]]`: event streams that other gateways produced, taken into this
+//! gateway's exchange as they were (a central gateway consuming a fleet's Kafka
+//! topic). Each source is a task that appends what it reads and acknowledges it to
+//! its origin only once it is durable here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::exchange::Exchange;
+use crate::forward::Options;
+
+pub(crate) mod kafka;
+
+/// One `[[source]]` table: `name`, `kind` and the kind's options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceSpec {
+    /// Labels metrics and logs and names the source in each event's `source`
+    /// (`kafka:NAME`); the kind by default.
+    pub name: String,
+    pub kind: String,
+    pub options: Options,
+}
+
+#[derive(Debug, Error)]
+pub enum SourceError {
+    #[error("source {name:?}: {problem}")]
+    Invalid { name: String, problem: String },
+}
+
+impl SourceSpec {
+    /// Every check `serve` makes before it starts the source, the librdkafka
+    /// configuration included; `check-config` runs the same.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "`name` {:?} must be non-empty letters, digits, '-' or '_' (it labels metrics and logs)",
+                self.name
+            ));
+        }
+        match self.kind.as_str() {
+            "kafka" => kafka::SourceOptions::parse(&self.options)
+                .and_then(|options| options.probe(&self.name))
+                .map_err(|e| e.to_string()),
+            other => Err(format!("`kind` {other:?} is not a source kind (known: \"kafka\")")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SourceSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut options = Options::deserialize(d)?;
+        let text = |options: &mut Options, key: &str| match options.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::String(text)) => Ok(Some(text)),
+            Some(_) => Err(D::Error::custom(format!("`{key}` must be a string"))),
+        };
+        let kind = text(&mut options, "kind")?
+            .ok_or_else(|| D::Error::custom("a [[source]] needs a `kind` (\"kafka\")"))?;
+        let name = text(&mut options, "name")?.unwrap_or_else(|| kind.clone());
+        Ok(Self {
+            name,
+            kind,
+            options,
+        })
+    }
+}
+
+impl Serialize for SourceSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut table = self.options.clone();
+        table.insert("name".into(), self.name.clone().into());
+        table.insert("kind".into(), self.kind.clone().into());
+        table.serialize(s)
+    }
+}
+
+/// The running sources.
+pub(crate) struct Sources {
+    cancel: CancellationToken,
+    tasks: Vec<(String, JoinHandle<()>)>,
+}
+
+impl Sources {
+    /// Starts every source; options were validated with the configuration.
+    pub(crate) fn start(specs: &[SourceSpec], exchange: &Exchange) -> Result<Self, SourceError> {
+        let cancel = CancellationToken::new();
+        let mut tasks = Vec::new();
+        for spec in specs {
+            let invalid = |problem: String| SourceError::Invalid {
+                name: spec.name.clone(),
+                problem,
+            };
+            let options =
+                kafka::SourceOptions::parse(&spec.options).map_err(|e| invalid(e.to_string()))?;
+            let consumer = kafka::Consumer::start(
+                Arc::from(spec.name.as_str()),
+                &options,
+                exchange.clone(),
+                cancel.child_token(),
+            )
+            .map_err(|e| invalid(e.to_string()))?;
+            tasks.push((spec.name.clone(), tokio::spawn(consumer.run())));
+        }
+        Ok(Self { cancel, tasks })
+    }
+
+    /// Stops reading, waits (up to `timeout`) for what was read to be durable and
+    /// commits its offsets, so the next start reads on from there.
+    pub(crate) async fn stop(&mut self, timeout: Duration) {
+        self.cancel.cancel();
+        for (name, task) in self.tasks.drain(..) {
+            let abort = task.abort_handle();
+            match tokio::time::timeout(timeout, task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::error!(source = %name, %error, "the source's task failed")
+                }
+                Err(_) => {
+                    abort.abort();
+                    tracing::warn!(
+                        source = %name,
+                        ?timeout,
+                        "the source did not stop in time; what it read since its last commit is read again at the next start"
+                    )
+                }
+            }
+        }
+    }
+}
