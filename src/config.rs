@@ -16,9 +16,9 @@ pub use crate::pipeline::ForwarderSpec;
 pub use crate::pipeline::settings::{
     BatchSettings, CheckpointSettings, Overflow, PipelineSettings, QueueSettings, RetrySettings,
 };
+pub use crate::source::SourceSpec;
 pub use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};
 pub use crate::tls::TlsSettings;
-pub use crate::source::SourceSpec;
 pub use crate::upstream::UpstreamSpec;
 
 #[derive(Debug, Error)]

@@ -51,7 +51,9 @@ impl SourceSpec {
             "kafka" => kafka::SourceOptions::parse(&self.options)
                 .and_then(|options| options.probe(&self.name))
                 .map_err(|e| e.to_string()),
-            other => Err(format!("`kind` {other:?} is not a source kind (known: \"kafka\")")),
+            other => Err(format!(
+                "`kind` {other:?} is not a source kind (known: \"kafka\")"
+            )),
         }
     }
 }

@@ -378,7 +378,11 @@ fn kafka_sourced_events_keep_their_source_and_node_seq() {
         assert_eq!((back.id, back.envelope), (event.id, envelope()));
     }
     let mut unknown_kind = Vec::new();
-    encode(&testing::event(10).envelope(envelope()).build(), &mut unknown_kind).unwrap();
+    encode(
+        &testing::event(10).envelope(envelope()).build(),
+        &mut unknown_kind,
+    )
+    .unwrap();
     unknown_kind[HEADER + KIND_AT] |= KAFKA + 1;
     let body = &unknown_kind[HEADER..];
     let crc = crc32fast::hash(body).to_le_bytes();

@@ -43,8 +43,8 @@ pub use config::KafkaOptions;
 // properties, read and checked the same way.
 pub(crate) use config::Brokers;
 pub(crate) use properties::Properties;
-pub(crate) use security::{OWNED as SECURITY_OWNED, Sasl, Security, Tls};
 pub use record::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key};
+pub(crate) use security::{OWNED as SECURITY_OWNED, Sasl, Security, Tls};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
 use context::{BrokersDown, LogContext, Producer, Trouble};

@@ -62,12 +62,14 @@ impl Message<'_> {
         // The last one wins, as Kafka clients read a repeated header.
         match self.headers.iter().rev().find(|(key, _)| *key == name) {
             None => Ok(None),
-            Some((_, value)) => std::str::from_utf8(value)
-                .map(Some)
-                .map_err(|_| DecodeError::Header {
-                    name,
-                    problem: "not UTF-8".into(),
-                }),
+            Some((_, value)) => {
+                std::str::from_utf8(value)
+                    .map(Some)
+                    .map_err(|_| DecodeError::Header {
+                        name,
+                        problem: "not UTF-8".into(),
+                    })
+            }
         }
     }
 
@@ -97,9 +99,8 @@ impl Message<'_> {
     /// it once.
     fn position_id(&self) -> EventId {
         use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(
-            format!("{}/{}/{}", self.topic, self.partition, self.offset).as_bytes(),
-        );
+        let digest =
+            Sha256::digest(format!("{}/{}/{}", self.topic, self.partition, self.offset).as_bytes());
         let mut bytes = [0u8; 16];
         bytes.copy_from_slice(&digest[..16]);
         // UUID version 8 (custom), RFC 4122 variant.
@@ -128,7 +129,10 @@ pub(crate) fn decode(
         }
     };
     let field = |name: &str| body.as_ref().and_then(|b| b.get(name));
-    let id = match message.header("event_id")?.or_else(|| field("id")?.as_str()) {
+    let id = match message
+        .header("event_id")?
+        .or_else(|| field("id")?.as_str())
+    {
         Some(text) => EventId::from_str(text).map_err(|e| DecodeError::Header {
             name: "event_id",
             problem: format!("{text:?} is not a UUID: {e}"),
@@ -140,9 +144,7 @@ pub(crate) fn decode(
             name: "seq",
             problem: format!("{text:?} is not a sequence number"),
         })?),
-        None => field("node_seq")
-            .or(field("seq"))
-            .and_then(Value::as_u64),
+        None => field("node_seq").or(field("seq")).and_then(Value::as_u64),
     }
     .filter(|seq| *seq != 0);
     let node = match message.header("node")? {
@@ -150,11 +152,14 @@ pub(crate) fn decode(
         None => field("node").and_then(Value::as_str).map(str::to_owned),
     };
     let origin = match message.header("origin")? {
-        Some(origin) => Origin::from_labels(origin, message.header("origin_clock")?)
-            .map_err(|problem| DecodeError::Header {
-                name: "origin",
-                problem,
-            })?,
+        Some(origin) => {
+            Origin::from_labels(origin, message.header("origin_clock")?).map_err(|problem| {
+                DecodeError::Header {
+                    name: "origin",
+                    problem,
+                }
+            })?
+        }
         None => Origin::Live,
     };
     let publisher = match message.header("publisher")? {
@@ -269,8 +274,13 @@ fn json_value(message: &Message<'_>, body: &Map<String, Value>) -> Result<Envelo
 
 /// The type_url of a CloudEvents message: the gateway's own header, else `type`
 /// (the bare name, which is what containerd's type_urls are).
-fn ce_type_url(message: &Message<'_>, ce_type: Option<&str>) -> Result<Option<String>, DecodeError> {
+fn ce_type_url(
+    message: &Message<'_>,
+    ce_type: Option<&str>,
+) -> Result<Option<String>, DecodeError> {
     Ok(match message.header("type_url")? {
+        // Empty: the event had no payload.
+        Some("") => None,
         Some(type_url) => Some(type_url.to_owned()),
         None => ce_type
             .filter(|t| *t != "eventgate.unknown")

@@ -125,7 +125,8 @@ impl Consumer {
             .map_err(|e| BuildError::Options(options.describe(&e)))?;
         tracing::info!(source = %name, topics = ?options.topics, group = %options.group, "kafka source subscribed");
         let label = name.to_string();
-        let inflight = metrics::gauge!("eventgate_source_inflight_events", "source" => label.clone());
+        let inflight =
+            metrics::gauge!("eventgate_source_inflight_events", "source" => label.clone());
         inflight.set(0.0);
         Ok(Self {
             taken_in: metrics::counter!("eventgate_source_events_total", "source" => label),
@@ -315,8 +316,12 @@ impl Consumer {
         }
         if positions.count() > 0 {
             match self.consumer.commit(&positions, CommitMode::Sync) {
-                Ok(()) => tracing::info!(source = %self.name, partitions = positions.count(), "kafka source committed its offsets"),
-                Err(error) => tracing::warn!(source = %self.name, %error, "the last offsets could not be committed; events since the previous commit are read again (stores drop repeats)"),
+                Ok(()) => {
+                    tracing::info!(source = %self.name, partitions = positions.count(), "kafka source committed its offsets")
+                }
+                Err(error) => {
+                    tracing::warn!(source = %self.name, %error, "the last offsets could not be committed; events since the previous commit are read again (stores drop repeats)")
+                }
             }
         }
         self.inflight.set(0.0);

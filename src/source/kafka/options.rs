@@ -91,7 +91,9 @@ impl SourceOptions {
             let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
             if topic.starts_with('^') {
                 if let Err(error) = regex::Regex::new(topic) {
-                    return bad(format!("`topics`: {topic:?} is not a valid pattern: {error}"));
+                    return bad(format!(
+                        "`topics`: {topic:?} is not a valid pattern: {error}"
+                    ));
                 }
             } else if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) {
                 return bad(format!(
@@ -205,26 +207,50 @@ mod tests {
     #[test]
     fn bad_options_are_named() {
         let cases = [
-            (r#"brokers = "" 
-                topics = ["t"]"#, "`brokers`"),
-            (r#"brokers = "k:9092"
-                topics = []"#, "`topics` must name"),
-            (r#"brokers = "k:9092"
-                topics = ["a b"]"#, "not a Kafka topic name"),
-            (r#"brokers = "k:9092"
-                topics = ["^(("]"#, "not a valid pattern"),
-            (r#"brokers = "k:9092"
+            (
+                r#"brokers = "" 
+                topics = ["t"]"#,
+                "`brokers`",
+            ),
+            (
+                r#"brokers = "k:9092"
+                topics = []"#,
+                "`topics` must name",
+            ),
+            (
+                r#"brokers = "k:9092"
+                topics = ["a b"]"#,
+                "not a Kafka topic name",
+            ),
+            (
+                r#"brokers = "k:9092"
+                topics = ["^(("]"#,
+                "not a valid pattern",
+            ),
+            (
+                r#"brokers = "k:9092"
                 topics = ["t"]
-                group = " ""#, "`group`"),
-            (r#"brokers = "k:9092"
+                group = " ""#,
+                "`group`",
+            ),
+            (
+                r#"brokers = "k:9092"
                 topics = ["t"]
-                value_format = "xml""#, "xml"),
-            (r#"brokers = "k:9092"
+                value_format = "xml""#,
+                "xml",
+            ),
+            (
+                r#"brokers = "k:9092"
                 topics = ["t"]
-                topic = "t""#, "topic"),
-            (r#"brokers = "k:9092"
+                topic = "t""#,
+                "topic",
+            ),
+            (
+                r#"brokers = "k:9092"
                 topics = ["t"]
-                properties = { "no.such.property" = "1" }"#, "no.such.property"),
+                properties = { "no.such.property" = "1" }"#,
+                "no.such.property",
+            ),
         ];
         for (text, expected) in cases {
             let error = options(text)

@@ -1,0 +1,207 @@
+//! What node gateways' kafka forwarders write, read back: every format, every
+//! standard event type, the gateway's identity of each event kept.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::*;
+use crate::event::Clock;
+use crate::forward::kafka::{Record, RecordEncoder, TopicTemplate, ValueFormat};
+use crate::proto::STANDARD_EVENTS;
+use crate::testing;
+
+const FORMATS: [ValueFormat; 4] = [
+    ValueFormat::Protobuf,
+    ValueFormat::Json,
+    ValueFormat::CloudeventsBinary,
+    ValueFormat::CloudeventsStructured,
+];
+
+fn read(record: &Record, format: Format) -> Result<Event, DecodeError> {
+    let message = Message {
+        topic: "events",
+        partition: 2,
+        offset: 40,
+        headers: record
+            .headers
+            .iter()
+            .map(|(k, v)| (*k, v.as_bytes()))
+            .collect(),
+        value: record.value.as_deref(),
+    };
+    decode(&message, format, &Arc::from("fleet"))
+}
+
+fn workload() -> Arc<Workload> {
+    Arc::new(Workload {
+        kind: Some("container".into()),
+        pod_name: Some("web-0".into()),
+        pod_namespace: Some("shop".into()),
+        pod_uid: Some("u-1".into()),
+        container_name: Some("nginx".into()),
+        image: "docker.io/library/nginx:1".into(),
+        labels: [("team".to_owned(), "a\"b".to_owned())].into(),
+    })
+}
+
+/// Every standard event type, in every format the forwarder writes, read back
+/// both by auto-detection and by the configured format: the same envelope, id,
+/// node, seq (as node_seq), origin, publisher, workload and received time.
+#[test]
+fn every_format_round_trips_the_event_and_its_identity() {
+    let received = UNIX_EPOCH + Duration::new(1_714_557_600, 123_456_789);
+    let registry = Registry::global();
+    for (i, (_, type_url)) in STANDARD_EVENTS.iter().enumerate() {
+        let payload = registry.encode_json(type_url, "{}").unwrap();
+        let publisher = match i % 3 {
+            0 => None,
+            1 => Some(Publisher::Process {
+                uid: 0,
+                gid: 5,
+                pid: Some(77),
+            }),
+            _ => Some(Publisher::Certificate {
+                subject: "CN=node-7,O=Acme\\, Inc.".into(),
+            }),
+        };
+        let origin = match i % 2 {
+            0 => Origin::Live,
+            _ => Origin::Reconciled {
+                clock: Clock::Daemon,
+            },
+        };
+        let event = testing::event(1000 + i as u64)
+            .namespace("k8s.io")
+            .topic("/tasks/exit")
+            .at_nanos(1_714_557_600, 5)
+            .payload(Some(payload))
+            .received_at(received)
+            .publisher(publisher.clone())
+            .origin(origin)
+            .workload((i % 2 == 0).then(workload))
+            .node("web-1")
+            .upstream("containerd")
+            .build();
+        for format in FORMATS {
+            let record =
+                RecordEncoder::new(TopicTemplate::parse("events").unwrap(), format).encode(&event);
+            let configured = match format {
+                ValueFormat::Protobuf => Format::Protobuf,
+                ValueFormat::Json => Format::Json,
+                ValueFormat::CloudeventsBinary => Format::CloudeventsBinary,
+                ValueFormat::CloudeventsStructured => Format::CloudeventsStructured,
+            };
+            for read_as in [Format::Auto, configured] {
+                let back = read(&record, read_as)
+                    .unwrap_or_else(|e| panic!("{type_url} {format:?} {read_as:?}: {e}"));
+                let what = format!("{type_url} as {format:?} read {read_as:?}");
+                assert_eq!(back.envelope, event.envelope, "{what}");
+                assert_eq!(back.id, event.id, "{what}");
+                assert_eq!(back.node(), Some("web-1"), "{what}");
+                assert_eq!(back.node_seq, Some(event.seq), "{what}");
+                assert_eq!(back.origin, origin, "{what}");
+                assert_eq!(back.publisher, publisher, "{what}");
+                assert_eq!(back.workload, event.workload, "{what}");
+                assert_eq!(back.received_at, received, "{what}");
+                assert_eq!(back.source, Source::Kafka(Arc::from("fleet")), "{what}");
+            }
+        }
+    }
+}
+
+/// A payload with every kind of field set (strings, integers, a timestamp), a
+/// payload the registry does not know (raw bytes in every format) and an event
+/// without one all come back as they were.
+#[test]
+fn set_fields_unknown_payloads_and_no_payload_survive() {
+    for payload in [
+        Some(testing::json_any(
+            "containerd.events.TaskExit",
+            r#"{"containerId":"c1","id":"c1","pid":42,"exitStatus":137,"exitedAt":"2024-05-01T10:00:00.000000005Z"}"#,
+        )),
+        Some(Any {
+            type_url: "example.Custom".into(),
+            value: vec![1, 2, 3, 0xff],
+        }),
+        None,
+    ] {
+        let event = testing::event(3)
+            .at(1_714_557_600)
+            .payload(payload)
+            .node("web-2")
+            .build();
+        for format in FORMATS {
+            let record =
+                RecordEncoder::new(TopicTemplate::parse("e").unwrap(), format).encode(&event);
+            let back = read(&record, Format::Auto).unwrap();
+            assert_eq!(back.envelope, event.envelope, "{format:?}");
+        }
+    }
+}
+
+/// An event that passed through a central gateway already carries its node seq:
+/// produced again, it keeps that one, not the central gateway's seq.
+#[test]
+fn a_node_seq_outlives_a_second_hop() {
+    let event = testing::event(900)
+        .at(1_714_557_600)
+        .node("web-1")
+        .from_kafka("fleet", 12)
+        .build();
+    let record = RecordEncoder::new(TopicTemplate::parse("e").unwrap(), ValueFormat::Protobuf)
+        .encode(&event);
+    assert_eq!(record.header("node_seq"), Some("12"));
+    let back = read(&record, Format::Auto).unwrap();
+    assert_eq!(back.node_seq, Some(12));
+}
+
+/// Messages that are not events are refused with a reason; a plain envelope
+/// without a gateway's headers gets an id from its place in Kafka, the same each
+/// time it is read.
+#[test]
+fn foreign_and_broken_messages() {
+    let envelope = testing::envelope().at(1_714_557_600).build();
+    let bare = envelope.encode_to_vec();
+    let plain = |value: &'static [u8]| Message {
+        topic: "events",
+        partition: 0,
+        offset: 7,
+        headers: Vec::new(),
+        value: Some(value),
+    };
+    let fleet: Arc<str> = Arc::from("fleet");
+    let bare: &'static [u8] = Box::leak(bare.into_boxed_slice());
+    let first = decode(&plain(bare), Format::Auto, &fleet).unwrap();
+    let again = decode(&plain(bare), Format::Auto, &fleet).unwrap();
+    assert_eq!(first.envelope, envelope);
+    assert_eq!(first.id, again.id, "one place in Kafka, one id");
+    assert_eq!((first.node(), first.node_seq), (None, None));
+    let elsewhere = Message {
+        offset: 8,
+        ..plain(bare)
+    };
+    assert_ne!(
+        decode(&elsewhere, Format::Auto, &fleet).unwrap().id,
+        first.id
+    );
+
+    let cases: [(&[u8], Vec<(&str, &[u8])>, &str); 6] = [
+        (b"\xff\xff\xff", vec![], "protobuf"),
+        (b"{not json", vec![], "json"),
+        (br#"{"namespace":"default"}"#, vec![], "field"),
+        (bare, vec![("event_id", b"not-a-uuid")], "header"),
+        (bare, vec![("seq", b"-1")], "header"),
+        (
+            br#"{"namespace":"default","topic":"/x","type_url":"containerd.events.TaskExit","event":{"exitStatus":"many"}}"#,
+            vec![],
+            "payload",
+        ),
+    ];
+    for (value, headers, reason) in cases {
+        let message = Message {
+            headers,
+            ..plain(value)
+        };
+        let error = decode(&message, Format::Auto, &fleet).unwrap_err();
+        assert_eq!(error.reason(), reason, "{error}");
+    }
+}
