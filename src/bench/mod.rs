@@ -5,6 +5,7 @@ pub mod backlog;
 pub mod containerd_config;
 pub mod daemon;
 pub mod exchange;
+pub mod fleet;
 pub mod forwarder;
 pub mod gateway_round;
 pub mod image;

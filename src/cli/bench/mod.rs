@@ -8,6 +8,7 @@ mod query;
 mod reconcile;
 mod replay;
 mod resume;
+mod fleet;
 mod spool;
 mod upstream;
 
@@ -56,6 +57,10 @@ pub enum Which {
     /// A resumed subscription's catch-up rate from the audit store and from the
     /// spool, each next to the same history read raw in the same run.
     Resume(resume::ResumeBenchArgs),
+    /// A central gateway's Kafka source taking in node gateways' messages, with the
+    /// defaults and with the spool alone, next to a plain librdkafka consumer
+    /// reading the same messages in the same run.
+    Fleet(fleet::FleetBenchArgs),
 }
 
 pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -69,6 +74,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Upstream(args) => upstream::run(args).await,
         Which::Backlog(args) => backlog::run(args).await,
         Which::Resume(args) => resume::run(args).await,
+        Which::Fleet(args) => fleet::run(args).await,
     }
 }
 

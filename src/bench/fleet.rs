@@ -1,0 +1,203 @@
+//! Central ingest: a gateway's Kafka `[[source]]` taking in what node gateways
+//! produced, next to a plain librdkafka consumer reading the same messages from the
+//! same broker in the same run.
+//!
+//! The messages are what a node gateway's `kafka` forwarder writes (protobuf
+//! values, its headers), produced once into a topic of a local tansu broker. The
+//! raw consumer joins a fresh group and reads them all, touching each value; the
+//! gateway joins another fresh group and takes every one in: decoded, appended to
+//! its spool (durable before offsets are stored) and handed to its forwarders.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::message::Message as _;
+use rdkafka::producer::FutureProducer;
+
+use super::BenchError;
+use super::load::{as_events, lifecycle};
+use crate::config::Config;
+use crate::forward::kafka::{RecordEncoder, TopicTemplate, ValueFormat};
+use crate::gateway::Gateway;
+
+const TOPIC: &str = "fleet";
+const PARTITIONS: i32 = 4;
+const DEADLINE: Duration = Duration::from_secs(600);
+
+/// What the central gateway runs besides its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// The defaults: durable spool, the file and sqlite forwarders.
+    Defaults,
+    /// No forwarder: the source and the spool alone.
+    SpoolOnly,
+}
+
+impl Setup {
+    pub fn label(self) -> &'static str {
+        match self {
+            Setup::Defaults => "defaults (spool, file, sqlite)",
+            Setup::SpoolOnly => "spool only, no forwarder",
+        }
+    }
+}
+
+/// One round's figures.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// The plain consumer: subscribe to the last message.
+    pub raw: Duration,
+    /// The gateway: start to the last event appended to its exchange.
+    pub ingest: Duration,
+    /// With the defaults: start to the last row in the audit store.
+    pub stored: Option<Duration>,
+}
+
+/// Produces `events` forwarder-shaped messages into a new topic on `brokers`.
+pub async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
+    let failed = |what: String| BenchError::Failed { what };
+    let admin: rdkafka::admin::AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(|e| failed(format!("kafka admin client: {e}")))?;
+    let topic = rdkafka::admin::NewTopic::new(
+        TOPIC,
+        PARTITIONS,
+        rdkafka::admin::TopicReplication::Fixed(1),
+    );
+    admin
+        .create_topics([&topic], &rdkafka::admin::AdminOptions::new())
+        .await
+        .map_err(|e| failed(format!("creating the topic: {e}")))?;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .create()
+        .map_err(|e| failed(format!("kafka producer: {e}")))?;
+    let encoder = RecordEncoder::new(TopicTemplate::parse(TOPIC).map_err(|e| failed(e.to_string()))?, ValueFormat::Protobuf);
+    let node: Arc<str> = Arc::from("web-1");
+    let mut deliveries = Vec::with_capacity(events);
+    for event in as_events(&lifecycle(events)) {
+        let event = crate::event::Event::with_received_at(
+            event.seq,
+            event.id,
+            event.received_at,
+            crate::event::Source::Upstream(Arc::from("containerd")),
+            event.envelope.clone(),
+        )
+        .with_node(Some(Arc::clone(&node)));
+        let record = encoder.encode(&event);
+        loop {
+            match producer.send_result(record.future_record()) {
+                Ok(delivery) => {
+                    deliveries.push(delivery);
+                    break;
+                }
+                Err((rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull,
+                ), _)) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err((e, _)) => return Err(failed(format!("producing: {e}"))),
+            }
+        }
+    }
+    for delivery in deliveries {
+        match delivery.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => return Err(failed(format!("delivery: {e}"))),
+            Err(_) => return Err(failed("a delivery was cancelled".into())),
+        }
+    }
+    Ok(())
+}
+
+/// A plain consumer in a fresh group reads every message, touching each value.
+pub async fn raw(brokers: &str, group: &str, events: usize) -> Result<Duration, BenchError> {
+    let failed = |what: String| BenchError::Failed { what };
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .map_err(|e| failed(format!("kafka consumer: {e}")))?;
+    let start = Instant::now();
+    consumer
+        .subscribe(&[TOPIC])
+        .map_err(|e| failed(format!("subscribing: {e}")))?;
+    let mut read = 0;
+    let mut bytes = 0usize;
+    while read < events {
+        let message = tokio::time::timeout(DEADLINE, consumer.recv())
+            .await
+            .map_err(|_| BenchError::Timeout {
+                what: format!("the raw consumer read {read} of {events} messages"),
+            })?
+            .map_err(|e| failed(format!("consuming: {e}")))?;
+        bytes += message.payload().map_or(0, <[u8]>::len);
+        read += 1;
+    }
+    std::hint::black_box(bytes);
+    Ok(start.elapsed())
+}
+
+/// A gateway in `dir` with one Kafka source in a fresh group takes every message in.
+pub async fn ingest(
+    brokers: &str,
+    group: &str,
+    dir: &Path,
+    setup: Setup,
+    events: usize,
+) -> Result<Measured, BenchError> {
+    let failed = |what: String| BenchError::Failed { what };
+    let forwarders = match setup {
+        Setup::Defaults => "",
+        Setup::SpoolOnly => "forwarder = []\n",
+    };
+    let text = format!(
+        "{forwarders}data_dir = {dir:?}\n[exchange]\nsocket = {socket:?}\n\n[[source]]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopics = [{TOPIC:?}]\ngroup = {group:?}\n",
+        dir = dir.display().to_string(),
+        socket = dir.join("eventgate.sock").display().to_string(),
+    );
+    let config = Config::parse(&text, "(bench)").map_err(|e| failed(e.to_string()))?;
+    let start = Instant::now();
+    let gateway = Gateway::start(&config)
+        .await
+        .map_err(|e| failed(crate::errors::chain(&e)))?;
+    let first = gateway.exchange().next_seq();
+    let target = first + events as u64;
+    wait(start, "the source's events", || gateway.exchange().next_seq() >= target).await?;
+    let ingest = start.elapsed();
+    let stored = match setup {
+        Setup::SpoolOnly => None,
+        Setup::Defaults => {
+            let path = dir.join("audit.db");
+            wait(start, "the audit store's rows", || {
+                rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                    .and_then(|c| c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0)))
+                    .is_ok_and(|n| n as usize >= events)
+            })
+            .await?;
+            Some(start.elapsed())
+        }
+    };
+    gateway.stop().await;
+    Ok(Measured {
+        raw: Duration::ZERO,
+        ingest,
+        stored,
+    })
+}
+
+async fn wait(start: Instant, what: &str, done: impl Fn() -> bool) -> Result<(), BenchError> {
+    while !done() {
+        if start.elapsed() > DEADLINE {
+            return Err(BenchError::Timeout {
+                what: format!("{what} did not all arrive within {DEADLINE:?}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}

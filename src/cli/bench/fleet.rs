@@ -1,0 +1,79 @@
+//! `eventgate bench fleet`: a central gateway's Kafka source taking in node
+//! gateways' messages, next to a plain librdkafka consumer in the same run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::forwarder::find_tansu;
+use super::{median, rate};
+use crate::bench::daemon::Daemon;
+use crate::bench::fleet::{Setup, ingest, produce, raw};
+use crate::cli::CliError;
+
+#[derive(Debug, Args)]
+pub struct FleetBenchArgs {
+    /// Messages produced once, then read by each consumer.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1000..))]
+    pub events: u32,
+    /// Rounds; the median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub rounds: u32,
+    /// The tansu binary (the Kafka-protocol broker).
+    #[arg(long, default_value = "tansu")]
+    pub tansu: PathBuf,
+}
+
+pub(super) async fn run(args: FleetBenchArgs) -> Result<ExitCode, CliError> {
+    let (_, dir) = super::binary_and_dir()?;
+    let events = args.events as usize;
+    let (broker, brokers) = Daemon::tansu(&find_tansu(&args.tansu), dir.path()).await?;
+    produce(&brokers, events).await?;
+    let setups = [Setup::Defaults, Setup::SpoolOnly];
+    let mut raws = Vec::new();
+    let mut ingests = vec![Vec::new(); setups.len()];
+    let mut stored = Vec::new();
+    for round in 0..args.rounds {
+        let r = raw(&brokers, &format!("raw-{round}"), events).await?;
+        raws.push(rate(events, r));
+        for (i, setup) in setups.into_iter().enumerate() {
+            let data = dir.path().join(format!("central-{round}-{i}"));
+            let m = ingest(&brokers, &format!("central-{round}-{i}"), &data, setup, events).await?;
+            ingests[i].push(rate(events, m.ingest));
+            if let Some(s) = m.stored {
+                stored.push(rate(events, s));
+            }
+            eprintln!(
+                "round {} {:>30}: ingest {:>8.0} events/s (raw consumer {:>8.0})",
+                round + 1,
+                setup.label(),
+                rate(events, m.ingest),
+                rate(events, r),
+            );
+            let _ = std::fs::remove_dir_all(&data);
+        }
+    }
+    broker.stop(std::time::Duration::from_secs(5)).await;
+    let raw = median(raws);
+    println!(
+        "{events} messages (protobuf values with a node gateway's headers, {} partitions) on a local tansu broker, median of {} rounds; each consumer joins a fresh group and reads from the earliest offset\n",
+        4, args.rounds
+    );
+    println!("| central gateway | taken in (events/s) | plain librdkafka consumer, same run (events/s) | ratio |");
+    println!("|---|---:|---:|---:|");
+    for (setup, rates) in setups.iter().zip(ingests) {
+        let ingest = median(rates);
+        println!(
+            "| {} | {ingest:.0} | {raw:.0} | {:.2} |",
+            setup.label(),
+            ingest / raw
+        );
+    }
+    let stored = median(stored);
+    println!(
+        "| defaults, until every row is in the audit store | {stored:.0} | {raw:.0} | {:.2} |",
+        stored / raw
+    );
+    Ok(ExitCode::SUCCESS)
+}
