@@ -138,7 +138,11 @@ async fn tansu_every_value_format_reads_back_with_kafka_python() {
         assert_eq!(p.header("namespace").as_ref(), Some(&envelope.namespace));
         assert_eq!(p.header("topic").as_ref(), Some(&envelope.topic));
         for topic in [&proto, &json, &binary, &structured] {
-            assert_eq!(topic[id].header("node").as_deref(), Some(NODE), "node header");
+            assert_eq!(
+                topic[id].header("node").as_deref(),
+                Some(NODE),
+                "node header"
+            );
         }
         let j = json[id].json();
         assert_eq!(j["id"], id.as_str());
