@@ -1,7 +1,8 @@
 //! Node identity through the real binary: `serve --node` (or the host name by
 //! default) is on every event the gateway captures, in the file forwarder's JSON
-//! lines, the audit store (`query`, `stats`) and the resumable Subscribe; `query`
-//! and `stats` select by it; `check-config` refuses a node name that cannot be one.
+//! lines, the audit store (`query`, `stats`) and the resumable Subscribe; `query`,
+//! `stats` and Subscribe filters select by it; `check-config` refuses a node name
+//! that cannot be one.
 
 mod support;
 
@@ -166,24 +167,29 @@ fn a_named_node_is_on_every_event_and_selects_them() {
         [("/tasks/exit".to_owned(), 2), ("/tasks/oom".to_owned(), 1)]
     );
 
-    // The resumable Subscribe hands the node on: `events --after 0` prints it.
+    // The resumable Subscribe hands the node on (`events --after 0` prints it) and
+    // filters on it.
     let until = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
-    let resumed: Vec<Value> = stdout(&[
-        "events",
-        "--address",
-        &gw.address(),
-        "--format",
-        "json",
-        "--after",
-        "0",
-        "--until",
-        &until,
-    ])
-    .lines()
-    .map(|l| serde_json::from_str(l).expect("a JSON line"))
-    .collect();
+    let address = gw.address();
+    let resume = |filter: &str| -> Vec<Value> {
+        let args = ["events", "--address", &address, "--format", "json"];
+        let window = ["--after", "0", "--until", &until, filter];
+        stdout(&[&args[..], &window].concat())
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    };
+    let resumed = resume("node==web-1");
     assert_eq!(containers(&resumed), ["c1", "c1", "c2"]);
     assert!(resumed.iter().all(|e| e["node"] == "web-1"), "{resumed:?}");
+    assert_eq!(resume("node==other"), Vec::<Value>::new());
+
+    // containerd's Subscribe filters on it too: the probes, captured on web-1, reach
+    // a subscriber asking for node==web-1.
+    let mut live = eventgate();
+    live.args(["events", "--address", &address, "node==web-1"]);
+    let watcher = Watcher::spawn(live);
+    prove_live(&address, &watcher);
 
     let status = gw.terminate();
     assert!(status.success(), "{}", gw.stderr_text());
