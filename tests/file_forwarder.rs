@@ -87,6 +87,7 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
             "event",
             "id",
             "namespace",
+            "node",
             "origin",
             "publisher",
             "seq",
@@ -97,6 +98,11 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
         ]
     );
     assert_eq!(object["source"], "publish");
+    // Without `node` the host name (tests/node.rs compares it with gethostname).
+    assert!(
+        object["node"].as_str().is_some_and(|n| !n.is_empty()),
+        "{object}"
+    );
     assert_eq!(object["origin"], "live", "as received");
     // `eventgate publish`, a process on the unix socket (tests/publisher.rs has the rest).
     assert!(object["publisher"]["pid"].is_u64(), "{object}");
