@@ -87,6 +87,7 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
             "event",
             "id",
             "namespace",
+            "node",
             "origin",
             "publisher",
             "seq",
@@ -97,6 +98,11 @@ fn jsonl_lines_carry_the_envelope_the_event_and_its_identity() {
         ]
     );
     assert_eq!(object["source"], "publish");
+    // Without `node` the host name (tests/node.rs compares it with gethostname).
+    assert!(
+        object["node"].as_str().is_some_and(|n| !n.is_empty()),
+        "{object}"
+    );
     assert_eq!(object["origin"], "live", "as received");
     // `eventgate publish`, a process on the unix socket (tests/publisher.rs has the rest).
     assert!(object["publisher"]["pid"].is_u64(), "{object}");
@@ -235,17 +241,18 @@ fn dead_letters(data: &Path) -> Vec<Value> {
 /// A full disk (the forwarder pointed at /dev/full, where every write fails with
 /// ENOSPC) buries an event once its retries run out. With room again (the path
 /// fixed, the gateway restarted) and a newer event written, `eventgate dlq retry`
-/// writes the buried one: exactly once, with its original id, seq and publisher,
-/// and only then is its dead letter gone.
+/// writes the buried one: exactly once, with its original id, seq, publisher and
+/// node (the node it was captured on, though the gateway was renamed meanwhile), and
+/// only then is its dead letter gone.
 #[test]
 fn a_dead_letter_retried_after_newer_events_is_written_once() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("eventgate.toml");
-    let configure = |path: &str| {
+    let configure = |path: &str, node: &str| {
         fs::write(
             &config,
             format!(
-                "[dead_letter]\npoll_interval = \"50ms\"\n\
+                "node = \"{node}\"\n[dead_letter]\npoll_interval = \"50ms\"\n\
                  [[forwarder]]\nname = \"archive\"\nkind = \"file\"\npath = \"{path}\"\n\
                  batch = {{ events = 1, linger = \"0s\" }}\n\
                  retry = {{ initial = \"10ms\", max = \"10ms\", attempts = 2 }}\n"
@@ -253,7 +260,7 @@ fn a_dead_letter_retried_after_newer_events_is_written_once() {
         )
         .unwrap()
     };
-    configure("/dev/full");
+    configure("/dev/full", "web-1");
     let mut gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
     let data = data_dir(&gw);
     let (ok, err) = publish_json(
@@ -270,8 +277,9 @@ fn a_dead_letter_retried_after_newer_events_is_written_once() {
     assert_eq!(buried["dead_letter"]["reason"], "retries_exhausted");
     assert_eq!(buried["event"]["container_id"], "buried");
     assert!(buried["publisher"]["pid"].is_u64(), "{buried}");
+    assert_eq!(buried["node"], "web-1", "{buried}");
 
-    configure("events.jsonl");
+    configure("events.jsonl", "web-2");
     gw.restart();
     let (ok, err) = publish_json(
         &gw.address(),
@@ -322,6 +330,8 @@ fn a_dead_letter_retried_after_newer_events_is_written_once() {
         "an older seq"
     );
     assert_eq!(written["publisher"], buried["publisher"]);
+    assert_eq!(lines[0]["node"], "web-2", "the gateway's new node");
+    assert_eq!(written["node"], "web-1", "the node it was captured on");
 }
 
 // ---- Driving the forwarder directly, batch by batch ----

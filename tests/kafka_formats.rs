@@ -19,7 +19,11 @@ use support::tansu::Tansu;
 use support::*;
 use tonic::Request;
 
-const NODE: &str = "test-node";
+/// The forwarders' own `node` option: only the fallback for events of unknown node,
+/// which a running gateway never produces (it gives each event its own node).
+const FALLBACK_NODE: &str = "test-node";
+/// The gateway's `node` (`serve --node`), which every event it captures carries.
+const NODE: &str = "web-1";
 
 /// One `[[forwarder]]` of kind `kafka` per (name, topic, extra keys).
 fn write_config(dir: &std::path::Path, brokers: &str, forwarders: &[(&str, &str, &str)]) -> String {
@@ -28,7 +32,7 @@ fn write_config(dir: &std::path::Path, brokers: &str, forwarders: &[(&str, &str,
         text.push_str(&format!(
             "[[forwarder]]\nname = \"{name}\"\nkind = \"kafka\"\nbrokers = \"{brokers}\"\n\
              topic = \"{topic}\"\ncreate_topic = true\npartitions = 3\nreplication_factor = 1\n\
-             node = \"{NODE}\"\n{extra}\n"
+             node = \"{FALLBACK_NODE}\"\n{extra}\n"
         ));
     }
     let path = dir.join("eventgate.toml");
@@ -74,7 +78,10 @@ fn by_event_id(messages: Vec<PyMessage>) -> BTreeMap<String, PyMessage> {
 /// One TaskExit and one undecodable event through four forwarders, one per value
 /// format: kafka-python reads each topic, and every format says the same about the
 /// same event (matched by `event_id`), readable without eventgate's protos except
-/// the protobuf format, which is the accepted Envelope.
+/// the protobuf format, which is the accepted Envelope. Every format names the node
+/// the gateway captured the event on (`serve --node`): the `node` header, the JSON
+/// value's `node`, the CloudEvents `source` authority and `node` extension; the
+/// forwarder's own `node` option is not used for them.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs tansu and kafka-python (tests/run.sh installs both)"]
 async fn tansu_every_value_format_reads_back_with_kafka_python() {
@@ -98,7 +105,7 @@ async fn tansu_every_value_format_reads_back_with_kafka_python() {
             ),
         ],
     );
-    let mut gateway = Gateway::start_in(dir, &["--config", &config]);
+    let mut gateway = Gateway::start_in(dir, &["--config", &config, "--node", NODE]);
     let mut client = gateway.client().await;
     client
         .publish(publish_req("default", "/tasks/exit", task_exit("web", 42)))
@@ -130,8 +137,16 @@ async fn tansu_every_value_format_reads_back_with_kafka_python() {
         let envelope = Envelope::decode(p.value.as_deref().expect("a value")).expect("an Envelope");
         assert_eq!(p.header("namespace").as_ref(), Some(&envelope.namespace));
         assert_eq!(p.header("topic").as_ref(), Some(&envelope.topic));
+        for topic in [&proto, &json, &binary, &structured] {
+            assert_eq!(
+                topic[id].header("node").as_deref(),
+                Some(NODE),
+                "node header"
+            );
+        }
         let j = json[id].json();
         assert_eq!(j["id"], id.as_str());
+        assert_eq!(j["node"], NODE);
         assert_eq!(j["namespace"], envelope.namespace.as_str());
         assert_eq!(j["topic"], envelope.topic.as_str());
         let time = j["timestamp"].as_str().expect("a timestamp");
@@ -158,6 +173,7 @@ async fn tansu_every_value_format_reads_back_with_kafka_python() {
             ("ce_topic", envelope.topic.as_str()),
             ("ce_seq", seq.as_str()),
             ("ce_origin", "live"),
+            ("ce_node", NODE),
         ] {
             assert_eq!(b.header(header).as_deref(), Some(expected), "{header}");
         }
@@ -185,6 +201,7 @@ async fn tansu_every_value_format_reads_back_with_kafka_python() {
             ("topic", envelope.topic.as_str()),
             ("seq", seq.as_str()),
             ("origin", "live"),
+            ("node", NODE),
         ] {
             assert_eq!(object[attribute], expected, "{attribute}");
         }

@@ -20,9 +20,12 @@ use support::*;
 
 const T0: i64 = 1_714_557_600; // 2024-05-01T10:00:00Z
 
+/// The node the sample store's events were captured on.
+const NODE: &str = "host-a";
+
 /// Event `i` of a sample store: namespaces alternate, every third is a start, the
 /// rest exits; ten minutes apart; container `c<i>` so each is recognisable after a
-/// Forward gave it a new id.
+/// Forward gave it a new id; captured on node [`NODE`].
 fn sample_event(i: u64, namespace: &str) -> Event {
     let (topic, type_name) = match i % 3 {
         0 => ("/tasks/start", "containerd.events.TaskStart"),
@@ -48,6 +51,7 @@ fn sample_event(i: u64, namespace: &str) -> Event {
             event: Some(any),
         },
     )
+    .with_node(Some(NODE.into()))
 }
 
 fn write_store(path: &Path, events: &[Event]) {
@@ -169,7 +173,7 @@ fn lines(path: &Path) -> Vec<Value> {
 
 /// Through a configured file forwarder: exactly the selection, minus what the
 /// forwarder's own filters leave out, with every original field (id, seq, times,
-/// namespace, source); then "already completed" until --restart.
+/// namespace, source, node); then "already completed" until --restart.
 #[test]
 fn a_forwarder_gets_the_selection_with_original_ids_and_refuses_a_second_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -199,6 +203,7 @@ fn a_forwarder_gets_the_selection_with_original_ids_and_refuses_a_second_run() {
         exits.len() >= 5 && !starts.is_empty(),
         "a selection worth testing"
     );
+    assert!(exits.iter().all(|e| e["node"] == NODE), "{exits:?}");
     let replayed = dir.path().join("out/replayed.jsonl");
     assert_eq!(lines(&replayed), exits, "the file forwarder's lines");
     assert!(!dir.path().join("out/other.jsonl").exists());
@@ -391,7 +396,8 @@ fn bad_stores_targets_and_flag_combinations_are_named() {
 
 /// Into a second gateway with Forward: its subscribers and its audit store get the
 /// selected envelopes in order, with their original timestamps, namespaces, topics
-/// and payloads (and ids of their own: an exchange gives each event its place).
+/// and payloads (and ids of their own: an exchange gives each event its place; and
+/// its own node: Forward has no field for the node the events were captured on).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_gateway_gets_the_envelopes_as_they_were() {
     let dir = tempfile::tempdir().unwrap();
@@ -407,7 +413,7 @@ async fn a_second_gateway_gets_the_envelopes_as_they_were() {
         .collect();
     assert!(expected.len() > 10);
 
-    let second = Gateway::start(&[]);
+    let second = Gateway::start(&["--node", "web-2"]);
     let mut client = second.client().await;
     let mut stream = client
         .subscribe(SubscribeRequest { filters: vec![] })
@@ -458,6 +464,12 @@ async fn a_second_gateway_gets_the_envelopes_as_they_were() {
         assert_eq!(row.event.envelope, original.envelope);
         assert_eq!(row.source.as_deref(), Some("forward"));
         assert_ne!(row.event.id, original.id, "the exchange gives its own ids");
+        assert_eq!(original.node(), Some(NODE));
+        assert_eq!(
+            row.event.node(),
+            Some("web-2"),
+            "the receiving gateway's node"
+        );
     }
 }
 
@@ -766,7 +778,8 @@ fn a_refused_event_stops_the_replay_naming_it() {
 
 /// The backfill: a time range and a filter replayed into a real broker through the
 /// configured kafka forwarder; the messages are exactly the selected events, in
-/// order, with their original ids and seqs in the headers and envelopes as stored.
+/// order, with their original ids, seqs and nodes in the headers and envelopes as
+/// stored.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs tansu"]
 async fn kafka_is_backfilled_with_the_selected_events_and_their_ids() {
@@ -832,6 +845,11 @@ async fn kafka_is_backfilled_with_the_selected_events_and_their_ids() {
         let id = header("event_id").unwrap();
         assert_eq!(id, want["id"].as_str().unwrap(), "in store order");
         assert_eq!(header("seq").unwrap(), want["seq"].to_string());
+        assert_eq!(
+            header("node").as_deref(),
+            Some(NODE),
+            "the node it was captured on"
+        );
         let envelope = Envelope::decode(message.payload().unwrap()).unwrap();
         assert_eq!(envelope, originals[&id].envelope);
     }

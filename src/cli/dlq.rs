@@ -286,6 +286,7 @@ fn json_line(entry: &Entry) -> Value {
     if let Some(workload) = &entry.workload {
         workload_json(&mut object, workload);
     }
+    object.insert("node".into(), json!(entry.node));
     object.insert(
         "dead_letter".into(),
         json!({

@@ -12,7 +12,7 @@ fn long_errors_are_cut_on_a_character_boundary() {
     );
 }
 
-/// A dead letter's `container` and `pod` are the JSON line's, key for key.
+/// A dead letter's `container`, `pod` and `node` are the JSON line's, key for key.
 #[test]
 fn the_workload_is_listed_as_json_lines_show_it() {
     use std::sync::Arc;
@@ -36,12 +36,17 @@ fn the_workload_is_listed_as_json_lines_show_it() {
         image: "busybox".into(),
         ..Workload::default()
     };
-    for workload in [Some(pod), Some(plain), None] {
+    for (workload, node) in [
+        (Some(pod), Some("web-1")),
+        (Some(plain), None),
+        (None, Some("db \"1\"")),
+    ] {
         let event = testing::event(1)
             .at(0)
             .json("containerd.events.TaskExit", "{}")
             .workload(workload.clone().map(Arc::new))
-            .build();
+            .build()
+            .with_node(node.map(Arc::from));
         let entry = Entry {
             id: 1,
             forwarder: "kafka".into(),
@@ -61,10 +66,11 @@ fn the_workload_is_listed_as_json_lines_show_it() {
             publisher: None,
             origin: Origin::Live,
             workload,
+            node: node.map(String::from),
         };
         let listed = json_line(&entry);
         let line: Value = serde_json::from_str(&render::event_json(&event)).unwrap();
-        for key in ["container", "pod"] {
+        for key in ["container", "pod", "node"] {
             assert_eq!(listed.get(key), line.get(key), "{key}: {listed}");
         }
     }

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 
 use super::{CliError, timeline};
 use crate::config::Config;
-use crate::filter::Filter;
+use crate::filter::{Filter, quote};
 use crate::query::time::parse_bound;
 use crate::query::{Query, Reader, RowRange, StoredEvent};
 use crate::render;
@@ -73,7 +73,10 @@ pub enum Format {
     --follow apply; --format json or ctr prints the pod's events in that format:\n  \
     eventgate query --pod web-7\n  \
     eventgate query --pod web-7 --pod-namespace shop --since 1h\n  \
-    eventgate query --pod web-7 --pod-namespace shop --format json"
+    eventgate query --pod web-7 --pod-namespace shop --format json\n\n\
+    The node an event was captured on (the capturing gateway's `node`) is the field \
+    node; --node NAME is short for a filter node==NAME AND'd with the others:\n  \
+    eventgate query --node web-1 'topic==\"/tasks/exit\"'"
 )]
 pub struct QueryArgs {
     #[command(flatten)]
@@ -105,6 +108,10 @@ pub struct QueryArgs {
     /// The Kubernetes namespace of the --pod.
     #[arg(long, value_name = "NAMESPACE", requires = "pod")]
     pub pod_namespace: Option<String>,
+    /// Only events captured on this node: the filter `node==NAME`, AND'd with the
+    /// filters given.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
     /// containerd filters, e.g. 'topic=="/tasks/exit"' or 'namespace==default'.
     pub filters: Vec<String>,
 }
@@ -122,9 +129,21 @@ pub(super) fn parse_filters(filters: &[String]) -> Result<Filter, CliError> {
     })
 }
 
+/// The filters, AND'd with `node==NAME` for `--node NAME` (with every alternative:
+/// `--node a 'x' 'y'` is `node==a,x` or `node==a,y`).
+pub(super) fn parse_filters_on(filters: &[String], node: Option<&str>) -> Result<Filter, CliError> {
+    let filter = parse_filters(filters)?;
+    let Some(node) = node else {
+        return Ok(filter);
+    };
+    let on_node = Filter::parse(&format!("node=={}", quote(node)))
+        .map_err(|e| CliError::Usage(format!("--node {node:?}: {e}")))?;
+    Ok(filter.and(&on_node))
+}
+
 pub(super) async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
     let mut query = Query {
-        filter: parse_filters(&args.filters)?,
+        filter: parse_filters_on(&args.filters, args.node.as_deref())?,
         since: args.since,
         until: args.until,
         limit: args.limit,
@@ -272,5 +291,43 @@ pub(super) fn format_time(ts: &prost_types::Timestamp, utc: bool) -> String {
     match utc {
         true => time.format(UTC_FORMAT).to_string(),
         false => time.with_timezone(&Local).format(LOCAL_FORMAT).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+
+    /// `--node` narrows every alternative, so `--node a X Y` is `(X or Y) and node==a`,
+    /// and takes any name literally, quotes and backslashes included.
+    #[test]
+    fn the_node_shorthand_is_anded_with_every_filter() {
+        let filters = [
+            r#"topic=="/tasks/exit""#.to_owned(),
+            "namespace==k8s.io".to_owned(),
+        ];
+        let event = |node: &str, namespace: &str, topic: &str| {
+            testing::event(1)
+                .namespace(namespace)
+                .topic(topic)
+                .json("containerd.events.TaskExit", "{}")
+                .node(node)
+                .build()
+        };
+        let filter = parse_filters_on(&filters, Some("web-1")).unwrap();
+        let matches = |e: crate::event::Event| filter.matches(&e.record_fields());
+        assert!(matches(event("web-1", "default", "/tasks/exit")));
+        assert!(matches(event("web-1", "k8s.io", "/tasks/start")));
+        assert!(!matches(event("web-2", "default", "/tasks/exit")));
+        assert!(!matches(event("web-1", "default", "/tasks/start")));
+
+        let odd = r#"a"b\c"#;
+        let only = parse_filters_on(&[], Some(odd)).unwrap();
+        assert!(only.matches(&event(odd, "default", "/x").record_fields()));
+        assert!(!only.matches(&event("a", "default", "/x").record_fields()));
+        let unknown = testing::event(1).json("containerd.events.TaskExit", "{}");
+        assert!(!only.matches(&unknown.build().record_fields()));
+        assert!(parse_filters_on(&[], None).unwrap().is_always());
     }
 }

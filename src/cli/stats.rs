@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use clap::Args;
 
 use super::CliError;
-use super::query::{StoreLocation, format_time, parse_filters, time_bound};
+use super::query::{StoreLocation, format_time, parse_filters_on, time_bound};
 use crate::query::pods::{PodCounts, PodName};
 use crate::query::stats::{Count, GroupBy};
 use crate::query::time::bucket_seconds;
@@ -23,7 +23,7 @@ pub enum By {
     /// Events per namespace per bucket.
     Namespace,
     /// Events per node (where each was captured) per bucket; rows whose node is
-    /// unknown (stored before nodes were kept) count under "".
+    /// unknown (stored before nodes were kept) count under "(node unknown)".
     Node,
     /// Per Kubernetes pod (namespace/name) over the whole range: restarts, OOM
     /// events and non-zero exits, crash-looping pods first.
@@ -44,7 +44,10 @@ pub enum By {
     grace period)\n  \
     OOMKILLED of those, the ones after a /tasks/oom of the same container\n\n\
     Example: the pods that crash-looped in namespace shop today:\n  \
-    eventgate stats --since 1d --by pod 'pod.namespace==shop'"
+    eventgate stats --since 1d --by pod 'pod.namespace==shop'\n\n\
+    Events per node per hour, and one node's events per topic:\n  \
+    eventgate stats --by node\n  \
+    eventgate stats --node web-1"
 )]
 pub struct StatsArgs {
     #[command(flatten)]
@@ -65,6 +68,10 @@ pub struct StatsArgs {
     /// Bucket times in UTC instead of local time.
     #[arg(long)]
     pub utc: bool,
+    /// Only events captured on this node: the filter `node==NAME`, AND'd with the
+    /// filters given.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
     /// containerd filters, as for `eventgate query`.
     pub filters: Vec<String>,
 }
@@ -75,7 +82,7 @@ fn bucket(text: &str) -> Result<i64, String> {
 
 pub(super) async fn run(args: StatsArgs) -> Result<ExitCode, CliError> {
     let query = Query {
-        filter: parse_filters(&args.filters)?,
+        filter: parse_filters_on(&args.filters, args.node.as_deref())?,
         since: args.since,
         until: args.until,
         limit: None,

@@ -195,6 +195,9 @@ pub struct Entry {
     /// What the event's container record said when it was captured; `None` for
     /// events without one (and entries recorded before workloads were kept).
     pub workload: Option<Workload>,
+    /// The node the event was captured on; `None` when unknown (and for entries
+    /// recorded before nodes were kept).
+    pub node: Option<String>,
 }
 
 /// An entry that cannot be turned back into an event (a damaged row).
@@ -214,7 +217,7 @@ impl Entry {
     }
 
     /// The event as the forwarder first saw it: same id, sequence number, source,
-    /// publisher, origin, workload, arrival time and envelope.
+    /// publisher, origin, workload, node, arrival time and envelope.
     pub fn to_event(&self) -> Result<Event, RestoreError> {
         let envelope = self.decode_envelope().map_err(RestoreError::Envelope)?;
         let id: EventId = self
@@ -226,7 +229,8 @@ impl Entry {
         let mut event = Event::new(self.seq, id, Source::parse(&self.source), envelope)
             .with_publisher(self.publisher.clone())
             .with_origin(self.origin)
-            .with_workload(self.workload.clone().map(Arc::new));
+            .with_workload(self.workload.clone().map(Arc::new))
+            .with_node(self.node.as_deref().map(Arc::from));
         event.received_at = received_at;
         Ok(event)
     }
@@ -387,6 +391,8 @@ impl Store {
     }
 }
 
+#[cfg(test)]
+mod node_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

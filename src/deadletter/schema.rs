@@ -43,6 +43,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0005_workload.sql",
         sql: include_str!("../../migrations/deadletter/0005_workload.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_node.sql",
+        sql: include_str!("../../migrations/deadletter/0006_node.sql"),
+    },
 ];
 
 const SCHEMA: Schema = Schema {

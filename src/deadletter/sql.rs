@@ -14,8 +14,8 @@ use crate::publisher::Publisher;
 /// add up, the first attempt stays the earliest, the rest describes the latest failure.
 const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at, \
      error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
      ON CONFLICT (forwarder, event_id) DO UPDATE SET \
        seq = excluded.seq, error = excluded.error, reason = excluded.reason, \
        attempts = attempts + excluded.attempts, \
@@ -25,7 +25,7 @@ const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source
 
 const COLUMNS: &str = "id, forwarder, event_id, seq, source, envelope, received_at, error, reason, \
      attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload";
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node";
 
 fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
@@ -66,6 +66,7 @@ pub(super) fn record(
                 event.origin.label(),
                 event.origin.clock().map(Clock::label),
                 event.workload.as_deref().map(Message::encode_to_vec),
+                event.node(),
             ])?;
         }
     }
@@ -130,6 +131,7 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
         publisher,
         origin,
         workload,
+        node: row.get(22)?,
     })
 }
 

@@ -23,6 +23,7 @@ pub(crate) fn to_record(event: &Event) -> wire::Record {
             .unwrap_or_default(),
         publisher: event.publisher.as_ref().map(publisher_to_wire),
         workload: event.workload.as_deref().map(workload_to_wire),
+        node: event.node().unwrap_or_default().to_owned(),
     }
 }
 
@@ -42,7 +43,9 @@ pub(crate) fn from_record(record: wire::Record) -> Result<Event, String> {
     Ok(Event::new(record.seq, id, source, envelope)
         .with_origin(origin)
         .with_publisher(record.publisher.and_then(publisher_from_wire))
-        .with_workload(record.workload.map(|w| Arc::new(workload_from_wire(w)))))
+        .with_workload(record.workload.map(|w| Arc::new(workload_from_wire(w))))
+        // Empty is proto3's default: a record of an event of unknown node.
+        .with_node(Some(record.node).filter(|n| !n.is_empty()).map(Arc::from)))
 }
 
 fn publisher_to_wire(publisher: &Publisher) -> wire::Publisher {
@@ -122,9 +125,11 @@ mod tests {
                 "busybox",
                 &[("io.kubernetes.pod.name", "web"), ("team", "a")],
             ))
+            .node("web-1")
             .build();
         let record = to_record(&event);
         assert_eq!(record.seq, 7);
+        assert_eq!(record.node, "web-1");
         assert_eq!(record.origin, "reconciled");
         assert_eq!(record.origin_clock, "daemon");
         let back = from_record(record).unwrap();
@@ -135,5 +140,18 @@ mod tests {
         assert_eq!(back.workload, event.workload);
         assert_eq!(back.envelope, event.envelope);
         assert_eq!(back.source, event.source);
+        assert_eq!(back.node(), Some("web-1"));
+    }
+
+    /// An event of unknown node goes as an empty `node` and comes back unknown, not
+    /// as a node named "".
+    #[test]
+    fn an_unknown_node_stays_unknown() {
+        let event = testing::event(1)
+            .json("containerd.events.TaskExit", "{}")
+            .build();
+        let record = to_record(&event);
+        assert_eq!(record.node, "");
+        assert_eq!(from_record(record).unwrap().node(), None);
     }
 }

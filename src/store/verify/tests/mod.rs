@@ -2,6 +2,7 @@
 //! with in plain SQL, as someone with the file and the sqlite3 shell would.
 
 mod intact;
+mod node;
 mod origin;
 mod tampered;
 mod workload;
