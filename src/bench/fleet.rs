@@ -77,7 +77,10 @@ pub async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
         .set("linger.ms", "5")
         .create()
         .map_err(|e| failed(format!("kafka producer: {e}")))?;
-    let encoder = RecordEncoder::new(TopicTemplate::parse(TOPIC).map_err(|e| failed(e.to_string()))?, ValueFormat::Protobuf);
+    let encoder = RecordEncoder::new(
+        TopicTemplate::parse(TOPIC).map_err(|e| failed(e.to_string()))?,
+        ValueFormat::Protobuf,
+    );
     let node: Arc<str> = Arc::from("web-1");
     let mut deliveries = Vec::with_capacity(events);
     for event in as_events(&lifecycle(events)) {
@@ -96,9 +99,12 @@ pub async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
                     deliveries.push(delivery);
                     break;
                 }
-                Err((rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ), _)) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    _,
+                )) => tokio::time::sleep(Duration::from_millis(5)).await,
                 Err((e, _)) => return Err(failed(format!("producing: {e}"))),
             }
         }
@@ -156,7 +162,7 @@ pub async fn ingest(
         Setup::SpoolOnly => "forwarder = []\n",
     };
     let text = format!(
-        "{forwarders}data_dir = {dir:?}\n[exchange]\nsocket = {socket:?}\n\n[[source]]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopics = [{TOPIC:?}]\ngroup = {group:?}\n",
+        "{forwarders}data_dir = {dir:?}\n[admin]\nlisten = \"\"\n[exchange]\nsocket = {socket:?}\n\n[[source]]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopics = [{TOPIC:?}]\ngroup = {group:?}\n",
         dir = dir.display().to_string(),
         socket = dir.join("eventgate.sock").display().to_string(),
     );
@@ -167,16 +173,24 @@ pub async fn ingest(
         .map_err(|e| failed(crate::errors::chain(&e)))?;
     let first = gateway.exchange().next_seq();
     let target = first + events as u64;
-    wait(start, "the source's events", || gateway.exchange().next_seq() >= target).await?;
+    wait(start, "the source's events", || {
+        gateway.exchange().next_seq() >= target
+    })
+    .await?;
     let ingest = start.elapsed();
     let stored = match setup {
         Setup::SpoolOnly => None,
         Setup::Defaults => {
             let path = dir.join("audit.db");
             wait(start, "the audit store's rows", || {
-                rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                    .and_then(|c| c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0)))
-                    .is_ok_and(|n| n as usize >= events)
+                rusqlite::Connection::open_with_flags(
+                    &path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+                )
+                .and_then(|c| {
+                    c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+                })
+                .is_ok_and(|n| n as usize >= events)
             })
             .await?;
             Some(start.elapsed())

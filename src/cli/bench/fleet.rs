@@ -39,7 +39,14 @@ pub(super) async fn run(args: FleetBenchArgs) -> Result<ExitCode, CliError> {
         raws.push(rate(events, r));
         for (i, setup) in setups.into_iter().enumerate() {
             let data = dir.path().join(format!("central-{round}-{i}"));
-            let m = ingest(&brokers, &format!("central-{round}-{i}"), &data, setup, events).await?;
+            let m = ingest(
+                &brokers,
+                &format!("central-{round}-{i}"),
+                &data,
+                setup,
+                events,
+            )
+            .await?;
             ingests[i].push(rate(events, m.ingest));
             if let Some(s) = m.stored {
                 stored.push(rate(events, s));
@@ -60,7 +67,9 @@ pub(super) async fn run(args: FleetBenchArgs) -> Result<ExitCode, CliError> {
         "{events} messages (protobuf values with a node gateway's headers, {} partitions) on a local tansu broker, median of {} rounds; each consumer joins a fresh group and reads from the earliest offset\n",
         4, args.rounds
     );
-    println!("| central gateway | taken in (events/s) | plain librdkafka consumer, same run (events/s) | ratio |");
+    println!(
+        "| central gateway | taken in (events/s) | plain librdkafka consumer, same run (events/s) | ratio |"
+    );
     println!("|---|---:|---:|---:|");
     for (setup, rates) in setups.iter().zip(ingests) {
         let ingest = median(rates);

@@ -3,12 +3,12 @@
 mod backlog;
 mod exchange;
 mod exchange_table;
+mod fleet;
 mod forwarder;
 mod query;
 mod reconcile;
 mod replay;
 mod resume;
-mod fleet;
 mod spool;
 mod upstream;
 
