@@ -360,8 +360,8 @@ impl Gateway {
         outcome
     }
 
-    /// Ends the upstream subscriptions (recording where their record stops), stops
-    /// accepting, ends every subscription (clients see UNAVAILABLE), waits up to the
+    /// Ends the upstream subscriptions (recording where their record stops) and the
+    /// sources (committing what is durable), stops accepting, ends every subscription (clients see UNAVAILABLE), waits up to the
     /// shutdown timeout for in-flight calls, then gives the forwarders up to the drain
     /// timeout to deliver what is queued. Returns what each forwarder did.
     pub async fn stop(mut self) -> Vec<Report> {

@@ -199,16 +199,17 @@ impl Consumer {
             headers,
             value: message.payload(),
         };
-        let decoded = decode::decode(&view, self.format, &self.name).and_then(|event| {
-            self.exchange
-                .check_envelope(&event.envelope)
-                .map(|()| event)
-                .map_err(|refused| decode::DecodeError::Field(refused.to_string()))
-        });
-        match decoded {
-            Ok(event) => (at, Some(event)),
+        let event = match decode::decode(&view, self.format, &self.name) {
+            Ok(event) => event,
             Err(error) => {
                 self.skipped(&at, error.reason(), &error);
+                return (at, None);
+            }
+        };
+        match self.exchange.check_envelope(&event.envelope) {
+            Ok(()) => (at, Some(event)),
+            Err(refused) => {
+                self.skipped(&at, refused.reason(), &refused);
                 (at, None)
             }
         }
