@@ -363,7 +363,7 @@ fn describe() {
         ),
         (
             "eventgate_source_skipped_total",
-            "Kafka messages a [[source]] could not take in and skipped after logging where they are, by reason (protobuf, json, field, header, payload: not an event; or the exchange's refusal: invalid_namespace, invalid_topic, invalid_timestamp).",
+            "Kafka messages a [[source]] could not take in and skipped after logging where they are, by reason (protobuf, json, field, header, payload: not an event; or the exchange's refusal: invalid_namespace, invalid_topic, invalid_timestamp; or too_large for the spool).",
         ),
         (
             "eventgate_source_errors_total",

@@ -259,6 +259,12 @@ impl Consumer {
                     }
                 }
                 Err(AcceptError::Closed) => return false,
+                // One record over the spool's limit: this message, not the disk.
+                Err(error @ AcceptError::Spool(crate::spool::SpoolError::TooLarge { .. })) => {
+                    self.skipped(&at, "too_large", &error);
+                    self.push(at, None);
+                    return true;
+                }
                 Err(error @ AcceptError::Spool(_)) => {
                     tracing::error!(source = %self.name, %error, "cannot spool the source's events; it stops reading, and what was not durable is read again at the next start");
                     return false;
@@ -307,8 +313,14 @@ impl Consumer {
                 break;
             }
         }
+        // Only partitions still assigned: committing for one that moved to another
+        // member could take its committed offset back.
+        let assigned = self.consumer.assignment().unwrap_or_default();
         let mut positions = TopicPartitionList::new();
         for ((topic, partition), offset) in &self.stored {
+            if assigned.find_partition(topic, *partition).is_none() {
+                continue;
+            }
             if let Err(error) =
                 positions.add_partition_offset(topic, *partition, Offset::Offset(offset + 1))
             {
