@@ -76,41 +76,56 @@ path = "audit.db"
     }
 
     /// `/tasks/start` then `/tasks/exit` for each of the node's containers, `rounds`
-    /// times, interleaved across containers; the round is the pid.
+    /// times; returns how many events that was.
     async fn publish(&mut self, rounds: std::ops::Range<u32>) -> usize {
-        let mut published = 0;
-        for round in rounds {
-            for c in 0..CONTAINERS {
-                let container = format!("{}-c{c}", self.name);
-                for (topic, ty, json) in [
-                    (
-                        "/tasks/start",
-                        "containerd.events.TaskStart",
-                        format!(r#"{{"container_id":"{container}","pid":{round}}}"#),
+        publish(self.client.clone(), self.name, rounds).await
+    }
+
+    /// `publish` on its own task, to keep events flowing while the test acts.
+    fn publishing(&self, rounds: std::ops::Range<u32>) -> tokio::task::JoinHandle<usize> {
+        tokio::spawn(publish(self.client.clone(), self.name, rounds))
+    }
+}
+
+/// Each round, interleaved across a node's containers: a start and an exit (the round
+/// is the pid), as containerd's shims publish them.
+async fn publish(
+    mut client: EventsClient<Channel>,
+    node: &'static str,
+    rounds: std::ops::Range<u32>,
+) -> usize {
+    let mut published = 0;
+    for round in rounds {
+        for c in 0..CONTAINERS {
+            let container = format!("{node}-c{c}");
+            for (topic, ty, json) in [
+                (
+                    "/tasks/start",
+                    "containerd.events.TaskStart",
+                    format!(r#"{{"container_id":"{container}","pid":{round}}}"#),
+                ),
+                (
+                    "/tasks/exit",
+                    "containerd.events.TaskExit",
+                    format!(
+                        r#"{{"container_id":"{container}","id":"{container}","pid":{round},"exit_status":{}}}"#,
+                        round % 3
                     ),
-                    (
-                        "/tasks/exit",
-                        "containerd.events.TaskExit",
-                        format!(
-                            r#"{{"container_id":"{container}","id":"{container}","pid":{round},"exit_status":{}}}"#,
-                            round % 3
-                        ),
-                    ),
-                ] {
-                    let any = Registry::global().encode_json(ty, &json).expect("encode");
-                    let mut req = tonic::Request::new(PublishRequest {
-                        topic: topic.into(),
-                        event: Some(any),
-                    });
-                    req.metadata_mut()
-                        .insert("containerd-namespace", "default".parse().expect("header"));
-                    self.client.publish(req).await.expect("publish to the node");
-                    published += 1;
-                }
+                ),
+            ] {
+                let any = Registry::global().encode_json(ty, &json).expect("encode");
+                let mut req = tonic::Request::new(PublishRequest {
+                    topic: topic.into(),
+                    event: Some(any),
+                });
+                req.metadata_mut()
+                    .insert("containerd-namespace", "default".parse().expect("header"));
+                client.publish(req).await.expect("publish to the node");
+                published += 1;
             }
         }
-        published
     }
+    published
 }
 
 /// Two nodes on one broker: web-1 writes protobuf values, web-2 CloudEvents
@@ -319,4 +334,166 @@ async fn central_stores_every_node_event_once_with_its_node_and_seq() {
     assert_exactly_once(&[&central_data(&central)], &expected);
     let status = central.terminate();
     assert!(status.success(), "{}", central.stderr_text());
+}
+
+/// SIGKILL of the central while events flow, and a restart on the same data
+/// directory: what it had read but not committed is read again, and the store keeps
+/// each event once.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tansu"]
+async fn central_killed_mid_stream_loses_and_repeats_nothing() {
+    let tansu = Tansu::start();
+    let nodes = fleet(&tansu).await;
+    let mut central = central(&tansu, "central");
+    let data = central_data(&central);
+    let rounds = 0..40;
+    let total = nodes.len() * rounds.len() * CONTAINERS * 2;
+    let flowing: Vec<_> = nodes.iter().map(|n| n.publishing(rounds.clone())).collect();
+    let at_kill = wait_for("the central to be storing the fleet's events", ARRIVAL, || {
+        let n = count(&data);
+        (n >= 100).then_some(n)
+    });
+    central.kill9();
+    assert!(
+        at_kill < total,
+        "the central was killed mid-stream ({at_kill} of {total} stored)"
+    );
+    central.respawn();
+    let mut published = Vec::new();
+    for task in flowing {
+        published.push(task.await.expect("publishing task"));
+    }
+    let expected = node_events(&nodes, &published);
+    assert_eq!(expected.len(), total);
+    assert_exactly_once(&[&data], &expected);
+    let status = central.terminate();
+    assert!(status.success(), "{}", central.stderr_text());
+}
+
+/// A hung broker (SIGSTOP): the nodes keep accepting events, the central gets none
+/// of them meanwhile, and after the broker resumes it has every event once.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tansu"]
+async fn frozen_broker_delays_but_loses_and_repeats_nothing() {
+    let tansu = Tansu::start();
+    let mut nodes = fleet(&tansu).await;
+    let central = central(&tansu, "central");
+    let data = central_data(&central);
+    let mut published = Vec::new();
+    for node in &mut nodes {
+        published.push(node.publish(0..5).await);
+    }
+    let before = node_events(&nodes, &published);
+    assert_exactly_once(&[&data], &before);
+
+    tansu.freeze();
+    for (node, published) in nodes.iter_mut().zip(&mut published) {
+        *published += node.publish(5..25).await;
+    }
+    // The nodes took them in (their own stores have them) while nothing could cross.
+    let expected = node_events(&nodes, &published);
+    assert_eq!(
+        count(&data),
+        before.len(),
+        "nothing crosses a frozen broker"
+    );
+    tansu.resume();
+    assert_exactly_once(&[&data], &expected);
+}
+
+/// The consumer group's members and whether each has partitions assigned, as the
+/// broker describes the group.
+fn group_members(brokers: &str, group: &str) -> Option<(String, Vec<bool>)> {
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "fleet-observer")
+        .create()
+        .expect("observer client");
+    let list = consumer
+        .fetch_group_list(Some(group), Duration::from_secs(2))
+        .ok()?;
+    let found = list.groups().iter().find(|g| g.name() == group)?;
+    Some((
+        found.state().to_owned(),
+        found
+            .members()
+            .iter()
+            .map(|m| m.assignment().is_some_and(|a| !a.is_empty()))
+            .collect(),
+    ))
+}
+
+/// Two centrals in one group (each with its own data directory) share the
+/// partitions: each stores a part, and together they hold every event once.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs tansu"]
+async fn centrals_in_one_group_share_the_partitions() {
+    let tansu = Tansu::start();
+    let mut nodes = fleet(&tansu).await;
+    let one = central(&tansu, "shared");
+    let two = central(&tansu, "shared");
+    let brokers = tansu.brokers();
+    let state = wait_for("a stable group of two centrals", ARRIVAL, || {
+        let (state, members) = group_members(&brokers, "shared")?;
+        (members.len() == 2 && members.iter().all(|assigned| *assigned))
+            .then_some((state, members))
+    });
+    eprintln!("group: {state:?}");
+    let mut published = Vec::new();
+    for node in &mut nodes {
+        published.push(node.publish(0..10).await);
+    }
+    let expected = node_events(&nodes, &published);
+    let stores = assert_exactly_once(&[&central_data(&one), &central_data(&two)], &expected);
+    assert!(
+        stores.iter().all(|ids| !ids.is_empty()),
+        "each central took a share: {:?}",
+        stores.iter().map(HashSet::len).collect::<Vec<_>>()
+    );
+}
+
+/// A bad `[[source]]` is refused by check-config (and serve), naming the source and
+/// the key.
+#[test]
+fn check_config_refuses_a_bad_source_naming_it_and_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("eventgate.toml");
+    let cases = [
+        (
+            "[[source]]\nname = \"fleet\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\ntopics = []\n",
+            ["source \"fleet\"", "`topics`"],
+        ),
+        (
+            "[[source]]\nname = \"fleet\"\nkind = \"nope\"\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"t\"]\n",
+            ["source \"fleet\"", "`kind` \"nope\""],
+        ),
+        (
+            "[[source]]\nkind = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"t\"]\nstart = \"middle\"\n",
+            ["source \"kafka\"", "middle"],
+        ),
+    ];
+    for (config, wanted) in cases {
+        std::fs::write(&path, config).expect("write config");
+        for command in [vec!["check-config"], vec!["serve", "--config"]] {
+            let data = dir.path().join("data");
+            let out = eventgate()
+                .args(&command)
+                .arg(&path)
+                .args(if command[0] == "serve" {
+                    vec!["--data-dir", path_str(&data)]
+                } else {
+                    vec![]
+                })
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run eventgate");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{command:?} accepted {config}");
+            for w in wanted {
+                assert!(err.contains(w), "{command:?} on {config}: {err}");
+            }
+        }
+    }
 }
