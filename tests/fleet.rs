@@ -140,6 +140,11 @@ async fn fleet(tansu: &Tansu) -> [Node; 2] {
 /// A central gateway consuming the fleet topic in `group`, with the default
 /// forwarders (the `sqlite` audit store among them).
 fn central(tansu: &Tansu, group: &str) -> Gateway {
+    central_with(tansu, group, "")
+}
+
+/// `central` with more librdkafka `properties` (`, "key" = "value"` entries).
+fn central_with(tansu: &Tansu, group: &str, properties: &str) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("eventgate.toml");
     std::fs::write(
@@ -151,7 +156,7 @@ brokers = "{brokers}"
 topics = ["{TOPIC}"]
 group = "{group}"
 # A crashed member's partitions go to the others (or to its restart) after this.
-properties = {{ "session.timeout.ms" = "6000", "heartbeat.interval.ms" = "500" }}
+properties = {{ "session.timeout.ms" = "6000", "heartbeat.interval.ms" = "500"{properties} }}
 "#,
             brokers = tansu.brokers()
         ),
@@ -170,10 +175,9 @@ fn central_data(gateway: &Gateway) -> PathBuf {
 /// enough to poll.
 fn count(data: &Path) -> usize {
     use rusqlite::{Connection, OpenFlags};
-    let Ok(conn) = Connection::open_with_flags(
-        data.join("audit.db"),
-        OpenFlags::SQLITE_OPEN_READ_ONLY,
-    ) else {
+    let Ok(conn) =
+        Connection::open_with_flags(data.join("audit.db"), OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
         return 0;
     };
     conn.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
@@ -332,27 +336,54 @@ async fn central_stores_every_node_event_once_with_its_node_and_seq() {
     }
     let expected = node_events(&nodes, &published);
     assert_exactly_once(&[&central_data(&central)], &expected);
+
+    // A clean stop commits exactly what was stored: the next start reads only what
+    // came after, none of it skipped.
+    let status = central.terminate();
+    assert!(status.success(), "{}", central.stderr_text());
+    let mut new = 0;
+    for (node, published) in nodes.iter_mut().zip(&mut published) {
+        let more = node.publish(15..18).await;
+        new += more;
+        *published += more;
+    }
+    central.respawn();
+    let expected = node_events(&nodes, &published);
+    assert_exactly_once(&[&central_data(&central)], &expected);
+    let taken = scrape(&mut central)
+        .get("eventgate_source_events_total", &[("source", "kafka")])
+        .expect("the source's counter");
+    assert_eq!(taken, new as f64, "read after the restart");
     let status = central.terminate();
     assert!(status.success(), "{}", central.stderr_text());
 }
 
 /// SIGKILL of the central while events flow, and a restart on the same data
-/// directory: what it had read but not committed is read again, and the store keeps
-/// each event once.
+/// directory: what it had stored but not committed is read again, and the store
+/// keeps each event once.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs tansu"]
 async fn central_killed_mid_stream_loses_and_repeats_nothing() {
     let tansu = Tansu::start();
     let nodes = fleet(&tansu).await;
-    let mut central = central(&tansu, "central");
+    // No commit before the kill: everything it stored is read again after it.
+    let mut central = central_with(
+        &tansu,
+        "central",
+        r#", "auto.commit.interval.ms" = "600000""#,
+    );
     let data = central_data(&central);
     let rounds = 0..40;
     let total = nodes.len() * rounds.len() * CONTAINERS * 2;
     let flowing: Vec<_> = nodes.iter().map(|n| n.publishing(rounds.clone())).collect();
-    let at_kill = wait_for("the central to be storing the fleet's events", ARRIVAL, || {
-        let n = count(&data);
-        (n >= 100).then_some(n)
-    });
+    let at_kill = wait_for(
+        "the central to be storing the fleet's events",
+        ARRIVAL,
+        || {
+            let n = count(&data);
+            (n >= 100).then_some(n)
+        },
+    );
     central.kill9();
     assert!(
         at_kill < total,
@@ -366,6 +397,13 @@ async fn central_killed_mid_stream_loses_and_repeats_nothing() {
     let expected = node_events(&nodes, &published);
     assert_eq!(expected.len(), total);
     assert_exactly_once(&[&data], &expected);
+    let taken = scrape(&mut central)
+        .get("eventgate_source_events_total", &[("source", "kafka")])
+        .expect("the source's counter");
+    assert!(
+        taken >= total as f64,
+        "the restarted central read the {at_kill} stored events again ({taken} taken in)"
+    );
     let status = central.terminate();
     assert!(status.success(), "{}", central.stderr_text());
 }
@@ -422,8 +460,7 @@ async fn centrals_in_one_group_share_the_partitions() {
     let first = node_events(&nodes, &published);
     wait_for("both centrals to store a share", ARRIVAL, || {
         let counts = stores.map(count);
-        (counts.iter().all(|n| *n > 0) && counts.iter().sum::<usize>() >= first.len())
-            .then_some(())
+        (counts.iter().all(|n| *n > 0) && counts.iter().sum::<usize>() >= first.len()).then_some(())
     });
     for (node, published) in nodes.iter_mut().zip(&mut published) {
         *published += node.publish(1..10).await;
