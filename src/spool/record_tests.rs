@@ -366,7 +366,7 @@ fn kafka_sourced_events_keep_their_source_and_node_seq() {
         let mut event = testing::event(9)
             .envelope(envelope())
             .node("web-2")
-            .from_kafka("fleet", 41)
+            .taken_in_by_kafka("fleet", 41)
             .build();
         event.node_seq = node_seq;
         let mut buf = Vec::new();

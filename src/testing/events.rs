@@ -175,7 +175,7 @@ impl EventBuilder {
     }
 
     /// Taken in by the Kafka source `name`, where its node's gateway gave it `node_seq`.
-    pub(crate) fn from_kafka(mut self, name: &str, node_seq: u64) -> Self {
+    pub(crate) fn taken_in_by_kafka(mut self, name: &str, node_seq: u64) -> Self {
         self.source = Source::Kafka(name.into());
         self.node_seq = Some(node_seq);
         self

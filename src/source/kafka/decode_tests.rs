@@ -145,7 +145,7 @@ fn a_node_seq_outlives_a_second_hop() {
     let event = testing::event(900)
         .at(1_714_557_600)
         .node("web-1")
-        .from_kafka("fleet", 12)
+        .taken_in_by_kafka("fleet", 12)
         .build();
     let record = RecordEncoder::new(TopicTemplate::parse("e").unwrap(), ValueFormat::Protobuf)
         .encode(&event);
@@ -184,7 +184,9 @@ fn foreign_and_broken_messages() {
         first.id
     );
 
-    let cases: [(&[u8], Vec<(&str, &[u8])>, &str); 6] = [
+    // A value, its headers, and the reason it is skipped for.
+    type Case<'a> = (&'a [u8], Vec<(&'a str, &'a [u8])>, &'a str);
+    let cases: [Case<'_>; 6] = [
         (b"\xff\xff\xff", vec![], "protobuf"),
         (b"{not json", vec![], "json"),
         (br#"{"namespace":"default"}"#, vec![], "field"),
