@@ -128,3 +128,31 @@ fn the_forwarder_benchmark_compares_each_sink_with_its_raw_baseline() {
         assert!(cells[3].contains(prepared), "{sink}: {cells:?}");
     }
 }
+
+/// `bench fleet` at a tiny size: every row of the README's table is produced, each
+/// with a rate taken in and the plain consumer's rate from the same run.
+#[test]
+#[ignore = "needs tansu"]
+fn the_fleet_benchmark_compares_the_source_with_a_plain_consumer() {
+    let tansu = tansu_bin();
+    let table = run(&[
+        "bench",
+        "fleet",
+        "--rounds",
+        "1",
+        "--events",
+        "1000",
+        "--tansu",
+        path_str(&tansu),
+    ]);
+    for setup in [
+        "defaults (spool, file, sqlite)",
+        "spool only, no forwarder",
+        "defaults, until every row is in the audit store",
+    ] {
+        let cells = row(&table, setup);
+        for (i, what) in [(1, "taken in"), (2, "plain consumer"), (3, "ratio")] {
+            assert!(number(cells[i]) > 0.0, "{setup} {what}: {cells:?}");
+        }
+    }
+}
