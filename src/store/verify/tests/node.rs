@@ -37,7 +37,7 @@ fn the_node_is_covered_and_rows_without_one_hash_as_before() {
         let all = chain::values(2, &on_node);
         assert_eq!(all[16..23], [ValueRef::Null; 7], "no workload");
         assert_eq!(all[23], ValueRef::Text(b"web-1"));
-        let hashed: Vec<ValueRef<'_>> = all[..10].iter().chain(&all[16..]).copied().collect();
+        let hashed: Vec<ValueRef<'_>> = all[..10].iter().chain(&all[16..24]).copied().collect();
         assert_eq!(hashed.len(), 18);
         let (prev, hash) = hashes(2);
         assert_eq!(hand_hash(&prev, &hashed), hash);
