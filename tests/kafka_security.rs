@@ -3,7 +3,8 @@
 //! required) and a SASL endpoint (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, over TLS and
 //! not) in front of a tansu broker, and kafka-python reads what arrived through the
 //! same endpoints. A wrong CA and a wrong password are refused by the endpoint and
-//! named in /readyz, with the events kept for when the setting is fixed.
+//! named in /readyz, with the events kept for when the setting is fixed. A central
+//! gateway's Kafka source reads through the SASL-over-TLS endpoint the same way.
 //!
 //! tansu's own TLS and SASL cannot serve here (its 0.6 TLS listener is not wired,
 //! and its SASL keeps no users with in-memory storage), hence the fronts.
@@ -273,4 +274,112 @@ fn sasl_scram_over_plaintext_delivers_zstd_batches() {
         read.codecs
     );
     assert!(gateway.terminate().success());
+}
+
+/// A central gateway's Kafka source reads through a SASL endpoint over TLS
+/// (SCRAM-SHA-512, the CA checked) what a node gateway produced through the same
+/// endpoint: every event, once, with the id it had on the node, its password never
+/// shown; a source with the wrong password reads nothing and says why in its log.
+#[test]
+#[ignore = "needs tansu and kafka-python (tests/run.sh installs them)"]
+fn a_kafka_source_reads_through_sasl_over_tls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = certs::generate(dir.path(), "kafka");
+    let password = dir.path().join("password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).expect("write");
+    let wrong = dir.path().join("wrong-password");
+    std::fs::write(&wrong, "not-the-password\n").expect("write");
+    let front_port = free_port();
+    let tansu = Tansu::behind(front_port);
+    let front = Front::sasl(
+        front_port,
+        &tansu.brokers(),
+        USER,
+        &password,
+        Some((&pki.server_cert, &pki.server_key)),
+    );
+    let brokers = front.address();
+    let tls = format!("tls = {{ ca = \"{}\" }}", path_str(&pki.ca));
+    let node_config = write_config(
+        dir.path(),
+        &brokers,
+        &[(
+            "fleet",
+            "fleet-secure",
+            format!("{tls}\n{}", sasl("SCRAM-SHA-512", &password)),
+        )],
+    );
+    // The node keeps its own audit store too, to compare ids with.
+    let mut text = std::fs::read_to_string(&node_config).expect("read");
+    text.push_str("[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n");
+    std::fs::write(&node_config, text).expect("write");
+    let node_dir = tempfile::tempdir().expect("tempdir");
+    let node = Gateway::start_in(node_dir, &["--config", &node_config, "--node", "web-1"]);
+    publish_exits(&node, 3);
+
+    let central = |name: &str, password_file: &Path| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("central.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[source]]\nkind = \"kafka\"\nbrokers = \"{brokers}\"\ntopics = [\"fleet-secure\"]\n\
+                 group = \"{name}\"\n{tls}\n{}\n",
+                sasl("SCRAM-SHA-512", password_file)
+            ),
+        )
+        .expect("write");
+        let config = path_str(&config).to_owned();
+        Gateway::start_in(dir, &["--config", &config])
+    };
+    let mut good = central("central", &password);
+    let mut refused = central("refused", &wrong);
+    let stored = |gateway: &Gateway| -> Vec<serde_json::Value> {
+        let out = eventgate()
+            .args(["query", "--data-dir"])
+            .arg(gateway.dir.path().join("data"))
+            .args(["--format", "json"])
+            .output()
+            .expect("query");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON"))
+            .collect()
+    };
+    let rows = wait_for("the central to store the node's 3 events", DEADLINE, || {
+        let rows = stored(&good);
+        (rows.len() >= 3).then_some(rows)
+    });
+    let node_ids: BTreeSet<String> = wait_for("the node's own store", DEADLINE, || {
+        let rows = stored(&node);
+        (rows.len() == 3).then_some(rows)
+    })
+    .iter()
+    .map(|r| r["id"].as_str().expect("id").to_owned())
+    .collect();
+    let central_ids: Vec<String> = rows
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_owned())
+        .collect();
+    assert_eq!(central_ids.len(), 3, "once each: {rows:?}");
+    assert_eq!(
+        central_ids.iter().cloned().collect::<BTreeSet<_>>(),
+        node_ids
+    );
+    assert!(rows.iter().all(|r| r["node"] == "web-1"), "{rows:?}");
+
+    wait_for("the refused source to say why", DEADLINE, || {
+        let log = refused.stderr_text();
+        (log.contains("refused") && log.contains("SASL authentication error")).then_some(())
+    });
+    assert!(
+        stored(&refused).is_empty(),
+        "nothing read without the password"
+    );
+    for gateway in [&mut good, &mut refused] {
+        let logged = gateway.stderr_text();
+        assert!(!logged.contains(PASSWORD) && !logged.contains("not-the-password"));
+    }
+    assert!(good.terminate().success());
+    assert!(refused.terminate().success());
 }
