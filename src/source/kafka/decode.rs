@@ -147,10 +147,12 @@ pub(crate) fn decode(
         None => field("node_seq").or(field("seq")).and_then(Value::as_u64),
     }
     .filter(|seq| *seq != 0);
+    // Cut as the spool cuts it, so the event is the same live and read back.
     let node = match message.header("node")? {
-        Some(node) => Some(node.to_owned()),
-        None => field("node").and_then(Value::as_str).map(str::to_owned),
-    };
+        Some(node) => Some(node),
+        None => field("node").and_then(Value::as_str),
+    }
+    .map(|node| clip(node, u8::MAX as usize).to_owned());
     let origin = match message.header("origin")? {
         Some(origin) => {
             Origin::from_labels(origin, message.header("origin_clock")?).map_err(|problem| {
@@ -331,6 +333,14 @@ fn structured(message: &Message<'_>, body: &Map<String, Value>) -> Result<Envelo
         topic: required(message, "topic", text_of(body, "topic")?)?,
         event,
     })
+}
+
+fn clip(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// [`Publisher::write_json`]'s object back.
