@@ -24,6 +24,8 @@
 //!   retries, checkpoints.
 //! - [`forward`]: the [`forward::Forwarder`] and [`forward::Kind`] traits and the file,
 //!   SQLite and Kafka kinds.
+//! - `correlate`: a forwarder's optional stage that holds back an event storm's
+//!   repeats and sends one aggregate in their place.
 //! - [`deadletter`]: events forwarders gave up on, kept for `eventgate dlq`.
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
@@ -57,6 +59,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 mod connections;
+mod correlate;
 pub mod deadletter;
 pub mod errors;
 pub mod event;

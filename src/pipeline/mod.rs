@@ -230,10 +230,18 @@ impl Pipeline {
             name: spec.name.clone(),
             data_dir: data_dir.to_path_buf(),
         };
-        let forwarder = kind
+        let mut forwarder = kind
             .build(&context, &spec.options)
             .await
             .map_err(build_error)?;
+        if let Some(correlate) = &spec.correlate {
+            forwarder = crate::correlate::Correlated::wrap(
+                &spec.name,
+                forwarder,
+                correlate.clone(),
+                data_dir,
+            );
+        }
         let mut batch = spec.batch.clone();
         if batch.events == 0 {
             batch.events = kind.default_batch_events();

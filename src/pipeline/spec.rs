@@ -1,5 +1,5 @@
 //! One `[[forwarder]]` table as the pipeline reads it: its own keys (name, kind, route
-//! filters, queue, batch, retry, checkpoint) and the rest, the options its kind checks.
+//! filters, queue, batch, retry, checkpoint, correlate) and the rest, the options its kind checks.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -19,6 +19,8 @@ pub struct ForwarderSpec {
     pub batch: BatchSettings,
     pub retry: RetrySettings,
     pub checkpoint: CheckpointSettings,
+    /// The `correlate` stage; `None` (the default): every event goes through.
+    pub correlate: Option<crate::correlate::CorrelateSettings>,
     pub options: Options,
 }
 
@@ -44,6 +46,7 @@ impl ForwarderSpec {
             batch: BatchSettings::default(),
             retry: RetrySettings::default(),
             checkpoint: CheckpointSettings::default(),
+            correlate: None,
             options,
         }
     }
@@ -71,6 +74,9 @@ impl ForwarderSpec {
         self.batch.validate()?;
         self.retry.validate()?;
         self.checkpoint.validate()?;
+        if let Some(correlate) = &self.correlate {
+            correlate.validate()?;
+        }
         Ok(())
     }
 }
@@ -116,6 +122,7 @@ impl<'de> Deserialize<'de> for ForwarderSpec {
             checkpoint: take(&mut table, "checkpoint")
                 .map_err(in_forwarder)?
                 .unwrap_or_default(),
+            correlate: take(&mut table, "correlate").map_err(in_forwarder)?,
             options: table,
             name,
             kind,
@@ -137,6 +144,9 @@ impl Serialize for ForwarderSpec {
         map.serialize_entry("batch", &self.batch)?;
         map.serialize_entry("retry", &self.retry)?;
         map.serialize_entry("checkpoint", &self.checkpoint)?;
+        if let Some(correlate) = &self.correlate {
+            map.serialize_entry("correlate", correlate)?;
+        }
         map.end()
     }
 }
