@@ -358,6 +358,18 @@ fn describe() {
             "SQLite forwarder errors, by class.",
         ),
         (
+            "eventgate_correlate_held_total",
+            "Events a forwarder's correlate stage held back, by reason (duplicate, similar, rate_limited); each is counted in an aggregate sent in their place.",
+        ),
+        (
+            "eventgate_correlate_aggregates_total",
+            "Aggregates (eventgate.events.v1.Correlated) a forwarder's correlate stage sent.",
+        ),
+        (
+            "eventgate_correlate_state_resets_total",
+            "Times a correlate stage found no saved state as of the position it resumed from and started afresh (what it held back then is not in any aggregate).",
+        ),
+        (
             "eventgate_source_events_total",
             "Events a [[source]] appended to the exchange (their offsets are stored for commit once they are durable).",
         ),
@@ -455,6 +467,16 @@ fn describe() {
             "eventgate_upstream_connected",
             Count,
             "1 while subscribed to the upstream, else 0.",
+        ),
+        (
+            "eventgate_correlate_held_events",
+            Count,
+            "Events a forwarder's correlate stage holds back that no aggregate has been sent for yet.",
+        ),
+        (
+            "eventgate_correlate_objects",
+            Count,
+            "Objects and topics a forwarder's correlate stage tracks (at most correlate.max_objects).",
         ),
         (
             "eventgate_source_inflight_events",

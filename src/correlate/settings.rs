@@ -74,3 +74,46 @@ impl CorrelateSettings {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn config(correlate: &str) -> Result<Config, String> {
+        Config::parse(
+            &format!(
+                "[[forwarder]]\nname = \"alerts\"\nkind = \"file\"\npath = \"a.jsonl\"\ncorrelate = {correlate}\n"
+            ),
+            "(test)",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_kubernetes_and_bad_values_are_named() {
+        let parsed = config("{}").unwrap();
+        let settings = parsed.forwarders[0].correlate.clone().unwrap();
+        assert_eq!(settings, super::CorrelateSettings::default());
+        assert_eq!((settings.aggregate_after, settings.burst), (10, 25));
+        assert_eq!(settings.refill.as_secs(), 300);
+        assert!(config("{ flush = \"5s\", max_objects = 10 }").is_ok());
+        for (bad, named) in [
+            ("{ burst = 0 }", "`correlate.burst`"),
+            ("{ window = \"0s\" }", "`correlate.window`"),
+            ("{ refill = \"0s\" }", "`correlate.refill`"),
+            ("{ flush = \"0s\" }", "`correlate.flush`"),
+            ("{ max_objects = 0 }", "`correlate.max_objects`"),
+            ("{ bursts = 3 }", "bursts"),
+            ("{ window = \"soon\" }", "correlate"),
+        ] {
+            let error = config(bad).unwrap_err();
+            assert!(error.contains(named) && error.contains("alerts"), "{bad}: {error}");
+        }
+        let without = Config::parse(
+            "[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"a.jsonl\"\n",
+            "(test)",
+        )
+        .unwrap();
+        assert!(without.forwarders[0].correlate.is_none(), "off by default");
+    }
+}
