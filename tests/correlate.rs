@@ -177,7 +177,9 @@ correlate = {{ flush = "2s" }}
             });
             all.then_some(read)
         });
-    eprintln!("{RESTARTS} restarts in {took:?}: sent {plain:?}, in aggregates {aggregated:?}, {by_reason:?}");
+    eprintln!(
+        "{RESTARTS} restarts in {took:?}: sent {plain:?}, in aggregates {aggregated:?}, {by_reason:?}"
+    );
     for topic in TASK_TOPICS {
         let sent = plain.get(topic).copied().unwrap_or(0);
         let summed = aggregated.get(topic).copied().unwrap_or(0);

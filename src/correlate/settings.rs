@@ -107,7 +107,10 @@ mod tests {
             ("{ window = \"soon\" }", "correlate"),
         ] {
             let error = config(bad).unwrap_err();
-            assert!(error.contains(named) && error.contains("alerts"), "{bad}: {error}");
+            assert!(
+                error.contains(named) && error.contains("alerts"),
+                "{bad}: {error}"
+            );
         }
         let without = Config::parse(
             "[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"a.jsonl\"\n",

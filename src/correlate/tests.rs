@@ -172,3 +172,56 @@ async fn a_storm_that_stops_is_summed_up_after_flush() {
     stage.close().await.unwrap();
     assert_eq!(sink.aggregates().len(), 1, "nothing more to send at close");
 }
+
+/// An aggregate is a record like any other in every form a sink writes: JSON lines
+/// with the counts decoded, and each Kafka value format, which a Kafka source reads
+/// back into the same event.
+#[tokio::test]
+async fn an_aggregate_is_a_valid_record_in_every_format() {
+    use crate::forward::kafka::{RecordEncoder, TopicTemplate, ValueFormat};
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(Sink::default());
+    let stage = Correlated::wrap(
+        "alerts",
+        sink.clone(),
+        settings(Duration::from_secs(3600)),
+        dir.path(),
+    );
+    stage.send(&storm(1, 12, "web")).await.unwrap();
+    stage.close().await.unwrap();
+    let aggregate = {
+        let events = sink.events.lock().unwrap();
+        Arc::clone(
+            events
+                .iter()
+                .find(|e| e.topic() == aggregate::TOPIC)
+                .unwrap(),
+        )
+    };
+    let line: serde_json::Value =
+        serde_json::from_str(&crate::render::event_json(&aggregate)).unwrap();
+    assert_eq!(line["type_url"], aggregate::TYPE);
+    assert_eq!(line["event"]["object"], "web");
+    assert_eq!(line["event"]["count"], 2);
+    assert_eq!(
+        line["event"]["last_event"]["containerId"]
+            .as_str()
+            .or(line["event"]["last_event"]["container_id"].as_str()),
+        Some("web")
+    );
+    for format in [
+        ValueFormat::Protobuf,
+        ValueFormat::Json,
+        ValueFormat::CloudeventsBinary,
+        ValueFormat::CloudeventsStructured,
+    ] {
+        let record =
+            RecordEncoder::new(TopicTemplate::parse("alerts").unwrap(), format).encode(&aggregate);
+        let back = crate::source::decode_record(&record).unwrap();
+        assert_eq!(back.envelope, aggregate.envelope, "{format:?}");
+        assert_eq!(back.id, aggregate.id, "{format:?}");
+        if format == ValueFormat::CloudeventsBinary {
+            assert_eq!(record.header("ce_type"), Some(aggregate::TYPE));
+        }
+    }
+}

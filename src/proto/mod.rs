@@ -3,6 +3,7 @@
 //! fields, `ctr events` output, and a lossless JSON for storage.
 
 mod fieldpath;
+mod from_json;
 mod go;
 mod json;
 #[cfg(test)]
@@ -18,6 +19,7 @@ mod time;
 use prost_reflect::{FieldDescriptor, MessageDescriptor};
 
 pub use fieldpath::{event_field, has_adaptor};
+pub use from_json::{FromJsonError, encode_json_value};
 pub use go::to_go_json;
 pub use json::{to_json_string, write_json};
 pub use limits::{MAX_ANY_NESTING, MAX_DEPTH};

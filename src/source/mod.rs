@@ -16,6 +16,15 @@ use crate::forward::Options;
 
 pub(crate) mod kafka;
 
+/// A Kafka record as the `kafka` forwarder encodes it, read back as a source reads
+/// it (tests check that what one writes the other takes in).
+#[cfg(test)]
+pub(crate) fn decode_record(
+    record: &crate::forward::kafka::Record,
+) -> Result<crate::event::Event, String> {
+    kafka::decode_record(record)
+}
+
 /// One `[[source]]` table: `name`, `kind` and the kind's options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceSpec {

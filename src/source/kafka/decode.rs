@@ -233,12 +233,18 @@ fn timestamp(text: Option<&str>) -> Result<Option<Timestamp>, DecodeError> {
 /// The payload from its JSON form, through the registry (lossless for the types it
 /// knows, which are the only ones a gateway writes as JSON).
 fn from_json(type_url: &str, json: &Value) -> Result<Any, DecodeError> {
-    Registry::global()
-        .encode_json(type_url, &json.to_string())
-        .map_err(|e| DecodeError::Payload {
-            type_url: type_url.to_owned(),
-            problem: e.to_string(),
-        })
+    let problem = |problem: String| DecodeError::Payload {
+        type_url: type_url.to_owned(),
+        problem,
+    };
+    let desc = Registry::global()
+        .message(type_url)
+        .ok_or_else(|| problem("a type this gateway does not know, written as JSON".into()))?;
+    let value = crate::proto::encode_json_value(desc, json).map_err(|e| problem(e.to_string()))?;
+    Ok(Any {
+        type_url: type_url.to_owned(),
+        value,
+    })
 }
 
 fn from_base64(type_url: &str, text: &str) -> Result<Any, DecodeError> {

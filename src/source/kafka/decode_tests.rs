@@ -108,12 +108,31 @@ fn every_format_round_trips_the_event_and_its_identity() {
     }
 }
 
-/// A payload with every kind of field set (strings, integers, a timestamp), a
-/// payload the registry does not know (raw bytes in every format) and an event
+/// A payload with every kind of field set (strings, integers, a timestamp), one
+/// holding an Any of a type the registry does not know (a container's runtime
+/// options), a payload the registry does not know (raw bytes in every format) and an event
 /// without one all come back as they were.
 #[test]
 fn set_fields_unknown_payloads_and_no_payload_survive() {
+    let create = crate::proto::containerd::events::ContainerCreate {
+        id: "c1".into(),
+        image: "busybox".into(),
+        runtime: Some(
+            crate::proto::containerd::events::container_create::Runtime {
+                name: "io.containerd.runc.v2".into(),
+                // A type this gateway does not know, as CRI sets runc's options.
+                options: Some(Any {
+                    type_url: "containerd.runc.v1.Options".into(),
+                    value: vec![8, 1, 18, 3, 97, 98, 99],
+                }),
+            },
+        ),
+    };
     for payload in [
+        Some(Any {
+            type_url: "containerd.events.ContainerCreate".into(),
+            value: create.encode_to_vec(),
+        }),
         Some(testing::json_any(
             "containerd.events.TaskExit",
             r#"{"containerId":"c1","id":"c1","pid":42,"exitStatus":137,"exitedAt":"2024-05-01T10:00:00.000000005Z"}"#,

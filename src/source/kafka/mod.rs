@@ -26,6 +26,24 @@ mod options;
 
 pub(crate) use options::SourceOptions;
 
+#[cfg(test)]
+pub(crate) fn decode_record(
+    record: &crate::forward::kafka::Record,
+) -> Result<crate::event::Event, String> {
+    let message = decode::Message {
+        topic: &record.topic,
+        partition: 0,
+        offset: 0,
+        headers: record
+            .headers
+            .iter()
+            .map(|(k, v)| (*k, v.as_bytes()))
+            .collect(),
+        value: record.value.as_deref(),
+    };
+    decode::decode(&message, options::Format::Auto, &Arc::from("test")).map_err(|e| e.to_string())
+}
+
 /// At most this many events appended and not yet durable; at the bound the source
 /// stops reading until the oldest is durable (the rest wait in Kafka).
 const MAX_IN_FLIGHT: usize = 4096;
