@@ -9,7 +9,6 @@
 //! `eventgate.events.v1.RawPayload`), parsed, and every Any put back to its own type
 //! name and bytes, innermost first.
 
-use base64::Engine;
 use prost::Message as _;
 use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage, Value as Field};
 use serde_json::Value;
