@@ -52,6 +52,9 @@ const MAX_IN_FLIGHT: usize = 4096;
 /// a full spool, a disk at its reserve).
 const FULL_PAUSE: Duration = Duration::from_millis(50);
 
+/// After a consumer error, before reading again.
+const ERROR_PAUSE: Duration = Duration::from_millis(100);
+
 /// librdkafka's logs and errors, into tracing, secrets scrubbed.
 struct SourceContext {
     source: Arc<str>,
@@ -183,6 +186,12 @@ impl Consumer {
                     Err(error) => {
                         metrics::counter!("eventgate_source_errors_total", "source" => self.name.to_string()).increment(1);
                         tracing::warn!(source = %self.name, %error, "kafka consumer error");
+                        // librdkafka retries on its own; an error that repeats at
+                        // once must not spin this task.
+                        tokio::select! {
+                            () = self.cancel.cancelled() => break,
+                            () = tokio::time::sleep(ERROR_PAUSE) => {}
+                        }
                     }
                 },
             }
