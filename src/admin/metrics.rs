@@ -378,6 +378,10 @@ fn describe() {
             "Kafka messages a [[source]] could not take in and skipped after logging where they are, by reason (protobuf, json, field, header, payload: not an event; or the exchange's refusal: invalid_namespace, invalid_topic, invalid_timestamp; or too_large for the spool).",
         ),
         (
+            "eventgate_source_restarts_total",
+            "Times a [[source]]'s consumer ended while the gateway ran (a panic, a failed write) and was started again.",
+        ),
+        (
             "eventgate_source_errors_total",
             "Errors the Kafka consumer of a [[source]] reported (brokers unreachable, offset commits that failed); librdkafka retries them.",
         ),

@@ -96,6 +96,57 @@ impl Serialize for SourceSpec {
     }
 }
 
+/// Runs a source's consumer, and starts a new one if it ever ends (a panic, a
+/// failed write) before the gateway stops: the new consumer reads on from the
+/// group's last commit, and stores drop what it reads twice.
+async fn supervise(
+    name: Arc<str>,
+    options: Options,
+    mut consumer: kafka::Consumer,
+    exchange: Exchange,
+    cancel: CancellationToken,
+) {
+    loop {
+        let ended = tokio::spawn(consumer.run()).await;
+        if cancel.is_cancelled() {
+            return;
+        }
+        let how = match ended {
+            Ok(()) => "stopped".to_owned(),
+            Err(error) => format!("failed: {error}"),
+        };
+        metrics::counter!("eventgate_source_restarts_total", "source" => name.to_string())
+            .increment(1);
+        tracing::error!(source = %name, "the source {how} while the gateway runs; starting it again in 1s (it reads on from the group's last commit)");
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(RESTART_PAUSE) => {}
+            }
+            let started = kafka::SourceOptions::parse(&options).and_then(|options| {
+                kafka::Consumer::start(
+                    Arc::clone(&name),
+                    &options,
+                    exchange.clone(),
+                    cancel.child_token(),
+                )
+            });
+            match started {
+                Ok(started) => {
+                    consumer = started;
+                    break;
+                }
+                Err(error) => {
+                    tracing::error!(source = %name, %error, "the source cannot start again; trying again in 1s")
+                }
+            }
+        }
+    }
+}
+
+/// Between a source's unexpected end and its new start.
+const RESTART_PAUSE: Duration = Duration::from_secs(1);
+
 /// The running sources.
 pub(crate) struct Sources {
     cancel: CancellationToken,
@@ -112,16 +163,24 @@ impl Sources {
                 name: spec.name.clone(),
                 problem,
             };
+            let name: Arc<str> = Arc::from(spec.name.as_str());
             let options =
                 kafka::SourceOptions::parse(&spec.options).map_err(|e| invalid(e.to_string()))?;
             let consumer = kafka::Consumer::start(
-                Arc::from(spec.name.as_str()),
+                Arc::clone(&name),
                 &options,
                 exchange.clone(),
                 cancel.child_token(),
             )
             .map_err(|e| invalid(e.to_string()))?;
-            tasks.push((spec.name.clone(), tokio::spawn(consumer.run())));
+            let task = supervise(
+                name,
+                spec.options.clone(),
+                consumer,
+                exchange.clone(),
+                cancel.clone(),
+            );
+            tasks.push((spec.name.clone(), tokio::spawn(task)));
         }
         Ok(Self { cancel, tasks })
     }
