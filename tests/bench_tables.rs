@@ -156,3 +156,15 @@ fn the_fleet_benchmark_compares_the_source_with_a_plain_consumer() {
         }
     }
 }
+
+/// `bench correlate` at a tiny size: both loads are measured next to JSON rendering.
+#[test]
+fn the_correlate_benchmark_compares_the_stage_with_json_rendering() {
+    let table = run(&["bench", "correlate", "--rounds", "1", "--events", "1000"]);
+    for load in ["many containers, each once", "one container crash-looping"] {
+        let cells = row(&table, load);
+        for (i, what) in [(1, "through the stage"), (2, "JSON"), (3, "ratio")] {
+            assert!(number(cells[i]) > 0.0, "{load} {what}: {cells:?}");
+        }
+    }
+}

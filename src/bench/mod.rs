@@ -3,6 +3,7 @@
 
 pub mod backlog;
 pub mod containerd_config;
+pub mod correlate;
 pub mod daemon;
 pub mod exchange;
 pub mod fleet;

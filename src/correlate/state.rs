@@ -3,7 +3,7 @@
 //! (their own times, not the clock), so replaying the same events from the same
 //! state decides the same way, and it serializes whole for the stage's checkpoints.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -83,13 +83,26 @@ struct Bucket {
     used: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Correlator {
     /// `namespace \0 object \0 topic`.
     keys: HashMap<String, Key>,
     /// `namespace \0 object`.
     buckets: HashMap<String, Bucket>,
     tick: u64,
+    /// Keys and buckets by recency (`used`), so the least recently seen is found
+    /// without a scan; rebuilt from `used` when the state is read back.
+    #[serde(skip)]
+    key_order: BTreeMap<u64, String>,
+    #[serde(skip)]
+    bucket_order: BTreeMap<u64, String>,
+}
+
+// The recency indexes are derived from `used`: equal states are equal without them.
+impl PartialEq for Correlator {
+    fn eq(&self, other: &Self) -> bool {
+        self.keys == other.keys && self.buckets == other.buckets && self.tick == other.tick
+    }
 }
 
 /// An event's time: its envelope timestamp, else when the gateway received it.
@@ -138,6 +151,7 @@ impl Correlator {
         let topic = event.topic();
         let key_text = format!("{namespace}\0{object}\0{topic}");
         let bucket_text = format!("{namespace}\0{object}");
+        self.index();
         let mut forgotten = Vec::new();
         if !self.keys.contains_key(&key_text) && self.keys.len() >= s.max_objects {
             forgotten.extend(self.forget_key());
@@ -145,10 +159,12 @@ impl Correlator {
         if !self.buckets.contains_key(&bucket_text) && self.buckets.len() >= s.max_objects {
             self.forget_bucket();
         }
-        let key = self.keys.entry(key_text).or_insert_with(|| Key {
+        let key = self.keys.entry(key_text.clone()).or_insert_with(|| Key {
             last_at: t,
             ..Key::default()
         });
+        self.key_order.remove(&key.used);
+        self.key_order.insert(tick, key_text);
         if t.saturating_sub(key.last_at) > nanos(s.window) {
             key.seen = 0;
         }
@@ -165,11 +181,13 @@ impl Correlator {
             Verdict::Hold(Reason::Similar)
         } else {
             let burst = f64::from(s.burst);
-            let bucket = self.buckets.entry(bucket_text).or_insert(Bucket {
+            let bucket = self.buckets.entry(bucket_text.clone()).or_insert(Bucket {
                 tokens: burst,
                 at: t,
-                used: tick,
+                used: 0,
             });
+            self.bucket_order.remove(&bucket.used);
+            self.bucket_order.insert(tick, bucket_text);
             let elapsed = t.saturating_sub(bucket.at).max(0) as f64;
             bucket.tokens = (bucket.tokens + elapsed / nanos(s.refill) as f64).min(burst);
             bucket.at = bucket.at.max(t);
@@ -267,22 +285,27 @@ impl Correlator {
         self.keys.len()
     }
 
+    /// Builds the recency indexes of a state read back from its file.
+    fn index(&mut self) {
+        if self.key_order.len() != self.keys.len() {
+            self.key_order = self.keys.iter().map(|(k, v)| (v.used, k.clone())).collect();
+        }
+        if self.bucket_order.len() != self.buckets.len() {
+            self.bucket_order = self
+                .buckets
+                .iter()
+                .map(|(k, v)| (v.used, k.clone()))
+                .collect();
+        }
+    }
+
     fn forget_key(&mut self) -> Option<Held> {
-        let oldest = self
-            .keys
-            .iter()
-            .min_by_key(|(_, key)| key.used)
-            .map(|(text, _)| text.clone())?;
+        let (_, oldest) = self.key_order.pop_first()?;
         self.keys.remove(&oldest).and_then(|key| key.held)
     }
 
     fn forget_bucket(&mut self) {
-        let oldest = self
-            .buckets
-            .iter()
-            .min_by_key(|(_, bucket)| bucket.used)
-            .map(|(text, _)| text.clone());
-        if let Some(oldest) = oldest {
+        if let Some((_, oldest)) = self.bucket_order.pop_first() {
             self.buckets.remove(&oldest);
         }
     }

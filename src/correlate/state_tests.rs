@@ -165,6 +165,8 @@ fn forgotten_keys_hand_their_aggregate_over() {
         Verdict::Hold(Reason::Similar)
     );
     assert_eq!(c.offer(&exit(3, "b", 1, 2), &s).0, Verdict::Send);
+    // Read back from its file, the state still knows which key is the oldest.
+    let mut c: Correlator = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
     let (verdict, forgotten) = c.offer(&exit(4, "c", 1, 3), &s);
     assert_eq!(verdict, Verdict::Send);
     assert_eq!(forgotten.len(), 1);

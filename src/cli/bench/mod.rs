@@ -1,6 +1,7 @@
 //! `eventgate bench`: rerunnable benchmarks that print a README-ready table.
 
 mod backlog;
+mod correlate;
 mod exchange;
 mod exchange_table;
 mod fleet;
@@ -61,6 +62,9 @@ pub enum Which {
     /// defaults and with the spool alone, next to a plain librdkafka consumer
     /// reading the same messages in the same run.
     Fleet(fleet::FleetBenchArgs),
+    /// The correlate stage's cost per event (many containers; one crash-looping),
+    /// next to rendering the same events as JSON lines in the same run.
+    Correlate(correlate::CorrelateBenchArgs),
 }
 
 pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -75,6 +79,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Backlog(args) => backlog::run(args).await,
         Which::Resume(args) => resume::run(args).await,
         Which::Fleet(args) => fleet::run(args).await,
+        Which::Correlate(args) => correlate::run(args).await,
     }
 }
 
