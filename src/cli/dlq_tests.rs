@@ -67,6 +67,7 @@ fn the_workload_is_listed_as_json_lines_show_it() {
             origin: Origin::Live,
             workload,
             node: node.map(String::from),
+            node_seq: None,
         };
         let listed = json_line(&entry);
         let line: Value = serde_json::from_str(&render::event_json(&event)).unwrap();

@@ -198,6 +198,9 @@ pub struct Entry {
     /// The node the event was captured on; `None` when unknown (and for entries
     /// recorded before nodes were kept).
     pub node: Option<String>,
+    /// The event's seq on its node's gateway, for an event taken in from another
+    /// gateway; `None` otherwise (and for entries recorded before it was kept).
+    pub node_seq: Option<u64>,
 }
 
 /// An entry that cannot be turned back into an event (a damaged row).
@@ -217,7 +220,7 @@ impl Entry {
     }
 
     /// The event as the forwarder first saw it: same id, sequence number, source,
-    /// publisher, origin, workload, node, arrival time and envelope.
+    /// publisher, origin, workload, node, node seq, arrival time and envelope.
     pub fn to_event(&self) -> Result<Event, RestoreError> {
         let envelope = self.decode_envelope().map_err(RestoreError::Envelope)?;
         let id: EventId = self
@@ -230,7 +233,8 @@ impl Entry {
             .with_publisher(self.publisher.clone())
             .with_origin(self.origin)
             .with_workload(self.workload.clone().map(Arc::new))
-            .with_node(self.node.as_deref().map(Arc::from));
+            .with_node(self.node.as_deref().map(Arc::from))
+            .with_node_seq(self.node_seq);
         event.received_at = received_at;
         Ok(event)
     }

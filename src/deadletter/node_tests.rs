@@ -101,3 +101,41 @@ async fn a_version_5_store_keeps_its_entries_with_an_unknown_node_and_takes_new_
         .collect();
     assert_eq!(listed, [(7, None), (8, Some("web-1".into()))]);
 }
+
+/// An event taken in from another gateway keeps its node seq through a dead letter
+/// (dead-letter schema 7), and comes back from Kafka as it went.
+#[tokio::test]
+async fn a_taken_in_event_comes_back_with_its_node_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("deadletters.db"), true)
+        .await
+        .unwrap();
+    let taken_in = testing::event(7)
+        .at(T0)
+        .json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
+        .node("web-1")
+        .taken_in_by_kafka("fleet", 41)
+        .arc();
+    store
+        .record(
+            "alerts",
+            vec![taken_in, event(8, Some("central"))],
+            failure(),
+        )
+        .await
+        .unwrap();
+    store.request(None, Vec::new()).await.unwrap();
+    let back: Vec<Event> = store
+        .take("alerts", 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.to_event().unwrap())
+        .collect();
+    assert_eq!(back[0].node_seq, Some(41));
+    assert_eq!(
+        back[0].source,
+        crate::event::Source::Kafka(Arc::from("fleet"))
+    );
+    assert_eq!(back[1].node_seq, None);
+}

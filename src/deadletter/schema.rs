@@ -48,6 +48,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0006_node.sql",
         sql: include_str!("../../migrations/deadletter/0006_node.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_node_seq.sql",
+        sql: include_str!("../../migrations/deadletter/0007_node_seq.sql"),
+    },
 ];
 
 const SCHEMA: Schema = Schema {

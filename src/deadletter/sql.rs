@@ -14,8 +14,8 @@ use crate::publisher::Publisher;
 /// add up, the first attempt stays the earliest, the rest describes the latest failure.
 const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at, \
      error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) \
      ON CONFLICT (forwarder, event_id) DO UPDATE SET \
        seq = excluded.seq, error = excluded.error, reason = excluded.reason, \
        attempts = attempts + excluded.attempts, \
@@ -25,7 +25,7 @@ const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source
 
 const COLUMNS: &str = "id, forwarder, event_id, seq, source, envelope, received_at, error, reason, \
      attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node";
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq";
 
 fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
@@ -67,6 +67,7 @@ pub(super) fn record(
                 event.origin.clock().map(Clock::label),
                 event.workload.as_deref().map(Message::encode_to_vec),
                 event.node(),
+                event.node_seq.map(sql_int).transpose()?,
             ])?;
         }
     }
@@ -132,6 +133,18 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
         origin,
         workload,
         node: row.get(22)?,
+        node_seq: row
+            .get::<_, Option<i64>>(23)?
+            .map(|n| {
+                u64::try_from(n).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        23,
+                        rusqlite::types::Type::Integer,
+                        Box::new(e),
+                    )
+                })
+            })
+            .transpose()?,
     })
 }
 
