@@ -267,6 +267,7 @@ impl Gateway {
                 reload: Some(std::sync::Arc::clone(&reloader)),
                 reload_token,
                 upstreams: upstreams.watch(),
+                sources: sources.views(),
                 spool: Some(spool.clone()),
                 exchange: exchange.clone(),
                 readiness: crate::admin::readiness::Rules::from(&config.admin),

@@ -337,6 +337,29 @@ async fn central_stores_every_node_event_once_with_its_node_and_seq() {
     let expected = node_events(&nodes, &published);
     assert_exactly_once(&[&central_data(&central)], &expected);
 
+    // `/status` and `eventgate status` say what the source took in.
+    let admin = central.admin_addr();
+    let (code, body) = http_get(admin, "/status");
+    assert_eq!(code, 200, "{body}");
+    let status: Value = serde_json::from_str(&body).expect("JSON");
+    let source = &status["sources"][0];
+    assert_eq!(source["name"], "kafka");
+    assert_eq!(source["group"], "central");
+    // At least every event (a rebalance can make the source read some again).
+    let taken_in = source["taken_in"].as_u64().expect("taken_in");
+    assert!(taken_in >= expected.len() as u64, "{source}");
+    assert_eq!(source["skipped"].as_u64(), Some(0), "{source}");
+    let out = eventgate()
+        .args(["status", "--admin", &admin.to_string()])
+        .output()
+        .expect("run eventgate status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("kafka "))
+        .unwrap_or_else(|| panic!("no source row in:\n{text}"));
+    assert!(row.contains(&taken_in.to_string()), "{row}");
+
     // A clean stop commits exactly what was stored: the next start reads only what
     // came after, none of it skipped.
     let status = central.terminate();

@@ -56,6 +56,8 @@ pub(crate) struct Observed {
     /// refused.
     pub reload_token: Option<settings::ReloadToken>,
     pub upstreams: UpstreamWatch,
+    /// What each `[[source]]` has done.
+    pub sources: Vec<Arc<crate::source::SourceStats>>,
     pub spool: Option<Spool>,
     pub exchange: Exchange,
     pub readiness: readiness::Rules,

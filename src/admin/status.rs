@@ -23,6 +23,9 @@ pub(crate) struct Status {
     pub spool: Option<SpoolStatus>,
     pub forwarders: Vec<ForwarderStatus>,
     pub upstreams: Vec<UpstreamStatus>,
+    /// Absent in documents of versions before sources.
+    #[serde(default)]
+    pub sources: Vec<SourceStatus>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,6 +69,20 @@ pub(crate) struct UpstreamStatus {
     pub connected: bool,
     /// The readiness line: connected for how long, or why not.
     pub detail: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SourceStatus {
+    pub name: String,
+    pub topics: Vec<String>,
+    pub group: String,
+    /// Totals since the gateway started.
+    pub taken_in: u64,
+    pub skipped: u64,
+    pub restarts: u64,
+    /// The last thing that went wrong: a skipped message (where it is, and why), a
+    /// consumer error, a restart.
+    pub last_error: Option<String>,
 }
 
 pub(crate) fn collect(observed: &Observed) -> Status {
@@ -122,6 +139,22 @@ pub(crate) fn collect(observed: &Observed) -> Status {
             address: s.address,
         })
         .collect();
+    let sources = observed
+        .sources
+        .iter()
+        .map(|s| {
+            let (taken_in, skipped, restarts, last_error) = s.counts();
+            SourceStatus {
+                name: s.name.clone(),
+                topics: s.topics.clone(),
+                group: s.group.clone(),
+                taken_in,
+                skipped,
+                restarts,
+                last_error,
+            }
+        })
+        .collect();
     Status {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: now
@@ -145,5 +178,6 @@ pub(crate) fn collect(observed: &Observed) -> Status {
         }),
         forwarders,
         upstreams,
+        sources,
     }
 }

@@ -168,6 +168,32 @@ pub(super) fn render(status: &Status, previous: Option<&Status>) -> String {
         }
         table(&mut out, &rows);
     }
+    if !status.sources.is_empty() {
+        out.push('\n');
+        let mut rows = vec![
+            [
+                "SOURCE", "TOPICS", "GROUP", "TAKEN IN", "SKIPPED", "RESTARTS",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for s in &status.sources {
+            rows.push(vec![
+                s.name.clone(),
+                s.topics.join(","),
+                s.group.clone(),
+                s.taken_in.to_string(),
+                s.skipped.to_string(),
+                s.restarts.to_string(),
+            ]);
+        }
+        table(&mut out, &rows);
+        for s in &status.sources {
+            if let Some(error) = &s.last_error {
+                let _ = writeln!(out, "  {}: {error}", s.name);
+            }
+        }
+    }
     if !status.problems.is_empty() {
         out.push_str("\nnot ready:\n");
         for problem in &status.problems {

@@ -38,6 +38,7 @@ fn status(uptime: f64, delivered: u64) -> Status {
         }),
         forwarders: vec![forwarder("audit", delivered)],
         upstreams: vec![],
+        sources: vec![],
     }
 }
 

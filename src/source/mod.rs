@@ -15,6 +15,9 @@ use crate::exchange::Exchange;
 use crate::forward::Options;
 
 pub(crate) mod kafka;
+mod stats;
+
+pub(crate) use stats::SourceStats;
 
 /// A Kafka record as the `kafka` forwarder encodes it, read back as a source reads
 /// it (tests check that what one writes the other takes in).
@@ -105,6 +108,7 @@ async fn supervise(
     mut consumer: kafka::Consumer,
     exchange: Exchange,
     cancel: CancellationToken,
+    stats: Arc<SourceStats>,
 ) {
     loop {
         let ended = tokio::spawn(consumer.run()).await;
@@ -117,6 +121,8 @@ async fn supervise(
         };
         metrics::counter!("eventgate_source_restarts_total", "source" => name.to_string())
             .increment(1);
+        stats.restarted();
+        stats.failed(format!("the consumer {how}; started again"));
         tracing::error!(source = %name, "the source {how} while the gateway runs; starting it again in 1s (it reads on from the group's last commit)");
         loop {
             tokio::select! {
@@ -129,6 +135,7 @@ async fn supervise(
                     &options,
                     exchange.clone(),
                     cancel.child_token(),
+                    Arc::clone(&stats),
                 )
             });
             match started {
@@ -151,6 +158,7 @@ const RESTART_PAUSE: Duration = Duration::from_secs(1);
 pub(crate) struct Sources {
     cancel: CancellationToken,
     tasks: Vec<(String, JoinHandle<()>)>,
+    views: Vec<Arc<SourceStats>>,
 }
 
 impl Sources {
@@ -158,6 +166,7 @@ impl Sources {
     pub(crate) fn start(specs: &[SourceSpec], exchange: &Exchange) -> Result<Self, SourceError> {
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
+        let mut views = Vec::new();
         for spec in specs {
             let invalid = |problem: String| SourceError::Invalid {
                 name: spec.name.clone(),
@@ -166,23 +175,40 @@ impl Sources {
             let name: Arc<str> = Arc::from(spec.name.as_str());
             let options =
                 kafka::SourceOptions::parse(&spec.options).map_err(|e| invalid(e.to_string()))?;
+            let stats = Arc::new(SourceStats::new(
+                &spec.name,
+                &options.topics,
+                &options.group,
+            ));
             let consumer = kafka::Consumer::start(
                 Arc::clone(&name),
                 &options,
                 exchange.clone(),
                 cancel.child_token(),
+                Arc::clone(&stats),
             )
             .map_err(|e| invalid(e.to_string()))?;
+            views.push(Arc::clone(&stats));
             let task = supervise(
                 name,
                 spec.options.clone(),
                 consumer,
                 exchange.clone(),
                 cancel.clone(),
+                stats,
             );
             tasks.push((spec.name.clone(), tokio::spawn(task)));
         }
-        Ok(Self { cancel, tasks })
+        Ok(Self {
+            cancel,
+            tasks,
+            views,
+        })
+    }
+
+    /// What each source has done, for `/status`.
+    pub(crate) fn views(&self) -> Vec<Arc<SourceStats>> {
+        self.views.clone()
     }
 
     /// Stops reading, waits (up to `timeout`) for what was read to be durable and

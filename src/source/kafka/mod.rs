@@ -122,6 +122,7 @@ pub(crate) struct Consumer {
     topics: HashMap<String, Arc<str>>,
     inflight: metrics::Gauge,
     taken_in: metrics::Counter,
+    stats: Arc<super::SourceStats>,
 }
 
 impl Consumer {
@@ -131,6 +132,7 @@ impl Consumer {
         options: &SourceOptions,
         exchange: Exchange,
         cancel: CancellationToken,
+        stats: Arc<super::SourceStats>,
     ) -> Result<Self, BuildError> {
         let context = SourceContext {
             source: Arc::clone(&name),
@@ -160,6 +162,7 @@ impl Consumer {
             stored: HashMap::new(),
             topics: HashMap::new(),
             inflight,
+            stats,
         })
     }
 
@@ -184,6 +187,7 @@ impl Consumer {
                         }
                     }
                     Err(error) => {
+                        self.stats.failed(format!("kafka consumer error: {error}"));
                         metrics::counter!("eventgate_source_errors_total", "source" => self.name.to_string()).increment(1);
                         tracing::warn!(source = %self.name, %error, "kafka consumer error");
                         // librdkafka retries on its own; an error that repeats at
@@ -243,6 +247,11 @@ impl Consumer {
     }
 
     fn skipped(&self, at: &Position, reason: &'static str, error: &dyn std::fmt::Display) {
+        self.stats.skipped_one();
+        self.stats.failed(format!(
+            "skipped {}/{} offset {} ({reason}): {error}",
+            at.topic, at.partition, at.offset
+        ));
         metrics::counter!("eventgate_source_skipped_total", "source" => self.name.to_string(), "reason" => reason)
             .increment(1);
         tracing::warn!(
@@ -268,6 +277,7 @@ impl Consumer {
             match self.exchange.append_taken_in(copy(&event)).await {
                 Ok(appended) => {
                     self.taken_in.increment(1);
+                    self.stats.took_in();
                     self.push(at, Some(appended.durable));
                     return true;
                 }
