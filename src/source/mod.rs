@@ -111,7 +111,10 @@ async fn supervise(
     stats: Arc<SourceStats>,
 ) {
     loop {
-        let ended = tokio::spawn(consumer.run()).await;
+        let running = tokio::spawn(consumer.run());
+        // Aborted with the supervisor (a stop that timed out), not left running.
+        let _abort = AbortOnDrop(running.abort_handle());
+        let ended = running.await;
         if cancel.is_cancelled() {
             return;
         }
@@ -148,6 +151,14 @@ async fn supervise(
                 }
             }
         }
+    }
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
