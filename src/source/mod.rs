@@ -245,3 +245,7 @@ impl Sources {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
