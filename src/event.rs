@@ -52,6 +52,19 @@ impl EventId {
     pub const fn as_bytes(&self) -> &[u8; 16] {
         self.0.as_bytes()
     }
+
+    /// An id derived from `what` (a UUID version 8 from its SHA-256): the same input
+    /// gives the same id, so an event made again from the same facts (a Kafka
+    /// message read again, an aggregate sent again) is kept once by id.
+    pub fn derived(what: &[u8]) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(what);
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        bytes[6] = (bytes[6] & 0x0f) | 0x80;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        Self::from_bytes(bytes)
+    }
 }
 
 /// The hyphenated form [`fmt::Display`] writes, as stored by the audit and

@@ -11,6 +11,17 @@
 /// The longest node name, in bytes: a host name's limit (RFC 1035's 255 octets).
 pub(crate) const MAX_LEN: usize = 255;
 
+/// `name` cut to [`MAX_LEN`] bytes on a character boundary: how a node name that
+/// did not come from validated config (a Kafka header) is kept, in memory as in the
+/// spool's one-byte-length block.
+pub(crate) fn cut(name: &str) -> &str {
+    let mut end = name.len().min(MAX_LEN);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// This machine's host name, or "" when it cannot be read (validation then asks for
 /// an explicit `node`, rather than labelling a fleet's records with a guess).
 pub(crate) fn host_name() -> String {

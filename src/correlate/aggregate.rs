@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use prost::Message;
 use prost_types::{Any, Timestamp};
-use sha2::{Digest, Sha256};
 
 use super::state::Held;
 use crate::event::{Event, EventId, Source};
@@ -43,18 +42,13 @@ pub(crate) fn event(forwarder: &str, held: &Held) -> Event {
             value: held.payload.clone(),
         }),
     };
-    let digest = Sha256::digest(
+    let id = EventId::derived(
         format!(
             "{forwarder}\0{}\0{}\0{}\0{}",
             held.namespace, held.object, held.topic, held.first_seq
         )
         .as_bytes(),
     );
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&digest[..16]);
-    // UUID version 8 (custom), RFC 4122 variant.
-    id[6] = (id[6] & 0x0f) | 0x80;
-    id[8] = (id[8] & 0x3f) | 0x80;
     let envelope = Envelope {
         timestamp: Some(timestamp(held.last_at)),
         namespace: held.namespace.clone(),
@@ -64,11 +58,6 @@ pub(crate) fn event(forwarder: &str, held: &Held) -> Event {
             value: payload.encode_to_vec(),
         }),
     };
-    Event::new(
-        held.last_seq,
-        EventId::from_bytes(id),
-        Source::Internal,
-        envelope,
-    )
-    .with_node(held.node.as_deref().map(Arc::from))
+    Event::new(held.last_seq, id, Source::Internal, envelope)
+        .with_node(held.node.as_deref().map(Arc::from))
 }

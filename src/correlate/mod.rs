@@ -36,7 +36,7 @@ mod settings;
 mod state;
 
 pub use settings::CorrelateSettings;
-use state::{Correlator, Held, Reason, Verdict};
+use state::{Correlator, Held, Reason, Verdict, unix_nanos};
 
 /// How often due aggregates are looked for when no batch comes.
 const TICK: Duration = Duration::from_secs(1);
@@ -82,11 +82,6 @@ impl Drop for Correlated {
     fn drop(&mut self) {
         self.stop.cancel();
     }
-}
-
-fn unix_nanos(time: SystemTime) -> i64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 impl Shared {

@@ -106,16 +106,18 @@ impl PartialEq for Correlator {
 }
 
 /// An event's time: its envelope timestamp, else when the gateway received it.
+pub(crate) fn unix_nanos(time: std::time::SystemTime) -> i64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 pub(crate) fn event_time(event: &Event) -> i64 {
     match &event.envelope.timestamp {
         Some(ts) => ts
             .seconds
             .saturating_mul(1_000_000_000)
             .saturating_add(i64::from(ts.nanos)),
-        None => event
-            .received_at
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+        None => unix_nanos(event.received_at),
     }
 }
 

@@ -55,6 +55,7 @@ use route::RouteState;
 use router::Route;
 pub use router::Router;
 pub use spec::ForwarderSpec;
+pub(crate) use spec::check_name;
 pub use worker::Report;
 
 #[derive(Debug, Error)]

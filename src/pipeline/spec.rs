@@ -58,17 +58,7 @@ impl ForwarderSpec {
 
     /// Pipeline-level checks; the kind's own options are checked by [`crate::config::Config::check_kinds`].
     pub(crate) fn validate(&self) -> Result<(), String> {
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(format!(
-                "`name` {:?} must be non-empty letters, digits, '-' or '_' (it labels metrics and logs)",
-                self.name
-            ));
-        }
+        check_name(&self.name)?;
         self.filter().map_err(|e| format!("`filters`: {e}"))?;
         self.queue.validate()?;
         self.batch.validate()?;
@@ -79,6 +69,21 @@ impl ForwarderSpec {
         }
         Ok(())
     }
+}
+
+/// A configured part's `name` (a forwarder's, a source's): it labels metrics and
+/// logs, and names files under the data directory.
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "`name` {name:?} must be non-empty letters, digits, '-' or '_' (it labels metrics and logs)"
+        ));
+    }
+    Ok(())
 }
 
 impl<'de> Deserialize<'de> for ForwarderSpec {

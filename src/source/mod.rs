@@ -48,17 +48,7 @@ impl SourceSpec {
     /// Every check `serve` makes before it starts the source, the librdkafka
     /// configuration included; `check-config` runs the same.
     pub(crate) fn validate(&self) -> Result<(), String> {
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(format!(
-                "`name` {:?} must be non-empty letters, digits, '-' or '_' (it labels metrics and logs)",
-                self.name
-            ));
-        }
+        crate::pipeline::check_name(&self.name)?;
         match self.kind.as_str() {
             "kafka" => kafka::SourceOptions::parse(&self.options)
                 .and_then(|options| options.probe(&self.name))

@@ -86,7 +86,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Some(Clock::Reconcile) => Some(CLOCK_RECONCILE),
     };
     let workload_len = event.workload.as_ref().map_or(0, |w| 4 + w.encoded_len());
-    let node = event.node().map(|node| clip_to(node, u8::MAX as usize));
+    let node = event.node().map(crate::node::cut);
     let body_len = MIN_BODY
         + name.len()
         + publisher_len

@@ -317,34 +317,60 @@ impl KafkaOptions {
     /// the forwarder (an unknown or invalid property, a mechanism or codec the build
     /// lacks, a CA file OpenSSL cannot load) is refused here, with the property named.
     pub fn probe(&self) -> Result<(), BuildError> {
-        let mut config = self.client_config("check");
-        config.remove("bootstrap.servers");
-        config.set_log_level(rdkafka::config::RDKafkaLogLevel::Error);
-        // librdkafka warns about the missing brokers on its own log; nothing to see.
-        config.set("log_level", "3");
-        match config.create::<rdkafka::producer::BaseProducer>() {
-            Ok(producer) => {
-                drop(producer);
-                Ok(())
-            }
-            Err(error) => Err(BuildError::Options(format!(
-                "librdkafka refuses this configuration: {}",
-                self.describe(&error)
-            ))),
-        }
+        probe::<rdkafka::producer::BaseProducer>(self.client_config("check"), |error| {
+            self.describe(error)
+        })
     }
 
     /// A librdkafka error made safe to show (see `Properties::describe`).
     pub fn describe(&self, error: &rdkafka::error::KafkaError) -> String {
-        crate::redact::text(&self.properties.describe(error), self.security.secrets())
+        describe(&self.properties, &self.security, error)
     }
 
     /// Every configured secret value (passthrough and typed), for the log scrubber.
     pub fn secrets(&self) -> Vec<String> {
-        let mut all = self.properties.secrets();
-        all.extend(self.security.secrets().iter().cloned());
-        all
+        secrets(&self.properties, &self.security)
     }
+}
+
+/// Builds the real librdkafka client of `config` without brokers (without
+/// connecting): what librdkafka would refuse when the client starts for real (an
+/// unknown or invalid property, a mechanism or codec the build lacks, a CA file
+/// OpenSSL cannot load) is refused now, named by `describe`.
+pub(crate) fn probe<C: rdkafka::config::FromClientConfig>(
+    mut config: ClientConfig,
+    describe: impl Fn(&rdkafka::error::KafkaError) -> String,
+) -> Result<(), BuildError> {
+    config.remove("bootstrap.servers");
+    config.set_log_level(rdkafka::config::RDKafkaLogLevel::Error);
+    // librdkafka warns about the missing brokers on its own log; nothing to see.
+    config.set("log_level", "3");
+    match config.create::<C>() {
+        Ok(client) => {
+            drop(client);
+            Ok(())
+        }
+        Err(error) => Err(BuildError::Options(format!(
+            "librdkafka refuses this configuration: {}",
+            describe(&error)
+        ))),
+    }
+}
+
+/// A librdkafka error with no configured secret in it.
+pub(crate) fn describe(
+    properties: &Properties,
+    security: &Security,
+    error: &rdkafka::error::KafkaError,
+) -> String {
+    crate::redact::text(&properties.describe(error), security.secrets())
+}
+
+/// Every configured secret value (passthrough and typed).
+pub(crate) fn secrets(properties: &Properties, security: &Security) -> Vec<String> {
+    let mut all = properties.secrets();
+    all.extend(security.secrets().iter().cloned());
+    all
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use tokio::time::Instant;
 pub use config::KafkaOptions;
 // What a Kafka source shares with the forwarder: brokers, TLS, SASL, passthrough
 // properties, read and checked the same way.
-pub(crate) use config::Brokers;
+pub(crate) use config::{Brokers, describe, probe, secrets};
 pub(crate) use properties::Properties;
 pub use record::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key};
 pub(crate) use security::{OWNED as SECURITY_OWNED, Sasl, Security, Tls};

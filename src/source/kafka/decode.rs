@@ -98,15 +98,7 @@ impl Message<'_> {
     /// where it is in Kafka, so reading it again gives the same id and stores keep
     /// it once.
     fn position_id(&self) -> EventId {
-        use sha2::{Digest, Sha256};
-        let digest =
-            Sha256::digest(format!("{}/{}/{}", self.topic, self.partition, self.offset).as_bytes());
-        let mut bytes = [0u8; 16];
-        bytes.copy_from_slice(&digest[..16]);
-        // UUID version 8 (custom), RFC 4122 variant.
-        bytes[6] = (bytes[6] & 0x0f) | 0x80;
-        bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        EventId::from_bytes(bytes)
+        EventId::derived(format!("{}/{}/{}", self.topic, self.partition, self.offset).as_bytes())
     }
 }
 
@@ -152,7 +144,7 @@ pub(crate) fn decode(
         Some(node) => Some(node),
         None => field("node").and_then(Value::as_str),
     }
-    .map(|node| clip(node, u8::MAX as usize).to_owned());
+    .map(|node| crate::node::cut(node).to_owned());
     let origin = match message.header("origin")? {
         Some(origin) => {
             Origin::from_labels(origin, message.header("origin_clock")?).map_err(|problem| {
@@ -339,14 +331,6 @@ fn structured(message: &Message<'_>, body: &Map<String, Value>) -> Result<Envelo
         topic: required(message, "topic", text_of(body, "topic")?)?,
         event,
     })
-}
-
-fn clip(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// [`Publisher::write_json`]'s object back.

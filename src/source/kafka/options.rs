@@ -4,7 +4,7 @@
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 
-use crate::forward::kafka::{Brokers, Properties, SECURITY_OWNED, Sasl, Security, Tls};
+use crate::forward::kafka::{self, Brokers, Properties, SECURITY_OWNED, Sasl, Security, Tls};
 use crate::forward::{BuildError, Options, parse_options};
 
 /// `[[source]]` keys of kind `kafka`.
@@ -150,30 +150,18 @@ impl SourceOptions {
     /// Builds the real librdkafka consumer without connecting, so that everything
     /// librdkafka would refuse at `serve` is refused by `check-config` too.
     pub(crate) fn probe(&self, source: &str) -> Result<(), BuildError> {
-        let mut config = self.client_config(source);
-        config.remove("bootstrap.servers");
-        config.set("log_level", "3");
-        match config.create::<rdkafka::consumer::BaseConsumer>() {
-            Ok(consumer) => {
-                drop(consumer);
-                Ok(())
-            }
-            Err(error) => Err(BuildError::Options(format!(
-                "librdkafka refuses this configuration: {}",
-                self.describe(&error)
-            ))),
-        }
+        kafka::probe::<rdkafka::consumer::BaseConsumer>(self.client_config(source), |error| {
+            self.describe(error)
+        })
     }
 
     /// A librdkafka error made safe to show.
     pub(crate) fn describe(&self, error: &rdkafka::error::KafkaError) -> String {
-        crate::redact::text(&self.properties.describe(error), self.security.secrets())
+        kafka::describe(&self.properties, &self.security, error)
     }
 
     pub(crate) fn secrets(&self) -> Vec<String> {
-        let mut all = self.properties.secrets();
-        all.extend(self.security.secrets().iter().cloned());
-        all
+        kafka::secrets(&self.properties, &self.security)
     }
 }
 
