@@ -27,7 +27,7 @@ pub const OBJECT_FIELDS: [&str; 6] = ["container_id", "sandbox_id", "id", "key",
 
 mod origin;
 pub(crate) mod workload;
-pub use origin::{Clock, Origin};
+pub use origin::{Clock, Origin, Witness};
 pub use workload::Workload;
 
 /// A unique, time-ordered event id (UUIDv7). Time order keeps a UNIQUE index on it
@@ -407,12 +407,8 @@ mod tests {
 
     const ALL: [Origin; 3] = [
         Origin::Live,
-        Origin::Reconciled {
-            clock: Clock::Daemon,
-        },
-        Origin::Reconciled {
-            clock: Clock::Reconcile,
-        },
+        Origin::reconciled(Clock::Daemon),
+        Origin::reconciled(Clock::Reconcile),
     ];
 
     /// eventgate's own filters see the origin; Subscribe's adaptor, containerd's

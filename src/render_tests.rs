@@ -215,12 +215,8 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
         // And each origin, crossed with the publishers.
         let origin = match i % 4 {
             0 => Origin::Live,
-            1 | 2 => Origin::Reconciled {
-                clock: Clock::Daemon,
-            },
-            _ => Origin::Reconciled {
-                clock: Clock::Reconcile,
-            },
+            1 | 2 => Origin::reconciled(Clock::Daemon),
+            _ => Origin::reconciled(Clock::Reconcile),
         };
         // Known nodes (one needing JSON escapes) and unknown ones.
         let node = match i % 3 {

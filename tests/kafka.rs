@@ -461,12 +461,8 @@ async fn mock_messages_carry_the_origin_headers_in_every_value_format() {
         let options = mock_options(&brokers, &format!("value_format = \"{format}\""));
         let forwarder = build(&options).await;
         let origins = [
-            Origin::Reconciled {
-                clock: Clock::Daemon,
-            },
-            Origin::Reconciled {
-                clock: Clock::Reconcile,
-            },
+            Origin::reconciled(Clock::Daemon),
+            Origin::reconciled(Clock::Reconcile),
             Origin::Live,
         ];
         let sent: Vec<Arc<Event>> = events(1, 3)

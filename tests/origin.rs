@@ -146,18 +146,11 @@ async fn reconciled_events_are_marked_in_every_record_and_selectable_by_origin()
     let exchange = gateway.exchange();
     let upstream = Source::Upstream("node-a".into());
     let sent = [
-        (
-            exit("gone", T0 + 5),
-            Origin::Reconciled {
-                clock: Clock::Daemon,
-            },
-        ),
+        (exit("gone", T0 + 5), Origin::reconciled(Clock::Daemon)),
         (exit("running", T0 + 30), Origin::Live),
         (
             exit("unknown", T0 + 40),
-            Origin::Reconciled {
-                clock: Clock::Reconcile,
-            },
+            Origin::reconciled(Clock::Reconcile),
         ),
     ];
     for (envelope, origin) in &sent {
@@ -346,9 +339,7 @@ async fn a_dead_letter_keeps_its_origin_through_list_and_retry() {
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let origin = Origin::Reconciled {
-        clock: Clock::Reconcile,
-    };
+    let origin = Origin::reconciled(Clock::Reconcile);
     let event = Event::new(
         9,
         EventId::generate(),

@@ -169,6 +169,7 @@ pub fn as_pod_events(items: &[Item]) -> Vec<Arc<Event>> {
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
+                reason: None,
             };
             Arc::new(accepted(i, item).with_workload(Some(Arc::new(workload))))
         })

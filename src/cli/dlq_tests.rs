@@ -31,6 +31,7 @@ fn the_workload_is_listed_as_json_lines_show_it() {
         container_name: Some("nginx".into()),
         image: "docker.io/library/nginx:1.27".into(),
         labels: [("app".to_owned(), "web".to_owned())].into(),
+        reason: None,
     };
     let plain = Workload {
         image: "busybox".into(),

@@ -89,12 +89,8 @@ async fn a_dead_letter_comes_back_with_its_origin() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir).await;
     let origins = [
-        Origin::Reconciled {
-            clock: Clock::Daemon,
-        },
-        Origin::Reconciled {
-            clock: Clock::Reconcile,
-        },
+        Origin::reconciled(Clock::Daemon),
+        Origin::reconciled(Clock::Reconcile),
         Origin::Live,
     ];
     let events: Vec<Arc<Event>> = origins

@@ -43,6 +43,7 @@ fn nginx() -> Workload {
         container_name: Some("nginx".into()),
         image: "docker.io/library/nginx:1.27".into(),
         labels: [("app.kubernetes.io/name".to_owned(), "web".to_owned())].into(),
+        reason: None,
     }
 }
 

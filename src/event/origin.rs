@@ -16,7 +16,49 @@ pub enum Origin {
     #[default]
     Live,
     /// Synthesized from a difference between the daemon's state and the record.
-    Reconciled { clock: Clock },
+    Reconciled { clock: Clock, from: Witness },
+}
+
+/// Whose record of the state a reconciled event was reconstructed from: containerd's
+/// own lists, or the manager above it that keeps what containerd deletes (the CRI on a
+/// Kubernetes node, dockerd on a Docker host).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Witness {
+    #[default]
+    Containerd,
+    Cri,
+    Docker,
+}
+
+impl Witness {
+    /// Every value [`Witness::label`] returns, in wire order (the spool keeps the index).
+    pub const LABELS: [&'static str; 3] = ["containerd", "cri", "docker"];
+
+    /// `containerd`, `cri` or `docker`: the `reconciled_from` column, field and header.
+    pub fn label(self) -> &'static str {
+        Self::LABELS[self.index()]
+    }
+
+    pub fn index(self) -> usize {
+        match self {
+            Witness::Containerd => 0,
+            Witness::Cri => 1,
+            Witness::Docker => 2,
+        }
+    }
+
+    pub fn from_index(index: usize) -> Option<Witness> {
+        [Witness::Containerd, Witness::Cri, Witness::Docker]
+            .get(index)
+            .copied()
+    }
+
+    pub fn from_label(text: &str) -> Option<Witness> {
+        Self::LABELS
+            .iter()
+            .position(|l| *l == text)
+            .and_then(Self::from_index)
+    }
 }
 
 /// Where a reconciled event's envelope timestamp came from.
@@ -46,7 +88,23 @@ impl Origin {
     pub fn clock(self) -> Option<Clock> {
         match self {
             Origin::Live => None,
-            Origin::Reconciled { clock } => Some(clock),
+            Origin::Reconciled { clock, .. } => Some(clock),
+        }
+    }
+
+    /// A reconciled event from containerd's own lists, with `clock`.
+    pub const fn reconciled(clock: Clock) -> Origin {
+        Origin::Reconciled {
+            clock,
+            from: Witness::Containerd,
+        }
+    }
+
+    /// Whose record a reconciled event was reconstructed from; `None` for a live one.
+    pub fn witness(self) -> Option<Witness> {
+        match self {
+            Origin::Live => None,
+            Origin::Reconciled { from, .. } => Some(from),
         }
     }
 
@@ -60,7 +118,7 @@ impl Origin {
         match (origin, clock) {
             ("live", None) => Ok(Origin::Live),
             ("reconciled", Some(clock)) => match Clock::from_label(clock) {
-                Some(clock) => Ok(Origin::Reconciled { clock }),
+                Some(clock) => Ok(Origin::reconciled(clock)),
                 None => Err(format!(
                     "origin_clock {clock:?} is not \"daemon\" or \"reconcile\""
                 )),
@@ -107,12 +165,8 @@ mod tests {
 
     const ALL: [Origin; 3] = [
         Origin::Live,
-        Origin::Reconciled {
-            clock: Clock::Daemon,
-        },
-        Origin::Reconciled {
-            clock: Clock::Reconcile,
-        },
+        Origin::reconciled(Clock::Daemon),
+        Origin::reconciled(Clock::Reconcile),
     ];
 
     #[test]

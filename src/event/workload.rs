@@ -53,6 +53,15 @@ pub struct Workload {
     #[prost(btree_map = "string, string", tag = "7")]
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Why the container is in the state this event leaves it in, as the manager
+    /// above containerd recorded it: the CRI's `reason` (`OOMKilled`, `Error`,
+    /// `Completed`), or `OOMKilled` from dockerd's `State.OOMKilled`. Set only on the
+    /// events a reconcile reconstructs from that record (containerd's own events
+    /// carry no reason); not part of the container's description that later events
+    /// repeat.
+    #[prost(string, optional, tag = "8")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl Workload {

@@ -98,6 +98,7 @@ fn workload_from_wire(w: wire::Workload) -> Workload {
         container_name: w.container_name,
         image: w.image,
         labels: w.labels.into_iter().collect(),
+        reason: None,
     }
 }
 
@@ -113,9 +114,7 @@ mod tests {
             .upstream("node")
             .at(testing::T0)
             .json("containerd.events.TaskExit", r#"{"container_id":"c1"}"#)
-            .origin(Origin::Reconciled {
-                clock: Clock::Daemon,
-            })
+            .origin(Origin::reconciled(Clock::Daemon))
             .publisher(Some(Publisher::Process {
                 uid: 1,
                 gid: 2,

@@ -11,7 +11,8 @@
 //!
 //! The next bit ([`HAS_ORIGIN`]) says the event was reconstructed by a reconcile and
 //! one origin byte follows: 1 for a timestamp from the daemon's record, 2 for one from
-//! the reconcile's clock. Live events (every record written before origins were kept,
+//! the reconcile's clock, plus 16 times the witness (0 containerd, 1 the CRI, 2
+//! dockerd: whose record it was reconstructed from). Live events (every record written before origins were kept,
 //! and every received event since) have no bit and no byte, so they are byte for byte
 //! what they were, and read as [`Origin::Live`].
 //!
@@ -33,7 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 
-use crate::event::{Clock, Event, EventId, Origin, Source, Workload};
+use crate::event::{Clock, Event, EventId, Origin, Source, Witness, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 
@@ -60,6 +61,9 @@ const PROCESS: u8 = 1;
 const CERTIFICATE: u8 = 2;
 const CLOCK_DAEMON: u8 = 1;
 const CLOCK_RECONCILE: u8 = 2;
+/// The origin byte's low bits are the clock; the bits from here up the witness.
+const CLOCK_BITS: u8 = 0x0f;
+const WITNESS_SHIFT: u8 = 4;
 
 /// Appends `event` as one record to `buf`; returns the record's length, or the body
 /// length it would have had when that is over [`MAX_BODY`].
@@ -80,10 +84,17 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         (Some(_), Some(subject)) => 1 + 2 + subject.len(),
         (Some(_), None) => 1 + 12,
     };
-    let origin = match event.origin.clock() {
-        None => None,
-        Some(Clock::Daemon) => Some(CLOCK_DAEMON),
-        Some(Clock::Reconcile) => Some(CLOCK_RECONCILE),
+    let origin = match event.origin {
+        Origin::Live => None,
+        Origin::Reconciled { clock, from } => {
+            let clock = match clock {
+                Clock::Daemon => CLOCK_DAEMON,
+                Clock::Reconcile => CLOCK_RECONCILE,
+            };
+            // Witness index 0 (containerd) leaves the byte as records before
+            // witnesses were kept wrote it.
+            Some(clock | ((from.index() as u8) << WITNESS_SHIFT))
+        }
     };
     let workload_len = event.workload.as_ref().map_or(0, |w| 4 + w.encoded_len());
     let node = event.node().map(crate::node::cut);
@@ -232,12 +243,13 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
     let origin = if kind & HAS_ORIGIN != 0 {
         let (&byte, after) = rest.split_first()?;
         rest = after;
-        let clock = match byte {
+        let clock = match byte & CLOCK_BITS {
             CLOCK_DAEMON => Clock::Daemon,
             CLOCK_RECONCILE => Clock::Reconcile,
             _ => return None,
         };
-        Origin::Reconciled { clock }
+        let from = Witness::from_index(usize::from(byte >> WITNESS_SHIFT))?;
+        Origin::Reconciled { clock, from }
     } else {
         Origin::Live
     };

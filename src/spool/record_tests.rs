@@ -168,7 +168,7 @@ fn damaged_publisher_blocks_are_refused() {
 }
 
 fn reconciled(clock: Clock) -> Origin {
-    Origin::Reconciled { clock }
+    Origin::reconciled(clock)
 }
 
 #[test]

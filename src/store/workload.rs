@@ -106,6 +106,7 @@ pub(crate) fn from_columns(values: [Option<String>; 7]) -> Result<Option<Workloa
         container_name,
         image: image.unwrap_or_default(),
         labels,
+        reason: None,
     }))
 }
 
@@ -133,6 +134,7 @@ mod tests {
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
+            reason: None,
         };
         let columns = WorkloadColumns::of(Some(&full));
         assert_eq!(

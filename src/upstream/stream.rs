@@ -224,7 +224,7 @@ impl Task {
                 source: Source::Upstream(Arc::clone(&self.name)),
                 workload: Lookup::Ready(enricher.reconciled(&envelope, &plan.daemon, recorded)),
                 envelope,
-                origin: Origin::Reconciled { clock },
+                origin: Origin::reconciled(clock),
                 then: Then::Record,
             })
             .collect();

@@ -38,6 +38,7 @@ pub fn pod(namespace: &str, name: &str, container: Option<&str>) -> Option<Arc<W
             None => "registry.k8s.io/pause:3.9".into(),
         },
         labels: [("app.kubernetes.io/name".to_owned(), name.to_owned())].into(),
+        reason: None,
     }))
 }
 

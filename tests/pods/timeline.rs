@@ -35,9 +35,7 @@ async fn a_new_pod_of_the_same_name_an_exec_and_a_reconciled_event_read_as_such(
     let gateway = start_gateway(&data).await;
     for (i, step) in steps.iter().enumerate() {
         let origin = match i {
-            2 => Origin::Reconciled {
-                clock: Clock::Daemon,
-            },
+            2 => Origin::reconciled(Clock::Daemon),
             _ => Origin::Live,
         };
         append(&gateway, i, step, origin).await;

@@ -98,9 +98,7 @@ fn binary_mode_maps_every_attribute_to_a_ce_header() {
 #[test]
 fn structured_mode_is_one_json_event_format_object() {
     let e = task_exit(Source::Publish)
-        .with_origin(Origin::Reconciled {
-            clock: Clock::Daemon,
-        })
+        .with_origin(Origin::reconciled(Clock::Daemon))
         .with_publisher(None);
     let record = encode(ValueFormat::CloudeventsStructured, &e);
     assert_eq!(

@@ -141,7 +141,7 @@ fn reconciled_events_carry_origin_headers_in_every_value_format() {
             "containerd.events.TaskExit",
             r#"{"container_id":"c1"}"#,
         )
-        .with_origin(Origin::Reconciled { clock });
+        .with_origin(Origin::reconciled(clock));
         for format in ALL_FORMATS {
             let record = RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), format).encode(&e);
             let header = |k: &str| {

@@ -138,12 +138,8 @@ pub(super) fn varied_events() -> Vec<Event> {
     // Some of each origin, spread over every shape above.
     for (i, event) in out.iter_mut().enumerate() {
         event.origin = match i % 4 {
-            1 => Origin::Reconciled {
-                clock: Clock::Daemon,
-            },
-            2 => Origin::Reconciled {
-                clock: Clock::Reconcile,
-            },
+            1 => Origin::reconciled(Clock::Daemon),
+            2 => Origin::reconciled(Clock::Reconcile),
             _ => Origin::Live,
         };
         event.workload = workloads().into_iter().nth(i % 7).flatten().map(Arc::new);
@@ -181,6 +177,7 @@ fn workloads() -> [Option<Workload>; 7] {
             None => "registry.k8s.io/pause:3.9".to_owned(),
         },
         labels: labels(&[("app.kubernetes.io/name", "web"), ("tier", "")]),
+        reason: None,
     };
     [
         None,

@@ -380,6 +380,7 @@ fn workload(message: &Message<'_>) -> Result<Option<Workload>, DecodeError> {
         container_name: text("container_name")?,
         image: text("image")?.unwrap_or_default(),
         labels,
+        reason: None,
     };
     Ok((workload != Workload::default()).then_some(workload))
 }

@@ -40,6 +40,7 @@ fn workload() -> Arc<Workload> {
         container_name: Some("nginx".into()),
         image: "docker.io/library/nginx:1".into(),
         labels: [("team".to_owned(), "a\"b".to_owned())].into(),
+        reason: None,
     })
 }
 
@@ -65,9 +66,7 @@ fn every_format_round_trips_the_event_and_its_identity() {
         };
         let origin = match i % 2 {
             0 => Origin::Live,
-            _ => Origin::Reconciled {
-                clock: Clock::Daemon,
-            },
+            _ => Origin::reconciled(Clock::Daemon),
         };
         let event = testing::event(1000 + i as u64)
             .namespace("k8s.io")

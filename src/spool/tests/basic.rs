@@ -239,9 +239,7 @@ async fn origins_survive_a_reopen_next_to_records_from_before_them() {
     std::fs::create_dir_all(&dirs.segments).unwrap();
     std::fs::write(dirs.segment(1), &segment).unwrap();
 
-    let reconciled = Origin::Reconciled {
-        clock: Clock::Daemon,
-    };
+    let reconciled = Origin::reconciled(Clock::Daemon);
     let (spool, recovery) = dir.open(&["a"]);
     assert_eq!((recovery.next_seq, recovery.records), (2, 1));
     let ticket = spool.append(&event(2).with_origin(reconciled)).unwrap();

@@ -8,7 +8,7 @@ use crate::event::{Clock, Origin};
 use crate::publisher::Publisher;
 
 fn reconciled(clock: Clock) -> Origin {
-    Origin::Reconciled { clock }
+    Origin::reconciled(clock)
 }
 
 #[test]

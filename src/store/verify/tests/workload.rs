@@ -26,6 +26,7 @@ fn workload(pod: &str, container: Option<&str>) -> Arc<Workload> {
         container_name: container.map(str::to_owned),
         image: "docker.io/library/nginx:1.27".into(),
         labels: [("app.kubernetes.io/name".to_owned(), "web".to_owned())].into(),
+        reason: None,
     })
 }
 
@@ -64,9 +65,7 @@ fn a_schema_7_chain_keeps_verifying_and_rows_with_a_workload_join_it() {
             event(2).with_publisher(Some(Publisher::Certificate {
                 subject: "CN=node-7".into(),
             })),
-            event(3).with_origin(Origin::Reconciled {
-                clock: Clock::Daemon,
-            }),
+            event(3).with_origin(Origin::reconciled(Clock::Daemon)),
         ];
         for event in &events {
             let row = EventRow::from_event(event);
@@ -101,9 +100,7 @@ fn a_schema_7_chain_keeps_verifying_and_rows_with_a_workload_join_it() {
         event(6),
         event(7)
             .with_workload(Some(workload("web-7", Some("nginx"))))
-            .with_origin(Origin::Reconciled {
-                clock: Clock::Reconcile,
-            })
+            .with_origin(Origin::reconciled(Clock::Reconcile))
             .with_publisher(Some(Publisher::Process {
                 uid: 0,
                 gid: 0,
