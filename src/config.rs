@@ -20,7 +20,7 @@ pub use crate::pipeline::settings::{
 pub use crate::source::SourceSpec;
 pub use crate::spool::{Fsync, FullPolicy, MinFree, SpoolSettings};
 pub use crate::tls::TlsSettings;
-pub use crate::upstream::UpstreamSpec;
+pub use crate::upstream::{ManagerSetting, UpstreamSpec};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {

@@ -60,6 +60,7 @@ pub mod client;
 pub mod config;
 mod connections;
 mod correlate;
+mod cri;
 pub mod deadletter;
 pub mod errors;
 pub mod event;

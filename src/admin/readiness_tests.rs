@@ -26,6 +26,7 @@ fn upstream(name: &str, state: UpstreamState) -> UpstreamStatus {
         name: name.into(),
         address: "/run/containerd/containerd.sock".into(),
         state,
+        managers: Vec::new(),
     }
 }
 

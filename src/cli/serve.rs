@@ -14,7 +14,7 @@ use super::CliError;
 use crate::config::{Config, ConfigError};
 use crate::gateway::Gateway;
 use crate::reload::Reloader;
-use crate::upstream::UpstreamSpec;
+use crate::upstream::{ManagerSetting, UpstreamSpec};
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -65,6 +65,17 @@ pub struct ServeArgs {
     /// file name). Added to the config's `[[upstream]]` tables.
     #[arg(long, value_name = "[NAME=]ADDRESS")]
     pub upstream: Vec<String>,
+    /// Where every upstream's reconcile asks the Kubernetes CRI for what containerd
+    /// deletes: "auto" (the upstream's own socket, when it serves the CRI), "off", or
+    /// a CRI socket. Overrides each `[[upstream]]`'s `cri`.
+    #[arg(long, value_name = "auto|off|ADDRESS", value_parser = ManagerSetting::parse)]
+    pub cri: Option<ManagerSetting>,
+    /// Where every upstream asks dockerd for Docker's names, images and labels and for
+    /// what it deletes from containerd: "auto" (/var/run/docker.sock when present and
+    /// the upstream has dockerd's namespace), "off", or the Engine API socket.
+    /// Overrides each `[[upstream]]`'s `docker`.
+    #[arg(long, value_name = "auto|off|PATH", value_parser = ManagerSetting::parse)]
+    pub docker: Option<ManagerSetting>,
     /// Serve /metrics, /healthz, /readyz and /status on this address (loopback unless
     /// `admin.allow_remote`); "" turns it off. Overrides `admin.listen`
     /// (default 127.0.0.1:9464).
@@ -153,6 +164,14 @@ impl ServeArgs {
                 .iter()
                 .map(|flag| UpstreamSpec::from_flag(flag)),
         );
+        for spec in &mut config.upstreams {
+            if let Some(cri) = &self.cri {
+                spec.cri = cri.clone();
+            }
+            if let Some(docker) = &self.docker {
+                spec.docker = docker.clone();
+            }
+        }
         config.validate()?;
         Ok(config)
     }

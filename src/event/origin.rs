@@ -22,7 +22,10 @@ pub enum Origin {
 /// Whose record of the state a reconciled event was reconstructed from: containerd's
 /// own lists, or the manager above it that keeps what containerd deletes (the CRI on a
 /// Kubernetes node, dockerd on a Docker host).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Witness {
     #[default]
     Containerd,

@@ -93,6 +93,16 @@ pub mod eventgate {
     }
 }
 
+/// Kubernetes' CRI (`runtime.v1`, a subset: `proto/k8s/runtime/v1/api.proto`), a
+/// client only, with which the tests drive containerd's CRI plugin as the kubelet
+/// does. None of its messages is an event.
+#[allow(clippy::all, missing_docs)]
+pub mod runtime {
+    pub mod v1 {
+        tonic::include_proto!("runtime.v1");
+    }
+}
+
 /// The encoded `FileDescriptorSet` of everything under `proto/`.
 pub const DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/eventgate_descriptor.bin"));

@@ -6,6 +6,7 @@ use prost::Message;
 use prost_types::Any;
 
 use super::list::daemon_time;
+use super::managed::DOCKER_NAMESPACE;
 use super::state::{ContainerState, ImageState, NamespaceState, NodeState, TaskState, TaskStatus};
 use crate::proto::containerd::events as ev;
 use crate::proto::containerd::services::images::v1 as img;
@@ -57,10 +58,7 @@ impl NodeState {
                     ContainerState {
                         image: m.image,
                         runtime: m.runtime.map(|r| r.name).unwrap_or_default(),
-                        labels: None,
-                        created_at: None,
-                        updated_at: None,
-                        workload: None,
+                        ..ContainerState::default()
                     },
                 );
                 Some(Object::Container(namespace.to_owned(), m.id))
@@ -80,7 +78,17 @@ impl NodeState {
             "/containers/delete" => {
                 let m: ev::ContainerDelete = decode(any, "containerd.events.ContainerDelete")?;
                 let ns = self.namespace(namespace);
-                ns.containers.remove(&m.id);
+                if namespace == DOCKER_NAMESPACE {
+                    // dockerd deletes the containerd container at every exit and keeps
+                    // its own until `docker rm`: what ran is still to be known as
+                    // recorded when its record shows that exit (see `managed`).
+                    if let Some(container) = ns.containers.get_mut(&m.id) {
+                        container.gone = true;
+                    }
+                } else {
+                    ns.containers.remove(&m.id);
+                    ns.tasks.remove(&m.id);
+                }
                 Some(Object::Container(namespace.to_owned(), m.id))
             }
             "/tasks/create" => {
@@ -116,8 +124,7 @@ impl NodeState {
                     .or_insert(TaskState {
                         pid: m.pid,
                         status: TaskStatus::Stopped,
-                        exit_status: None,
-                        exited_at: None,
+                        ..TaskState::default()
                     });
                 task.status = TaskStatus::Stopped;
                 task.exit_status = Some(m.exit_status);
@@ -129,7 +136,22 @@ impl NodeState {
                 if !m.id.is_empty() && m.id != m.container_id {
                     return None;
                 }
-                self.namespace(namespace).tasks.remove(&m.container_id);
+                // Kept as deleted with its exit: a manager above containerd (the CRI,
+                // dockerd) goes on showing that exit, which must read as recorded.
+                let task = self
+                    .namespace(namespace)
+                    .tasks
+                    .entry(m.container_id.clone())
+                    .or_insert(TaskState {
+                        pid: m.pid,
+                        ..TaskState::default()
+                    });
+                if task.status != TaskStatus::Stopped || task.exit_status.is_none() {
+                    task.exit_status = Some(m.exit_status);
+                    task.exited_at = daemon_time(m.exited_at);
+                }
+                task.status = TaskStatus::Stopped;
+                task.deleted = true;
                 Some(Object::Task(namespace.to_owned(), m.container_id))
             }
             "/images/create" | "/images/update" => {
@@ -180,8 +202,7 @@ impl NodeState {
         let task = TaskState {
             pid,
             status,
-            exit_status: None,
-            exited_at: None,
+            ..TaskState::default()
         };
         self.namespace(namespace).tasks.insert(id.to_owned(), task);
         Some(Object::Task(namespace.to_owned(), id.to_owned()))

@@ -311,7 +311,7 @@ fn container_state(container: Container) -> (String, ContainerState) {
         labels: Some(labels(container.labels)),
         created_at: daemon_time(container.created_at),
         updated_at: daemon_time(container.updated_at),
-        workload: None,
+        ..ContainerState::default()
     };
     (container.id, state)
 }
@@ -342,6 +342,7 @@ fn task_state(process: Process) -> Option<(String, TaskState)> {
         } else {
             None
         },
+        ..TaskState::default()
     };
     Some((container, state))
 }

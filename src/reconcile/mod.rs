@@ -6,12 +6,15 @@
 //! - `diff`: the events that explain a difference, in the order they must have
 //!   happened, and what could not be known.
 //! - `merge`: the snapshot a reconcile leaves.
+//! - [`managed`]: what the CRI and dockerd keep that containerd deletes, folded into
+//!   the daemon's side.
 //! - [`list`]: the daemon's own state, through containerd's List calls.
 //! - `snapshot`: one upstream's recorded state, on disk and held in the spool.
 
 pub(crate) mod apply;
 pub(crate) mod diff;
 pub mod list;
+pub mod managed;
 pub(crate) mod merge;
 pub(crate) mod snapshot;
 pub(crate) mod state;

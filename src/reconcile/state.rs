@@ -11,6 +11,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::event::Witness;
+
 pub type Labels = BTreeMap<String, String>;
 
 /// One daemon's state, by namespace name.
@@ -44,20 +46,45 @@ pub struct ContainerState {
     /// with its pod and image. Not compared by a reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<crate::event::Workload>,
+    /// containerd no longer has it, but the manager above it still does: dockerd
+    /// deletes its containerd container when the task exits and keeps its own record
+    /// (`docker ps -a`) until `docker rm`. Kept so that the exit it shows is known
+    /// to be recorded already.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
+    /// Whose record it was taken from when containerd's lists do not have it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Witness>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskState {
     pub pid: u32,
     pub status: TaskStatus,
     /// Set once the init process exited.
     pub exit_status: Option<u32>,
     pub exited_at: Option<SystemTime>,
+    /// The task was deleted after it exited, and its exit is still known: from the
+    /// record (a `/tasks/delete` was recorded) or from the manager above containerd
+    /// (the CRI deletes a task as soon as it exits, keeping the container's exit
+    /// code, times and reason until the kubelet removes the container).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// When it started, where a manager said (containerd keeps no start time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<SystemTime>,
+    /// The manager's reason for the exit (`OOMKilled`, `Error`, `Completed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Whose record it was taken from when containerd's lists do not have it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Witness>,
 }
 
 /// containerd's `containerd.v1.types.Status`, by the same numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskStatus {
+    #[default]
     Unknown = 0,
     Created = 1,
     Running = 2,

@@ -30,7 +30,7 @@ fn container(image: &str) -> ContainerState {
         labels: labels(&[]),
         created_at: Some(at(1)),
         updated_at: Some(at(1)),
-        workload: None,
+        ..ContainerState::default()
     }
 }
 
@@ -40,6 +40,7 @@ fn task(pid: u32, status: TaskStatus) -> TaskState {
         status,
         exit_status: None,
         exited_at: None,
+        ..TaskState::default()
     }
 }
 
@@ -49,6 +50,7 @@ fn exited(pid: u32, code: u32, when: u64) -> TaskState {
         status: TaskStatus::Stopped,
         exit_status: Some(code),
         exited_at: Some(at(when)),
+        ..TaskState::default()
     }
 }
 

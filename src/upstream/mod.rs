@@ -16,6 +16,7 @@
 mod backoff;
 mod enrich;
 mod inflight;
+mod managers;
 mod reconciler;
 mod settings;
 mod status;
@@ -33,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "bench")]
 pub(crate) use reconciler::SETTLE;
-pub use settings::UpstreamSpec;
+pub use settings::{ManagerSetting, UpstreamSpec};
 pub(crate) use status::{UpstreamState, UpstreamStatus, UpstreamWatch};
 
 use crate::exchange::Exchange;
@@ -74,6 +75,7 @@ impl Upstreams {
                     attempts: 0,
                     last_error: None,
                 },
+                managers: Vec::new(),
             });
             let task = task::Task {
                 spec: spec.clone(),

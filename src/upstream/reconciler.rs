@@ -17,15 +17,21 @@ use std::time::{Duration, Instant, SystemTime};
 
 use prost_types::Timestamp;
 
-use crate::event::{Clock, Event};
+use crate::event::{Clock, Event, Origin};
 use crate::proto::containerd::types::Envelope;
-use crate::proto::eventgate::events::v1::UpstreamReconciled;
+use crate::proto::eventgate::events::v1::{ManagerListing, UpstreamReconciled};
 use crate::reconcile::NodeState;
 use crate::reconcile::apply::Object;
 use crate::reconcile::diff::{self, Change};
 use crate::reconcile::list::list_node;
+use crate::reconcile::managed;
 use crate::reconcile::snapshot::{SAVE_EVERY, Snapshot, SnapshotError};
 use crate::spool::Spool;
+
+use super::managers::{Asked, ManagerReport, Managers, Outcome};
+use super::settings::UpstreamSpec;
+use super::status::UpstreamStatus;
+use tokio::sync::watch;
 
 /// How long after the lists are read events may still arrive for what they show.
 pub(crate) const SETTLE: Duration = Duration::from_secs(1);
@@ -33,12 +39,22 @@ pub(crate) const SETTLE: Duration = Duration::from_secs(1);
 /// How long listing a daemon may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The first retry of a reconcile whose manager failed, doubling up to the max.
+const MANAGER_RETRY: Duration = Duration::from_secs(1);
+const MANAGER_RETRY_MAX: Duration = Duration::from_secs(300);
+
 /// What the marker says cannot be known; the same for every reconcile.
 const CANNOT_KNOW: &str = "a container created and removed inside the gap leaves no trace, \
      nor do exec processes, OOM kills, or a pause undone before the lists were read; \
      a task that exited and was removed in the gap has lost its exit status (recorded \
      as 255); times the daemon does not keep (task starts, pauses, deletes, removals) \
      are the reconcile's";
+
+/// What the marker adds when a manager above containerd was listed.
+const CANNOT_KNOW_MANAGED: &str = "; a manager keeps only a container's last run: \
+     a container the kubelet or `docker rm` removed inside the gap leaves only what \
+     containerd kept, and a Docker container that ran more than once inside the gap \
+     shows its last run only";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Trigger {
@@ -56,7 +72,7 @@ impl Trigger {
 }
 
 /// The lists, or why they could not be read (already rendered with its causes).
-type Listing = Pin<Box<dyn Future<Output = Result<NodeState, String>> + Send>>;
+type Listing = Pin<Box<dyn Future<Output = Result<(NodeState, Asked), String>> + Send>>;
 
 enum Phase {
     Idle,
@@ -73,14 +89,23 @@ enum Phase {
         listed_at: SystemTime,
         took: Duration,
         daemon: NodeState,
+        asked: Asked,
         until: tokio::time::Instant,
     },
+}
+
+/// One event a reconcile reconstructed.
+pub(super) struct Reconstructed {
+    pub envelope: Envelope,
+    pub origin: Origin,
+    /// The manager's reason, on an exit it told.
+    pub reason: Option<String>,
 }
 
 /// What a finished reconcile asks the task to record, in order: the events, then
 /// the marker. [`Reconciler::recorded`] completes it.
 pub(super) struct Plan {
-    pub events: Vec<(Envelope, Clock)>,
+    pub events: Vec<Reconstructed>,
     pub marker: Envelope,
     pub daemon: NodeState,
     skip: BTreeSet<Object>,
@@ -90,6 +115,11 @@ pub(super) struct Reconciler {
     upstream: String,
     address: String,
     connect_timeout: Duration,
+    managers: Managers,
+    /// Where the upstream's status shows how asking the managers went.
+    status: Option<watch::Sender<UpstreamStatus>>,
+    /// After a manager failed: the next reconcile comes sooner, backing off.
+    manager_retry: Option<Duration>,
     interval: Duration,
     spool: Option<Spool>,
     pub snapshot: Snapshot,
@@ -104,17 +134,29 @@ pub(super) struct Reconciler {
 impl Reconciler {
     pub(super) async fn open(
         upstream: &str,
-        address: &str,
-        connect_timeout: Duration,
-        interval: Duration,
+        spec: &UpstreamSpec,
         data_dir: &Path,
         spool: Option<Spool>,
+        status: Option<watch::Sender<UpstreamStatus>>,
     ) -> Result<Reconciler, SnapshotError> {
         let snapshot = Snapshot::open(data_dir, upstream, spool.as_ref()).await?;
+        let (address, connect_timeout, interval) = (
+            spec.address.as_str(),
+            spec.connect_timeout,
+            spec.reconcile_interval,
+        );
         Ok(Reconciler {
             upstream: upstream.to_owned(),
             address: address.to_owned(),
             connect_timeout,
+            managers: Managers {
+                cri: spec.cri.clone(),
+                docker: spec.docker.clone(),
+                upstream: address.to_owned(),
+                connect_timeout,
+            },
+            status,
+            manager_retry: None,
             interval,
             spool,
             snapshot,
@@ -130,13 +172,17 @@ impl Reconciler {
     pub(super) fn begin(&mut self, trigger: Trigger, gap_started: SystemTime) {
         let address = self.address.clone();
         let timeout = self.connect_timeout;
+        let managers = self.managers.clone();
+        let recorded_exits = managed::recorded_exits(&self.snapshot.state);
         let listing: Listing = Box::pin(async move {
             let channel = crate::client::connect_channel(&address, timeout)
                 .await
                 .map_err(|e| crate::errors::chain(&e))?;
-            list_node(channel, LIST_TIMEOUT)
+            let daemon = list_node(channel, LIST_TIMEOUT)
                 .await
-                .map_err(|e| crate::errors::chain(&e))
+                .map_err(|e| crate::errors::chain(&e))?;
+            let asked = managers.ask(&daemon, &recorded_exits).await;
+            Ok((daemon, asked))
         });
         self.snapshot.begin_listing();
         self.phase = Phase::Listing {
@@ -217,13 +263,14 @@ impl Reconciler {
                         continue;
                     };
                     match listed {
-                        Ok(daemon) => {
+                        Ok((daemon, asked)) => {
                             self.phase = Phase::Settling {
                                 trigger,
                                 gap_started,
                                 listed_at,
                                 took: started.elapsed(),
                                 daemon,
+                                asked,
                                 until: tokio::time::Instant::now() + SETTLE,
                             }
                         }
@@ -263,7 +310,8 @@ impl Reconciler {
             gap_started,
             listed_at,
             took,
-            daemon,
+            mut daemon,
+            asked,
             ..
         } = std::mem::replace(&mut self.phase, Phase::Idle)
         else {
@@ -271,6 +319,18 @@ impl Reconciler {
         };
         let skip = self.snapshot.end_listing();
         let baseline = !self.snapshot.known;
+        for view in &asked.views {
+            managed::fold(&mut daemon, &self.snapshot.state, view);
+        }
+        self.note_managers(&asked.reports);
+        if let Some(status) = &self.status {
+            let reports = asked.reports.clone();
+            status.send_if_modified(|s| {
+                let changed = s.managers != reports;
+                s.managers = reports;
+                changed
+            });
+        }
         let found = if baseline {
             diff::Diff::default()
         } else {
@@ -285,7 +345,14 @@ impl Reconciler {
                 } else {
                     Clock::Reconcile
                 };
-                (envelope(change, listed_at), clock)
+                Reconstructed {
+                    envelope: envelope(change, listed_at),
+                    origin: Origin::Reconciled {
+                        clock,
+                        from: change.from,
+                    },
+                    reason: change.reason.clone(),
+                }
             })
             .collect();
         let count = |f: fn(&crate::reconcile::NamespaceState) -> usize| {
@@ -313,7 +380,11 @@ impl Reconciler {
             tasks: count(|ns| ns.tasks.len()),
             images: count(|ns| ns.images.len()),
             list_duration: prost_types::Duration::try_from(took).ok(),
-            cannot_know: CANNOT_KNOW.to_owned(),
+            cannot_know: match asked.reports.iter().any(|r| !r.failed()) {
+                true => format!("{CANNOT_KNOW}{CANNOT_KNOW_MANAGED}"),
+                false => CANNOT_KNOW.to_owned(),
+            },
+            managers: asked.reports.iter().map(listing_of).collect(),
         };
         metrics::counter!("eventgate_reconciles_total", "upstream" => self.upstream.clone(), "trigger" => trigger.label())
             .increment(1);
@@ -362,8 +433,31 @@ impl Reconciler {
     }
 
     fn schedule(&mut self) {
-        self.next_interval =
-            (!self.interval.is_zero()).then(|| tokio::time::Instant::now() + self.interval);
+        let after = match (self.manager_retry, self.interval.is_zero()) {
+            (Some(retry), true) => Some(retry),
+            (Some(retry), false) => Some(retry.min(self.interval)),
+            (None, true) => None,
+            (None, false) => Some(self.interval),
+        };
+        self.next_interval = after.map(|after| tokio::time::Instant::now() + after);
+    }
+
+    /// Logs how asking the managers went, and backs off the next reconcile's
+    /// retry of a manager that failed (1 s doubling to the interval or 5 min).
+    fn note_managers(&mut self, reports: &[ManagerReport]) {
+        let failed: Vec<&ManagerReport> = reports.iter().filter(|r| r.failed()).collect();
+        for report in &failed {
+            metrics::counter!("eventgate_reconcile_failures_total", "upstream" => self.upstream.clone(), "stage" => report.name)
+                .increment(1);
+            tracing::warn!(upstream = %self.upstream, manager = report.name, address = %report.address, detail = %report, "a manager above containerd could not be asked; containerd's lists are used alone and it is asked again sooner");
+        }
+        self.manager_retry = match failed.is_empty() {
+            true => None,
+            false => Some(match self.manager_retry {
+                None => MANAGER_RETRY,
+                Some(last) => (last * 2).min(MANAGER_RETRY_MAX),
+            }),
+        };
     }
 
     fn failed(&self, stage: &'static str, error: &str) {
@@ -381,5 +475,27 @@ fn envelope(change: &Change, listed_at: SystemTime) -> Envelope {
         namespace: change.namespace.clone(),
         topic: change.topic.to_owned(),
         event: Some(change.event.clone()),
+    }
+}
+
+/// A manager's report as the marker carries it.
+fn listing_of(report: &ManagerReport) -> ManagerListing {
+    let (sandboxes, containers, status_calls, error) = match &report.outcome {
+        Outcome::Listed {
+            sandboxes,
+            containers,
+            status_calls,
+        } => (*sandboxes, *containers, *status_calls, String::new()),
+        Outcome::Absent => (0, 0, 0, String::new()),
+        Outcome::Failed(error) => (0, 0, 0, error.clone()),
+    };
+    ManagerListing {
+        name: report.name.to_owned(),
+        address: report.address.clone(),
+        state: report.state().to_owned(),
+        error,
+        sandboxes,
+        containers,
+        status_calls,
     }
 }

@@ -42,6 +42,62 @@ pub struct UpstreamSpec {
     /// name, kind, image, labels) as the event is captured (see `enrich`).
     #[serde(default = "default_enrich")]
     pub enrich: bool,
+    /// The Kubernetes CRI, asked at every reconcile for what containerd deletes (a
+    /// container's exit, kept until the kubelet removes it): `"auto"` (the default)
+    /// asks the upstream's own socket and goes without where the CRI is not served;
+    /// `"off"`; or another CRI socket's address.
+    #[serde(default)]
+    pub cri: ManagerSetting,
+    /// dockerd's Engine API, for Docker's names, images and labels on every record of
+    /// a Docker container and for what dockerd deletes from containerd: `"auto"` (the
+    /// default) uses `/var/run/docker.sock` when it exists and the upstream has
+    /// dockerd's namespace (`moby`); `"off"`; or the Engine API socket's path.
+    #[serde(default)]
+    pub docker: ManagerSetting,
+}
+
+/// `cri` and `docker`: `"auto"`, `"off"`, or an address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ManagerSetting {
+    #[default]
+    Auto,
+    Off,
+    Address(String),
+}
+
+impl ManagerSetting {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(ManagerSetting::Auto),
+            "off" => Ok(ManagerSetting::Off),
+            "" => Err("must be \"auto\", \"off\" or a socket address, not empty".into()),
+            address => {
+                Address::parse(address).map_err(|e| e.to_string())?;
+                Ok(ManagerSetting::Address(address.to_owned()))
+            }
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            ManagerSetting::Auto => "auto",
+            ManagerSetting::Off => "off",
+            ManagerSetting::Address(address) => address,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ManagerSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ManagerSetting::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for ManagerSetting {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.text())
+    }
 }
 
 fn default_enrich() -> bool {
@@ -93,6 +149,8 @@ impl UpstreamSpec {
             connect_timeout: default_connect_timeout(),
             reconcile_interval: default_reconcile_interval(),
             enrich: default_enrich(),
+            cri: ManagerSetting::default(),
+            docker: ManagerSetting::default(),
         }
     }
 

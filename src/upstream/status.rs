@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
+use super::managers::ManagerReport;
+
 /// Every upstream's current state; cheap to clone.
 #[derive(Clone, Default)]
 pub struct UpstreamWatch {
@@ -53,6 +55,9 @@ pub struct UpstreamStatus {
     pub name: String,
     pub address: String,
     pub state: UpstreamState,
+    /// How asking the managers above containerd (the CRI, dockerd) went at the last
+    /// reconcile; empty before one, or when none is configured or found.
+    pub managers: Vec<ManagerReport>,
 }
 
 impl UpstreamStatus {
@@ -89,6 +94,10 @@ impl fmt::Display for UpstreamStatus {
                 }
             }
             UpstreamState::Stopped => write!(f, "stopped"),
+        }?;
+        for manager in &self.managers {
+            write!(f, "; {manager}")?;
         }
+        Ok(())
     }
 }

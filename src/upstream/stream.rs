@@ -220,12 +220,20 @@ impl Task {
         let recorded = recorded.unwrap_or(&empty);
         let mut items: Vec<Outgoing> = events
             .into_iter()
-            .map(|(envelope, clock)| Outgoing {
-                source: Source::Upstream(Arc::clone(&self.name)),
-                workload: Lookup::Ready(enricher.reconciled(&envelope, &plan.daemon, recorded)),
-                envelope,
-                origin: Origin::reconciled(clock),
-                then: Then::Record,
+            .map(|event| {
+                let mut workload = enricher.reconciled(&event.envelope, &plan.daemon, recorded);
+                if let Some(reason) = event.reason {
+                    let mut with_reason = workload.as_deref().cloned().unwrap_or_default();
+                    with_reason.reason = Some(reason);
+                    workload = Some(Arc::new(with_reason));
+                }
+                Outgoing {
+                    source: Source::Upstream(Arc::clone(&self.name)),
+                    workload: Lookup::Ready(workload),
+                    envelope: event.envelope,
+                    origin: event.origin,
+                    then: Then::Record,
+                }
             })
             .collect();
         enricher.listed(&plan.daemon);

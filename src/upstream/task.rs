@@ -65,11 +65,10 @@ impl Task {
     pub(super) async fn run(self) {
         let mut reconciler = match Reconciler::open(
             &self.name,
-            &self.spec.address,
-            self.spec.connect_timeout,
-            self.spec.reconcile_interval,
+            &self.spec,
             &self.data_dir,
             self.spool.clone(),
+            Some(self.status.clone()),
         )
         .await
         {

@@ -114,6 +114,7 @@ pub fn after(listed: &NodeState, namespace: &str, changes: &Changes) -> NodeStat
                 status: TaskStatus::Stopped,
                 exit_status: Some(137),
                 exited_at: Some(now),
+                ..TaskState::default()
             };
         }
     }

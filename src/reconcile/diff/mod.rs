@@ -19,6 +19,7 @@ use prost_types::{Any, Timestamp};
 
 use super::apply::Object;
 use super::state::{ContainerState, ImageState, Labels, NamespaceState, NodeState};
+use crate::event::Witness;
 use crate::proto::containerd::events as ev;
 use crate::proto::containerd::services::images::v1 as img;
 
@@ -36,6 +37,10 @@ pub(crate) struct Change {
     /// the reconcile's time.
     pub daemon_time: Option<SystemTime>,
     pub object: Object,
+    /// Whose record told it: containerd's lists, or a manager above containerd.
+    pub from: Witness,
+    /// The manager's reason, on an exit it told.
+    pub reason: Option<String>,
 }
 
 /// Everything a reconcile found.
@@ -89,6 +94,9 @@ pub(super) struct Phases {
     pub(super) images: Vec<Change>,
     pub(super) containers: Vec<Change>,
     pub(super) container_updates: Vec<Change>,
+    /// Whole runs a manager kept (start, exit, deletes, each at the manager's
+    /// time), merged in time order with the creates of their containers.
+    pub(super) runs: Vec<Change>,
     pub(super) task_starts: Vec<Change>,
     pub(super) task_pauses: Vec<Change>,
     pub(super) task_exits: Vec<Change>,
@@ -118,6 +126,7 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
         let context = Context {
             namespace: name,
             skip,
+            daemon_tasks: Some(&d.tasks),
         };
         context.images(r, d, &mut phases);
         context.containers(r, d, &mut phases);
@@ -127,12 +136,31 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
     phases
         .task_exits
         .sort_by_key(|c| (c.daemon_time.is_none(), c.daemon_time));
+    // A manager's runs in the order they happened, each container's create taken
+    // in with them (a container made for a later attempt was created after the
+    // earlier one exited). Each container's own events are in order already and
+    // their times never go backwards, so a stable sort keeps it.
+    let run_containers: BTreeSet<Object> = phases
+        .runs
+        .iter()
+        .filter_map(|c| match &c.object {
+            Object::Task(ns, id) => Some(Object::Container(ns.clone(), id.clone())),
+            _ => None,
+        })
+        .collect();
+    let (creates, others): (Vec<Change>, Vec<Change>) = std::mem::take(&mut phases.containers)
+        .into_iter()
+        .partition(|c| run_containers.contains(&c.object) && c.daemon_time.is_some());
+    phases.containers = others;
+    phases.runs.splice(0..0, creates);
+    phases.runs.sort_by_key(|c| c.daemon_time);
     // Destructured, not read field by field: a phase added later cannot be left out.
     let Phases {
         namespaces,
         images,
         containers,
         container_updates,
+        runs,
         task_starts,
         task_pauses,
         task_exits,
@@ -146,6 +174,7 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
         images,
         containers,
         container_updates,
+        runs,
         task_starts,
         task_pauses,
         task_exits,
@@ -176,6 +205,8 @@ fn namespace(
         event,
         daemon_time: None,
         object: object.clone(),
+        from: Witness::Containerd,
+        reason: None,
     };
     match (r, d) {
         (None, Some(d)) => phases.namespaces.push(change(
@@ -214,6 +245,9 @@ fn namespace(
 pub(super) struct Context<'a> {
     pub(super) namespace: &'a str,
     skip: &'a BTreeSet<Object>,
+    /// The daemon's side's tasks of this namespace, for the times of deletes that
+    /// happened at an exit.
+    daemon_tasks: Option<&'a BTreeMap<String, super::state::TaskState>>,
 }
 
 impl Context<'_> {
@@ -230,6 +264,8 @@ impl Context<'_> {
             event,
             daemon_time,
             object: object.clone(),
+            from: Witness::Containerd,
+            reason: None,
         }
     }
 
@@ -293,6 +329,28 @@ impl Context<'_> {
                 continue;
             }
             match (r.containers.get(id), d.containers.get(id)) {
+                (None, Some(d)) if d.gone => {
+                    // Ran and was removed from containerd inside the gap (dockerd):
+                    // created, and deleted when its task exited.
+                    let mut create = self.change(
+                        "/containers/create",
+                        any("containerd.events.ContainerCreate", &create(id, d)),
+                        d.created_at,
+                        &object,
+                    );
+                    create.from = d.from.unwrap_or_default();
+                    phases.containers.push(create);
+                    self.deleted(id, d, &object, phases);
+                }
+                (Some(r), Some(d)) if !r.gone && d.gone => self.deleted(id, d, &object, phases),
+                (Some(r), Some(d)) if r.gone && !d.gone => phases.containers.push(self.change(
+                    "/containers/create",
+                    any("containerd.events.ContainerCreate", &create(id, d)),
+                    d.created_at,
+                    &object,
+                )),
+                (Some(r), Some(d)) if r.gone || d.gone => {}
+                (Some(r), None) if r.gone => {}
                 (None, Some(d)) => phases.containers.push(self.change(
                     "/containers/create",
                     any("containerd.events.ContainerCreate", &create(id, d)),
@@ -349,7 +407,16 @@ impl Context<'_> {
             };
             match (r.tasks.get(id), d.tasks.get(id)) {
                 (None, Some(d)) => task.opened(d, phases),
+                // Deleted, and the delete was recorded.
+                (Some(r), None) if r.deleted => {}
                 (Some(r), None) => task.closed(r, phases, unknown_exits),
+                (Some(r), Some(d)) if r.deleted && d.deleted => {
+                    if crate::reconcile::managed::later(d, r) {
+                        task.opened(d, phases);
+                    }
+                }
+                (Some(r), Some(d)) if r.deleted => task.opened(d, phases),
+                (Some(r), Some(d)) if d.deleted => task.ended(r, d, phases),
                 (Some(r), Some(d)) if r.pid != d.pid => {
                     // Another task of the same container ran in the gap: the old one
                     // ended before it, whatever the phases say.
@@ -362,6 +429,31 @@ impl Context<'_> {
                 (Some(r), Some(d)) => task.moved(r, d, phases),
                 (None, None) => {}
             }
+        }
+    }
+}
+
+impl Context<'_> {
+    /// A container removed from containerd when its task exited (dockerd does so),
+    /// told at that exit where the manager said when it was.
+    fn deleted(&self, id: &str, d: &ContainerState, object: &Object, phases: &mut Phases) {
+        let exited_at = self
+            .daemon_tasks
+            .and_then(|tasks| tasks.get(id))
+            .and_then(|t| t.exited_at);
+        let mut change = self.change(
+            "/containers/delete",
+            any(
+                "containerd.events.ContainerDelete",
+                &ev::ContainerDelete { id: id.to_owned() },
+            ),
+            exited_at,
+            object,
+        );
+        change.from = d.from.unwrap_or(Witness::Docker);
+        match exited_at {
+            Some(_) => phases.runs.push(change),
+            None => phases.container_deletes.push(change),
         }
     }
 }
