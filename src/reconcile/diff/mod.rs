@@ -153,7 +153,9 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
         .partition(|c| run_containers.contains(&c.object) && c.daemon_time.is_some());
     phases.containers = others;
     phases.runs.splice(0..0, creates);
-    phases.runs.sort_by_key(|c| c.daemon_time);
+    phases
+        .runs
+        .sort_by_key(|c| (c.daemon_time, run_rank(c.topic)));
     // Destructured, not read field by field: a phase added later cannot be left out.
     let Phases {
         namespaces,
@@ -455,6 +457,19 @@ impl Context<'_> {
             Some(_) => phases.runs.push(change),
             None => phases.container_deletes.push(change),
         }
+    }
+}
+
+/// The order of a run's events that share a time: a manager deletes the task, and
+/// dockerd the container, at the exit.
+fn run_rank(topic: &str) -> u8 {
+    match topic {
+        "/containers/create" => 0,
+        "/tasks/start" => 1,
+        "/tasks/oom" => 2,
+        "/tasks/exit" => 3,
+        "/tasks/delete" => 4,
+        _ => 5,
     }
 }
 
