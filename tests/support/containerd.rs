@@ -1,6 +1,7 @@
 //! A private containerd for tests: its own root, state and socket under a temp dir,
-//! CRI disabled, no network. It can be killed and started again on the same
-//! directory (same socket, same images), as a node's daemon restarts.
+//! no network, the CRI plugin disabled unless asked for (`start_cri`). It can be
+//! killed and started again on the same directory (same socket, same images), as a
+//! node's daemon restarts.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -39,6 +40,29 @@ impl Containerd {
     /// [`not_started`](Self::not_started), with the socket in `subdir` of the daemon's
     /// directory (which the daemon creates at start, as it does its state dir).
     pub fn not_started_in(subdir: &str) -> Containerd {
+        Self::configured(subdir, config::containerd_config)
+    }
+
+    /// A fresh daemon with containerd's CRI plugin enabled (see
+    /// [`not_started_cri`](Self::not_started_cri)); the socket accepts connections
+    /// when this returns, the CRI plugin may still be initialising
+    /// (`kubelet::Kubelet::connect` waits for it).
+    pub fn start_cri() -> Containerd {
+        let mut containerd = Self::not_started_cri();
+        containerd.restart();
+        containerd
+    }
+
+    /// [`not_started`](Self::not_started) with the CRI plugin enabled: pods use the
+    /// host network (no CNI config), and their sandbox container runs the test image
+    /// [`IMAGE`], which [`import_busybox_cri`](Self::import_busybox_cri) imports.
+    pub fn not_started_cri() -> Containerd {
+        Self::configured("", |dir, socket| {
+            config::containerd_cri_config(dir, socket, IMAGE)
+        })
+    }
+
+    fn configured(subdir: &str, config: impl FnOnce(&Path, &Path) -> String) -> Containerd {
         assert!(
             have("containerd") && have("ctr") && have("runc"),
             "containerd, ctr and runc must be installed; run tests/run.sh"
@@ -48,9 +72,11 @@ impl Containerd {
             .tempdir()
             .expect("tempdir");
         let socket = dir.path().join(subdir).join("containerd.sock");
-        let config = dir.path().join("containerd.toml");
-        std::fs::write(&config, config::containerd_config(dir.path(), &socket))
-            .expect("write containerd config");
+        std::fs::write(
+            dir.path().join("containerd.toml"),
+            config(dir.path(), &socket),
+        )
+        .expect("write containerd config");
         Containerd {
             child: None,
             log: None,
@@ -138,6 +164,24 @@ impl Containerd {
         IMAGE
     }
 
+    /// [`import_busybox`](Self::import_busybox) into namespace [`CRI_NAMESPACE`], where
+    /// the CRI plugin looks images up by name (as the sandbox image and as the image of
+    /// a container): what `ctr -n k8s.io image import` does on a node.
+    pub fn import_busybox_cri(&self) -> &'static str {
+        let out = self
+            .ctr()
+            .args(["--namespace", CRI_NAMESPACE, "image", "import"])
+            .arg(busybox_image())
+            .output()
+            .expect("run ctr image import");
+        assert!(
+            out.status.success(),
+            "ctr -n {CRI_NAMESPACE} image import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        IMAGE
+    }
+
     /// `ctr run --rm IMAGE ID sh -c SCRIPT` in namespace `default`; returns the exit code.
     pub fn run(&self, id: &str, script: &str) -> i32 {
         let fifos = self.dir.path().join("fifo");
@@ -188,6 +232,9 @@ impl Drop for Containerd {
 }
 
 pub const IMAGE: &str = "eventgate.test/busybox:1";
+
+/// The containerd namespace of everything containerd's CRI plugin does.
+pub const CRI_NAMESPACE: &str = "k8s.io";
 
 /// The image tarball, built once per test process from Debian's busybox-static.
 pub fn busybox_image() -> &'static Path {

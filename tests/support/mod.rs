@@ -16,6 +16,7 @@ pub mod certs;
 pub mod containerd;
 pub mod fronts;
 pub mod image;
+pub mod kubelet;
 pub mod prometheus;
 pub mod pyconsumer;
 pub mod tansu;
