@@ -182,7 +182,15 @@ pub(crate) fn later(d: &TaskState, r: &TaskState) -> bool {
 
 fn task_of(from: Witness, exit: &ManagedExit, recorded: &TaskState) -> Option<TaskState> {
     // A container whose start failed never had a task to tell about.
-    exit.started_at?;
+    let started_at = exit.started_at?;
+    // The CRI plugin stamps the start with its own clock once the shim's Start
+    // returned, and the finish with the exit time the shim reported: a process that
+    // exits at once can "finish" a fraction of a millisecond before it started. It
+    // started no later than it ended.
+    let started_at = match exit.finished_at {
+        Some(finished) if finished < started_at => finished,
+        _ => started_at,
+    };
     Some(TaskState {
         pid: recorded.pid,
         status: TaskStatus::Stopped,
@@ -190,7 +198,7 @@ fn task_of(from: Witness, exit: &ManagedExit, recorded: &TaskState) -> Option<Ta
         exit_status: Some(exit.exit_code as u32),
         exited_at: exit.finished_at,
         deleted: true,
-        started_at: exit.started_at,
+        started_at: Some(started_at),
         reason: exit.reason.clone(),
         from: Some(from),
     })

@@ -270,4 +270,33 @@ mod tests {
         spec.address.clear();
         assert!(spec.validate().unwrap_err().contains("address"));
     }
+
+    #[test]
+    fn managers_are_auto_off_or_an_address_and_anything_else_is_named() {
+        let spec: UpstreamSpec = toml::from_str("address = \"/run/c.sock\"").unwrap();
+        assert_eq!(
+            (spec.cri.clone(), spec.docker.clone()),
+            (ManagerSetting::Auto, ManagerSetting::Auto)
+        );
+        let spec: UpstreamSpec = toml::from_str(
+            "address = \"/run/c.sock\"\ncri = \"off\"\ndocker = \"unix:///run/docker.sock\"",
+        )
+        .unwrap();
+        assert_eq!(spec.cri, ManagerSetting::Off);
+        assert_eq!(
+            spec.docker,
+            ManagerSetting::Address("unix:///run/docker.sock".into())
+        );
+        for (bad, says) in [
+            ("cri = \"\"", "not empty"),
+            ("cri = 5", "invalid type"),
+            ("docker = \"unix://\"", "docker"),
+        ] {
+            let error =
+                toml::from_str::<UpstreamSpec>(&format!("address = \"/run/c.sock\"\n{bad}"))
+                    .unwrap_err()
+                    .to_string();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
 }
