@@ -345,8 +345,12 @@ impl Fields for Event {
 
 /// The fields of the record eventgate keeps of an event: containerd's envelope
 /// fields plus `origin` (`live` or `reconciled`, always present), `origin_clock`
-/// (`daemon` or `reconcile`, present only for reconciled events), `node` (where it
-/// was captured; absent when unknown) and the pod and container fields. For `eventgate
+/// (`daemon` or `reconcile`, present only for reconciled events), `reconciled_from`
+/// (`containerd`, `cri` or `docker`: whose record a reconciled event was
+/// reconstructed from; present only for reconciled events), `reason` (the manager's
+/// reason for the container's state, such as `OOMKilled`; present only when set),
+/// `node` (where it was captured; absent when unknown) and the pod and container
+/// fields. For `eventgate
 /// query`, `stats`, `replay` and forwarders' route filters. Subscribe matches with
 /// containerd's adaptor alone ([`Fields`] for [`Event`]), so a subscriber's filter
 /// means exactly what it would mean to containerd.
@@ -359,6 +363,14 @@ impl Fields for RecordFields<'_> {
         match path.first()?.as_str() {
             "origin" => Some(Cow::Borrowed(self.0.origin.label())),
             "origin_clock" => self.0.origin.clock().map(|c| Cow::Borrowed(c.label())),
+            "reconciled_from" => self.0.origin.witness().map(|w| Cow::Borrowed(w.label())),
+            "reason" => self
+                .0
+                .workload
+                .as_deref()?
+                .reason
+                .as_deref()
+                .map(Cow::Borrowed),
             "pod" | "container" => workload_field(self.0.workload.as_deref()?, path),
             _ => self.0.field(path),
         }
@@ -445,6 +457,62 @@ mod tests {
             assert_eq!(event.field(&path("origin")), None);
             assert_eq!(event.field(&path("origin_clock")), None);
         }
+    }
+
+    /// Whose record a reconciled event came from and the manager's reason are
+    /// eventgate's own fields too; Subscribe's adaptor sees neither.
+    #[test]
+    fn witness_and_reason_fields_are_in_the_record_fields_only() {
+        use crate::filter::Filter;
+        let path = |text: &str| -> Vec<String> { text.split('.').map(str::to_owned).collect() };
+        let oom = Workload {
+            pod_name: Some("web-7".into()),
+            reason: Some("OOMKilled".into()),
+            ..Workload::default()
+        };
+        let from_cri = testing::event(1)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .origin(Origin::Reconciled {
+                clock: Clock::Daemon,
+                from: Witness::Cri,
+            })
+            .workload(Some(Arc::new(oom)))
+            .build();
+        let fields = from_cri.record_fields();
+        assert_eq!(
+            fields.field(&path("reconciled_from")).as_deref(),
+            Some("cri")
+        );
+        assert_eq!(
+            fields.field(&path("reconciled_from.x")).as_deref(),
+            Some("cri"),
+            "only the first component counts"
+        );
+        assert_eq!(fields.field(&path("reason")).as_deref(), Some("OOMKilled"));
+        assert_eq!(from_cri.field(&path("reconciled_from")), None);
+        assert_eq!(from_cri.field(&path("reason")), None);
+        let matches = |text: &str, event: &Event| {
+            Filter::parse(text).unwrap().matches(&event.record_fields())
+        };
+        assert!(matches("reconciled_from==cri,reason==OOMKilled", &from_cri));
+        assert!(!Filter::parse("reason").unwrap().matches(&from_cri));
+
+        let containerd = testing::event(2)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .origin(Origin::reconciled(Clock::Reconcile))
+            .workload(testing::workload("nginx", &[]))
+            .build();
+        assert!(matches("reconciled_from==containerd", &containerd));
+        assert!(!matches("reason", &containerd), "no reason: absent");
+        let live = testing::event(3)
+            .at(0)
+            .json("containerd.events.TaskExit", "{}")
+            .build();
+        assert!(!matches("reconciled_from", &live), "live: absent");
+        assert!(matches("reconciled_from!=cri", &live));
+        assert!(!matches("reason", &live));
     }
 
     /// What the container's record said, as eventgate's own filters see it: through a

@@ -135,6 +135,29 @@ impl Origin {
     }
 }
 
+impl Origin {
+    /// [`Origin::from_labels`] with the witness's label as stored next to them (the
+    /// `reconciled_from` column, field and header): a reconciled event without one was
+    /// recorded before witnesses were kept, when every reconciled event was
+    /// containerd's; a live event has none.
+    pub fn from_stored(
+        origin: &str,
+        clock: Option<&str>,
+        from: Option<&str>,
+    ) -> Result<Origin, String> {
+        match (Origin::from_labels(origin, clock)?, from) {
+            (origin, None) => Ok(origin),
+            (Origin::Live, Some(from)) => Err(format!("a live event has reconciled_from {from:?}")),
+            (Origin::Reconciled { clock, .. }, Some(from)) => match Witness::from_label(from) {
+                Some(from) => Ok(Origin::Reconciled { clock, from }),
+                None => Err(format!(
+                    "reconciled_from {from:?} is not \"containerd\", \"cri\" or \"docker\""
+                )),
+            },
+        }
+    }
+}
+
 impl Clock {
     /// `daemon` or `reconcile`: the `origin_clock` column, field and header.
     pub fn label(self) -> &'static str {
@@ -196,6 +219,48 @@ mod tests {
         ] {
             let found = Origin::from_labels(origin, clock).unwrap_err();
             assert!(found.contains(error), "{origin} {clock:?}: {found}");
+        }
+    }
+
+    #[test]
+    fn witnesses_read_back_and_a_missing_one_is_containerd() {
+        for from in [Witness::Containerd, Witness::Cri, Witness::Docker] {
+            assert_eq!(Witness::from_label(from.label()), Some(from));
+            let origin = Origin::Reconciled {
+                clock: Clock::Reconcile,
+                from,
+            };
+            assert_eq!(origin.witness(), Some(from));
+            assert_eq!(
+                Origin::from_stored("reconciled", Some("reconcile"), Some(from.label())),
+                Ok(origin)
+            );
+        }
+        assert_eq!(Origin::Live.witness(), None);
+        assert_eq!(Origin::from_stored("live", None, None), Ok(Origin::Live));
+        assert_eq!(
+            Origin::from_stored("reconciled", Some("daemon"), None),
+            Ok(Origin::reconciled(Clock::Daemon)),
+            "recorded before witnesses were kept"
+        );
+        for (origin, clock, from, error) in [
+            (
+                "live",
+                None,
+                Some("cri"),
+                "a live event has reconciled_from",
+            ),
+            (
+                "reconciled",
+                Some("daemon"),
+                Some("kubelet"),
+                "\"kubelet\" is not",
+            ),
+            ("reconciled", Some("daemon"), Some(""), "\"\" is not"),
+            ("reconciled", None, Some("cri"), "has no origin_clock"),
+        ] {
+            let found = Origin::from_stored(origin, clock, from).unwrap_err();
+            assert!(found.contains(error), "{origin} {from:?}: {found}");
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::store::workload;
 pub(super) const COLUMNS: &str = "row_id, seq, id, timestamp, received_at, namespace, topic, \
      type_url, payload, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject, \
      origin, origin_clock, pod_name, pod_namespace, pod_uid, container_name, container_kind, image, \
-     labels, node, node_seq";
+     labels, node, node_seq, reconciled_from, reason";
 
 /// A stored event with what only the store knows about it.
 #[derive(Debug)]
@@ -56,12 +56,14 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
     .map_err(bad)?;
     let origin: String = row.get(14).map_err(sqlite)?;
     let clock: Option<String> = row.get(15).map_err(sqlite)?;
-    let origin = Origin::from_labels(&origin, clock.as_deref()).map_err(bad)?;
+    let from: Option<String> = row.get(25).map_err(sqlite)?;
+    let origin = Origin::from_stored(&origin, clock.as_deref(), from.as_deref()).map_err(bad)?;
     let mut workload: [Option<String>; 7] = Default::default();
     for (i, column) in workload.iter_mut().enumerate() {
         *column = row.get(16 + i).map_err(sqlite)?;
     }
-    let workload = workload::from_columns(workload).map_err(bad)?;
+    let reason: Option<String> = row.get(26).map_err(sqlite)?;
+    let workload = workload::with_reason(workload::from_columns(workload).map_err(bad)?, reason);
     let node: Option<String> = row.get(23).map_err(sqlite)?;
     let node_seq: Option<i64> = row.get(24).map_err(sqlite)?;
 

@@ -73,6 +73,8 @@ fn selector_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> 
         Some(column @ ("topic" | "namespace")) => column_sql(column, selector, params),
         Some("origin") => origin_sql(selector, params),
         Some("origin_clock") => origin_clock_sql(selector, params),
+        Some("reconciled_from") => reconciled_from_sql(selector, params),
+        Some("reason") => reason_sql(selector, params),
         Some("pod" | "container") => workload_sql(selector, params),
         Some("node") => node_sql(selector, params),
         Some("event") => event_sql(selector, params),
@@ -139,6 +141,52 @@ fn origin_clock_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<Stri
         Operator::NotEqual => {
             params.push(Value::Text(selector.value.clone()));
             Some("(coalesce(origin_clock, '') <> ?)".to_owned())
+        }
+        Operator::Matches => None,
+    }
+}
+
+/// `reconciled_from` is present for reconciled rows only. Reconciled rows stored
+/// before the column (schema version 12) have it NULL and read back as containerd's,
+/// which they all were: the value compared is the column or, for them, `containerd`.
+/// Only reconciled rows can have one, so `==` and presence read the rows the partial
+/// index `events_reconciled` holds (as `origin==reconciled` does) and compare only
+/// those.
+fn reconciled_from_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> {
+    const FROM: &str = "coalesce(reconciled_from, 'containerd')";
+    let reconciled = format!("row_id IN (SELECT row_id FROM events WHERE origin = '{RECONCILED}')");
+    match selector.op {
+        Operator::Present => Some(reconciled),
+        Operator::Equal if selector.value.is_empty() => Some("0".to_owned()),
+        Operator::Equal => {
+            params.push(Value::Text(selector.value.clone()));
+            Some(format!("({reconciled} AND {FROM} = ?)"))
+        }
+        // Live rows have no witness: `!=` keeps them whatever the value.
+        Operator::NotEqual => {
+            params.push(Value::Text(selector.value.clone()));
+            Some(format!(
+                "(CASE WHEN origin = '{RECONCILED}' THEN {FROM} ELSE '' END <> ?)"
+            ))
+        }
+        Operator::Matches => None,
+    }
+}
+
+/// `reason` is NULL unless the manager gave one, as the matcher then finds the field
+/// absent; an empty reason is stored as `''` and present, as the matcher has it.
+/// Only the first component counts, as for `origin`.
+fn reason_sql(selector: &Selector, params: &mut Vec<Value>) -> Option<String> {
+    match selector.op {
+        Operator::Present => Some("(reason IS NOT NULL)".to_owned()),
+        // NULL is false to WHERE, and the translation never negates a term.
+        Operator::Equal => {
+            params.push(Value::Text(selector.value.clone()));
+            Some("reason = ?".to_owned())
+        }
+        Operator::NotEqual => {
+            params.push(Value::Text(selector.value.clone()));
+            Some("(coalesce(reason, '') <> ?)".to_owned())
         }
         Operator::Matches => None,
     }

@@ -51,8 +51,16 @@
 //! changes its hash, and chains written before it keep verifying.
 //!
 //! The node_seq column (schema version 11) is set only on events a central gateway
-//! took in from another gateway. A row with one hashes every column, NULL or not,
-//! `node_seq` last: 25 values, a count no other row has.
+//! took in from another gateway. A row with one (and neither column of version 12)
+//! hashes the first 25 columns, NULL or not, `node_seq` last: 25 values, a count no
+//! other row has.
+//!
+//! The reconciled_from and reason columns (schema version 12) are set only on
+//! reconciled rows written since (whose record the event was reconstructed from) and
+//! on events whose manager gave a reason. A row where either is not NULL hashes every
+//! column, NULL or not, `reconciled_from, reason` last: 27 values, a count no other
+//! row has; every other row hashes as before, so chains written before them keep
+//! verifying, and setting, changing or clearing either changes the row's hash.
 
 use rusqlite::types::ValueRef;
 use sha2::{Digest, Sha256};
@@ -73,8 +81,9 @@ pub const ZERO: Hash = [0; HASH_LEN];
 /// The hashed columns, in hashing order; the publisher's [`PUBLISHER_COLUMNS`] only
 /// when one of them is not NULL, the [`ORIGIN_COLUMNS`] only when the row is not
 /// live, the [`WORKLOAD_COLUMNS`] only when one of them (or `node`) is not NULL,
-/// `node` last only when not NULL.
-pub const COLUMNS: [&str; 25] = [
+/// `node` only when not NULL; `node_seq` makes every one of the first 25 hashed, and
+/// `reconciled_from` or `reason` every one of the 27.
+pub const COLUMNS: [&str; 27] = [
     "seq",
     "id",
     "timestamp",
@@ -100,6 +109,8 @@ pub const COLUMNS: [&str; 25] = [
     "labels",
     "node",
     "node_seq",
+    "reconciled_from",
+    "reason",
 ];
 
 /// How many of [`COLUMNS`] are the publisher's, hashed only when not all NULL.
@@ -117,12 +128,19 @@ pub const WORKLOAD_COLUMNS: usize = super::workload::COLUMNS.len();
 /// not NULL.
 pub const NODE_COLUMNS: usize = 1;
 
-/// How many of [`COLUMNS`] are the node seq's (the last one); when not NULL, every
-/// column is hashed.
+/// How many of [`COLUMNS`] are the node seq's (after the node's); when not NULL, every
+/// column before it is hashed too.
 pub const NODE_SEQ_COLUMNS: usize = 1;
 
+/// How many of [`COLUMNS`] are schema version 12's, `reconciled_from` and `reason`
+/// (the last ones); when either is not NULL, every column is hashed.
+pub const RECONCILED_COLUMNS: usize = 2;
+
+/// The columns before [`RECONCILED_COLUMNS`]: every row stored before version 12.
+const BEFORE_RECONCILED: usize = COLUMNS.len() - RECONCILED_COLUMNS;
+
 /// The columns hashed for every row.
-const ALWAYS: usize = COLUMNS.len()
+const ALWAYS: usize = BEFORE_RECONCILED
     - PUBLISHER_COLUMNS
     - ORIGIN_COLUMNS
     - WORKLOAD_COLUMNS
@@ -130,7 +148,7 @@ const ALWAYS: usize = COLUMNS.len()
     - NODE_SEQ_COLUMNS;
 
 /// One row's hashed columns as stored (or about to be stored).
-pub type RowValues<'a> = [ValueRef<'a>; 25];
+pub type RowValues<'a> = [ValueRef<'a>; 27];
 
 /// The hash of a row chained to `prev`.
 pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
@@ -151,11 +169,16 @@ impl RowHasher {
         buf.clear();
         buf.extend_from_slice(DOMAIN);
         buf.extend_from_slice(prev);
-        if values[COLUMNS.len() - 1] != ValueRef::Null {
+        let (before, reconciled) = values.split_at(BEFORE_RECONCILED);
+        if reconciled.iter().any(|v| *v != ValueRef::Null) {
             values.iter().for_each(|value| push_value(buf, value));
             return Sha256::digest(buf.as_slice()).into();
         }
-        let (always, rest) = values.split_at(ALWAYS);
+        if before[BEFORE_RECONCILED - 1] != ValueRef::Null {
+            before.iter().for_each(|value| push_value(buf, value));
+            return Sha256::digest(buf.as_slice()).into();
+        }
+        let (always, rest) = before.split_at(ALWAYS);
         let (publisher, rest) = rest.split_at(PUBLISHER_COLUMNS);
         let (origin, rest) = rest.split_at(ORIGIN_COLUMNS);
         let (workload, rest) = rest.split_at(WORKLOAD_COLUMNS);
@@ -229,6 +252,8 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
         workload[6],
         text(row.node),
         int(row.node_seq),
+        text(row.reconciled_from),
+        text(row.reason),
     ]
 }
 

@@ -29,6 +29,8 @@ fn sample() -> RowValues<'static> {
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Null,
+        ValueRef::Null,
+        ValueRef::Null,
     ]
 }
 
@@ -305,7 +307,7 @@ fn a_row_with_a_node_seq_hashes_every_column() {
     let mut expected = Vec::new();
     expected.extend_from_slice(DOMAIN);
     expected.extend_from_slice(&prev);
-    for value in &row {
+    for value in &row[..25] {
         match *value {
             ValueRef::Null => expected.push(0),
             ValueRef::Integer(i) => tagged(&mut expected, 1, &i.to_be_bytes()),
@@ -319,4 +321,137 @@ fn a_row_with_a_node_seq_hashes_every_column() {
     let mut without = row;
     without[24] = ValueRef::Null;
     assert_ne!(row_hash(&prev, &without), direct);
+}
+
+fn encoded(prev: &Hash, values: &[ValueRef<'_>]) -> Vec<u8> {
+    let mut out = DOMAIN.to_vec();
+    out.extend_from_slice(prev);
+    for value in values {
+        match *value {
+            ValueRef::Null => out.push(0),
+            ValueRef::Integer(i) => tagged(&mut out, 1, &i.to_be_bytes()),
+            ValueRef::Text(t) => tagged(&mut out, 3, t),
+            ValueRef::Blob(b) => tagged(&mut out, 4, b),
+            ValueRef::Real(_) => unreachable!(),
+        }
+    }
+    out
+}
+
+/// A reconciled row written since schema version 12 (its witness set) or a row with a
+/// reason hashes all 27 values in column order, NULL or not, `reconciled_from` and
+/// `reason` last, byte for byte.
+#[test]
+fn a_row_with_a_witness_or_a_reason_hashes_every_column() {
+    let prev = [0x33; 32];
+    let mut row = sample();
+    row[14] = ValueRef::Text(b"reconciled");
+    row[15] = ValueRef::Text(b"daemon");
+    row[16] = ValueRef::Text(b"web-7");
+    row[23] = ValueRef::Text(b"node-1");
+    row[25] = ValueRef::Text(b"cri");
+    row[26] = ValueRef::Text(b"OOMKilled");
+    let mut expected = encoded(&prev, &row[..10]);
+    // The publisher's four NULLs, the origin, the workload (one value, six NULLs),
+    // the node, a NULL node seq, then the two.
+    expected.extend_from_slice(&[0, 0, 0, 0]);
+    tagged_text(&mut expected, b"reconciled");
+    tagged_text(&mut expected, b"daemon");
+    tagged_text(&mut expected, b"web-7");
+    expected.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    tagged_text(&mut expected, b"node-1");
+    expected.push(0);
+    tagged_text(&mut expected, b"cri");
+    tagged_text(&mut expected, b"OOMKilled");
+    assert_eq!(expected, encoded(&prev, &row), "the hand-written bytes");
+    let direct: Hash = Sha256::digest(&expected).into();
+    assert_eq!(row_hash(&prev, &row), direct);
+
+    // A witness without a reason (a containerd-reconciled row): the reason's NULL too.
+    let mut witness_only = sample();
+    witness_only[14] = ValueRef::Text(b"reconciled");
+    witness_only[15] = ValueRef::Text(b"reconcile");
+    witness_only[25] = ValueRef::Text(b"containerd");
+    let direct: Hash = Sha256::digest(encoded(&prev, &witness_only)).into();
+    assert_eq!(row_hash(&prev, &witness_only), direct);
+
+    // A reason alone: every column, the NULL witness included.
+    let mut reason_only = sample();
+    reason_only[26] = ValueRef::Text(b"Error");
+    let direct: Hash = Sha256::digest(encoded(&prev, &reason_only)).into();
+    assert_eq!(row_hash(&prev, &reason_only), direct);
+
+    // With a node seq as well: still the 27.
+    let mut taken_in = row;
+    taken_in[24] = ValueRef::Integer(9);
+    let direct: Hash = Sha256::digest(encoded(&prev, &taken_in)).into();
+    assert_eq!(row_hash(&prev, &taken_in), direct);
+}
+
+/// Rows whose two version-12 columns are NULL hash exactly as they did before the
+/// columns existed, whatever else they hold: old chains keep verifying.
+#[test]
+fn rows_without_a_witness_or_a_reason_hash_as_before() {
+    let prev = [0x44; 32];
+    let ten = |row: &RowValues<'_>| -> Hash { Sha256::digest(encoded(&prev, &row[..10])).into() };
+    let base = sample();
+    assert_eq!(row_hash(&prev, &base), ten(&base), "a live row: the ten");
+
+    // A reconciled row stored before version 12: the ten and the origin's two.
+    let mut old_reconciled = sample();
+    old_reconciled[14] = ValueRef::Text(b"reconciled");
+    old_reconciled[15] = ValueRef::Text(b"daemon");
+    let mut twelve = encoded(&prev, &old_reconciled[..10]);
+    tagged_text(&mut twelve, b"reconciled");
+    tagged_text(&mut twelve, b"daemon");
+    let direct: Hash = Sha256::digest(&twelve).into();
+    assert_eq!(row_hash(&prev, &old_reconciled), direct);
+
+    // A row with a node: the ten, the seven workload values, the node.
+    let mut on_node = sample();
+    on_node[23] = ValueRef::Text(b"web-1");
+    let mut values = on_node[..10].to_vec();
+    values.extend_from_slice(&on_node[16..24]);
+    let direct: Hash = Sha256::digest(encoded(&prev, &values)).into();
+    assert_eq!(row_hash(&prev, &on_node), direct);
+
+    // A row with a node seq: the first 25.
+    on_node[24] = ValueRef::Integer(3);
+    let direct: Hash = Sha256::digest(encoded(&prev, &on_node[..25])).into();
+    assert_eq!(row_hash(&prev, &on_node), direct);
+}
+
+/// Setting, changing or clearing either column changes the row's hash, and the two
+/// never trade places.
+#[test]
+fn setting_changing_or_clearing_a_witness_or_a_reason_changes_the_hash() {
+    let mut reconciled = sample();
+    reconciled[14] = ValueRef::Text(b"reconciled");
+    reconciled[15] = ValueRef::Text(b"daemon");
+    let mut variants: Vec<RowValues<'static>> = vec![sample(), reconciled];
+    for base in [sample(), reconciled] {
+        for (from, reason) in [
+            (Some(&b"containerd"[..]), None),
+            (Some(b"cri"), None),
+            (Some(b"docker"), None),
+            (Some(b"cri"), Some(&b"OOMKilled"[..])),
+            (Some(b"cri"), Some(b"Completed")),
+            (Some(b"docker"), Some(b"OOMKilled")),
+            (None, Some(b"OOMKilled")),
+            (None, Some(b"")),
+            (Some(b""), None),
+            // The same text in the other column.
+            (Some(b"OOMKilled"), None),
+        ] {
+            let mut row = base;
+            row[25] = from.map_or(ValueRef::Null, ValueRef::Text);
+            row[26] = reason.map_or(ValueRef::Null, ValueRef::Text);
+            variants.push(row);
+        }
+    }
+    let mut hashes: Vec<Hash> = variants.iter().map(|v| row_hash(&ZERO, v)).collect();
+    let count = hashes.len();
+    hashes.sort();
+    hashes.dedup();
+    assert_eq!(hashes.len(), count, "every variant hashes differently");
 }

@@ -10,10 +10,12 @@ use super::{EventRow, chain};
 /// place in the chain: `row_id` is given explicitly and only advances on a new row.
 ///
 /// `node` is bound in both statements: every event captured since nodes were kept
-/// has one; `node_seq` too, one more parameter rather than two more statements.
+/// has one; `node_seq`, `reconciled_from` and `reason` too, a few more parameters
+/// rather than more statements.
 const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node, node_seq) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node, node_seq, \
+     reconciled_from, reason) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23) \
      ON CONFLICT(id) DO NOTHING";
 
 /// [`INSERT`] with the workload columns, for rows that have one. Rows without one
@@ -22,9 +24,9 @@ const INSERT: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_a
 /// took about 5% more CPU per row).
 const INSERT_WORKLOAD: &str = "INSERT INTO events (row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
      publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, prev_hash, hash, node, node_seq, \
-     pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels) \
+     reconciled_from, reason, pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-     ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) \
+     ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30) \
      ON CONFLICT(id) DO NOTHING";
 
 const READ_HEAD: &str = "SELECT head_row_id, head_hash FROM audit_chain WHERE id = 1";
@@ -151,6 +153,8 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                 hash,
                 row.node,
                 row.node_seq,
+                row.reconciled_from,
+                row.reason,
             ];
             let w = &row.workload;
             let changed = match w.is_empty() {
@@ -205,9 +209,10 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
         let mut stmt = tx.prepare_cached(
             "INSERT INTO events (seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
              publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, \
-             pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, node, node_seq) \
+             pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, node, node_seq, \
+             reconciled_from, reason) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-             ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+             ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
         )?;
         for row in rows {
             stmt.execute(params![
@@ -236,6 +241,8 @@ pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite
                 row.workload.labels,
                 row.node,
                 row.node_seq,
+                row.reconciled_from,
+                row.reason,
             ])?;
         }
     }

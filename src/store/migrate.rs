@@ -76,6 +76,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_node_seq.sql",
         sql: include_str!("../../migrations/0011_node_seq.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_reconciled_from.sql",
+        sql: include_str!("../../migrations/0012_reconciled_from.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

@@ -22,7 +22,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::event::{Clock, Event};
+use crate::event::{Clock, Event, Witness};
 use crate::proto::rfc3339_nanos;
 use crate::publisher::{Columns, Publisher};
 #[cfg(any(test, feature = "bench"))]
@@ -264,6 +264,12 @@ pub struct EventRow<'a> {
     /// The event's seq on its node's gateway, for an event taken in from another
     /// gateway; `None` for this gateway's own.
     pub node_seq: Option<i64>,
+    /// `containerd`, `cri` or `docker` for a reconciled event: whose record it was
+    /// reconstructed from; `None` for a live one.
+    pub reconciled_from: Option<&'static str>,
+    /// The manager's reason for the container's state at this event (the workload's
+    /// `reason`); `None` unless set.
+    pub reason: Option<&'a str>,
 }
 
 impl<'a> EventRow<'a> {
@@ -287,6 +293,8 @@ impl<'a> EventRow<'a> {
             node: event.node(),
             // Past i64 (never assigned in practice) it is left out rather than wrapped.
             node_seq: event.node_seq.and_then(|seq| i64::try_from(seq).ok()),
+            reconciled_from: event.origin.witness().map(Witness::label),
+            reason: event.workload.as_deref().and_then(|w| w.reason.as_deref()),
         }
     }
 }

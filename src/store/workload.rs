@@ -110,6 +110,20 @@ pub(crate) fn from_columns(values: [Option<String>; 7]) -> Result<Option<Workloa
     }))
 }
 
+/// `workload` with the `reason` column (schema version 12) put back in it: the
+/// manager's reason travels in the workload but is stored in a column of its own,
+/// since later events of the same container do not repeat it. A reason without any
+/// other workload column is a workload of its own.
+pub(crate) fn with_reason(workload: Option<Workload>, reason: Option<String>) -> Option<Workload> {
+    match (workload, reason) {
+        (workload, None) => workload,
+        (workload, reason) => Some(Workload {
+            reason,
+            ..workload.unwrap_or_default()
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

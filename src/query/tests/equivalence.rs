@@ -120,6 +120,30 @@ const SELECTORS: &[&str] = &[
     r#"origin_clock=="""#,
     r#"origin_clock!="""#,
     r#"origin_clock~="^$""#,
+    "reconciled_from",
+    "reconciled_from==containerd",
+    "reconciled_from==cri",
+    "reconciled_from==docker",
+    "reconciled_from!=cri",
+    "reconciled_from!=containerd",
+    r#"reconciled_from=="""#,
+    r#"reconciled_from!="""#,
+    "reconciled_from.any==docker",
+    "reconciled_from==Cri",
+    "reconciled_from~=^c",
+    r#"reconciled_from=="x' OR '1'='1""#,
+    "reconciled_from==cri,origin_clock==daemon",
+    "reason",
+    "reason==OOMKilled",
+    "reason==Completed",
+    "reason!=OOMKilled",
+    r#"reason=="""#,
+    r#"reason!="""#,
+    "reason.any==OOMKilled",
+    "reason~=^OOM",
+    r#"reason~="^$""#,
+    r#"reason=="x' OR '1'='1""#,
+    "reason==OOMKilled,reconciled_from==cri",
     "pod",
     "pod.name",
     "pod.name==web-7",
@@ -188,6 +212,52 @@ fn every_selector_alone_keeps_what_the_matcher_keeps() {
     );
 }
 
+/// Reconciled rows stored before schema version 12 have no `reconciled_from` and read
+/// back as containerd's: SQL must keep them where the matcher keeps the events they
+/// read back as.
+#[test]
+fn reconciled_rows_from_before_the_witness_column_are_containerd_s() {
+    let events = varied_events();
+    let store = TempStore::with(&events);
+    let changed = rusqlite::Connection::open(store.path())
+        .unwrap()
+        .execute(
+            "UPDATE events SET reconciled_from = NULL WHERE reconciled_from = 'containerd'",
+            [],
+        )
+        .unwrap();
+    assert!(changed > 0);
+    let reader = Reader::open(store.path()).unwrap();
+    let mut read_back = Vec::new();
+    reader
+        .each(&Query::default(), RowRange::ALL, |stored| {
+            read_back.push(stored.event);
+            true
+        })
+        .unwrap();
+    let origins = |events: &[Event]| events.iter().map(|e| e.origin).collect::<Vec<_>>();
+    assert_eq!(origins(&read_back), origins(&events));
+    let workloads = |events: &[Event]| {
+        events
+            .iter()
+            .map(|e| e.workload.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        workloads(&read_back),
+        workloads(&events),
+        "reasons read back"
+    );
+    for text in SELECTORS {
+        let filter = Filter::parse(text).unwrap();
+        assert_eq!(
+            via_store(&reader, &filter),
+            in_memory(&events, &filter),
+            "filter {text}"
+        );
+    }
+}
+
 #[test]
 fn random_filters_keep_what_the_matcher_keeps() {
     let events = varied_events();
@@ -224,6 +294,12 @@ fn regex_topic_globs_and_nested_any_paths_are_rechecked_the_rest_is_not() {
         ("other~=x", false),
         ("origin==reconciled,origin_clock!=daemon", false),
         ("origin_clock~=^d", true),
+        (
+            "reconciled_from==cri,reason==OOMKilled,reason!=Error",
+            false,
+        ),
+        ("reconciled_from~=^c", true),
+        ("reason~=OOM", true),
         (
             "pod.name==web-7,container.labels.a.b==c,container.image!=x",
             false,

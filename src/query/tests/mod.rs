@@ -6,7 +6,7 @@ mod plan;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::event::{Clock, Event, Origin, Source, Workload};
+use crate::event::{Clock, Event, Origin, Source, Witness, Workload};
 pub(super) use crate::testing::T0;
 use crate::testing::{self, json_any};
 
@@ -135,14 +135,36 @@ pub(super) fn varied_events() -> Vec<Event> {
         Some(exit("'; DROP TABLE events; --", "a\"b")),
     );
     push(Some(T0 + 7200), "default", "/tasks/a/b", None);
-    // Some of each origin, spread over every shape above.
+    // Some of each origin and witness, spread over every shape above.
+    let witnesses = [Witness::Containerd, Witness::Cri, Witness::Docker];
     for (i, event) in out.iter_mut().enumerate() {
         event.origin = match i % 4 {
-            1 => Origin::reconciled(Clock::Daemon),
-            2 => Origin::reconciled(Clock::Reconcile),
+            1 => Origin::Reconciled {
+                clock: Clock::Daemon,
+                from: witnesses[(i / 4) % 3],
+            },
+            2 => Origin::Reconciled {
+                clock: Clock::Reconcile,
+                from: witnesses[(i / 4 + 1) % 3],
+            },
             _ => Origin::Live,
         };
-        event.workload = workloads().into_iter().nth(i % 7).flatten().map(Arc::new);
+        let workload = workloads().into_iter().nth(i % 7).flatten();
+        // Reasons, empty ones included, with and without the rest of a workload.
+        let reason = match i % 5 {
+            1 => Some("OOMKilled"),
+            2 => Some("Completed"),
+            3 => Some(""),
+            _ => None,
+        };
+        event.workload = match reason {
+            None => workload,
+            Some(reason) => Some(Workload {
+                reason: Some(reason.to_owned()),
+                ..workload.unwrap_or_default()
+            }),
+        }
+        .map(Arc::new);
     }
     out
 }

@@ -130,6 +130,9 @@ fn reconciled_rows_are_read_from_their_partial_index() {
         ("origin==reconciled", false, Some(2)),
         ("origin==reconciled,origin_clock==daemon", true, None),
         ("origin==reconciled", true, Some(2)),
+        ("reconciled_from==cri", false, None),
+        ("reconciled_from", true, Some(2)),
+        ("reconciled_from==docker,reason", false, None),
     ] {
         let q = query(filter, hour, limit);
         let used = plan(&reader, &q);

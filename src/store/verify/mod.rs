@@ -57,7 +57,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const ROWS: &str = "SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, \
      payload, event, source, publisher_uid, publisher_gid, publisher_pid, publisher_subject, \
      origin, origin_clock, pod_name, pod_namespace, pod_uid, container_name, container_kind, \
-     image, labels, node, node_seq, prev_hash, hash FROM events ORDER BY row_id";
+     image, labels, node, node_seq, reconciled_from, reason, prev_hash, hash FROM events \
+     ORDER BY row_id";
 
 /// Where [`ROWS`] puts `prev_hash` and `hash`: after row_id and the hashed columns.
 const PREV_HASH: usize = 1 + chain::COLUMNS.len();

@@ -4,6 +4,7 @@
 mod intact;
 mod node;
 mod origin;
+mod reconciled;
 mod tampered;
 mod workload;
 
@@ -101,7 +102,7 @@ fn rehash_from(path: &Path, from: i64) {
     let mut stmt = conn
         .prepare("SELECT row_id, seq, id, timestamp, received_at, namespace, topic, type_url, payload, event, source, \
                   publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, \
-                  pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, node, node_seq FROM events WHERE row_id >= ?1 ORDER BY row_id")
+                  pod_name, pod_namespace, pod_uid, container_name, container_kind, image, labels, node, node_seq, reconciled_from, reason FROM events WHERE row_id >= ?1 ORDER BY row_id")
         .unwrap();
     let mut rows = stmt.query([from]).unwrap();
     let mut updates = Vec::new();

@@ -26,6 +26,9 @@ fn a_modified_column_is_reported_at_its_row() {
         // A pod given to a row about no container's record.
         ("pod_name", "'web-7'"),
         ("labels", "'{}'"),
+        // A live row given a witness or a reason.
+        ("reconciled_from", "'cri'"),
+        ("reason", "'OOMKilled'"),
     ] {
         let store = ten_events();
         let path = store.path().to_path_buf();
@@ -134,6 +137,8 @@ fn an_inserted_row_is_reported_with_a_forged_or_a_computed_hash() {
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Text(b"live"),
+        ValueRef::Null,
+        ValueRef::Null,
         ValueRef::Null,
         ValueRef::Null,
         ValueRef::Null,
