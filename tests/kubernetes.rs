@@ -273,3 +273,68 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
     kubelet.remove_pod(&pod.id);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
+
+/// A CRI socket that is not there, and one that accepts connections and never
+/// answers: containerd's own reconcile completes regardless, each marker says the
+/// CRI failed and why, and `/readyz?verbose` names it on the upstream's line while
+/// the gateway stays ready.
+#[test]
+#[ignore = "needs containerd, runc and busybox-static; run tests/run.sh"]
+fn a_cri_that_is_missing_or_silent_never_stops_the_reconcile() {
+    let containerd = Containerd::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing.sock");
+    let silent_path = dir.path().join("silent.sock");
+    let silent = std::os::unix::net::UnixListener::bind(&silent_path).expect("bind");
+    let config = dir.path().join("eventgate.toml");
+    let mut text =
+        String::from("[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n");
+    for (name, cri) in [("missing", &missing), ("silent", &silent_path)] {
+        text.push_str(&format!(
+            "\n[[upstream]]\nname = \"{name}\"\naddress = \"{}\"\ncri = \"{}\"\nconnect_timeout = \"1s\"\n",
+            containerd.address(),
+            cri.display()
+        ));
+    }
+    std::fs::write(&config, text).expect("write config");
+    let mut gateway = Gateway::start_in(dir, &["--config", path_str(&config)]);
+    // The silent one's reconcile waits out the CRI call's deadline (10 s).
+    let lines = wait_for("a reconciled marker of each upstream", DEADLINE, || {
+        let lines = logged(&gateway);
+        let of = |name: &str| {
+            reconciled_markers(&lines)
+                .iter()
+                .any(|m| m["event"]["upstream"] == name)
+        };
+        (of("missing") && of("silent")).then_some(lines)
+    });
+    for marker in reconciled_markers(&lines) {
+        let event = &marker["event"];
+        let cri = &event["managers"][0];
+        assert_eq!(cri["name"], "cri", "{marker}");
+        assert_eq!(cri["state"], "failed", "{marker}");
+        assert!(
+            cri["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{marker}"
+        );
+        // containerd's own lists were read, and nothing claims a manager's view.
+        assert!(event.get("list_duration").is_some(), "{marker}");
+        let cannot_know = event["cannot_know"].as_str().unwrap_or_default();
+        assert!(!cannot_know.contains("a manager keeps"), "{marker}");
+    }
+    let admin = gateway.admin_addr();
+    let (code, verbose) = http_get(admin, "/readyz?verbose");
+    assert_eq!(code, 200, "{verbose}");
+    for name in ["missing", "silent"] {
+        let line = verbose
+            .lines()
+            .find(|l| l.starts_with(&format!("ok: upstream {name} (")))
+            .unwrap_or_else(|| panic!("{name} in {verbose}"));
+        assert!(
+            line.contains("; cri (") && line.contains("): failed: "),
+            "{line}"
+        );
+    }
+    drop(silent);
+    assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}

@@ -247,3 +247,42 @@ fn a_disk_below_the_reserve_and_a_failed_spool_are_named_with_their_figures() {
         ]
     );
 }
+
+#[test]
+fn a_manager_that_failed_is_named_on_its_upstream_s_line_and_keeps_the_gateway_ready() {
+    use crate::upstream::{ManagerOutcome, ManagerReport};
+    let mut node = upstream(
+        "node",
+        UpstreamState::Connected {
+            since: SystemTime::now(),
+        },
+    );
+    node.managers = vec![
+        ManagerReport {
+            name: "cri",
+            address: "/run/containerd/containerd.sock".into(),
+            outcome: ManagerOutcome::Failed("the CRI's ListContainers failed: deadline".into()),
+            at: now(),
+        },
+        ManagerReport {
+            name: "docker",
+            address: "/var/run/docker.sock".into(),
+            outcome: ManagerOutcome::Listed {
+                sandboxes: 0,
+                containers: 4,
+                status_calls: 1,
+            },
+            at: now(),
+        },
+    ];
+    let readiness = evaluate_with(&[node], &[], spool(10));
+    assert!(readiness.ready());
+    let verbose = readiness.render(true);
+    assert!(
+        verbose.contains(
+            "; cri (/run/containerd/containerd.sock): failed: the CRI's ListContainers failed: deadline; \
+             docker (/var/run/docker.sock): listed 4 containers, 1 status calls\n"
+        ),
+        "{verbose}"
+    );
+}

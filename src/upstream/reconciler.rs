@@ -380,7 +380,11 @@ impl Reconciler {
             tasks: count(|ns| ns.tasks.len()),
             images: count(|ns| ns.images.len()),
             list_duration: prost_types::Duration::try_from(took).ok(),
-            cannot_know: match asked.reports.iter().any(|r| !r.failed()) {
+            cannot_know: match asked
+                .reports
+                .iter()
+                .any(|r| matches!(r.outcome, Outcome::Listed { .. }))
+            {
                 true => format!("{CANNOT_KNOW}{CANNOT_KNOW_MANAGED}"),
                 false => CANNOT_KNOW.to_owned(),
             },
