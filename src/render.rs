@@ -137,15 +137,17 @@ fn base64_of(bytes: &[u8]) -> String {
 }
 
 /// The keys, in the byte order a sorted map would give them: `container`, `event`,
-/// `id`, `namespace`, `node`, `node_seq`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`, `seq`,
-/// `source`, `timestamp`, `topic`, `type_url`. `container` (`image`, `kind`,
+/// `id`, `namespace`, `node`, `node_seq`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`,
+/// `reason`, `reconciled_from`, `seq`, `source`, `timestamp`, `topic`, `type_url`. `container` (`image`, `kind`,
 /// `labels`, `name`) and `pod` (`name`, `namespace`, `uid`) are what the
 /// container's record said at capture ([`Workload`]), each there only when it says
 /// something. `publisher` is [`Publisher::write_json`]'s
 /// object, or `null` for events no client of ours sent (upstreams, eventgate's own,
 /// TCP clients without a certificate, rows stored before publishers were kept).
-/// `origin` is `live` or `reconciled`; `origin_clock` is there for reconciled events
-/// only. `node` is where the event was captured, `null` when unknown (events
+/// `origin` is `live` or `reconciled`; `origin_clock` and `reconciled_from`
+/// (`containerd`, `cri` or `docker`: whose record it was reconstructed from) are there
+/// for reconciled events only, `reason` (the manager's reason for the container's
+/// state, such as `OOMKilled`) only when set. `node` is where the event was captured, `null` when unknown (events
 /// spooled, or rows stored, before nodes were kept); `node_seq`, the event's seq on
 /// its node's gateway, only for events taken in from another gateway. Without the gateway's identity
 /// (a bare envelope) none of these is written.
@@ -197,6 +199,15 @@ fn write_object(
     }
     if let (Some(any), None) = (&envelope.event, payload) {
         let _ = write!(out, ",\"raw\":\"{}\"", base64_of(&any.value));
+    }
+    if let Some(identity) = &identity {
+        if let Some(reason) = workload.and_then(|w| w.reason.as_deref()) {
+            out.extend_from_slice(b",\"reason\":");
+            let _ = serde_json::to_writer(&mut *out, reason);
+        }
+        if let Some(from) = identity.origin.witness() {
+            let _ = write!(out, ",\"reconciled_from\":\"{}\"", from.label());
+        }
     }
     if let Some(Identity { seq, source, .. }) = identity {
         let _ = write!(out, ",\"seq\":{seq},\"source\":");

@@ -2,7 +2,7 @@ use prost_types::Any;
 use serde_json::{Map, Value};
 
 use super::*;
-use crate::event::Clock;
+use crate::event::{Clock, Witness};
 use crate::proto::STANDARD_EVENTS;
 use crate::testing::{self, T0, json_any};
 
@@ -81,6 +81,8 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
         !object.contains_key("origin_clock"),
         "a live event has no clock"
     );
+    assert!(!object.contains_key("reconciled_from"), "nor a witness");
+    assert!(!object.contains_key("reason"), "nor a reason");
     let mut without_identity = object.clone();
     without_identity.remove("seq");
     without_identity.remove("id");
@@ -101,8 +103,17 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     );
 }
 
-/// An event's id, seq, source, publisher, origin and node, as the archive shape adds them.
-type Identity<'a> = (EventId, u64, &'a str, Value, Origin, Option<&'a str>);
+/// An event's id, seq, source, publisher, origin, node and reason, as the archive
+/// shape adds them.
+type Identity<'a> = (
+    EventId,
+    u64,
+    &'a str,
+    Value,
+    Origin,
+    Option<&'a str>,
+    Option<&'a str>,
+);
 
 /// The envelope object as it was built before, through a `serde_json::Value` tree.
 fn reference_object(envelope: &Envelope, identity: Option<Identity<'_>>) -> String {
@@ -136,7 +147,7 @@ fn reference_object(envelope: &Envelope, identity: Option<Identity<'_>>) -> Stri
             }
         }
     }
-    if let Some((id, seq, source, publisher, origin, node)) = identity {
+    if let Some((id, seq, source, publisher, origin, node, reason)) = identity {
         object.insert("id".into(), json!(id.to_string()));
         object.insert("node".into(), json!(node));
         object.insert("seq".into(), json!(seq));
@@ -145,6 +156,12 @@ fn reference_object(envelope: &Envelope, identity: Option<Identity<'_>>) -> Stri
         object.insert("origin".into(), json!(origin.label()));
         if let Some(clock) = origin.clock() {
             object.insert("origin_clock".into(), json!(clock.label()));
+        }
+        if let Some(from) = origin.witness() {
+            object.insert("reconciled_from".into(), json!(from.label()));
+        }
+        if let Some(reason) = reason {
+            object.insert("reason".into(), json!(reason));
         }
     }
     Value::Object(object).to_string()
@@ -212,11 +229,25 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
                 json!({ "subject": format!("CN=c{i},O=\"\u{1}\\,") }),
             ),
         };
-        // And each origin, crossed with the publishers.
+        // And each origin and witness, crossed with the publishers.
         let origin = match i % 4 {
             0 => Origin::Live,
-            1 | 2 => Origin::reconciled(Clock::Daemon),
-            _ => Origin::reconciled(Clock::Reconcile),
+            1 => Origin::reconciled(Clock::Daemon),
+            2 => Origin::Reconciled {
+                clock: Clock::Daemon,
+                from: Witness::Cri,
+            },
+            _ => Origin::Reconciled {
+                clock: Clock::Reconcile,
+                from: Witness::Docker,
+            },
+        };
+        // Reasons (one needing JSON escapes) and none, with no other workload.
+        let reason = match i % 5 {
+            0 | 1 => None,
+            2 => Some("OOMKilled"),
+            3 => Some(""),
+            _ => Some("Error: \"x\"\u{1}"),
         };
         // Known nodes (one needing JSON escapes) and unknown ones.
         let node = match i % 3 {
@@ -231,12 +262,20 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
         if let Some(node) = node {
             event = event.node(node);
         }
+        if let Some(reason) = reason {
+            event = event.workload(Some(std::sync::Arc::new(Workload {
+                reason: Some(reason.to_owned()),
+                ..Workload::default()
+            })));
+        }
         let event = event.build();
         assert_eq!(
             event_json(&event),
             reference_object(
                 &event.envelope,
-                Some((event.id, event.seq, "publish", expected, origin, node))
+                Some((
+                    event.id, event.seq, "publish", expected, origin, node, reason
+                ))
             ),
             "{event:?}"
         );
@@ -280,4 +319,49 @@ fn workloads_are_written_as_container_and_pod() {
     let object = parsed(&event_json(&event));
     assert_eq!(object["container"], json!({"image": "busybox"}));
     assert!(!object.contains_key("pod"));
+}
+
+/// A reconciled event says whose record it came from and, when the manager gave
+/// one, the reason, keys sorted like the rest; a reason does not make a container.
+#[test]
+fn reconciled_events_carry_their_witness_and_reason() {
+    use crate::event::workload::{CONTAINER_NAME, POD_NAME};
+    let mut workload = testing::workload(
+        "nginx:1.27",
+        &[(POD_NAME, "web-7"), (CONTAINER_NAME, "nginx")],
+    )
+    .map(|w| (*w).clone())
+    .unwrap();
+    workload.reason = Some("OOMKilled".into());
+    let event = testing::event(3)
+        .envelope(envelope(None))
+        .origin(Origin::Reconciled {
+            clock: Clock::Daemon,
+            from: Witness::Cri,
+        })
+        .workload(Some(std::sync::Arc::new(workload)))
+        .build();
+    let json = event_json(&event);
+    let object = parsed(&json);
+    assert_eq!(object["origin"], "reconciled");
+    assert_eq!(object["origin_clock"], "daemon");
+    assert_eq!(object["reconciled_from"], "cri");
+    assert_eq!(object["reason"], "OOMKilled");
+    assert_eq!(
+        object["container"],
+        json!({"image": "nginx:1.27", "name": "nginx"})
+    );
+    let keys: Vec<&String> = object.keys().collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "{json}");
+
+    let from_containerd = testing::event(4)
+        .envelope(envelope(None))
+        .origin(Origin::reconciled(Clock::Reconcile))
+        .build();
+    let object = parsed(&event_json(&from_containerd));
+    assert_eq!(object["reconciled_from"], "containerd");
+    assert!(!object.contains_key("reason"));
+    assert!(!object.contains_key("container"));
 }

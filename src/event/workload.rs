@@ -96,9 +96,10 @@ impl Workload {
     }
 
     /// Every field that is set, as `(name, text)`: the Kafka header names; labels as
-    /// one JSON object. CloudEvents extensions use the same names without `_`.
+    /// one JSON object; the manager's `reason` last. CloudEvents extensions use the
+    /// same names without `_`.
     pub fn fields(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::with_capacity(7);
+        let mut out = Vec::with_capacity(8);
         let optional = [
             ("pod_name", &self.pod_name),
             ("pod_namespace", &self.pod_namespace),
@@ -117,6 +118,9 @@ impl Workload {
         if !self.labels.is_empty() {
             let labels = serde_json::to_string(&self.labels).unwrap_or_default();
             out.push(("container_labels", labels));
+        }
+        if let Some(reason) = &self.reason {
+            out.push(("reason", reason.clone()));
         }
         out
     }

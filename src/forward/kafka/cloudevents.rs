@@ -10,9 +10,11 @@
 //! (`containerd.events.TaskExit`); `subject` is the record's object key
 //! (`namespace/object id`, or the namespace alone); `time` is the envelope's
 //! timestamp. Extensions: `namespace`, `topic` (`/tasks/exit`), `seq`, `origin`,
-//! `node` when known and, for reconciled events, `originclock`; for an event about a container, what
+//! `node` when known and, for reconciled events, `originclock` and `reconciledfrom`
+//! (`containerd`, `cri` or `docker`); for an event about a container, what
 //! its record said: `podname`, `podnamespace`, `poduid`, `containername`,
-//! `containerkind`, `image`, `containerlabels` (a JSON object), each when set. Every extension is a string: `seq`
+//! `containerkind`, `image`, `containerlabels` (a JSON object), and the manager's
+//! `reason`, each when set. Every extension is a string: `seq`
 //! is a `u64`, and the CloudEvents Integer type stops at 2^31 - 1.
 //!
 //! Data: the payload's canonical JSON (the `json` format's and the file
@@ -69,6 +71,13 @@ fn attributes(event: &Event, node: &str, subject: &str) -> Vec<Attribute> {
     if let Some(clock) = event.origin.clock() {
         out.push(("originclock", "ce_originclock", clock.label().to_owned()));
     }
+    if let Some(from) = event.origin.witness() {
+        out.push((
+            "reconciledfrom",
+            "ce_reconciledfrom",
+            from.label().to_owned(),
+        ));
+    }
     if let Some(workload) = &event.workload {
         for (name, value) in workload.fields() {
             let (attribute, header) = extension(name);
@@ -88,6 +97,7 @@ fn extension(field: &str) -> (&'static str, &'static str) {
         "container_name" => ("containername", "ce_containername"),
         "container_kind" => ("containerkind", "ce_containerkind"),
         "image" => ("image", "ce_image"),
+        "reason" => ("reason", "ce_reason"),
         _ => ("containerlabels", "ce_containerlabels"),
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::*;
-use crate::event::{Clock, Origin};
+use crate::event::{Clock, Origin, Witness};
 use crate::forward::kafka::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat};
 use crate::testing::{self, T0};
 
@@ -123,6 +123,7 @@ fn structured_mode_is_one_json_event_format_object() {
         "seq": "7",
         "origin": "reconciled",
         "originclock": "daemon",
+        "reconciledfrom": "containerd",
         "datacontenttype": "application/json",
         "data": json_format_payload(&e),
     });
@@ -258,8 +259,14 @@ fn workloads_travel_as_headers_and_extensions() {
         ("app", "web"),
     ]
     .map(|(k, v)| (k.to_owned(), v.to_owned()));
-    let workload = Workload::from_record("nginx:1.27", labels).map(Arc::new);
-    let event = task_exit(Source::Upstream("k8s".into())).with_workload(workload);
+    let mut workload = Workload::from_record("nginx:1.27", labels).unwrap();
+    workload.reason = Some("OOMKilled".into());
+    let event = task_exit(Source::Upstream("k8s".into()))
+        .with_workload(Some(Arc::new(workload)))
+        .with_origin(Origin::Reconciled {
+            clock: Clock::Daemon,
+            from: Witness::Cri,
+        });
     let expected = [
         ("pod_name", "podname", "web-7"),
         ("pod_namespace", "podnamespace", "shop"),
@@ -268,6 +275,8 @@ fn workloads_travel_as_headers_and_extensions() {
         ("container_kind", "containerkind", "container"),
         ("image", "image", "nginx:1.27"),
         ("container_labels", "containerlabels", r#"{"app":"web"}"#),
+        ("reason", "reason", "OOMKilled"),
+        ("reconciled_from", "reconciledfrom", "cri"),
     ];
     for format in [
         ValueFormat::Protobuf,
@@ -291,9 +300,13 @@ fn workloads_travel_as_headers_and_extensions() {
         assert_eq!(binary.header(&format!("ce_{extension}")), Some(value));
         assert_eq!(structured[extension], value, "{extension}");
     }
-    // Without a workload, none of them.
+    // Without a workload, none of them; live, no witness.
     let plain = encode(ValueFormat::CloudeventsBinary, &task_exit(Source::Publish));
     assert!(plain.header("pod_name").is_none() && plain.header("ce_podname").is_none());
+    assert!(plain.header("reason").is_none() && plain.header("ce_reason").is_none());
+    assert!(
+        plain.header("reconciled_from").is_none() && plain.header("ce_reconciledfrom").is_none()
+    );
 }
 
 /// `source` names the node the event was captured on, percent-encoded into a valid

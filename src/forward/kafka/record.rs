@@ -202,13 +202,15 @@ pub struct Record {
     /// "no data": a message with no value).
     pub value: Option<Vec<u8>>,
     /// `topic`, `namespace`, `type_url`, `event_id`, `seq`, `origin` (`live` or
-    /// `reconciled`), `origin_clock` (`daemon` or `reconcile`) for a reconciled event,
+    /// `reconciled`), `origin_clock` (`daemon` or `reconcile`) and `reconciled_from`
+    /// (`containerd`, `cri` or `docker`) for a reconciled event,
     /// `node` (where it was captured) when known, `node_seq` (its seq there) for an
     /// event taken in from another gateway, `received_at` (when a gateway first
     /// accepted it, RFC 3339 with nanoseconds), `publisher` (the JSON object JSON lines carry) when the event has one, what
     /// the container's record said (`pod_name`, `pod_namespace`, `pod_uid`,
     /// `container_name`, `container_kind`, `image`, `container_labels` as a JSON
-    /// object; each when set: [`crate::event::Workload::fields`]); in
+    /// object, and the manager's `reason`; each when set:
+    /// [`crate::event::Workload::fields`]); in
     /// the CloudEvents formats also `content-type` and (binary) the `ce_*` attributes.
     pub headers: Vec<(&'static str, String)>,
 }
@@ -327,6 +329,9 @@ impl RecordEncoder {
         ];
         if let Some(clock) = event.origin.clock() {
             headers.push(("origin_clock", clock.label().to_owned()));
+        }
+        if let Some(from) = event.origin.witness() {
+            headers.push(("reconciled_from", from.label().to_owned()));
         }
         if let Some(node) = event.node() {
             headers.push(("node", node.to_owned()));

@@ -118,8 +118,12 @@ fn records_carry_headers_and_values() {
     );
     assert_eq!(header(&proto, "origin").as_deref(), Some("live"));
     assert_eq!(header(&proto, "origin_clock"), None, "live: no clock");
+    assert_eq!(header(&proto, "reconciled_from"), None, "live: no witness");
+    assert_eq!(header(&proto, "reason"), None);
     assert_eq!(value["origin"], "live");
     assert_eq!(value.get("origin_clock"), None);
+    assert_eq!(value.get("reconciled_from"), None);
+    assert_eq!(value.get("reason"), None);
 }
 
 const ALL_FORMATS: [ValueFormat; 4] = [
@@ -129,19 +133,42 @@ const ALL_FORMATS: [ValueFormat; 4] = [
     ValueFormat::CloudeventsStructured,
 ];
 
-/// In every value format: the headers say reconciled and which clock; JSON and
-/// CloudEvents values say the same; the protobuf value is the envelope alone.
+/// In every value format: the headers say reconciled, which clock, whose record and
+/// the manager's reason; JSON and CloudEvents values say the same; the protobuf value
+/// is the envelope alone.
 #[test]
 fn reconciled_events_carry_origin_headers_in_every_value_format() {
-    use crate::event::{Clock, Origin};
-    for (clock, label) in [(Clock::Daemon, "daemon"), (Clock::Reconcile, "reconcile")] {
+    use std::sync::Arc;
+
+    use crate::event::{Clock, Origin, Witness, Workload};
+    for (clock, label, from, reason) in [
+        (Clock::Daemon, "daemon", Witness::Containerd, None),
+        (Clock::Reconcile, "reconcile", Witness::Containerd, None),
+        (Clock::Daemon, "daemon", Witness::Cri, Some("OOMKilled")),
+        (
+            Clock::Reconcile,
+            "reconcile",
+            Witness::Docker,
+            Some("OOMKilled"),
+        ),
+        (Clock::Daemon, "daemon", Witness::Cri, Some("Completed")),
+    ] {
+        let workload = reason.map(|reason| {
+            Arc::new(Workload {
+                pod_name: Some("web-7".into()),
+                reason: Some(reason.into()),
+                ..Workload::default()
+            })
+        });
         let e = event(
             "default",
             "/tasks/exit",
             "containerd.events.TaskExit",
             r#"{"container_id":"c1"}"#,
         )
-        .with_origin(Origin::reconciled(clock));
+        .with_origin(Origin::Reconciled { clock, from })
+        .with_workload(workload);
+        let from = from.label();
         for format in ALL_FORMATS {
             let record = RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), format).encode(&e);
             let header = |k: &str| {
@@ -153,6 +180,8 @@ fn reconciled_events_carry_origin_headers_in_every_value_format() {
             };
             assert_eq!(header("origin"), Some("reconciled"), "{format:?}");
             assert_eq!(header("origin_clock"), Some(label), "{format:?}");
+            assert_eq!(header("reconciled_from"), Some(from), "{format:?}");
+            assert_eq!(header("reason"), reason, "{format:?}");
             match format {
                 ValueFormat::Protobuf => assert_eq!(
                     Envelope::decode(record.value.as_deref().unwrap()).unwrap(),
@@ -163,16 +192,22 @@ fn reconciled_events_carry_origin_headers_in_every_value_format() {
                         serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
                     assert_eq!(value["origin"], "reconciled");
                     assert_eq!(value["origin_clock"], label);
+                    assert_eq!(value["reconciled_from"], from);
+                    assert_eq!(value.get("reason").and_then(|r| r.as_str()), reason);
                 }
                 ValueFormat::CloudeventsBinary => {
                     assert_eq!(record.header("ce_origin"), Some("reconciled"));
                     assert_eq!(record.header("ce_originclock"), Some(label));
+                    assert_eq!(record.header("ce_reconciledfrom"), Some(from));
+                    assert_eq!(record.header("ce_reason"), reason);
                 }
                 ValueFormat::CloudeventsStructured => {
                     let value: serde_json::Value =
                         serde_json::from_slice(record.value.as_deref().unwrap()).unwrap();
                     assert_eq!(value["origin"], "reconciled");
                     assert_eq!(value["originclock"], label);
+                    assert_eq!(value["reconciledfrom"], from);
+                    assert_eq!(value.get("reason").and_then(|r| r.as_str()), reason);
                 }
             }
         }

@@ -147,11 +147,11 @@ pub(crate) fn decode(
     .map(|node| crate::node::cut(node).to_owned());
     let origin = match message.header("origin")? {
         Some(origin) => {
-            Origin::from_labels(origin, message.header("origin_clock")?).map_err(|problem| {
-                DecodeError::Header {
-                    name: "origin",
-                    problem,
-                }
+            let clock = message.header("origin_clock")?;
+            let from = message.header("reconciled_from")?;
+            Origin::from_stored(origin, clock, from).map_err(|problem| DecodeError::Header {
+                name: "origin",
+                problem,
             })?
         }
         None => Origin::Live,
@@ -380,7 +380,7 @@ fn workload(message: &Message<'_>) -> Result<Option<Workload>, DecodeError> {
         container_name: text("container_name")?,
         image: text("image")?.unwrap_or_default(),
         labels,
-        reason: None,
+        reason: text("reason")?,
     };
     Ok((workload != Workload::default()).then_some(workload))
 }

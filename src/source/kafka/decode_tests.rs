@@ -4,7 +4,7 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::*;
-use crate::event::Clock;
+use crate::event::{Clock, Witness};
 use crate::forward::kafka::{Record, RecordEncoder, TopicTemplate, ValueFormat};
 use crate::proto::STANDARD_EVENTS;
 use crate::testing;
@@ -64,9 +64,26 @@ fn every_format_round_trips_the_event_and_its_identity() {
                 subject: "CN=node-7,O=Acme\\, Inc.".into(),
             }),
         };
-        let origin = match i % 2 {
-            0 => Origin::Live,
-            _ => Origin::reconciled(Clock::Daemon),
+        // Each witness, and a reason (with or without the rest of a workload).
+        let origin = match i % 4 {
+            0 | 2 => Origin::Live,
+            1 => Origin::reconciled(Clock::Daemon),
+            _ => Origin::Reconciled {
+                clock: Clock::Reconcile,
+                from: [Witness::Cri, Witness::Docker][(i / 4) % 2],
+            },
+        };
+        let workload = match i % 6 {
+            0 | 2 | 4 => Some(workload()),
+            1 => Some(Arc::new(Workload {
+                reason: Some("OOMKilled".into()),
+                ..(*workload()).clone()
+            })),
+            3 => Some(Arc::new(Workload {
+                reason: Some("Completed".into()),
+                ..Workload::default()
+            })),
+            _ => None,
         };
         let event = testing::event(1000 + i as u64)
             .namespace("k8s.io")
@@ -76,7 +93,7 @@ fn every_format_round_trips_the_event_and_its_identity() {
             .received_at(received)
             .publisher(publisher.clone())
             .origin(origin)
-            .workload((i % 2 == 0).then(workload))
+            .workload(workload)
             .node("web-1")
             .upstream("containerd")
             .build();
@@ -204,12 +221,26 @@ fn foreign_and_broken_messages() {
 
     // A value, its headers, and the reason it is skipped for.
     type Case<'a> = (&'a [u8], Vec<(&'a str, &'a [u8])>, &'a str);
-    let cases: [Case<'_>; 6] = [
+    let cases: [Case<'_>; 8] = [
         (b"\xff\xff\xff", vec![], "protobuf"),
         (b"{not json", vec![], "json"),
         (br#"{"namespace":"default"}"#, vec![], "field"),
         (bare, vec![("event_id", b"not-a-uuid")], "header"),
         (bare, vec![("seq", b"-1")], "header"),
+        (
+            bare,
+            vec![
+                ("origin", b"reconciled"),
+                ("origin_clock", b"daemon"),
+                ("reconciled_from", b"kubelet"),
+            ],
+            "header",
+        ),
+        (
+            bare,
+            vec![("origin", b"live"), ("reconciled_from", b"cri")],
+            "header",
+        ),
         (
             br#"{"namespace":"default","topic":"/x","type_url":"containerd.events.TaskExit","event":{"exitStatus":"many"}}"#,
             vec![],
