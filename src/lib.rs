@@ -62,6 +62,7 @@ mod connections;
 mod correlate;
 mod cri;
 pub mod deadletter;
+mod docker;
 pub mod errors;
 pub mod event;
 mod exchange;

@@ -14,8 +14,19 @@
 //! memory with every container at once, and its reconstructed events take the record
 //! from those lists, or from the snapshot for containers deleted meanwhile. An upstream that does not serve
 //! the Containers API (another eventgate) is not enriched, said once.
+//!
+//! Docker's containers (namespace `moby`) take Docker's terms instead, where dockerd
+//! is configured or found (`docker`): containerd's record of them has no image and
+//! only dockerd's bundle path as a label, while dockerd's inspect has the name `docker
+//! ps` shows, the image reference the user ran and the container's labels (compose's
+//! project and service among them). dockerd creates its container before it creates
+//! containerd's, so the inspect at `/containers/create` finds it. dockerd deletes
+//! containerd's container at every exit and keeps its own until `docker rm`, so these
+//! terms are remembered past `/containers/delete`, until a reconcile's lists no longer
+//! show the container.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,11 +37,14 @@ use prost::Message as _;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
+use super::settings::ManagerSetting;
+use crate::docker::{self, DockerClient};
 use crate::event::Workload;
 use crate::proto::containerd::events::{ContainerCreate, ContainerUpdate};
 use crate::proto::containerd::services::containers::v1::ListContainersRequest;
 use crate::proto::containerd::services::containers::v1::containers_client::ContainersClient;
 use crate::proto::containerd::types::Envelope;
+use crate::reconcile::managed::DOCKER_NAMESPACE;
 use crate::reconcile::state::NodeState;
 
 /// Containers remembered per upstream at most (oldest forgotten first); a node runs
@@ -44,6 +58,11 @@ const BATCH: usize = 64;
 const MAX_WAITING: usize = 1024;
 /// A call holds the events behind its containers, so it may not take long.
 const GET_TIMEOUT: Duration = Duration::from_secs(2);
+/// dockerd answers an inspect only once a start under way is done (it holds the
+/// container's lock meanwhile), so it gets the managers' deadline.
+const DOCKER_TIMEOUT: Duration = super::managers::CALL_TIMEOUT;
+/// Inspects in flight at once per call.
+const DOCKER_CONCURRENCY: usize = 4;
 const NAMESPACE_HEADER: &str = "containerd-namespace";
 
 type Key = (String, String);
@@ -99,6 +118,8 @@ struct Pending {
 pub(super) struct Enricher {
     upstream: Arc<str>,
     enabled: bool,
+    /// Where Docker's terms come from for namespace `moby` (the upstream's `docker`).
+    docker: ManagerSetting,
     client: Option<ContainersClient<Channel>>,
     /// By (namespace, container id); `None`: the daemon had no such container.
     known: HashMap<Key, Option<Arc<Workload>>>,
@@ -133,10 +154,11 @@ fn container_of(envelope: &Envelope) -> Option<String> {
 }
 
 impl Enricher {
-    pub(super) fn new(upstream: Arc<str>, enabled: bool) -> Self {
+    pub(super) fn new(upstream: Arc<str>, enabled: bool, docker: ManagerSetting) -> Self {
         Self {
             upstream,
             enabled,
+            docker,
             client: None,
             known: HashMap::new(),
             order: VecDeque::new(),
@@ -180,8 +202,11 @@ impl Enricher {
         let Some(any) = envelope.event.as_ref() else {
             return Lookup::Ready(None);
         };
+        // Docker's terms outlive containerd's container, and containerd's updates of
+        // it say nothing of them.
+        let docker = self.docker(&key.0).is_some();
         match any.type_url.as_str() {
-            "containerd.events.ContainerUpdate" => {
+            "containerd.events.ContainerUpdate" if !docker => {
                 let Ok(update) = ContainerUpdate::decode(any.value.as_slice()) else {
                     return Lookup::Ready(None);
                 };
@@ -199,7 +224,7 @@ impl Enricher {
                 self.known.remove(&key);
                 self.fetch(key, image)
             }
-            "containerd.events.ContainerDelete" => {
+            "containerd.events.ContainerDelete" if !docker => {
                 // Gone after this event, whatever a question under way answers.
                 self.outdate(&key);
                 if let Some(known) = self.known.remove(&key) {
@@ -318,7 +343,9 @@ impl Enricher {
     }
 
     /// What the record of a reconstructed event's container said: the daemon's list
-    /// for one it still has, the snapshot for one it deleted meanwhile.
+    /// for one it still has, the snapshot for one it deleted meanwhile. For Docker's
+    /// containers, Docker's terms first: from dockerd's list (folded into the
+    /// daemon's side), the inspect remembered, or what the record captured.
     pub(super) fn reconciled(
         &mut self,
         envelope: &Envelope,
@@ -330,6 +357,12 @@ impl Enricher {
         }
         let id = container_of(envelope)?;
         let namespace = envelope.namespace.as_str();
+        if namespace == DOCKER_NAMESPACE
+            && let Some(terms) = self.docker_terms(namespace, &id, daemon, recorded)
+        {
+            count(&self.upstream, "listed");
+            return Some(terms);
+        }
         let record = |state: &NodeState| {
             let container = state.namespaces.get(namespace)?.containers.get(&id)?;
             Some(match (&container.labels, &container.workload) {
@@ -347,13 +380,60 @@ impl Enricher {
         workload
     }
 
+    /// Docker's terms for a container of namespace `moby`, where known.
+    fn docker_terms(
+        &self,
+        namespace: &str,
+        id: &str,
+        daemon: &NodeState,
+        recorded: &NodeState,
+    ) -> Option<Arc<Workload>> {
+        let captured = |state: &NodeState| {
+            let container = state.namespaces.get(namespace)?.containers.get(id)?;
+            container.workload.clone().map(Arc::new)
+        };
+        let remembered = || {
+            self.docker(namespace)?;
+            self.known
+                .get(&(namespace.to_owned(), id.to_owned()))
+                .cloned()
+                .flatten()
+        };
+        captured(daemon)
+            .or_else(remembered)
+            .or_else(|| captured(recorded))
+    }
+
     /// Remembers every container a reconcile listed, so live events about them need
-    /// no question.
+    /// no question. Docker's containers take Docker's terms from dockerd's list (the
+    /// daemon's side has them once folded); the ones neither dockerd nor containerd
+    /// shows any more are forgotten.
     pub(super) fn listed(&mut self, daemon: &NodeState) {
         if !self.enabled {
             return;
         }
+        let docker = self.docker(DOCKER_NAMESPACE).is_some();
+        if docker {
+            let shown = daemon.namespaces.get(DOCKER_NAMESPACE);
+            let pending = &self.pending;
+            self.known.retain(|key, _| {
+                key.0 != DOCKER_NAMESPACE
+                    || pending.contains_key(key)
+                    || shown.is_some_and(|ns| ns.containers.contains_key(&key.1))
+            });
+        }
         for (namespace, state) in &daemon.namespaces {
+            if docker && namespace == DOCKER_NAMESPACE {
+                for (id, container) in &state.containers {
+                    let key = (namespace.clone(), id.clone());
+                    if let Some(terms) = &container.workload
+                        && !self.pending.contains_key(&key)
+                    {
+                        self.remember(key, Some(Arc::new(terms.clone())));
+                    }
+                }
+                continue;
+            }
             for (id, container) in &state.containers {
                 let key = (namespace.clone(), id.clone());
                 if self.pending.contains_key(&key) {
@@ -366,6 +446,23 @@ impl Enricher {
                 self.remember(key, workload.map(Arc::new));
             }
         }
+    }
+
+    /// dockerd, for a container of `namespace`: only `moby`'s are Docker's, and only
+    /// where `docker` names a socket or `auto` finds dockerd's.
+    fn docker(&self, namespace: &str) -> Option<DockerClient> {
+        if namespace != DOCKER_NAMESPACE {
+            return None;
+        }
+        let address = match &self.docker {
+            ManagerSetting::Off => return None,
+            ManagerSetting::Address(address) => address.as_str(),
+            ManagerSetting::Auto => {
+                Path::new(docker::DEFAULT_SOCKET).exists().then_some(())?;
+                docker::DEFAULT_SOCKET
+            }
+        };
+        DockerClient::new(address, DOCKER_TIMEOUT).ok()
     }
 
     /// A question under way about `key` answers for a container that changed since.
@@ -419,8 +516,14 @@ impl Enricher {
             }
             self.queued = rest;
             let upstream = Arc::clone(&self.upstream);
-            self.calls
-                .push(Box::pin(list(client, namespace, batch, upstream)));
+            match self.docker(&namespace) {
+                Some(docker) => self
+                    .calls
+                    .push(Box::pin(inspect(docker, namespace, batch, upstream))),
+                None => self
+                    .calls
+                    .push(Box::pin(list(client, namespace, batch, upstream))),
+            }
         }
     }
 
@@ -463,6 +566,59 @@ async fn list(
             ((namespace.clone(), id), fetch, answer)
         })
         .collect()
+}
+
+/// Docker's terms for `ids` of namespace `moby`, by dockerd's inspect of each
+/// (`Ok(None)`: dockerd has no such container).
+async fn inspect(
+    docker: DockerClient,
+    namespace: String,
+    ids: Vec<(String, u64)>,
+    upstream: Arc<str>,
+) -> Vec<(Key, u64, Answer)> {
+    let docker = &docker;
+    let answers: Vec<_> = futures::stream::iter(ids)
+        .map(|(id, fetch)| async move {
+            let answer = docker.inspect(&id).await;
+            (id, fetch, answer)
+        })
+        .buffer_unordered(DOCKER_CONCURRENCY)
+        .collect()
+        .await;
+    let (mut fetched, mut absent, mut failed) = (0u64, 0u64, 0u64);
+    let mut first_error = None;
+    let answers = answers
+        .into_iter()
+        .map(|(id, fetch, answer)| {
+            let answer = match answer {
+                Ok(Some(inspected)) => {
+                    fetched += 1;
+                    Ok(Some(Arc::new(inspected.workload())))
+                }
+                Ok(None) => {
+                    absent += 1;
+                    Ok(None)
+                }
+                Err(error) => {
+                    failed += 1;
+                    first_error.get_or_insert_with(|| crate::errors::chain(&error));
+                    Err(Failure::Other)
+                }
+            };
+            ((namespace.clone(), id), fetch, answer)
+        })
+        .collect();
+    let counter = |result: &'static str, n: u64| {
+        metrics::counter!("eventgate_upstream_enrich_total", "upstream" => upstream.to_string(), "result" => result)
+            .increment(n);
+    };
+    counter("fetched", fetched);
+    counter("absent", absent);
+    counter("error", failed);
+    if let Some(error) = first_error {
+        tracing::warn!(upstream = %upstream, namespace, containers = failed, %error, "cannot inspect the containers in dockerd; their events are recorded without Docker's name, image and labels");
+    }
+    answers
 }
 
 async fn ask(
@@ -605,7 +761,7 @@ mod tests {
 
     #[test]
     fn updates_carry_their_labels_and_deletes_forget() {
-        let mut enricher = Enricher::new("k8s".into(), true);
+        let mut enricher = Enricher::new("k8s".into(), true, ManagerSetting::Off);
         let update = envelope(
             "/containers/update",
             "containerd.events.ContainerUpdate",
@@ -633,7 +789,7 @@ mod tests {
             r#"{"id":"c2","image":"busybox"}"#,
         );
         assert_eq!(ready(enricher.begin(&create)).unwrap().image, "busybox");
-        let mut off = Enricher::new("off".into(), false);
+        let mut off = Enricher::new("off".into(), false, ManagerSetting::Off);
         assert_eq!(ready(off.begin(&update)), None);
     }
 }

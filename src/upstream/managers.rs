@@ -8,21 +8,28 @@
 //! the manager is kept, the marker and `/readyz`'s detail name the failure, and the
 //! next reconcile comes sooner, backing off.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::path::Path;
 use std::time::{Duration, SystemTime};
+
+use futures::StreamExt as _;
 
 use crate::client;
 use crate::cri::{CriClient, CriError};
+use crate::docker::{self, DockerClient, DockerError};
 use crate::errors;
 use crate::event::Witness;
 use crate::reconcile::NodeState;
-use crate::reconcile::managed::{self, ManagerView};
+use crate::reconcile::managed::{self, DOCKER_NAMESPACE, ManagedContainer, ManagerView};
 
 use super::settings::ManagerSetting;
 
 /// How long one call to a manager may take.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// dockerd inspects in flight at once, as for the CRI's status calls.
+const INSPECT_CONCURRENCY: usize = 8;
 
 /// Where the managers are, from an upstream's settings.
 #[derive(Clone, Debug)]
@@ -112,7 +119,57 @@ impl Managers {
             asked.views.extend(view);
             asked.reports.push(report);
         }
+        if let Some(docker) = self.docker_address(daemon) {
+            let (view, report) = match docker {
+                Ok(address) => Self::ask_docker(&address, daemon, recorded_exits).await,
+                Err(address) => (None, docker_report(&address, Outcome::Absent)),
+            };
+            asked.views.extend(view);
+            asked.reports.push(report);
+        }
         asked
+    }
+
+    /// Where to ask dockerd: `Err` for `auto` on a node without it (no socket at
+    /// the default place, or no `moby` namespace in containerd's lists).
+    fn docker_address(&self, daemon: &NodeState) -> Option<Result<String, String>> {
+        match &self.docker {
+            ManagerSetting::Off => None,
+            ManagerSetting::Address(address) => Some(Ok(address.clone())),
+            ManagerSetting::Auto => {
+                let there = Path::new(docker::DEFAULT_SOCKET).exists()
+                    && daemon.namespaces.contains_key(DOCKER_NAMESPACE);
+                let address = docker::DEFAULT_SOCKET.to_owned();
+                Some(if there { Ok(address) } else { Err(address) })
+            }
+        }
+    }
+
+    /// dockerd's containers: every one with Docker's terms, and the last run of
+    /// those whose exit neither containerd nor the record has (one inspect each).
+    async fn ask_docker(
+        address: &str,
+        daemon: &NodeState,
+        recorded_exits: &BTreeSet<String>,
+    ) -> (Option<ManagerView>, ManagerReport) {
+        match list_docker(address, daemon, recorded_exits).await {
+            Ok((containers, status_calls)) => {
+                let outcome = Outcome::Listed {
+                    sandboxes: 0,
+                    containers: containers.len() as u64,
+                    status_calls,
+                };
+                let view = ManagerView {
+                    from: Witness::Docker,
+                    containers: Some(containers),
+                };
+                (Some(view), docker_report(address, outcome))
+            }
+            Err(error) => (
+                Some(kept(Witness::Docker)),
+                docker_report(address, Outcome::Failed(errors::chain(&error))),
+            ),
+        }
     }
 
     fn cri_address(&self) -> Option<(String, bool)> {
@@ -169,6 +226,62 @@ impl Managers {
             ),
         }
     }
+}
+
+fn docker_report(address: &str, outcome: Outcome) -> ManagerReport {
+    ManagerReport {
+        name: "docker",
+        address: address.to_owned(),
+        outcome,
+        at: SystemTime::now(),
+    }
+}
+
+/// dockerd's list, with an inspect of each exited container whose exit is not
+/// known yet (`managed::needs_status`); also how many inspects were made.
+async fn list_docker(
+    address: &str,
+    daemon: &NodeState,
+    recorded_exits: &BTreeSet<String>,
+) -> Result<(BTreeMap<String, ManagedContainer>, u64), DockerError> {
+    let client = DockerClient::new(address, CALL_TIMEOUT)?;
+    let listed = client.list().await?;
+    let mut wanted = Vec::new();
+    let mut containers = BTreeMap::new();
+    for container in listed {
+        if managed::needs_status(&container.id, container.status, daemon, recorded_exits) {
+            wanted.push(container.id.clone());
+        }
+        let managed = ManagedContainer {
+            status: container.status,
+            created_at: container.created_at,
+            exit: None,
+            workload: Some(container.workload()),
+            image: container.image,
+        };
+        containers.insert(container.id, managed);
+    }
+    let status_calls = wanted.len() as u64;
+    let client = &client;
+    let mut inspected = futures::stream::iter(wanted)
+        .map(|id| async move { client.inspect(&id).await })
+        .buffer_unordered(INSPECT_CONCURRENCY);
+    while let Some(answer) = inspected.next().await {
+        // `None`: removed between the list and the inspect; the next list says so.
+        let Some(inspected) = answer? else {
+            continue;
+        };
+        if let Some(container) = containers.get_mut(&inspected.id) {
+            // The inspect's image is the reference the user ran even where the list
+            // shows an image id (the reference names another image since).
+            container.workload = Some(inspected.workload());
+            container.image = inspected.image.clone();
+            container.created_at = inspected.created_at.or(container.created_at);
+            container.status = inspected.status;
+            container.exit = inspected.exit;
+        }
+    }
+    Ok((containers, status_calls))
 }
 
 /// A manager that could not be listed: the record's version of what it said stands.

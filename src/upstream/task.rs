@@ -78,7 +78,11 @@ impl Task {
                 None
             }
         };
-        let mut enricher = Enricher::new(Arc::clone(&self.name), self.spec.enrich);
+        let mut enricher = Enricher::new(
+            Arc::clone(&self.name),
+            self.spec.enrich,
+            self.spec.docker.clone(),
+        );
         let mut backoff = Backoff::new(&self.spec.reconnect);
         let mut wake = SocketWake::new(&self.spec.address, &self.name);
         let mut gap_started = self.started;
