@@ -24,6 +24,11 @@ pub(crate) fn to_record(event: &Event) -> wire::Record {
         publisher: event.publisher.as_ref().map(publisher_to_wire),
         workload: event.workload.as_deref().map(workload_to_wire),
         node: event.node().unwrap_or_default().to_owned(),
+        reconciled_from: event
+            .origin
+            .witness()
+            .map(|w| w.label().to_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -33,10 +38,11 @@ pub(crate) fn from_record(record: wire::Record) -> Result<Event, String> {
     let id = EventId::from_str(&record.event_id)
         .map_err(|e| format!("event_id {:?}: {e}", record.event_id))?;
     let clock = Some(record.origin_clock.as_str()).filter(|c| !c.is_empty());
+    let from = Some(record.reconciled_from.as_str()).filter(|f| !f.is_empty());
     let origin = match record.origin.as_str() {
         // An empty origin is a live one (proto3's default).
         "" => Origin::Live,
-        label => Origin::from_labels(label, clock)?,
+        label => Origin::from_stored(label, clock, from)?,
     };
     let envelope = record.envelope.unwrap_or_default();
     let source = Source::parse(&record.source);
@@ -86,6 +92,7 @@ fn workload_to_wire(w: &Workload) -> wire::Workload {
         container_name: w.container_name.clone(),
         image: w.image.clone(),
         labels: w.labels.clone().into_iter().collect(),
+        reason: w.reason.clone(),
     }
 }
 
@@ -98,14 +105,14 @@ fn workload_from_wire(w: wire::Workload) -> Workload {
         container_name: w.container_name,
         image: w.image,
         labels: w.labels.into_iter().collect(),
-        reason: None,
+        reason: w.reason,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Clock;
+    use crate::event::{Clock, Witness};
     use crate::testing;
 
     #[test]
@@ -131,6 +138,7 @@ mod tests {
         assert_eq!(record.node, "web-1");
         assert_eq!(record.origin, "reconciled");
         assert_eq!(record.origin_clock, "daemon");
+        assert_eq!(record.reconciled_from, "containerd");
         let back = from_record(record).unwrap();
         assert_eq!(back.seq, event.seq);
         assert_eq!(back.id, event.id);
@@ -140,6 +148,53 @@ mod tests {
         assert_eq!(back.envelope, event.envelope);
         assert_eq!(back.source, event.source);
         assert_eq!(back.node(), Some("web-1"));
+    }
+
+    /// Whose record a reconciled event came from and the manager's reason go along;
+    /// a live event has no witness, and an older gateway's reconciled record without
+    /// one is containerd's.
+    #[test]
+    fn witness_and_reason_come_back_the_same() {
+        let mut workload =
+            (*testing::workload("nginx", &[("io.kubernetes.pod.name", "web")]).unwrap()).clone();
+        workload.reason = Some("OOMKilled".into());
+        let event = testing::event(3)
+            .json("containerd.events.TaskExit", "{}")
+            .origin(Origin::Reconciled {
+                clock: Clock::Daemon,
+                from: Witness::Cri,
+            })
+            .workload(Some(Arc::new(workload)))
+            .build();
+        let record = to_record(&event);
+        assert_eq!(record.reconciled_from, "cri");
+        assert_eq!(
+            record.workload.as_ref().and_then(|w| w.reason.as_deref()),
+            Some("OOMKilled")
+        );
+        let back = from_record(record.clone()).unwrap();
+        assert_eq!(back.origin, event.origin);
+        assert_eq!(back.workload, event.workload);
+
+        let older = wire::Record {
+            reconciled_from: String::new(),
+            ..record.clone()
+        };
+        assert_eq!(
+            from_record(older).unwrap().origin,
+            Origin::reconciled(Clock::Daemon)
+        );
+        let live = to_record(
+            &testing::event(4)
+                .json("containerd.events.TaskExit", "{}")
+                .build(),
+        );
+        assert_eq!(live.reconciled_from, "");
+        let bad = wire::Record {
+            reconciled_from: "kubelet".into(),
+            ..record
+        };
+        assert!(from_record(bad).unwrap_err().contains("kubelet"));
     }
 
     /// An event of unknown node goes as an empty `node` and comes back unknown, not
