@@ -189,8 +189,9 @@ pub struct Entry {
     /// Who published the event; `None` without one (or for entries recorded before
     /// publishers were kept).
     pub publisher: Option<Publisher>,
-    /// Received live or reconstructed by a reconcile ([`Origin::Live`] for entries
-    /// recorded before origins were kept).
+    /// Received live or reconstructed by a reconcile, and from whose record
+    /// ([`Origin::Live`] for entries recorded before origins were kept; reconciled
+    /// entries recorded before witnesses were kept are containerd's).
     pub origin: Origin,
     /// What the event's container record said when it was captured; `None` for
     /// events without one (and entries recorded before workloads were kept).
@@ -397,6 +398,8 @@ impl Store {
 
 #[cfg(test)]
 mod node_tests;
+#[cfg(test)]
+mod reconciled_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

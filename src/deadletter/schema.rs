@@ -53,6 +53,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0007_node_seq.sql",
         sql: include_str!("../../migrations/deadletter/0007_node_seq.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_reconciled_from.sql",
+        sql: include_str!("../../migrations/deadletter/0008_reconciled_from.sql"),
+    },
 ];
 
 const SCHEMA: Schema = Schema {

@@ -7,15 +7,16 @@ use prost::Message;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{Entry, Failure, Reason, State, timestamp};
-use crate::event::{Clock, Event, Origin, Workload};
+use crate::event::{Clock, Event, Origin, Witness, Workload};
 use crate::publisher::Publisher;
 
 /// A second death of the same event for the same forwarder adds to its row: attempts
 /// add up, the first attempt stays the earliest, the rest describes the latest failure.
 const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at, \
      error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) \
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq, \
+     reconciled_from) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
      ON CONFLICT (forwarder, event_id) DO UPDATE SET \
        seq = excluded.seq, error = excluded.error, reason = excluded.reason, \
        attempts = attempts + excluded.attempts, \
@@ -25,7 +26,8 @@ const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source
 
 const COLUMNS: &str = "id, forwarder, event_id, seq, source, envelope, received_at, error, reason, \
      attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
-     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq";
+     publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq, \
+     reconciled_from";
 
 fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
@@ -68,6 +70,7 @@ pub(super) fn record(
                 event.workload.as_deref().map(Message::encode_to_vec),
                 event.node(),
                 event.node_seq.map(sql_int).transpose()?,
+                event.origin.witness().map(Witness::label),
             ])?;
         }
     }
@@ -103,9 +106,11 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
         })?;
     let origin: String = row.get(19)?;
     let clock: Option<String> = row.get(20)?;
-    let origin = Origin::from_labels(&origin, clock.as_deref()).map_err(|what| {
-        rusqlite::Error::FromSqlConversionFailure(19, rusqlite::types::Type::Text, what.into())
-    })?;
+    let from: Option<String> = row.get(24)?;
+    let origin =
+        Origin::from_stored(&origin, clock.as_deref(), from.as_deref()).map_err(|what| {
+            rusqlite::Error::FromSqlConversionFailure(19, rusqlite::types::Type::Text, what.into())
+        })?;
     let workload = row
         .get::<_, Option<Vec<u8>>>(21)?
         .map(|bytes| Workload::decode(bytes.as_slice()))
