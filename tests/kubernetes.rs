@@ -133,13 +133,15 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         },
     );
 
-    // The gap: attempt 2 is OOM-killed, attempt 3 fails with 5, attempt 1 is removed.
+    // The gap: attempt 2 is OOM-killed, attempt 3 fails with 5, attempt 4 completes,
+    // attempt 1 is removed.
     gateway.kill9();
     let (a2, oom) = run(&mut kubelet, &pod, 2, "tail /dev/zero", Some(16 << 20));
     let oom = kubelet.wait_status(&a2, DEADLINE, "to be OOMKilled", |s| {
         s.reason == "OOMKilled"
     });
     let (a3, failed) = run(&mut kubelet, &pod, 3, "sleep 0.1; exit 5", None);
+    let (a4, completed) = run(&mut kubelet, &pod, 4, "sleep 0.1; exit 0", None);
     kubelet.remove_container(&a1);
     gateway.respawn();
     let lines = wait_markers(&gateway, 2);
@@ -159,6 +161,8 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
                 "a2"
             } else if id == a3 {
                 "a3"
+            } else if id == a4 {
+                "a4"
             } else {
                 id
             };
@@ -179,11 +183,15 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         ("/tasks/start", "a3", "cri"),
         ("/tasks/exit", "a3", "cri"),
         ("/tasks/delete", "a3", "cri"),
+        ("/containers/create", "a4", "containerd"),
+        ("/tasks/start", "a4", "cri"),
+        ("/tasks/exit", "a4", "cri"),
+        ("/tasks/delete", "a4", "cri"),
         ("/containers/delete", "a1", "containerd"),
     ]
     .map(|(t, w, f)| (t.to_owned(), w.to_owned(), f.to_owned()));
     assert_eq!(told, expected, "{gap:#?}");
-    for (id, status) in [(&a2, &oom), (&a3, &failed)] {
+    for (id, status) in [(&a2, &oom), (&a3, &failed), (&a4, &completed)] {
         let exit = gap
             .iter()
             .find(|l| l["topic"] == "/tasks/exit" && about(l) == Some(id.as_str()))
@@ -218,7 +226,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
     );
 
     // What a user asks: the pod's life and its counts, as kubectl would give them
-    // (RESTARTS 3; exits 3, 137 and 5; one OOM kill).
+    // (RESTARTS 4; non-zero exits 3, 137 and 5; one OOM kill).
     let db = gateway.dir.path().join("data/audit.db");
     support::audit::wait_stored(&db, "the gap's last event", |r| {
         r.topic == "/containers/delete" && r.container() == Some(a1.as_str())
@@ -233,7 +241,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         .collect();
     assert_eq!(
         (row[1], row[2], row[3], row[4], row[5]),
-        ("3", "1", "3", "1", "1"),
+        ("4", "1", "3", "1", "1"),
         "{stats}"
     );
     let timeline = eventgate_out(&["query", "--db", db, "--utc", "--pod", POD]);
@@ -267,7 +275,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         let cri = &marker["event"]["managers"][0];
         assert_eq!(cri["state"], "listed", "{marker}");
         assert!(cri["status_calls"].as_u64().unwrap_or(0) == 0, "{marker}");
-        assert!(cri["containers"].as_u64().unwrap_or(0) == 2, "{marker}");
+        assert!(cri["containers"].as_u64().unwrap_or(0) == 3, "{marker}");
     }
     kubelet.stop_pod(&pod.id);
     kubelet.remove_pod(&pod.id);
