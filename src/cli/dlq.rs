@@ -283,8 +283,14 @@ fn json_line(entry: &Entry) -> Value {
     if let Some(clock) = entry.origin.clock() {
         object.insert("origin_clock".into(), json!(clock.label()));
     }
+    if let Some(from) = entry.origin.witness() {
+        object.insert("reconciled_from".into(), json!(from.label()));
+    }
     if let Some(workload) = &entry.workload {
         workload_json(&mut object, workload);
+        if let Some(reason) = &workload.reason {
+            object.insert("reason".into(), json!(reason));
+        }
     }
     object.insert("node".into(), json!(entry.node));
     object.insert(

@@ -61,7 +61,9 @@ pub enum Format {
     eventgate query --since 2024-05-01T10:00:00Z --until 2024-05-01T11:00:00Z \
     'namespace==k8s.io,event.container_id==web'\n  \
     eventgate query --follow --format json 'topic==\"/tasks/*\"'\n\n\
-    Beyond containerd's fields: origin, origin_clock, and what an event's container \
+    Beyond containerd's fields: origin, origin_clock, reconciled_from (whose record a \
+    reconciled event came from: containerd, cri or docker), reason (the manager's, \
+    such as OOMKilled), and what an event's container \
     record said when it was captured: pod.name, pod.namespace, pod.uid, \
     container.name, container.kind (sandbox or container), container.image, \
     container.labels.<key> (quote a key with dots):\n  \

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use super::CliError;
 use super::query::{FOLLOW_INTERVAL, format_time};
-use crate::event::Event;
+use crate::event::{Event, Witness};
 use crate::query::pods::{Change, PodName, SIGKILL_STATUS, Tally, pod_filter, text, uint};
 use crate::query::{Query, Reader, RowRange, StoredEvent};
 
@@ -259,8 +259,30 @@ fn what(event: &Event, change: Change) -> String {
             None => topic.to_owned(),
         },
     };
-    if event.origin.clock().is_some() {
-        text.push_str(" [reconciled]");
-    }
+    text.push_str(&notes(event));
     text
 }
+
+/// ` [reconciled]` for an event reconstructed from containerd's lists, ` [reconciled
+/// by cri]` (or `docker`) from the manager's record, with `, reason OOMKilled` when the
+/// manager gave one; nothing for a live event without a reason.
+fn notes(event: &Event) -> String {
+    let mut notes = Vec::new();
+    match event.origin.witness() {
+        None => {}
+        Some(Witness::Containerd) => notes.push("reconciled".to_owned()),
+        Some(from) => notes.push(format!("reconciled by {}", from.label())),
+    }
+    let reason = event.workload.as_deref().and_then(|w| w.reason.as_deref());
+    if let Some(reason) = reason.filter(|r| !r.is_empty()) {
+        notes.push(format!("reason {reason}"));
+    }
+    match notes.is_empty() {
+        true => String::new(),
+        false => format!(" [{}]", notes.join(", ")),
+    }
+}
+
+#[cfg(test)]
+#[path = "timeline_tests.rs"]
+mod tests;

@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::sync::Arc;
 
-use eventgate::event::{Clock, Origin, Workload};
+use eventgate::event::{Clock, Origin, Witness, Workload};
 
 use super::history::{Step, append, exit, pod, run, start, start_gateway, stdout, stop};
 use super::support::audit::stored;
@@ -15,6 +15,13 @@ use super::{line, timeline};
 fn with_uid(uid: &str) -> Option<Arc<Workload>> {
     let mut workload = (*pod("shop", "web-7", Some("nginx")).unwrap()).clone();
     workload.pod_uid = Some(uid.into());
+    Some(Arc::new(workload))
+}
+
+/// The pod's container with the CRI's reason for its state.
+fn completed(uid: &str) -> Option<Arc<Workload>> {
+    let mut workload = (*with_uid(uid).unwrap()).clone();
+    workload.reason = Some("Completed".into());
     Some(Arc::new(workload))
 }
 
@@ -31,11 +38,17 @@ async fn a_new_pod_of_the_same_name_an_exec_and_a_reconciled_event_read_as_such(
         ),
         ("/tasks/exit", exit("c1", 0), with_uid("uid-a")),
         ("/tasks/start", start("c2", 20), with_uid("uid-b")),
+        ("/tasks/exit", exit("c2", 0), completed("uid-b")),
     ];
     let gateway = start_gateway(&data).await;
     for (i, step) in steps.iter().enumerate() {
         let origin = match i {
             2 => Origin::reconciled(Clock::Daemon),
+            // An exit the CRI kept after containerd deleted it.
+            4 => Origin::Reconciled {
+                clock: Clock::Daemon,
+                from: Witness::Cri,
+            },
             _ => Origin::Live,
         };
         append(&gateway, i, step, origin).await;
@@ -60,6 +73,10 @@ async fn a_new_pod_of_the_same_name_an_exec_and_a_reconciled_event_read_as_such(
             line("nginx", "exited with status 0 [reconciled]"),
             // Another pod's container starting is no restart of this one's.
             line("nginx", "started (pid 20)"),
+            line(
+                "nginx",
+                "exited with status 0 [reconciled by cri, reason Completed]",
+            ),
         ],
         "{out}"
     );
@@ -68,11 +85,11 @@ async fn a_new_pod_of_the_same_name_an_exec_and_a_reconciled_event_read_as_such(
         Some("restarts 0, OOM events 0, non-zero exits 0 (status 137: 0, OOM-killed: 0)")
     );
 
-    // ctr's format instead of the timeline: the same four events.
+    // ctr's format instead of the timeline: the same five events.
     let ctr = stdout(&run(&[
         "query", "--db", db, "--format", "ctr", "--pod", "web-7",
     ]));
-    assert_eq!(ctr.lines().count(), 4, "{ctr}");
+    assert_eq!(ctr.lines().count(), 5, "{ctr}");
     assert!(ctr.lines().all(|l| l.contains(" k8s.io /tasks/")), "{ctr}");
 }
 
