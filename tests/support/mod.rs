@@ -14,6 +14,7 @@ use tonic::transport::Channel;
 pub mod audit;
 pub mod certs;
 pub mod containerd;
+pub mod docker;
 pub mod fronts;
 pub mod image;
 pub mod kubelet;
