@@ -408,3 +408,216 @@ async fn a_dead_letter_keeps_its_origin_through_list_and_retry() {
         [mark("lost", "reconciled", Some("reconcile"))]
     );
 }
+
+/// Events a reconcile reconstructed from the CRI's or dockerd's record say whose record
+/// it was, and carry the manager's reason, in every record: the audit store's columns
+/// (in the hash chain), JSON lines, `query --format json`, the route filters and
+/// `query`'s filters on `reconciled_from` and `reason`, the pod's timeline and
+/// `replay`.
+#[tokio::test(flavor = "multi_thread")]
+async fn reconciled_events_say_whose_record_and_why_in_every_record() {
+    use std::sync::Arc;
+
+    use eventgate::event::{Witness, Workload};
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let toml = format!(
+        r#"
+        data_dir = "{}"
+        [admin]
+        listen = "127.0.0.1:0"
+        [[forwarder]]
+        name = "audit"
+        kind = "sqlite"
+        path = "audit.db"
+        [[forwarder]]
+        name = "log"
+        kind = "file"
+        path = "events.jsonl"
+        [[forwarder]]
+        name = "ooms"
+        kind = "file"
+        path = "ooms.jsonl"
+        filters = ['reason==OOMKilled,reconciled_from!=docker']
+        "#,
+        data.display()
+    );
+    let config = Config::parse(&toml, "test").unwrap();
+    let gateway = Gateway::start(&config).await.unwrap();
+    let pod = |reason: Option<&str>| {
+        Some(Arc::new(Workload {
+            kind: Some("container".into()),
+            pod_name: Some("web-7".into()),
+            pod_namespace: Some("shop".into()),
+            pod_uid: Some("uid-1".into()),
+            container_name: Some("nginx".into()),
+            reason: reason.map(str::to_owned),
+            ..Workload::default()
+        }))
+    };
+    let by = |clock, from| Origin::Reconciled { clock, from };
+    let sent = [
+        (
+            exit("oom", T0 + 5),
+            by(Clock::Daemon, Witness::Cri),
+            pod(Some("OOMKilled")),
+        ),
+        (
+            exit("gone", T0 + 10),
+            Origin::reconciled(Clock::Reconcile),
+            pod(None),
+        ),
+        (exit("live", T0 + 20), Origin::Live, pod(None)),
+        (
+            exit("docker", T0 + 30),
+            by(Clock::Daemon, Witness::Docker),
+            pod(Some("OOMKilled")),
+        ),
+    ];
+    let upstream = Source::Upstream("node-a".into());
+    for (envelope, origin, workload) in &sent {
+        let appended = gateway
+            .exchange()
+            .append_with(
+                upstream.clone(),
+                envelope.clone(),
+                *origin,
+                workload.clone(),
+            )
+            .await
+            .unwrap();
+        appended.durable.await.unwrap();
+    }
+    let reports = gateway.stop().await;
+    let delivered = |name: &str| {
+        reports
+            .iter()
+            .find(|r| r.forwarder == name)
+            .map(|r| r.delivered)
+    };
+    assert_eq!(delivered("audit"), Some(4));
+    assert_eq!(delivered("ooms"), Some(1));
+
+    // The columns.
+    let db = data.join("audit.db");
+    let rows: Vec<(String, Option<String>, Option<String>)> = {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let mut stmt = conn
+            .prepare(
+                "SELECT json_extract(event, '$.container_id'), reconciled_from, reason \
+                 FROM events ORDER BY row_id",
+            )
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let row = |c: &str, from: Option<&str>, reason: Option<&str>| {
+        (
+            c.to_owned(),
+            from.map(str::to_owned),
+            reason.map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        rows,
+        [
+            row("oom", Some("cri"), Some("OOMKilled")),
+            row("gone", Some("containerd"), None),
+            row("live", None, None),
+            row("docker", Some("docker"), Some("OOMKilled")),
+        ]
+    );
+
+    // The JSON lines, the route filter, and `query --format json` printing the same.
+    let witness = |lines: &[Value]| -> Vec<(String, Value, Value)> {
+        lines
+            .iter()
+            .map(|l| {
+                (
+                    l["event"]["container_id"].as_str().unwrap_or("").to_owned(),
+                    l.get("reconciled_from").cloned().unwrap_or(Value::Null),
+                    l.get("reason").cloned().unwrap_or(Value::Null),
+                )
+            })
+            .collect()
+    };
+    let expected: Vec<(String, Value, Value)> = rows
+        .iter()
+        .map(|(c, from, reason)| {
+            let json = |v: &Option<String>| v.as_deref().map_or(Value::Null, Value::from);
+            (c.clone(), json(from), json(reason))
+        })
+        .collect();
+    let log = file_lines(&data.join("events.jsonl"));
+    assert_eq!(witness(&log), expected);
+    assert_eq!(
+        witness(&file_lines(&data.join("ooms.jsonl"))),
+        [expected[0].clone()]
+    );
+    let db_arg = path_str(&db);
+    let queried = json_lines(&stdout(&run(&[
+        "query", "--db", db_arg, "--format", "json",
+    ])));
+    assert_eq!(queried, log, "query --format json prints the file's lines");
+    for (filter, wanted) in [
+        ("reconciled_from==cri", vec![0]),
+        ("reconciled_from==containerd", vec![1]),
+        ("reconciled_from", vec![0, 1, 3]),
+        ("reconciled_from!=docker", vec![0, 1, 2]),
+        ("reason==OOMKilled", vec![0, 3]),
+        ("reason", vec![0, 3]),
+        ("reason~=^OOM,reconciled_from==docker", vec![3]),
+    ] {
+        let out = stdout(&run(&["query", "--db", db_arg, "--format", "json", filter]));
+        let wanted: Vec<_> = wanted.iter().map(|&i| expected[i].clone()).collect();
+        assert_eq!(witness(&json_lines(&out)), wanted, "{filter}");
+    }
+
+    // Both columns are in the hash chain, and the chain is whole.
+    let verified = run(&["audit", "verify", "--db", db_arg]);
+    assert!(
+        verified.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
+
+    // The pod's timeline says whose record and why; containerd's as before.
+    let timeline = stdout(&run(&["query", "--db", db_arg, "--utc", "--pod", "web-7"]));
+    for text in [
+        "[reconciled by cri, reason OOMKilled]",
+        "killed (SIGKILL) [reconciled]",
+        "[reconciled by docker, reason OOMKilled]",
+    ] {
+        assert!(timeline.contains(text), "{text}: {timeline}");
+    }
+
+    // Replayed through a forwarder filtering on them: the lines as first written.
+    let replay_config = dir.path().join("replay.toml");
+    std::fs::write(
+        &replay_config,
+        format!(
+            "data_dir = {:?}\n[[forwarder]]\nname = \"again\"\nkind = \"file\"\n\
+             path = \"replayed.jsonl\"\nfilters = ['reconciled_from==docker']\n",
+            path_str(&dir.path().join("out"))
+        ),
+    )
+    .unwrap();
+    stdout(&run(&[
+        "replay",
+        "--db",
+        db_arg,
+        "--to-forwarder",
+        "again",
+        "--config",
+        path_str(&replay_config),
+        "--progress",
+        "never",
+        "reason==OOMKilled",
+    ]));
+    let replayed = file_lines(&dir.path().join("out/replayed.jsonl"));
+    assert_eq!(replayed, [log[3].clone()]);
+}
