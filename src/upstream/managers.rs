@@ -291,3 +291,7 @@ fn kept(from: Witness) -> ManagerView {
         containers: None,
     }
 }
+
+#[cfg(test)]
+#[path = "managers_tests.rs"]
+mod tests;
