@@ -71,10 +71,12 @@ impl ManagerSetting {
             "auto" => Ok(ManagerSetting::Auto),
             "off" => Ok(ManagerSetting::Off),
             "" => Err("must be \"auto\", \"off\" or a socket address, not empty".into()),
-            address => {
-                Address::parse(address).map_err(|e| e.to_string())?;
-                Ok(ManagerSetting::Address(address.to_owned()))
-            }
+            address => match Address::parse(address).map_err(|e| e.to_string())? {
+                Address::Unix(path) if path.as_os_str().is_empty() => {
+                    Err(format!("{address:?} names no socket path"))
+                }
+                _ => Ok(ManagerSetting::Address(address.to_owned())),
+            },
         }
     }
 
@@ -229,6 +231,13 @@ impl UpstreamSpec {
         if self.connect_timeout.is_zero() {
             return Err("`connect_timeout` must be more than 0s".into());
         }
+        if let ManagerSetting::Address(address) = &self.docker
+            && !matches!(Address::parse(address), Ok(Address::Unix(_)))
+        {
+            return Err(format!(
+                "`docker` {address:?}: dockerd's Engine API is read on a unix socket (a path or unix://PATH)"
+            ));
+        }
         Ok(())
     }
 }
@@ -269,6 +278,11 @@ mod tests {
         spec.name.clear();
         spec.address.clear();
         assert!(spec.validate().unwrap_err().contains("address"));
+        let mut spec = UpstreamSpec::new("/run/containerd/containerd.sock");
+        spec.docker = ManagerSetting::parse("127.0.0.1:2375").unwrap();
+        assert!(spec.validate().unwrap_err().contains("unix socket"));
+        spec.docker = ManagerSetting::parse("unix:///run/docker.sock").unwrap();
+        assert_eq!(spec.validate(), Ok(()));
     }
 
     #[test]
@@ -290,7 +304,7 @@ mod tests {
         for (bad, says) in [
             ("cri = \"\"", "not empty"),
             ("cri = 5", "invalid type"),
-            ("docker = \"unix://\"", "docker"),
+            ("docker = \"unix://\"", "names no socket path"),
         ] {
             let error =
                 toml::from_str::<UpstreamSpec>(&format!("address = \"/run/c.sock\"\n{bad}"))
