@@ -136,7 +136,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
     // The gap: attempt 2 is OOM-killed, attempt 3 fails with 5, attempt 4 completes,
     // attempt 1 is removed.
     gateway.kill9();
-    let (a2, oom) = run(&mut kubelet, &pod, 2, "tail /dev/zero", Some(16 << 20));
+    let (a2, _) = run(&mut kubelet, &pod, 2, "tail /dev/zero", Some(16 << 20));
     let oom = kubelet.wait_status(&a2, DEADLINE, "to be OOMKilled", |s| {
         s.reason == "OOMKilled"
     });

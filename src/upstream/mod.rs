@@ -17,6 +17,7 @@ mod backoff;
 mod enrich;
 mod inflight;
 mod managers;
+#[cfg(test)]
 pub(crate) use managers::{ManagerReport, Outcome as ManagerOutcome};
 mod reconciler;
 mod settings;
