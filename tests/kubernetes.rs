@@ -282,8 +282,8 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 }
 
-/// A CRI socket that is not there, and one that accepts connections and never
-/// answers: containerd's own reconcile completes regardless, each marker says the
+/// A CRI socket that is not there, one that accepts connections and never answers,
+/// and one that answers garbage: containerd's own reconcile completes regardless, each marker says the
 /// CRI failed and why, and `/readyz?verbose` names it on the upstream's line while
 /// the gateway stays ready.
 #[test]
@@ -294,10 +294,23 @@ fn a_cri_that_is_missing_or_silent_never_stops_the_reconcile() {
     let missing = dir.path().join("missing.sock");
     let silent_path = dir.path().join("silent.sock");
     let silent = std::os::unix::net::UnixListener::bind(&silent_path).expect("bind");
+    // One that answers every connection with bytes that are not HTTP/2.
+    let garbage_path = dir.path().join("garbage.sock");
+    let garbage = std::os::unix::net::UnixListener::bind(&garbage_path).expect("bind");
+    std::thread::spawn(move || {
+        use std::io::Write;
+        for mut stream in garbage.incoming().flatten() {
+            let _ = stream.write_all(&[0xff; 4096]);
+        }
+    });
     let config = dir.path().join("eventgate.toml");
     let mut text =
         String::from("[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n");
-    for (name, cri) in [("missing", &missing), ("silent", &silent_path)] {
+    for (name, cri) in [
+        ("missing", &missing),
+        ("silent", &silent_path),
+        ("garbage", &garbage_path),
+    ] {
         text.push_str(&format!(
             "\n[[upstream]]\nname = \"{name}\"\naddress = \"{}\"\ncri = \"{}\"\nconnect_timeout = \"1s\"\n",
             containerd.address(),
@@ -314,7 +327,7 @@ fn a_cri_that_is_missing_or_silent_never_stops_the_reconcile() {
                 .iter()
                 .any(|m| m["event"]["upstream"] == name)
         };
-        (of("missing") && of("silent")).then_some(lines)
+        (of("missing") && of("silent") && of("garbage")).then_some(lines)
     });
     for marker in reconciled_markers(&lines) {
         let event = &marker["event"];
@@ -333,7 +346,7 @@ fn a_cri_that_is_missing_or_silent_never_stops_the_reconcile() {
     let admin = gateway.admin_addr();
     let (code, verbose) = http_get(admin, "/readyz?verbose");
     assert_eq!(code, 200, "{verbose}");
-    for name in ["missing", "silent"] {
+    for name in ["missing", "silent", "garbage"] {
         let line = verbose
             .lines()
             .find(|l| l.starts_with(&format!("ok: upstream {name} (")))
