@@ -124,15 +124,6 @@ fn topics(rows: &[&Stored]) -> Vec<String> {
     rows.iter().map(|r| r.topic.clone()).collect()
 }
 
-/// The JSON lines the file forwarder wrote.
-fn logged(gateway: &Gateway) -> Vec<Value> {
-    std::fs::read_to_string(gateway.dir.path().join("data/events.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON lines"))
-        .collect()
-}
-
 fn logged_about<'a>(lines: &'a [Value], id: &str) -> Vec<&'a Value> {
     lines
         .iter()
@@ -246,7 +237,7 @@ fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
     assert!(run.iter().all(|r| r.origin == "live"), "{run:#?}");
     assert_eq!(run[3].event["exit_status"], 3);
     let lines = wait_for("the JSON lines of the web container", DEADLINE, || {
-        let lines = logged(&gateway);
+        let lines = gateway.logged();
         (logged_about(&lines, &web).len() >= LIVE_RUN.len()).then_some(lines)
     });
     assert_docker_terms(&run, &logged_about(&lines, &web), &inspect);
@@ -315,7 +306,7 @@ fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
         nanos(&Value::from(told[2].timestamp.clone())),
         nanos(&gap_inspect["State"]["FinishedAt"])
     );
-    let lines = logged(&gateway);
+    let lines = gateway.logged();
     let told_lines = logged_about(&lines, &gap);
     assert_eq!(told_lines.len(), told.len());
     for line in &told_lines {
@@ -439,7 +430,7 @@ fn a_stopped_dockerd_leaves_the_reconcile_to_containerd_and_says_so() {
         told.iter()
             .all(|r| r.reconciled_from.as_deref() == Some("docker"))
     );
-    let lines = logged(&gateway);
+    let lines = gateway.logged();
     assert_docker_terms(&told, &logged_about(&lines, &gap), &gap_inspect);
     let body = wait_for("readiness to show dockerd listed", DEADLINE, || {
         let (_, body) = http_get(admin, "/readyz?verbose");

@@ -34,25 +34,6 @@ fn write_config(dir: &Path, containerd: &Containerd, cri: &str) -> String {
     path_str(&path).to_owned()
 }
 
-fn eventgate_out(args: &[&str]) -> String {
-    let out = eventgate().args(args).output().expect("run eventgate");
-    assert!(
-        out.status.success(),
-        "eventgate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8")
-}
-
-fn logged(gateway: &Gateway) -> Vec<Value> {
-    let path = gateway.dir.path().join("data/events.jsonl");
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON lines"))
-        .collect()
-}
-
 fn about(line: &Value) -> Option<&str> {
     let event = &line["event"];
     ["container_id", "id"]
@@ -69,7 +50,7 @@ fn reconciled_markers(lines: &[Value]) -> Vec<&Value> {
 
 fn wait_markers(gateway: &Gateway, count: usize) -> Vec<Value> {
     wait_for(&format!("{count} reconciled markers"), DEADLINE, || {
-        let lines = logged(gateway);
+        let lines = gateway.logged();
         (reconciled_markers(&lines).len() >= count).then_some(lines)
     })
 }
@@ -123,7 +104,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         "attempt 1's exit and attempt 0's delete, live",
         DEADLINE,
         || {
-            let lines = logged(&gateway);
+            let lines = gateway.logged();
             let seen = |topic: &str, id: &str| {
                 lines
                     .iter()
@@ -232,7 +213,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         r.topic == "/containers/delete" && r.container() == Some(a1.as_str())
     });
     let db = path_str(&db);
-    let stats = eventgate_out(&["stats", "--db", db, "--by", "pod"]);
+    let stats = eventgate_stdout(&["stats", "--db", db, "--by", "pod"]);
     let row: Vec<&str> = stats
         .lines()
         .find(|l| l.starts_with(&format!("{POD_NS}/{POD} ")))
@@ -244,7 +225,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         ("4", "1", "3", "1", "1"),
         "{stats}"
     );
-    let timeline = eventgate_out(&["query", "--db", db, "--utc", "--pod", POD]);
+    let timeline = eventgate_stdout(&["query", "--db", db, "--utc", "--pod", POD]);
     for what in [
         "! exited with status 3 (non-zero)",
         "! out of memory (/tasks/oom)",
@@ -254,7 +235,7 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
         assert!(timeline.contains(what), "{what} in\n{timeline}");
     }
     let oom_killed: Vec<Value> =
-        eventgate_out(&["query", "--db", db, "--format", "json", "reason==OOMKilled"])
+        eventgate_stdout(&["query", "--db", db, "--format", "json", "reason==OOMKilled"])
             .lines()
             .map(|l| serde_json::from_str(l).expect("JSON"))
             .collect();
@@ -262,12 +243,12 @@ fn a_pod_restarted_across_a_killed_gateway_is_recorded_as_kubectl_counts_it() {
 
     // Ten clean restarts on an unchanged node: nothing but markers, and no
     // per-container status call.
-    let before = logged(&gateway).len();
+    let before = gateway.logged().len();
     for round in 0..10 {
         assert!(gateway.restart().success(), "{}", gateway.stderr_text());
         wait_markers(&gateway, 3 + round);
     }
-    let lines = logged(&gateway);
+    let lines = gateway.logged();
     for line in &lines[before..] {
         assert_eq!(line["namespace"], "eventgate", "restart {line}");
     }
@@ -321,7 +302,7 @@ fn a_cri_that_is_missing_or_silent_never_stops_the_reconcile() {
     let mut gateway = Gateway::start_in(dir, &["--config", path_str(&config)]);
     // The silent one's reconcile waits out the CRI call's deadline (10 s).
     let lines = wait_for("a reconciled marker of each upstream", DEADLINE, || {
-        let lines = logged(&gateway);
+        let lines = gateway.logged();
         let of = |name: &str| {
             reconciled_markers(&lines)
                 .iter()

@@ -57,27 +57,6 @@ fn cri_labels(uid: &str, container: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// `eventgate ARGS...`'s output, once it succeeded.
-fn query(args: &[&str]) -> String {
-    let out = eventgate().args(args).output().expect("run eventgate");
-    assert!(
-        out.status.success(),
-        "eventgate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8")
-}
-
-/// Every JSON line of the log forwarder so far.
-fn logged(gateway: &Gateway) -> Vec<Value> {
-    let path = gateway.dir.path().join("data/events.jsonl");
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON lines"))
-        .collect()
-}
-
 /// The container an event is about, from its payload.
 fn about(line: &Value) -> Option<&str> {
     let event = &line["event"];
@@ -89,7 +68,7 @@ fn about(line: &Value) -> Option<&str> {
 /// Waits until `id`'s `/containers/delete` is logged; every line then.
 fn wait_deleted(gateway: &Gateway, id: &str) -> Vec<Value> {
     wait_for(&format!("{id}'s delete event"), DEADLINE, || {
-        let lines = logged(gateway);
+        let lines = gateway.logged();
         lines
             .iter()
             .any(|l| l["topic"] == "/containers/delete" && about(l) == Some(id))
@@ -126,7 +105,8 @@ fn import_image(containerd: &Containerd) {
 /// Waits until `count` events of `topic` are logged.
 fn wait_logged(gateway: &Gateway, topic: &str, count: usize) {
     wait_for(&format!("{count} {topic}"), DEADLINE, || {
-        let seen = logged(gateway)
+        let seen = gateway
+            .logged()
             .iter()
             .filter(|l| l["topic"] == topic)
             .count();
@@ -284,7 +264,7 @@ fn every_event_of_a_pod_carries_its_names_after_its_containers_are_gone() {
             .then_some(())
     });
     let db = path_str(&db);
-    let timeline = query(&["query", "--db", db, "--utc", "--pod", POD]);
+    let timeline = eventgate_stdout(&["query", "--db", db, "--utc", "--pod", POD]);
     assert!(
         timeline.starts_with(&format!("pod {POD_NS}/{POD} (uid {uid})\n")),
         "{timeline}"
@@ -305,7 +285,7 @@ fn every_event_of_a_pod_carries_its_names_after_its_containers_are_gone() {
     ] {
         assert!(said(container, what), "{container}: {what} in\n{timeline}");
     }
-    let stats = query(&["stats", "--db", db, "--by", "pod"]);
+    let stats = eventgate_stdout(&["stats", "--db", db, "--by", "pod"]);
     let row: Vec<&str> = stats
         .lines()
         .find(|l| l.starts_with(&format!("{POD_NS}/{POD} ")))
@@ -362,7 +342,8 @@ fn reconstructed_events_carry_the_pod_across_a_gap() {
     args.extend([IMAGE, gone.as_str(), "/bin/busybox", "true"]);
     containerd.ctr_in(NS, &args);
     wait_for("the live create", DEADLINE, || {
-        logged(&gateway)
+        gateway
+            .logged()
             .iter()
             .any(|l| l["topic"] == "/containers/create" && about(l) == Some(gone.as_str()))
             .then_some(())
@@ -379,7 +360,7 @@ fn reconstructed_events_carry_the_pod_across_a_gap() {
     wait_connected(&gateway, 2);
 
     let lines = wait_for("both reconstructed events", DEADLINE, || {
-        let lines = logged(&gateway);
+        let lines = gateway.logged();
         let reconciled = |topic: &str, id: &str| {
             lines
                 .iter()

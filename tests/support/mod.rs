@@ -39,6 +39,17 @@ pub fn eventgate() -> Command {
     cmd
 }
 
+/// `eventgate ARGS...`'s standard output, once it succeeded.
+pub fn eventgate_stdout(args: &[&str]) -> String {
+    let out = eventgate().args(args).output().expect("run eventgate");
+    assert!(
+        out.status.success(),
+        "eventgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
 /// Polls `check` until it returns `Some`, or panics with `what` at the deadline.
 pub fn wait_for<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     let end = Instant::now() + deadline;
@@ -152,6 +163,15 @@ impl Gateway {
 
     pub fn address(&self) -> String {
         self.socket.display().to_string()
+    }
+
+    /// Every line the `file` forwarder at `data/events.jsonl` wrote so far, parsed.
+    pub fn logged(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("data/events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON lines"))
+            .collect()
     }
 
     pub async fn client(&self) -> EventsClient<Channel> {
