@@ -1,7 +1,8 @@
 //! `eventgate bench reconcile` on a small node, so it cannot rot: it fills a private
 //! containerd, reconciles through the real gateway, checks what was recorded, prints
 //! its table, and leaves no containerd, shim, task or gateway behind, also when it
-//! is interrupted.
+//! is interrupted. `--cri` likewise, on a small Kubernetes node (containerd's CRI
+//! plugin, filled through the CRI).
 
 mod support;
 
@@ -149,4 +150,83 @@ fn an_interrupted_reconcile_benchmark_stops_its_tasks_containerd_and_gateway() {
         left.is_empty(),
         "still running after the benchmark exited: {left:#?}"
     );
+}
+
+/// The lines of `/proc/self/mountinfo` that name `dir` (the pods' shm mounts).
+fn mounted_under(dir: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("/proc/self/mountinfo")
+        .lines()
+        .filter(|line| line.contains(dir))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+#[ignore = "needs containerd with its CRI plugin, ctr, runc and busybox-static (and root); run tests/run.sh"]
+fn the_cri_reconcile_benchmark_checks_status_calls_and_events_and_prints_its_table() {
+    let child = eventgate()
+        .args(["bench", "reconcile", "--cri"])
+        .args([
+            "--containers",
+            "40",
+            "--pods",
+            "4",
+            "--exited",
+            "4",
+            "--exited-while-down",
+            "2",
+            "--rounds",
+            "1",
+            "--at-once",
+            "4",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn eventgate bench reconcile --cri");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("bench output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no row {name}:\n{table}"))
+    };
+    assert!(
+        table.contains("4 hostNetwork pods (running sandboxes) and 40 containers"),
+        "{table}"
+    );
+    assert!(
+        row("1a").contains("(4 sandboxes, 40 containers)"),
+        "{table}"
+    );
+    // Status calls (expected), then events recorded (expected): none for an unchanged
+    // node, one status call per exit the record lacks, and each run that ended while
+    // the gateway was down told as start, exit and delete.
+    assert!(row("2a").contains("| 0 (0) |"), "{table}");
+    assert!(row("2b").contains("| 4 (4) |"), "{table}");
+    assert!(row("3a").contains("| 4 (4) | 0 (0) |"), "{table}");
+    assert!(row("3b").contains("| 0 (0) | 0 (0) |"), "{table}");
+    assert!(row("3c").contains("| 2 (2) | 6 (6) |"), "{table}");
+    for name in ["1a", "1b", "2a", "2b", "3a", "3b", "3c"] {
+        assert!(row(name).contains("x |"), "{table}");
+    }
+    assert!(
+        table.contains("Target: 40 CRI containers reconciled in under 1 s"),
+        "{table}"
+    );
+
+    let dir = working_dir(stderr.lines().next().unwrap_or_default());
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "{dir} was not removed"
+    );
+    let left = left_running(&dir, pid);
+    assert!(left.is_empty(), "still running: {left:#?}");
+    let mounted = mounted_under(&dir);
+    assert!(mounted.is_empty(), "still mounted: {mounted:#?}");
 }

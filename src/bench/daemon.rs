@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 use super::BenchError;
-use super::containerd_config::containerd_config;
+use super::containerd_config::{containerd_config, containerd_cri_config};
 
 /// A daemon process that is stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Daemon {
@@ -24,9 +24,30 @@ impl Daemon {
     /// Starts containerd with a private root, state and socket under `dir`, the CRI
     /// plugin disabled and no network configuration needed.
     pub async fn containerd(binary: &Path, dir: &Path) -> Result<Self, BenchError> {
+        Self::containerd_with(binary, dir, containerd_config).await
+    }
+
+    /// [`Daemon::containerd`] with its CRI plugin enabled: pods run `sandbox_image` (a
+    /// name in namespace `k8s.io`) as their sandbox and use the host network.
+    pub async fn containerd_cri(
+        binary: &Path,
+        dir: &Path,
+        sandbox_image: &str,
+    ) -> Result<Self, BenchError> {
+        Self::containerd_with(binary, dir, |dir, socket| {
+            containerd_cri_config(dir, socket, sandbox_image)
+        })
+        .await
+    }
+
+    async fn containerd_with(
+        binary: &Path,
+        dir: &Path,
+        config_of: impl FnOnce(&Path, &Path) -> String,
+    ) -> Result<Self, BenchError> {
         let config = dir.join("containerd.toml");
         let socket = dir.join("containerd.sock");
-        let text = containerd_config(dir, &socket);
+        let text = config_of(dir, &socket);
         std::fs::write(&config, text).map_err(|source| BenchError::Io {
             context: format!("cannot write {}", config.display()),
             source,

@@ -20,6 +20,9 @@ use super::daemon::Daemon;
 /// The image every container is made from.
 pub const IMAGE: &str = "eventgate.bench/busybox:1";
 
+/// The containerd namespace of the CRI plugin's pods, containers and images.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+
 /// How long a `ctr` call may take: a busy 2-core machine runs 8 at once.
 const CTR_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -43,6 +46,27 @@ impl Node {
             source,
         })?;
         let daemon = Daemon::containerd(containerd, dir).await?;
+        Self::import(daemon, ctr, dir, namespace).await
+    }
+
+    /// [`Node::start`] with containerd's CRI plugin enabled, [`IMAGE`] as its pods'
+    /// sandbox image, imported into the CRI's namespace `k8s.io` (where the plugin
+    /// learns of it from containerd's image events, a moment after the import).
+    pub async fn start_cri(containerd: &Path, ctr: &Path, dir: &Path) -> Result<Node, BenchError> {
+        std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
+            context: format!("cannot create {}", dir.display()),
+            source,
+        })?;
+        let daemon = Daemon::containerd_cri(containerd, dir, IMAGE).await?;
+        Self::import(daemon, ctr, dir, CRI_NAMESPACE).await
+    }
+
+    async fn import(
+        daemon: Daemon,
+        ctr: &Path,
+        dir: &Path,
+        namespace: &str,
+    ) -> Result<Node, BenchError> {
         let node = Node {
             socket: daemon.socket().to_path_buf(),
             containerd: Some(daemon),

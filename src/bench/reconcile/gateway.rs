@@ -45,6 +45,8 @@ pub struct GatewayRun {
     /// What the daemon held, per the marker.
     pub containers: u64,
     pub tasks: u64,
+    /// The managers above containerd the reconcile asked (the marker's `managers`).
+    pub managers: Vec<ManagerSeen>,
     /// The gateway's RSS once started, before its upstream appeared.
     pub rss_before: Option<u64>,
     /// Its peak RSS from then until the snapshot was saved (since its start when the
@@ -59,6 +61,24 @@ impl GatewayRun {
     pub fn events(&self) -> u64 {
         self.recorded.values().sum()
     }
+
+    /// The marker's entry for manager `name` (`cri`, `docker`).
+    pub fn manager(&self, name: &str) -> Option<&ManagerSeen> {
+        self.managers.iter().find(|m| m.name == name)
+    }
+}
+
+/// One entry of the reconciled marker's `managers`: how asking a manager went.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ManagerSeen {
+    pub name: String,
+    /// `listed`, `absent` or `failed`.
+    pub state: String,
+    pub error: String,
+    pub sandboxes: u64,
+    pub containers: u64,
+    /// Per-container status calls the reconcile made.
+    pub status_calls: u64,
 }
 
 /// Starts a gateway on `dir` (its data directory kept between calls), lets it
@@ -112,6 +132,7 @@ pub async fn reconcile_once(
         saved,
         containers: found.containers,
         tasks: found.tasks,
+        managers: found.managers,
         rss_before,
         peak_rss,
         peak_since_start,
@@ -139,6 +160,7 @@ struct Found {
     baseline: bool,
     containers: u64,
     tasks: u64,
+    managers: Vec<ManagerSeen>,
 }
 
 fn store_error(what: &'static str) -> impl Fn(rusqlite::Error) -> BenchError {
@@ -227,7 +249,23 @@ fn markers(conn: &Connection, since: i64) -> Result<Option<Found>, BenchError> {
         baseline: event["baseline"].as_bool().unwrap_or(false),
         containers: number(&event["containers"]),
         tasks: number(&event["tasks"]),
+        managers: event["managers"]
+            .as_array()
+            .map(|managers| managers.iter().map(manager).collect())
+            .unwrap_or_default(),
     }))
+}
+
+fn manager(value: &Value) -> ManagerSeen {
+    let text = |field: &str| value[field].as_str().unwrap_or_default().to_owned();
+    ManagerSeen {
+        name: text("name"),
+        state: text("state"),
+        error: text("error"),
+        sandboxes: number(&value["sandboxes"]),
+        containers: number(&value["containers"]),
+        status_calls: number(&value["status_calls"]),
+    }
 }
 
 fn time(text: &str) -> Result<SystemTime, BenchError> {

@@ -9,8 +9,13 @@
 //!    after containers were changed and tasks killed while it was down;
 //! 3. eventgate's own work without containerd ([`library`]): diff, merged state and
 //!    snapshot save on the state just listed.
+//!
+//! [`cri`] does the same for a Kubernetes node (containerd with its CRI plugin,
+//! filled through the CRI), next to the kubelet's relist.
 
+pub mod cri;
 pub mod gateway;
+pub mod kubelet;
 pub mod library;
 
 use std::collections::BTreeMap;

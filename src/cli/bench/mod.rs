@@ -8,6 +8,7 @@ mod fleet;
 mod forwarder;
 mod query;
 mod reconcile;
+mod reconcile_cri;
 mod replay;
 mod resume;
 mod spool;
@@ -45,7 +46,9 @@ pub enum Which {
     /// next to plain Forward calls with the same concurrency in the same run.
     Replay(replay::ReplayBenchArgs),
     /// Reconciling a node of 2,000 containers and 100 tasks through the gateway, next
-    /// to containerd's own List calls in the same run (needs root for containerd).
+    /// to containerd's own List calls in the same run (needs root for containerd);
+    /// with --cri, a Kubernetes node of 2,000 CRI containers, next to the kubelet's
+    /// relist.
     Reconcile(reconcile::ReconcileBenchArgs),
     /// A real containerd takes a burst of Publish calls while eventgate, subscribed
     /// to it with its defaults, stores them: containerd's accepted/s next to

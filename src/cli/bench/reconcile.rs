@@ -23,19 +23,20 @@ pub struct ReconcileBenchArgs {
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub containers: u32,
     /// Of those, containers with a running task (`ctr run -d ... sleep`).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    #[arg(long, default_value_t = 100, conflicts_with = "cri", value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub tasks: u32,
     /// Containers changed while the gateway is down, each round: a third removed, a
     /// third created, the rest relabelled.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    #[arg(long, default_value_t = 100, conflicts_with = "cri", value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub changed: u32,
     /// Running tasks killed (SIGKILL) while the gateway is down, each round.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    #[arg(long, default_value_t = 20, conflicts_with = "cri", value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub killed: u32,
     /// Rounds; the median of each figure is reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
-    /// `ctr` calls run at once while filling and changing the node.
+    /// `ctr` calls (CRI calls with --cri) run at once while filling and changing the
+    /// node.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub at_once: u32,
     /// The containerd binary (needs root).
@@ -44,9 +45,29 @@ pub struct ReconcileBenchArgs {
     /// The ctr binary.
     #[arg(long, default_value = "ctr")]
     pub ctr: PathBuf,
+    /// A Kubernetes node instead: containerd with its CRI plugin, filled through the
+    /// CRI as the kubelet does (hostNetwork pods, `--containers` containers created
+    /// in them, some started and exited), reconciled through the gateway next to
+    /// the kubelet's relist (ListPodSandbox + ListContainers) in the same run.
+    #[arg(long)]
+    pub cri: bool,
+    /// With --cri: pods (running sandboxes) the containers are spread over.
+    #[arg(long, default_value_t = 100, requires = "cri", value_parser = clap::value_parser!(u32).range(1..=5_000))]
+    pub pods: u32,
+    /// With --cri: containers started before the first round; each exits with
+    /// status 1, so the CRI keeps them EXITED.
+    #[arg(long, default_value_t = 100, requires = "cri", value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub exited: u32,
+    /// With --cri: containers started (each exiting with status 1) while the gateway
+    /// is down, each round.
+    #[arg(long, default_value_t = 20, requires = "cri", value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub exited_while_down: u32,
 }
 
 pub(super) async fn run(args: ReconcileBenchArgs) -> Result<ExitCode, CliError> {
+    if args.cri {
+        return super::reconcile_cri::run(args).await;
+    }
     let bench = ReconcileBench {
         containerd: args.containerd,
         ctr: args.ctr,
@@ -106,7 +127,7 @@ fn max_of<T: Copy + Ord>(rounds: &[Round], pick: impl Fn(&Round) -> Option<T>) -
     rounds.iter().filter_map(pick).max()
 }
 
-fn time(d: Duration) -> String {
+pub(super) fn time(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1000.0;
     if ms < 1.0 {
         format!("{} µs", d.as_micros())
@@ -119,7 +140,7 @@ fn time(d: Duration) -> String {
     }
 }
 
-fn mib(bytes: u64) -> String {
+pub(super) fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
@@ -131,11 +152,11 @@ fn size(bytes: u64) -> String {
     }
 }
 
-fn ratio(d: Duration, peer: Duration) -> String {
+pub(super) fn ratio(d: Duration, peer: Duration) -> String {
     format!("{:.2}x", d.as_secs_f64() / peer.as_secs_f64().max(1e-9))
 }
 
-fn opt<T>(value: Option<T>, show: impl Fn(T) -> String) -> String {
+pub(super) fn opt<T>(value: Option<T>, show: impl Fn(T) -> String) -> String {
     value.map_or("-".into(), show)
 }
 
