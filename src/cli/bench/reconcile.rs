@@ -83,41 +83,57 @@ pub(super) async fn run(args: ReconcileBenchArgs) -> Result<ExitCode, CliError> 
     }
     let (eventgate, dir) = super::binary_and_dir()?;
     eprintln!("working in {}", dir.path().display());
-    // Stopped by a signal, the work is dropped: the node removes its tasks and
-    // containerd and the gateway are killed as they drop.
-    let stop = crate::cli::serve::shutdown_signal();
-    let results = tokio::select! {
-        results = reconcile::run(&eventgate, dir.path(), &bench) => results?,
-        () = stop => {
-            return Err(CliError::Bench(BenchError::Failed {
-                what: "interrupted; the benchmark's tasks, containerd and gateway were stopped".into(),
-            }));
-        }
-    };
+    let results = run_or_stop(
+        reconcile::run(&eventgate, dir.path(), &bench),
+        "the benchmark's tasks, containerd and gateway were stopped",
+    )
+    .await?;
     print_table(&bench, &results);
-    let problems: Vec<String> = results
-        .rounds
-        .iter()
+    fail_on_problems(
+        results.rounds.iter().map(Round::problems),
+        "the reconciles did not record what changed",
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a benchmark's rounds until they are done or a signal stops them: dropped,
+/// the work removes its tasks and kills its containerd and gateway.
+pub(super) async fn run_or_stop<T>(
+    work: impl Future<Output = Result<T, BenchError>>,
+    stopped: &str,
+) -> Result<T, CliError> {
+    let stop = crate::cli::serve::shutdown_signal();
+    tokio::select! {
+        results = work => Ok(results?),
+        () = stop => Err(CliError::Bench(BenchError::Failed {
+            what: format!("interrupted; {stopped}"),
+        })),
+    }
+}
+
+/// Fails the command with every round's problems, numbered by round.
+pub(super) fn fail_on_problems(
+    rounds: impl Iterator<Item = Vec<String>>,
+    what: &str,
+) -> Result<(), CliError> {
+    let problems: Vec<String> = rounds
         .enumerate()
-        .flat_map(|(n, round)| {
-            round
-                .problems()
+        .flat_map(|(n, problems)| {
+            problems
                 .into_iter()
                 .map(move |p| format!("round {}: {p}", n + 1))
         })
         .collect();
-    if !problems.is_empty() {
-        return Err(CliError::Bench(BenchError::Failed {
-            what: format!(
-                "the reconciles did not record what changed:\n{}",
-                problems.join("\n")
-            ),
-        }));
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(CliError::Bench(BenchError::Failed {
+            what: format!("{what}:\n{}", problems.join("\n")),
+        })),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-fn median_of<T: Copy + Ord>(rounds: &[Round], pick: impl Fn(&Round) -> T) -> Option<T> {
+/// The median of one figure over the rounds.
+pub(super) fn median_of<R, T: Copy + Ord>(rounds: &[R], pick: impl Fn(&R) -> T) -> Option<T> {
     let mut values: Vec<T> = rounds.iter().map(pick).collect();
     values.sort();
     values.get(values.len() / 2).copied()

@@ -5,13 +5,14 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::bench::BenchError;
 use crate::bench::reconcile::cri::{self, CriBench, CriResults, CriRound};
 use crate::bench::reconcile::gateway::GatewayRun;
 use crate::cli::CliError;
 use crate::upstream::SETTLE;
 
-use super::reconcile::{ReconcileBenchArgs, mib, opt, ratio, time};
+use super::reconcile::{
+    ReconcileBenchArgs, fail_on_problems, median_of, mib, opt, ratio, run_or_stop, time,
+};
 
 /// The target: a node of 2,000 CRI containers reconciled in under 1 s, with
 /// no per-container status call when nothing changed.
@@ -33,44 +34,17 @@ pub(super) async fn run(args: ReconcileBenchArgs) -> Result<ExitCode, CliError> 
     }
     let (eventgate, dir) = super::binary_and_dir()?;
     eprintln!("working in {}", dir.path().display());
-    // Stopped by a signal, the work is dropped: the node removes its tasks (the pods'
-    // sandboxes among them) and containerd and the gateway are killed as they drop.
-    let stop = crate::cli::serve::shutdown_signal();
-    let results = tokio::select! {
-        results = cri::run(&eventgate, dir.path(), &bench) => results?,
-        () = stop => {
-            return Err(CliError::Bench(BenchError::Failed {
-                what: "interrupted; the benchmark's pods, containerd and gateway were stopped".into(),
-            }));
-        }
-    };
+    let results = run_or_stop(
+        cri::run(&eventgate, dir.path(), &bench),
+        "the benchmark's pods, containerd and gateway were stopped",
+    )
+    .await?;
     print_table(&bench, &results);
-    let problems: Vec<String> = results
-        .rounds
-        .iter()
-        .enumerate()
-        .flat_map(|(n, round)| {
-            round
-                .problems()
-                .into_iter()
-                .map(move |p| format!("round {}: {p}", n + 1))
-        })
-        .collect();
-    if !problems.is_empty() {
-        return Err(CliError::Bench(BenchError::Failed {
-            what: format!(
-                "the CRI reconciles did not add up:\n{}",
-                problems.join("\n")
-            ),
-        }));
-    }
+    fail_on_problems(
+        results.rounds.iter().map(CriRound::problems),
+        "the CRI reconciles did not add up",
+    )?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn median_of<T: Copy + Ord>(rounds: &[CriRound], pick: impl Fn(&CriRound) -> T) -> Option<T> {
-    let mut values: Vec<T> = rounds.iter().map(pick).collect();
-    values.sort();
-    values.get(values.len() / 2).copied()
 }
 
 fn status_calls(run: &GatewayRun) -> u64 {
