@@ -324,7 +324,13 @@ impl Reconciler {
         }
         self.note_managers(&asked.reports);
         if let Some(status) = &self.status {
-            let reports = asked.reports.clone();
+            // A manager `auto` found absent is no news on the upstream's line.
+            let reports: Vec<ManagerReport> = asked
+                .reports
+                .iter()
+                .filter(|r| r.outcome != Outcome::Absent)
+                .cloned()
+                .collect();
             status.send_if_modified(|s| {
                 let changed = s.managers != reports;
                 s.managers = reports;
