@@ -126,7 +126,7 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
         let context = Context {
             namespace: name,
             skip,
-            daemon_tasks: Some(&d.tasks),
+            daemon_tasks: &d.tasks,
         };
         context.images(r, d, &mut phases);
         context.containers(r, d, &mut phases);
@@ -153,9 +153,10 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
         .partition(|c| run_containers.contains(&c.object) && c.daemon_time.is_some());
     phases.containers = others;
     phases.runs.splice(0..0, creates);
+    // A time a manager did not keep sorts last, as the reconcile's own would.
     phases
         .runs
-        .sort_by_key(|c| (c.daemon_time, run_rank(c.topic)));
+        .sort_by_key(|c| (c.daemon_time.is_none(), c.daemon_time, run_rank(c.topic)));
     // Destructured, not read field by field: a phase added later cannot be left out.
     let Phases {
         namespaces,
@@ -249,7 +250,7 @@ pub(super) struct Context<'a> {
     skip: &'a BTreeSet<Object>,
     /// The daemon's side's tasks of this namespace, for the times of deletes that
     /// happened at an exit.
-    daemon_tasks: Option<&'a BTreeMap<String, super::state::TaskState>>,
+    daemon_tasks: &'a BTreeMap<String, super::state::TaskState>,
 }
 
 impl Context<'_> {
@@ -439,10 +440,7 @@ impl Context<'_> {
     /// A container removed from containerd when its task exited (dockerd does so),
     /// told at that exit where the manager said when it was.
     fn deleted(&self, id: &str, d: &ContainerState, object: &Object, phases: &mut Phases) {
-        let exited_at = self
-            .daemon_tasks
-            .and_then(|tasks| tasks.get(id))
-            .and_then(|t| t.exited_at);
+        let exited_at = self.daemon_tasks.get(id).and_then(|t| t.exited_at);
         let mut change = self.change(
             "/containers/delete",
             any(
