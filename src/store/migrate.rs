@@ -81,6 +81,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_reconciled_from.sql",
         sql: include_str!("../../migrations/0012_reconciled_from.sql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_store_id.sql",
+        sql: include_str!("../../migrations/0013_store_id.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

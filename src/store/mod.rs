@@ -8,6 +8,7 @@
 //! without conversions, and SQLite's date functions read them.
 
 pub mod chain;
+pub mod checkpoint;
 mod insert;
 pub mod migrate;
 pub(crate) mod retention;
