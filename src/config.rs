@@ -13,6 +13,7 @@ pub use crate::admin::AdminSettings;
 pub use crate::correlate::CorrelateSettings;
 pub use crate::deadletter::DeadLetterSettings;
 pub use crate::exchange::{ExchangeSettings, LimitSettings};
+pub use crate::note::SigningSettings;
 pub use crate::pipeline::ForwarderSpec;
 pub use crate::pipeline::settings::{
     BatchSettings, CheckpointSettings, Overflow, PipelineSettings, QueueSettings, RetrySettings,
@@ -46,6 +47,9 @@ pub enum ConfigError {
     Upstream { name: String, problem: String },
     #[error("invalid config: source {name:?}: {problem}")]
     Source { name: String, problem: String },
+    /// `signing.key` names a file that is not a usable signer key; the source says why.
+    #[error("invalid config: `signing.key`")]
+    SigningKey(#[source] crate::note::KeyFileError),
 }
 
 /// The whole configuration file.
@@ -73,6 +77,8 @@ pub struct Config {
     pub dead_letter: DeadLetterSettings,
     /// `[admin]`: the HTTP endpoint for metrics, health and readiness.
     pub admin: AdminSettings,
+    /// `[signing]`: the key that signs checkpoints of the audit store's chain head.
+    pub signing: SigningSettings,
 }
 
 impl Default for Config {
@@ -88,6 +94,7 @@ impl Default for Config {
             sources: Vec::new(),
             dead_letter: DeadLetterSettings::default(),
             admin: AdminSettings::default(),
+            signing: SigningSettings::default(),
         }
     }
 }
@@ -171,6 +178,12 @@ impl Config {
         self.admin
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
+        self.signing
+            .validate()
+            .map_err(|(key, problem)| invalid(key, problem))?;
+        // Read now, as `serve` will: a missing, readable-by-others or wrong key file
+        // stops check-config and serve, not the first checkpoint.
+        self.signing.signer().map_err(ConfigError::SigningKey)?;
         Ok(())
     }
 

@@ -29,6 +29,8 @@
 //! - [`deadletter`]: events forwarders gave up on, kept for `eventgate dlq`.
 //! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
+//! - [`note`]: signed notes (C2SP signed-note, Go's sumdb note format): the keys that
+//!   sign checkpoints of the audit store's chain head, and opening what they signed.
 //! - [`query`]: `eventgate query` and `stats`: filters as SQL over the audit store.
 //! - `replay`: `eventgate replay`: stored events sent again, resumable.
 //! - `resume`: the resumable Subscribe (`eventgate events --since/--after`): stored
@@ -74,6 +76,7 @@ mod listen;
 mod lock;
 mod markers;
 mod node;
+pub mod note;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;
