@@ -54,6 +54,8 @@ pub enum GatewayError {
     },
     #[error("cannot open the dead-letter store")]
     DeadLetters(#[source] DeadLetterError),
+    #[error("cannot read the signing key (`signing.key`): {0}")]
+    Signing(String),
     #[error("the gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
     #[error("a gRPC server task died")]
@@ -97,6 +99,8 @@ pub struct Gateway {
     spool: Spool,
     upstreams: Upstreams,
     sources: crate::source::Sources,
+    /// Signed checkpoints of the audit stores' chain heads (`[signing]`).
+    signers: Option<crate::signer::Signers>,
     socket: UnixSocket,
     tcp_addr: Option<SocketAddr>,
     cancel: CancellationToken,
@@ -261,6 +265,20 @@ impl Gateway {
             Some(spool.clone()),
         );
         let sources = crate::source::Sources::start(&config.sources, &exchange)?;
+        // Checked by the config's validation already; read again here so the key in
+        // use is the file as it is now.
+        let signer = config
+            .signing
+            .signer()
+            .map_err(|e| GatewayError::Signing(crate::errors::chain(&e)))?;
+        let signers = crate::signer::Signers::start(
+            signer,
+            &config.signing,
+            &config.forwarders,
+            &config.data_dir,
+            &config.node,
+            &exchange,
+        );
         let admin = admin.map(|bound| {
             bound.serve(Observed {
                 forwarders: pipeline.view(),
@@ -268,6 +286,7 @@ impl Gateway {
                 reload_token,
                 upstreams: upstreams.watch(),
                 sources: sources.views(),
+                signers: signers.watch(),
                 spool: Some(spool.clone()),
                 exchange: exchange.clone(),
                 readiness: crate::admin::readiness::Rules::from(&config.admin),
@@ -282,6 +301,7 @@ impl Gateway {
             spool,
             upstreams,
             sources,
+            signers: Some(signers),
             socket,
             tcp_addr,
             cancel,
@@ -373,6 +393,11 @@ impl Gateway {
         // Like upstreams: what they read is made durable and committed before the
         // exchange closes.
         self.sources.stop(self.shutdown_timeout).await;
+        // A last signed checkpoint of each audit store, while the exchange still
+        // takes it.
+        if let Some(signers) = self.signers.take() {
+            signers.stop(self.shutdown_timeout).await;
+        }
         self.cancel.cancel();
         self.exchange.close();
         let drain = async { while self.servers.join_next().await.is_some() {} };

@@ -75,6 +75,7 @@ mod identifiers;
 mod listen;
 mod lock;
 mod markers;
+mod signer;
 mod node;
 pub mod note;
 pub mod pipeline;

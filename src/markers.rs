@@ -12,7 +12,7 @@ use prost_types::{Any, Timestamp};
 
 use crate::proto::containerd::types::Envelope;
 use crate::proto::eventgate::events::v1::{
-    SpoolDropped, UpstreamConnected, UpstreamDisconnected, UpstreamReconciled,
+    AuditCheckpoint, SpoolDropped, UpstreamConnected, UpstreamDisconnected, UpstreamReconciled,
 };
 use crate::spool::Dropped;
 
@@ -106,6 +106,32 @@ pub(crate) fn spool_dropped(lost: &Dropped) -> Envelope {
         SPOOL_DROPPED_TYPE,
         payload.encode_to_vec(),
     )
+}
+
+/// A signed checkpoint of `forwarder`'s audit store, as the event that ships it.
+pub(crate) fn audit_checkpoint(
+    checkpoint: &crate::store::checkpoint::Checkpoint,
+    note: &str,
+    forwarder: &str,
+) -> Envelope {
+    use crate::store::chain::hex;
+    use crate::store::checkpoint::{TOPIC, TYPE};
+    let payload = AuditCheckpoint {
+        note: note.to_owned(),
+        node: checkpoint.node.clone(),
+        store: checkpoint.store.clone(),
+        forwarder: forwarder.to_owned(),
+        row_id: u64::try_from(checkpoint.row_id).unwrap_or_default(),
+        seq: checkpoint
+            .seq
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or_default(),
+        hash: checkpoint.hash.map(|h| hex(&h)).unwrap_or_default(),
+        pruned_rows: u64::try_from(checkpoint.pruned_rows).unwrap_or_default(),
+        time: Some(Timestamp::from(checkpoint.time)),
+        prev: checkpoint.prev.map(|h| hex(&h)).unwrap_or_default(),
+    };
+    envelope(checkpoint.time, TOPIC, TYPE, payload.encode_to_vec())
 }
 
 fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Envelope {

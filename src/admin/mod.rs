@@ -58,6 +58,8 @@ pub(crate) struct Observed {
     pub upstreams: UpstreamWatch,
     /// What each `[[source]]` has done.
     pub sources: Vec<Arc<crate::source::SourceStats>>,
+    /// Where each audit store's checkpoint signer stands (`[signing]`).
+    pub signers: Vec<tokio::sync::watch::Receiver<crate::signer::SignerStatus>>,
     pub spool: Option<Spool>,
     pub exchange: Exchange,
     pub readiness: readiness::Rules,

@@ -9,7 +9,8 @@
 //! - the spool holds less than `spool.high_water` of `spool.max_bytes`;
 //! - free space on the spool's file system is not below `spool.min_free` (events are
 //!   refused meanwhile), and the spool has not failed to write (the gateway is then
-//!   stopping, to be restarted).
+//!   stopping, to be restarted);
+//! - with `[signing]`, every audit store's signed checkpoints are being published.
 //!
 //! The decisions are plain functions of snapshots, so they are tested without a
 //! running gateway.
@@ -162,15 +163,44 @@ pub(crate) fn check(observed: &Observed) -> Readiness {
         ),
         None => (None, None),
     };
-    evaluate(&Inputs {
+    let now = SystemTime::now();
+    let mut readiness = evaluate(&Inputs {
         upstreams: &upstreams,
         forwarders: &forwarders,
         spool,
         disk,
         spool_fault,
         rules: observed.readiness,
-        now: SystemTime::now(),
-    })
+        now,
+    });
+    readiness.parts.extend(
+        observed
+            .signers
+            .iter()
+            .map(|status| signer(&status.borrow(), now)),
+    );
+    readiness
+}
+
+/// One audit store's checkpoint signer: not ready while its checkpoints fail (the
+/// store is written, but no evidence of it leaves the host).
+pub(crate) fn signer(status: &crate::signer::SignerStatus, now: SystemTime) -> Part {
+    let ago = |t: SystemTime| human_duration(now.duration_since(t).unwrap_or(Duration::ZERO));
+    let name = format!("signer {}", status.forwarder);
+    let last = match status.last {
+        Some((at, row_id)) => format!("last checkpoint {} ago at row_id {row_id}", ago(at)),
+        None => "no checkpoint signed yet".to_owned(),
+    };
+    Part {
+        problem: status.failing.as_ref().map(|(since, error)| {
+            format!(
+                "{name}: cannot publish a signed checkpoint for {} ({last}); last error: {error}",
+                ago(*since)
+            )
+        }),
+        detail: format!("{name}: {last}"),
+        name,
+    }
 }
 
 /// One forwarder's verdict.

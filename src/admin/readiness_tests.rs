@@ -286,3 +286,35 @@ fn a_manager_that_failed_is_named_on_its_upstream_s_line_and_keeps_the_gateway_r
         "{verbose}"
     );
 }
+
+#[test]
+fn a_signer_that_cannot_publish_is_not_ready_and_says_why() {
+    use crate::signer::SignerStatus;
+    let fine = signer(
+        &SignerStatus {
+            forwarder: "audit".into(),
+            last: Some((now() - Duration::from_secs(30), 42)),
+            failing: None,
+        },
+        now(),
+    );
+    assert_eq!(fine.problem, None);
+    assert_eq!(
+        fine.detail,
+        "signer audit: last checkpoint 30s ago at row_id 42"
+    );
+    let failing = signer(
+        &SignerStatus {
+            forwarder: "audit".into(),
+            last: None,
+            failing: Some((now() - Duration::from_secs(5), "cannot sign: boom".into())),
+        },
+        now(),
+    );
+    assert_eq!(
+        failing.problem.as_deref(),
+        Some(
+            "signer audit: cannot publish a signed checkpoint for 5s (no checkpoint signed yet); last error: cannot sign: boom"
+        )
+    );
+}
