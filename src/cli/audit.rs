@@ -30,6 +30,16 @@ pub enum AuditCommand {
     Verify(VerifyArgs),
     /// Print the chain's head (row_id, seq, time, hash) to record elsewhere.
     Head(HeadArgs),
+    /// Create a key that signs checkpoints of the chain head (C2SP signed notes, as
+    /// Go's sumdb note): writes the secret signer key to a new file (mode 0600) and
+    /// prints the verifier key to give to whoever checks the checkpoints.
+    #[command(
+        after_help = "The printed verifier key (NAME+KEY_ID+KEY) is what `audit verify --key` \
+        takes; give it out freely. The key file is the secret: point `[signing] key` or \
+        `serve --signing-key` at it, and keep it readable by eventgate only. An existing \
+        file is never overwritten."
+    )]
+    Keygen(KeygenArgs),
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +69,7 @@ pub(super) async fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
     tokio::task::spawn_blocking(move || match args.command {
         AuditCommand::Verify(args) => run_verify(args),
         AuditCommand::Head(args) => run_head(args),
+        AuditCommand::Keygen(args) => run_keygen(args),
     })
     .await
     .unwrap_or_else(|e| {
@@ -192,4 +203,32 @@ fn tampered(path: &std::path::Path, problem: &Problem) -> ExitCode {
     println!("audit store {}: TAMPERED", path.display());
     println!("{problem}");
     ExitCode::from(TAMPERED)
+}
+
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// The key's name, on every signature line: a schema-less URL naming this
+    /// gateway's log is customary (`audit.example.com/node-1`). No spaces, no '+'.
+    pub name: String,
+    /// Where to write the signer key (default: NAME.key in the current directory,
+    /// each '/' of the name replaced by '_'). Never overwritten.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+fn run_keygen(args: KeygenArgs) -> Result<ExitCode, CliError> {
+    // A name is often a URL path: its slashes would make the default a path into
+    // directories that do not exist.
+    let out = args
+        .out
+        .unwrap_or_else(|| format!("{}.key", args.name.replace('/', "_")).into());
+    let signer = crate::note::write_new_key(&out, &args.name)?;
+    println!("{}", signer.verifier().to_text());
+    eprintln!(
+        "wrote the signer key {:?} to {} (mode 0600; keep it secret: it signs checkpoints).\n\
+         The verifier key printed above is what `eventgate audit verify --key` takes.",
+        signer.name(),
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -74,7 +74,7 @@ pub enum Command {
     Status(status::StatusArgs),
     /// `status`, refreshed every second (q or Ctrl-C quits).
     Top(top::TopArgs),
-    /// The audit store's hash chain: verify it, print its head.
+    /// The audit store's hash chain: verify it, print its head; make a key to sign it.
     Audit(audit::AuditArgs),
     /// Make a running gateway read its configuration again and say whether it applied it.
     Reload(reload::ReloadArgs),
@@ -157,6 +157,8 @@ pub enum CliError {
     Replay(#[from] crate::replay::ReplayError),
     #[error(transparent)]
     Verify(#[from] crate::store::verify::VerifyError),
+    #[error(transparent)]
+    KeyFile(#[from] crate::note::KeyFileError),
 }
 
 impl CliError {

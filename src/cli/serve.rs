@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// sinks on the same disk. "0" turns the reserve off. Overrides `spool.min_free`.
     #[arg(long, value_name = "SIZE", value_parser = crate::spool::MinFree::parse)]
     pub spool_min_free: Option<crate::spool::MinFree>,
+    /// Sign checkpoints of the audit store's chain head with this signer key (mode
+    /// 0600; `eventgate audit keygen` writes one). Overrides `signing.key`.
+    #[arg(long, value_name = "FILE")]
+    pub signing_key: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -155,6 +159,9 @@ impl ServeArgs {
         }
         if let Some(min_free) = self.spool_min_free {
             config.spool.min_free = min_free;
+        }
+        if let Some(key) = &self.signing_key {
+            config.signing.key = Some(key.clone());
         }
         if let Some(queue) = self.subscriber_queue {
             config.exchange.subscriber_queue = queue;
