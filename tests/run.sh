@@ -15,8 +15,10 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 
 # What the tests drive, next to what the build links against (OpenSSL, Cyrus SASL,
 # libcurl for librdkafka): one apt-get run for whatever is missing. docker.io brings
-# dockerd 20.10 and /usr/bin/docker for tests/docker.rs, which runs its own dockerd.
-./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io
+# dockerd 20.10 and /usr/bin/docker for tests/docker.rs, which runs its own dockerd;
+# golang-go and golang-golang-x-mod-dev build Go's sumdb/note for tests/note_interop.rs.
+./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
+  golang-go golang-golang-x-mod-dev
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
