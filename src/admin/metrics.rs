@@ -298,7 +298,15 @@ fn describe() {
         ),
         (
             "eventgate_reconcile_failures_total",
-            "Reconciles that failed, by stage: list (the daemon's state could not be read) or save (the snapshot could not be written).",
+            "Reconciles that failed, by stage: list (the daemon's state could not be read), save (the snapshot could not be written), or cri / docker (that manager could not be asked; containerd's lists were used alone).",
+        ),
+        (
+            "eventgate_audit_checkpoints_total",
+            "Signed checkpoints of an audit store's chain head published, by sqlite forwarder.",
+        ),
+        (
+            "eventgate_audit_checkpoint_failures_total",
+            "Attempts to sign and publish an audit checkpoint that failed (retried), by sqlite forwarder.",
         ),
         (
             "eventgate_upstream_events_total",
