@@ -253,7 +253,7 @@ fn unknown_keys_are_named_and_no_verifiers_opens_nothing() {
     let error = open(&note, &[]).unwrap_err();
     let expected = format!("somebody.example+{:08x}", signer.key_id());
     assert!(
-        matches!(&error, NoteError::UnknownKey { signers } if signers == &[expected.clone()]),
+        matches!(&error, NoteError::UnknownKey { signers } if signers == std::slice::from_ref(&expected)),
         "{error:?}"
     );
     assert!(error.to_string().contains(&expected), "{error}");
@@ -456,7 +456,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         let verifier = Verifier::from_text(GO_VERIFIER).unwrap();
-        let _ = open_bytes(&bytes, &[verifier.clone()]);
+        let _ = open_bytes(&bytes, std::slice::from_ref(&verifier));
         let mut note = go_note().into_bytes();
         note.extend_from_slice(&bytes);
         let _ = open_bytes(&note, &[verifier]);
