@@ -1,16 +1,20 @@
 //! `eventgate audit`: the audit store's hash chain (verify it, print its head).
 //!
 //! Exit codes, as `cmp` and `diff` use them: 0 the store is intact, 1 tampering was
-//! found, 2 the store could not be verified (missing, unreadable, or an anchor that
-//! can no longer be checked).
+//! found, 2 the store could not be verified (missing, unreadable, an anchor that can
+//! no longer be checked, or signed checkpoints that cannot be used).
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
 use super::CliError;
 use super::query::StoreLocation;
+use crate::note::Verifier;
 use crate::store::chain::hex;
+use crate::store::verify::checkpoints::{self, CheckpointsError, Verified, count};
+use crate::store::verify::shipped;
 use crate::store::verify::{self, Anchor, Problem, Report};
 
 #[derive(Debug, Args)]
@@ -24,8 +28,11 @@ pub enum AuditCommand {
     /// Recompute every row's hash and link and report the first sign of tampering.
     #[command(
         after_help = "Exit status: 0 intact, 1 tampering found, 2 could not verify.\n\
-        Record `eventgate audit head` somewhere the node cannot write, and pass it back \
-        with --anchor: that catches a chain recomputed after an edit."
+        The chain alone does not catch a chain recomputed after an edit. Signed checkpoints \
+        kept off the host do (--key with --checkpoints: the file forwarder's JSON lines, \
+        Kafka messages' JSON values one per line, or signed notes as text), and so does a \
+        head recorded somewhere the node cannot write (`eventgate audit head`), passed back \
+        with --anchor."
     )]
     Verify(VerifyArgs),
     /// Print the chain's head (row_id, seq, time, hash) to record elsewhere.
@@ -50,6 +57,20 @@ pub struct VerifyArgs {
     /// (ROW_ID:HASH); the row must still have it. May be given more than once.
     #[arg(long, value_name = "ROW_ID:HASH", value_parser = parse_anchor)]
     pub anchor: Vec<Anchor>,
+    /// A verifier key (NAME+KEY_ID+KEY, as `audit keygen` printed it): checkpoints
+    /// it signed are checked against the store. Give every key the gateway signed
+    /// with over the time the checkpoints cover (the old and the new one across a
+    /// rotation). Needs --checkpoints.
+    // Parsed after clap: clap quotes a value it refuses, and a signer key pasted here
+    // by mistake is the secret.
+    #[arg(long = "key", value_name = "VERIFIER_KEY", requires = "checkpoints")]
+    pub keys: Vec<String>,
+    /// Signed checkpoints shipped off the host, `-` for stdin: the file forwarder's
+    /// JSON lines (other events in it are skipped), Kafka messages' JSON values (one
+    /// per line), or signed notes as text (each note's text, a blank line, its
+    /// signature lines). At most 256 MiB and a million notes. Needs --key.
+    #[arg(long, value_name = "FILE", requires = "keys")]
+    pub checkpoints: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +102,9 @@ pub(super) async fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
 
 fn run_verify(args: VerifyArgs) -> Result<ExitCode, CliError> {
     let path = args.location.path();
+    if let Some(input) = &args.checkpoints {
+        return run_verify_checkpoints(&path, &args, input);
+    }
     let report = verify::verify(&path, &args.anchor)?;
     match &report.problem {
         Some(problem) => {
@@ -94,14 +118,156 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode, CliError> {
         }
         None => {
             println!("audit store {}: intact", path.display());
-            print!("{}", summary(&report));
+            print!("{}", summary(&report, &args.anchor));
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
+fn run_verify_checkpoints(
+    path: &Path,
+    args: &VerifyArgs,
+    input: &Path,
+) -> Result<ExitCode, CliError> {
+    let mut keys: Vec<Verifier> = Vec::with_capacity(args.keys.len());
+    for (number, text) in (1..).zip(&args.keys) {
+        let key = Verifier::from_text(text).map_err(|source| {
+            verify::VerifyError::from(CheckpointsError::Key { number, source })
+        })?;
+        // The same key given twice would make every note it signed ambiguous.
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    // Read before the store: no checkpoint can then be newer than what is walked.
+    let shipped = match input.to_str() {
+        Some("-") => shipped::read(std::io::stdin().lock(), "stdin", &keys),
+        _ => {
+            let name = input.display().to_string();
+            let file = std::fs::File::open(input).map_err(|source| {
+                verify::VerifyError::from(CheckpointsError::Read {
+                    input: name.clone(),
+                    source,
+                })
+            })?;
+            shipped::read(file, &name, &keys)
+        }
+    }
+    .map_err(verify::VerifyError::from)?;
+    let verified = checkpoints::verify_checkpoints(path, &args.anchor, shipped)?;
+    let report = &verified.report;
+    match &report.problem {
+        Some(problem) => {
+            let code = tampered(path, problem);
+            match verified.walked {
+                true => println!(
+                    "({} verified before it, {:.2} s)",
+                    rows(report.verified),
+                    report.elapsed.as_secs_f64()
+                ),
+                false => println!("(found in the checkpoints, before the rows were read)"),
+            }
+            Ok(code)
+        }
+        None => {
+            println!("audit store {}: intact", path.display());
+            print!("{}", summary(report, &args.anchor));
+            print!("{}", checkpoint_summary(&verified));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// What the checkpoints showed, after the store's summary.
+fn checkpoint_summary(verified: &Verified) -> String {
+    let mut out = String::new();
+    let mut line = |name: &str, value: String| out.push_str(&format!("{name:<14}{value}\n"));
+    let shipped = &verified.shipped;
+    let mut checked = format!(
+        "{} of {} of store {} match their rows",
+        verified.checked,
+        count(verified.of_store as u64, "checkpoint"),
+        verified.store.as_deref().unwrap_or("?")
+    );
+    if verified.pruned > 0 {
+        checked.push_str(&format!(
+            "; {} on rows retention deleted since (not checked)",
+            verified.pruned
+        ));
+    }
+    if verified.unchecked > 0 {
+        checked.push_str(&format!(
+            "; {} signed before any row was chained (nothing to check)",
+            verified.unchecked
+        ));
+    }
+    line("checkpoints", checked);
+    if let Some(newest) = &verified.newest {
+        let c = &newest.checkpoint;
+        line(
+            "newest",
+            format!(
+                "row_id {} (seq {}), signed at {} by {} ({})",
+                c.row_id,
+                c.seq.map_or("-".to_owned(), |s| s.to_string()),
+                checkpoints::time(c),
+                newest.signed_by.join(" and "),
+                shipped.at(newest.line)
+            ),
+        );
+    }
+    let links = &verified.links;
+    let mut linked = format!(
+        "{} linked to the one before, {} first of the store",
+        links.linked, links.first
+    );
+    if links.missing > 0 {
+        linked.push_str(&format!(
+            ", {} whose predecessor was not given",
+            links.missing
+        ));
+        if let Some((row_id, at)) = links.first_missing {
+            let at = chrono::DateTime::<chrono::Utc>::from(at)
+                .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+            linked.push_str(&format!(" (the first: row_id {row_id}, signed at {at})"));
+        }
+    }
+    if links.forks > 0 {
+        linked.push_str(&format!(
+            ", {} (a checkpoint named as predecessor by more than one)",
+            count(links.forks as u64, "fork")
+        ));
+    }
+    line("prev links", linked);
+    let mut skipped = Vec::new();
+    for (store, (n, node)) in &verified.other_stores {
+        skipped.push(format!(
+            "{} of store {store} (node {node})",
+            count(*n as u64, "checkpoint")
+        ));
+    }
+    if shipped.unknown_notes > 0 {
+        let signers: Vec<&str> = shipped.unknown.keys().map(String::as_str).collect();
+        skipped.push(format!(
+            "{} signed by other keys ({})",
+            count(shipped.unknown_notes, "note"),
+            signers.join(", ")
+        ));
+    }
+    if shipped.duplicates > 0 {
+        skipped.push(format!("{} given again", count(shipped.duplicates, "note")));
+    }
+    if shipped.other_lines > 0 {
+        skipped.push(count(shipped.other_lines, "other line"));
+    }
+    if !skipped.is_empty() {
+        line("skipped", skipped.join("; "));
+    }
+    out
+}
+
 /// The success summary, one fact per line.
-fn summary(report: &Report) -> String {
+fn summary(report: &Report, given: &[Anchor]) -> String {
     let mut out = String::new();
     let mut line = |name: &str, value: String| out.push_str(&format!("{name:<14}{value}\n"));
     let Some(state) = &report.state else {
@@ -156,7 +322,8 @@ fn summary(report: &Report) -> String {
         }
         _ => line("head", "none (nothing chained yet)".into()),
     }
-    for anchor in &report.anchors {
+    // Only the anchors given: those of checkpoints are counted apart.
+    for anchor in report.anchors.iter().filter(|a| given.contains(a)) {
         line("checked", format!("{anchor} (as recorded)"));
     }
     let secs = report.elapsed.as_secs_f64();
@@ -178,7 +345,7 @@ fn rows(n: u64) -> String {
 fn run_head(args: HeadArgs) -> Result<ExitCode, CliError> {
     let path = args.location.path();
     match verify::head(&path)? {
-        Err(problem) => Ok(tampered(&path, &problem)),
+        Err(problem) => return Ok(tampered(&path, &problem)),
         Ok(head) => match (head.row, head.hash) {
             (Some(row), Some(hash)) => {
                 println!("row_id    {}", row.row_id);
@@ -189,14 +356,26 @@ fn run_head(args: HeadArgs) -> Result<ExitCode, CliError> {
                 println!("time      {}", row.time.as_deref().unwrap_or("-"));
                 println!("hash      {}", hex(&hash));
                 println!("anchor    {}:{}", row.row_id, hex(&hash));
-                Ok(ExitCode::SUCCESS)
             }
-            _ => {
-                println!("no chained rows yet in {}", path.display());
-                Ok(ExitCode::SUCCESS)
-            }
+            _ => println!("no chained rows yet in {}", path.display()),
         },
     }
+    let (store, note) = checkpoints::newest_note(&path)?;
+    println!("store     {store}");
+    match note {
+        // As stored: the store's copy proves nothing by itself (whoever can write the
+        // store can put an older note here); the copies shipped off the host do.
+        Some(note) => {
+            println!(
+                "checkpoint the newest signed, as stored (check it and the store with `audit verify --key K --checkpoints FILE`):"
+            );
+            print!("{note}");
+        }
+        None => println!(
+            "checkpoint none signed yet (without a [signing] key none is; with one, the first comes with the first rows)"
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn tampered(path: &std::path::Path, problem: &Problem) -> ExitCode {

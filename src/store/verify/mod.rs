@@ -6,8 +6,10 @@
 //! snapshot, so a gateway writing meanwhile (WAL) neither disturbs the walk nor
 //! looks like tampering.
 
+pub(crate) mod checkpoints;
 mod classify;
 mod problem;
+pub(crate) mod shipped;
 mod state;
 mod walk;
 
@@ -31,6 +33,9 @@ pub enum VerifyError {
     Store(#[from] StoreError),
     #[error("anchor {anchor} cannot be checked: {why}")]
     Anchor { anchor: Anchor, why: String },
+    /// The signed checkpoints given could not be read or used.
+    #[error(transparent)]
+    Checkpoints(#[from] checkpoints::CheckpointsError),
 }
 
 /// What verification found: counts up to the first problem, and that problem.
@@ -46,6 +51,8 @@ pub(crate) struct Report {
     pub head: Option<RowRef>,
     /// Anchors found to match.
     pub anchors: Vec<Anchor>,
+    /// The anchor whose row did not have its hash, when that is the problem.
+    pub rewritten: Option<Anchor>,
     pub elapsed: Duration,
     pub problem: Option<Problem>,
 }
@@ -78,6 +85,29 @@ fn sqlite_error(path: &Path, what: &'static str) -> impl FnOnce(rusqlite::Error)
 /// Verifies the whole store at `path`; `anchors` are hashes recorded elsewhere for
 /// given rows. Blocking.
 pub(crate) fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyError> {
+    verify_with(path, |_, _| {
+        Ok(Plan {
+            anchors: anchors.to_vec(),
+            problem: None,
+        })
+    })
+}
+
+/// What to check the walk against, decided from the same snapshot it reads.
+pub(crate) struct Plan {
+    pub anchors: Vec<Anchor>,
+    /// Found before walking: reported instead of walking.
+    pub problem: Option<Problem>,
+}
+
+/// [`verify`], with the anchors chosen by `plan` from the snapshot's `audit_chain`
+/// (and anything else it reads on the connection), so that what is compared and what
+/// is walked are one state of a store a gateway may be writing. `plan` is not called
+/// when `audit_chain` itself is damaged. Blocking.
+pub(crate) fn verify_with(
+    path: &Path,
+    plan: impl FnOnce(&Connection, &ChainState) -> Result<Plan, VerifyError>,
+) -> Result<Report, VerifyError> {
     let conn = open(path)?;
     let sqlite = |what| sqlite_error(path, what);
     let started = Instant::now();
@@ -91,14 +121,28 @@ pub(crate) fn verify(path: &Path, anchors: &[Anchor]) -> Result<Report, VerifyEr
         legacy: 0,
         head: None,
         anchors: Vec::new(),
+        rewritten: None,
         elapsed: Duration::ZERO,
         problem: None,
     };
     match state::read(&tx).map_err(sqlite("reading audit_chain"))? {
         Ok(state) => {
-            report.problem = Walk::new(&tx, &state, anchors, &mut report)?
-                .run()
-                .map_err(sqlite("reading the events"))?;
+            let Plan {
+                mut anchors,
+                problem,
+            } = plan(&tx, &state)?;
+            report.problem = match problem {
+                Some(problem) => Some(problem),
+                None => {
+                    // Sorted, so the walk finds a row's anchors by binary search: there
+                    // may be one per signed checkpoint.
+                    anchors.sort_unstable_by_key(|a| (a.row_id, a.hash));
+                    anchors.dedup();
+                    Walk::new(&tx, &state, &anchors, &mut report)?
+                        .run()
+                        .map_err(sqlite("reading the events"))?
+                }
+            };
             report.state = Some(state);
         }
         Err(problem) => report.problem = Some(problem),

@@ -17,8 +17,19 @@ pub(crate) enum Kind {
     /// The `audit_chain` table holds values the writer never writes.
     ChainTable,
     /// The chain is consistent, but a row's hash is not the one recorded for it
-    /// elsewhere (`--anchor`): the chain was recomputed after an edit.
+    /// elsewhere (`--anchor`, a signed checkpoint): the chain was recomputed after
+    /// an edit.
     Rewritten,
+    /// A signed checkpoint records a head past the chain's end: rows were cut off
+    /// the end and `audit_chain` rewritten to match (or the store was restored from
+    /// an older copy).
+    RolledBack,
+    /// A note that claims a given key's signature that does not verify: it was
+    /// changed after it was signed.
+    Forged,
+    /// Two notes signed by the given keys record different hashes for one row: the
+    /// signing key signed two histories.
+    Conflicting,
 }
 
 impl Kind {
@@ -30,6 +41,9 @@ impl Kind {
             Kind::Reordered => "reordered",
             Kind::ChainTable => "audit_chain tampered",
             Kind::Rewritten => "rewritten",
+            Kind::RolledBack => "rolled back",
+            Kind::Forged => "forged checkpoint",
+            Kind::Conflicting => "conflicting checkpoints",
         }
     }
 }

@@ -72,6 +72,7 @@ impl<'a> Walk<'a> {
         // anchor was recorded cannot have become a legacy row since.
         let state = self.state;
         if let Some(anchor) = self.anchors.iter().find(|a| a.row_id < state.first_row_id) {
+            self.report.rewritten = Some(*anchor);
             return Ok(Some(Problem {
                 kind: Kind::Rewritten,
                 row: row_ref(self.conn, anchor.row_id)?,
@@ -191,13 +192,18 @@ impl<'a> Walk<'a> {
         self.end()
     }
 
-    /// Compares a row's hash with the anchor recorded for it, if any.
+    /// Compares a row's hash with every anchor recorded for it (the anchors are
+    /// sorted by row_id: found by binary search, as there may be one per checkpoint).
     fn anchor(&mut self, row_id: i64, hash: &Hash, at: Option<RowRef>) -> Option<Problem> {
-        let anchor = self.anchors.iter().find(|a| a.row_id == row_id)?;
-        if anchor.hash == *hash {
-            self.report.anchors.push(*anchor);
+        let from = self.anchors.partition_point(|a| a.row_id < row_id);
+        let recorded = &self.anchors[from..];
+        let count = recorded.iter().take_while(|a| a.row_id == row_id).count();
+        let recorded = &recorded[..count];
+        let Some(anchor) = recorded.iter().find(|a| a.hash != *hash) else {
+            self.report.anchors.extend_from_slice(recorded);
             return None;
-        }
+        };
+        self.report.rewritten = Some(*anchor);
         Some(Problem {
             kind: Kind::Rewritten,
             row: at.or_else(|| Some(checkpoint_ref(self.state))),
@@ -251,6 +257,7 @@ impl<'a> Walk<'a> {
             }));
         }
         if let Some(anchor) = self.anchors.iter().find(|a| a.row_id > last.row_id) {
+            self.report.rewritten = Some(*anchor);
             return Ok(Some(Problem {
                 kind: Kind::Rewritten,
                 row: last_ref,

@@ -5,6 +5,7 @@ mod intact;
 mod node;
 mod origin;
 mod reconciled;
+mod signed_checkpoints;
 mod tampered;
 mod workload;
 
