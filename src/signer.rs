@@ -316,3 +316,7 @@ fn save_note(path: &Path, note: &str) -> std::io::Result<()> {
     file.sync_all()?;
     std::fs::rename(&aside, path)
 }
+
+#[cfg(test)]
+#[path = "signer_tests.rs"]
+mod tests;
