@@ -89,6 +89,107 @@ fn the_exchange_benchmark_runs_the_defaults_and_the_disk_next_to_the_exchange() 
     }
 }
 
+/// The first number of the ratio line starting with `start` (the one in `**`).
+fn ratio(table: &str, start: &str) -> f64 {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("no {start:?} in:\n{table}"));
+    let x = line
+        .split("**")
+        .nth(1)
+        .and_then(|r| r.strip_suffix('x'))
+        .unwrap_or_else(|| panic!("no ratio in {line}"));
+    number(x)
+}
+
+/// `--signing off,on`: the defaults row with signed checkpoints next to the one
+/// without, in the same run, the ratio of the two, and proof that the signing row
+/// signed (the run fails when a gateway with signing on signed nothing).
+#[test]
+fn the_exchange_benchmark_runs_the_defaults_with_signing_off_and_on() {
+    let table = run(&[
+        "bench",
+        "exchange",
+        "--rounds",
+        "1",
+        "--events",
+        "300",
+        "--no-containerd",
+        "--signing",
+        "off,on",
+    ]);
+    let off = row(&table, "eventgate, defaults");
+    assert!(off[1].starts_with("no config file"), "{off:?}");
+    assert_eq!(off[7], "0", "nothing lost: {off:?}");
+    let on = row(&table, "eventgate, defaults + signing");
+    assert!(on[1].contains("`[signing]`"), "{on:?}");
+    assert!(on[1].contains("`interval = \"1s\"`"), "{on:?}");
+    assert!(on[1].contains("`every_rows = 10000`"), "{on:?}");
+    assert_eq!(on[7], "0", "nothing lost: {on:?}");
+    assert!(number(on[2]) > 0.0, "{on:?}");
+    assert!(ratio(&table, "- signing on / off") > 0.0);
+
+    let signed = table
+        .lines()
+        .find_map(|l| l.strip_prefix("- checkpoints signed per signing round: "))
+        .unwrap_or_else(|| panic!("no checkpoints line in:\n{table}"));
+    let (published, stored) = signed
+        .strip_suffix(" in audit.db)")
+        .and_then(|s| s.split_once(" ("))
+        .unwrap_or_else(|| panic!("{signed}"));
+    assert!(number(published) >= 1.0, "{signed}");
+    assert!(number(stored) >= 1.0, "{signed}");
+
+    // Without --signing, no signing row.
+    assert!(
+        !run(&[
+            "bench",
+            "exchange",
+            "--rounds",
+            "1",
+            "--events",
+            "100",
+            "--no-containerd",
+        ])
+        .contains("defaults + signing"),
+        "the signing row is only run when asked for"
+    );
+}
+
+/// `bench upstream --signing off,on` at a small size: both rows store every event,
+/// the signing rounds signed checkpoints, and the on / off ratio is printed.
+#[test]
+#[ignore = "needs containerd; run tests/run.sh"]
+fn the_upstream_benchmark_runs_signing_off_and_on() {
+    assert!(have("containerd"), "containerd must be installed");
+    let table = run(&[
+        "bench",
+        "upstream",
+        "--events",
+        "600",
+        "--rounds",
+        "1",
+        "--signing",
+        "off,on",
+        "--timeout",
+        "60s",
+    ]);
+    for first in [
+        "defaults, spool.fsync = \"batch\"",
+        "defaults, spool.fsync = \"batch\", signing on",
+    ] {
+        let cells = row(&table, first);
+        assert_eq!(cells[7], "600 of 600", "{cells:?}");
+    }
+    assert!(ratio(&table, "- eventgate stored events/s") > 0.0);
+    let signed = table
+        .lines()
+        .find_map(|l| l.strip_prefix("- checkpoints in audit.db per signing round: "))
+        .unwrap_or_else(|| panic!("no checkpoints line in:\n{table}"));
+    assert!(number(signed) >= 1.0, "{signed}");
+}
+
 /// Each sink's row has its raw baseline and the in-process pipeline next to the
 /// gateway (the Kafka baseline's producer is warmed first, which needs a broker).
 #[test]

@@ -16,6 +16,7 @@ pub mod query;
 pub mod reconcile;
 pub mod replay;
 pub mod resume;
+pub mod signing;
 mod sink_count;
 mod sinks;
 pub mod spool;

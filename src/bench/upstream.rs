@@ -14,6 +14,7 @@ use tonic::metadata::MetadataValue;
 use super::BenchError;
 use super::daemon::Daemon;
 use super::load::{lifecycle, publish_all};
+use super::signing::{Signed, SigningKey, checkpoints};
 use super::wire::{WireClient, publish_request};
 use crate::proto::containerd::events::TaskExit;
 use crate::store;
@@ -36,6 +37,9 @@ pub struct UpstreamBench {
     pub spool_fsync: &'static str,
     /// The upstream's `enrich` (reading each new container's record from containerd).
     pub enrich: bool,
+    /// Signed checkpoints of the audit store (`[signing]`, with a key written for
+    /// the round and the benchmark's interval and row count).
+    pub signing: bool,
     pub containerd: PathBuf,
 }
 
@@ -54,6 +58,8 @@ pub struct Round {
     /// Events not yet in the store when containerd answered the last call.
     pub behind_when_accepted: u64,
     pub peak_rss: Option<u64>,
+    /// With signing on: the checkpoints the store held at the end of the round.
+    pub signed: Option<Signed>,
 }
 
 impl Round {
@@ -87,19 +93,28 @@ pub async fn round(
     round: usize,
 ) -> Result<Round, BenchError> {
     let enrich = if bench.enrich { "enrich" } else { "plain" };
-    let run_dir = dir.join(format!("{}-{enrich}-{round}", bench.spool_fsync));
+    let signing = if bench.signing { "-signing" } else { "" };
+    let run_dir = dir.join(format!("{}-{enrich}{signing}-{round}", bench.spool_fsync));
     let containerd_dir = run_dir.join("containerd");
     create_dir(&containerd_dir)?;
+    let key = match bench.signing {
+        true => Some(SigningKey::write(&run_dir)?),
+        false => None,
+    };
     let containerd = Daemon::containerd(&bench.containerd, &containerd_dir).await?;
     let socket = containerd.socket().display().to_string();
 
-    // Nothing but the fsync mode and enrichment is set: the forwarders are the
-    // defaults (the `log` file and the `audit` SQLite store).
+    // Nothing but the fsync mode, enrichment and signing is set: the forwarders are
+    // the defaults (the `log` file and the `audit` SQLite store).
     let config = run_dir.join("eventgate.toml");
-    let text = format!(
+    let mut text = format!(
         "[spool]\nfsync = \"{}\"\n\n[[upstream]]\nname = \"{UPSTREAM}\"\naddress = {:?}\nenrich = {}\n",
         bench.spool_fsync, socket, bench.enrich
     );
+    if let Some(key) = &key {
+        text.push('\n');
+        text.push_str(&key.config_table());
+    }
     std::fs::write(&config, text).map_err(|source| BenchError::Io {
         context: format!("cannot write {}", config.display()),
         source,
@@ -163,6 +178,21 @@ pub async fn round(
         );
     }
     let peak_rss = gateway.peak_rss();
+    // A row that claims signing but signed nothing fails the run.
+    let signed = match &key {
+        Some(key) => {
+            let data_dir = run_dir.join("eventgate");
+            match checkpoints(&data_dir, key, None).await {
+                Ok(signed) => Some(signed),
+                Err(e) => {
+                    gateway.stop(Duration::from_secs(30)).await;
+                    containerd.stop(Duration::from_secs(5)).await;
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
     gateway.stop(Duration::from_secs(30)).await;
     containerd.stop(Duration::from_secs(5)).await;
     Ok(Round {
@@ -172,6 +202,7 @@ pub async fn round(
         watched,
         behind_when_accepted,
         peak_rss,
+        signed,
     })
 }
 

@@ -280,13 +280,31 @@ impl<E, D: WireDecode> Decoder for WireCodec<E, D> {
     }
 }
 
-/// Envelope field 4 (`event`, an Any), then the Any's field 2 (`value`), read as a
-/// TaskExit's fields 1 (`container_id`) and 5 (`exited_at`). Slices, never copies.
+/// Envelope field 4 (`event`, an Any), then, when the Any's field 1 (`type_url`)
+/// names a TaskExit, its field 2 (`value`), read as a TaskExit's fields 1
+/// (`container_id`) and 5 (`exited_at`). Slices, never copies. Other payloads (the
+/// gateway's own events, such as its signed checkpoints) are `None`.
 pub fn delivered_exit(envelope: Bytes) -> Result<Option<DeliveredExit>, WireError> {
-    let Some(any) = length_delimited_field(envelope, 4)? else {
+    let Some(mut any) = length_delimited_field(envelope, 4)? else {
         return Ok(None);
     };
-    let Some(mut exit) = length_delimited_field(any, 2)? else {
+    let (mut type_url, mut value) = (None, None);
+    while any.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut any)?;
+        match (tag, wire_type) {
+            (1, WireType::LengthDelimited) => {
+                let len = decode_len(&mut any)?;
+                type_url = Some(any.split_to(len));
+            }
+            (2, WireType::LengthDelimited) => {
+                let len = decode_len(&mut any)?;
+                value = Some(any.split_to(len));
+            }
+            _ => skip_field(wire_type, tag, &mut any, Default::default())?,
+        }
+    }
+    let task_exit = type_url.is_some_and(|t| t.ends_with(TASK_EXIT_TYPE.as_bytes()));
+    let (true, Some(mut exit)) = (task_exit, value) else {
         return Ok(None);
     };
     let mut delivered = DeliveredExit::default();
@@ -306,6 +324,10 @@ pub fn delivered_exit(envelope: Bytes) -> Result<Option<DeliveredExit>, WireErro
     }
     Ok(Some(delivered))
 }
+
+/// The type of the payloads [`delivered_exit`] reads (with or without a
+/// `type.googleapis.com/` prefix).
+const TASK_EXIT_TYPE: &str = "containerd.events.TaskExit";
 
 /// The last occurrence of a length-delimited field, as protobuf's merge rules have
 /// it for a scalar; good enough for the messages the benchmark sends.
@@ -386,6 +408,14 @@ mod tests {
                 exited_at,
             })
         );
+        let other = Envelope {
+            event: Some(Any {
+                type_url: "eventgate.events.v1.AuditCheckpoint".into(),
+                value: exit.encode_to_vec(),
+            }),
+            ..envelope
+        };
+        assert_eq!(delivered_exit(other.encode_to_vec().into()).unwrap(), None);
         let empty = Envelope::default().encode_to_vec();
         assert_eq!(delivered_exit(empty.into()).unwrap(), None);
         assert!(delivered_exit(Bytes::from_static(&[0x22, 50, 1])).is_err());

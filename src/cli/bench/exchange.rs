@@ -13,6 +13,7 @@ use crate::bench::daemon::{Daemon, own_cpu_time};
 use crate::bench::exchange::{ExchangeBench, Measurement, measure, published_events};
 use crate::bench::gateway_round::{DiskFigures, defaults_hold, disk_figures, free_admin_address};
 use crate::bench::micros;
+use crate::bench::signing::{Signed, SigningKey, checkpoints};
 use crate::bench::spool::{Figures, raw};
 use crate::cli::CliError;
 
@@ -50,6 +51,20 @@ pub struct ExchangeArgs {
     /// the closest comparison. The defaults row always runs with "batch".
     #[arg(long, value_enum, default_value = "batch")]
     pub spool_fsync: SpoolFsync,
+    /// The defaults row with signed checkpoints off, on, or both (`off,on`: two rows
+    /// taking turns each round). `on` adds a config file holding only `[signing]`: a
+    /// key the benchmark writes, `interval = "1s"`, `every_rows = 10000` (far more
+    /// often than the defaults, 1m and 100000); the run fails if such a gateway signed
+    /// no checkpoint.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub signing: Vec<Signing>,
+}
+
+/// Whether a gateway signs checkpoints of its audit store (`[signing]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Signing {
+    Off,
+    On,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +91,8 @@ pub(super) enum System {
     Exchange,
     /// `eventgate serve` without a config file: what a user gets out of the box.
     Defaults,
+    /// The defaults plus `[signing]` (a config file holding nothing else).
+    DefaultsSigning,
     Containerd,
 }
 
@@ -84,6 +101,7 @@ impl System {
         match self {
             System::Exchange => "eventgate, exchange only",
             System::Defaults => "eventgate, defaults",
+            System::DefaultsSigning => "eventgate, defaults + signing",
             System::Containerd => "containerd",
         }
     }
@@ -102,6 +120,8 @@ pub(super) struct Row {
     /// First publish until the default forwarders held every event; `None` if they
     /// had not within the drain timeout.
     pub held: Option<Duration>,
+    /// The checkpoints a gateway with signing on had signed.
+    pub signed: Option<Signed>,
 }
 
 /// One run of the disk's group-commit limit, made right before `before`'s row.
@@ -122,7 +142,12 @@ pub(super) async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
     };
     let mut systems = vec![System::Exchange];
     if !args.no_defaults {
-        systems.push(System::Defaults);
+        if args.signing.contains(&Signing::Off) {
+            systems.push(System::Defaults);
+        }
+        if args.signing.contains(&Signing::On) {
+            systems.push(System::DefaultsSigning);
+        }
     }
     if !args.no_containerd {
         systems.push(System::Containerd);
@@ -134,7 +159,7 @@ pub(super) async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
     // with the raw run next to it rather than with one run per round.
     let durable = |system: System| match system {
         System::Exchange => args.spool_fsync == SpoolFsync::Batch,
-        System::Defaults => true,
+        System::Defaults | System::DefaultsSigning => true,
         System::Containerd => false,
     };
     let records = Arc::new(if systems.iter().any(|s| durable(*s)) {
@@ -186,6 +211,15 @@ pub(super) async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
                 row.server_cpu_us,
                 row.client_cpu_us,
             );
+            if let Some(signed) = &row.signed {
+                eprintln!(
+                    "round {} {:>24}: {} checkpoints signed, {} in audit.db",
+                    round + 1,
+                    "",
+                    signed.published.map_or("?".into(), |n| n.to_string()),
+                    signed.stored,
+                );
+            }
             rows.push(row);
             // Each round's gateway starts on an empty data directory; the old one
             // only takes disk space.
@@ -212,6 +246,7 @@ async fn run_one(
         source,
     })?;
     let admin = free_admin_address()?;
+    let mut key = None;
     let daemon = match system {
         System::Containerd => Daemon::containerd(&args.containerd, run_dir).await?,
         System::Exchange => {
@@ -229,6 +264,18 @@ async fn run_one(
             Daemon::eventgate(eventgate, run_dir, &extra).await?
         }
         System::Defaults => Daemon::eventgate(eventgate, run_dir, &["--admin", &admin]).await?,
+        System::DefaultsSigning => {
+            let signing = SigningKey::write(run_dir)?;
+            let config = run_dir.join("eventgate.toml");
+            std::fs::write(&config, signing.config_table()).map_err(|source| CliError::Io {
+                context: format!("cannot write {}", config.display()),
+                source,
+            })?;
+            key = Some(signing);
+            let config = config.display().to_string();
+            let extra = ["--config", &config, "--admin", &admin];
+            Daemon::eventgate(eventgate, run_dir, &extra).await?
+        }
     };
     let address = daemon.socket().display().to_string();
     let (server_before, client_before) = (daemon.cpu_time(), own_cpu_time());
@@ -242,7 +289,7 @@ async fn run_one(
         }
     };
     let held = match system {
-        System::Defaults => {
+        System::Defaults | System::DefaultsSigning => {
             let data_dir = run_dir.join("eventgate");
             let stored = m.published + m.warmups;
             defaults_hold(&data_dir, stored, bench.drain_timeout)
@@ -260,6 +307,21 @@ async fn run_one(
         .zip(server_before)
         .map(|(after, before)| after.saturating_sub(before));
     let peak_rss = daemon.peak_rss();
+    // After the figures above: a tiny round may end before the first checkpoint,
+    // and waiting for it is not the row's work.
+    let signed = match &key {
+        Some(key) => {
+            let data_dir = run_dir.join("eventgate");
+            match checkpoints(&data_dir, key, Some(&admin)).await {
+                Ok(signed) => Some(signed),
+                Err(e) => {
+                    daemon.stop(Duration::from_secs(5)).await;
+                    return Err(e.into());
+                }
+            }
+        }
+        None => None,
+    };
     daemon.stop(Duration::from_secs(5)).await;
     let per_event = |d: Duration| d.as_secs_f64() * 1e6 / m.delivered.max(1) as f64;
     Ok(Row {
@@ -271,5 +333,6 @@ async fn run_one(
         peak_rss,
         disk,
         held,
+        signed,
     })
 }

@@ -5,10 +5,13 @@ use std::time::Duration;
 use super::exchange::{ExchangeArgs, RawRun, Row, SpoolFsync, System};
 use super::median;
 use crate::bench::micros;
+use crate::bench::signing::{EVERY_ROWS, INTERVAL};
 use crate::bench::spool::Figures;
 
 const TARGET_DEFAULTS: f64 = 0.90;
 const TARGET_DISK: f64 = 0.90;
+/// Signing never sits on the event path: with it on, within 2% of off.
+const TARGET_SIGNING: f64 = 0.98;
 
 pub(super) fn print_table(
     args: &ExchangeArgs,
@@ -69,6 +72,9 @@ fn configuration(args: &ExchangeArgs, system: System) -> String {
             "no config file: `spool.fsync = \"batch\"`, forwarders `log` (file) + `audit` (SQLite)"
                 .into()
         }
+        System::DefaultsSigning => format!(
+            "the defaults + `[signing]`: a new key, `interval = \"{INTERVAL}\"`, `every_rows = {EVERY_ROWS}`"
+        ),
         System::Containerd => "temp config, CRI disabled".into(),
     }
 }
@@ -91,13 +97,14 @@ fn print_disk_table(systems: &[System], rows: &[Row]) {
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for row in gateways {
         let disk = row.disk.clone().unwrap_or_default();
-        let held = match (row.system, row.held) {
-            (System::Defaults, Some(held)) => format!(
+        let defaults = matches!(row.system, System::Defaults | System::DefaultsSigning);
+        let held = match (defaults, row.held) {
+            (true, Some(held)) => format!(
                 "{:.2} s ({:.2}x the delivery clock)",
                 held.as_secs_f64(),
                 held.as_secs_f64() / row.m.elapsed.as_secs_f64().max(1e-9)
             ),
-            (System::Defaults, None) => "not within the drain timeout".into(),
+            (true, None) => "not within the drain timeout".into(),
             _ => "-".into(),
         };
         let us = |d: Duration| micros(d.as_micros() as u64);
@@ -198,6 +205,7 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]
             );
         }
     }
+    print_signing(rows);
     if let (Some(ours), Some(theirs)) = (
         median_row(rows, System::Exchange),
         median_row(rows, System::Containerd),
@@ -213,6 +221,87 @@ fn print_ratios(args: &ExchangeArgs, group: usize, rows: &[Row], disk: &[RawRun]
     }
 }
 
+/// The defaults with signing on next to off, round by round (the two rows of a round
+/// ran back to back, taking turns going first), how many checkpoints each signing
+/// round signed, and how far the rows' own rounds are apart (the noise the ratio is
+/// read against).
+fn print_signing(rows: &[Row]) {
+    let pairs: Vec<(&Row, &Row)> = rows
+        .iter()
+        .filter(|r| r.system == System::DefaultsSigning)
+        .filter_map(|on| {
+            let off = rows
+                .iter()
+                .find(|r| r.system == System::Defaults && r.round == on.round)?;
+            Some((on, off))
+        })
+        .collect();
+    let ratio = |f: &dyn Fn(&Row) -> f64| -> Ratio {
+        let each: Vec<f64> = pairs.iter().map(|(on, off)| f(on) / f(off)).collect();
+        Ratio {
+            median: median(each.clone()),
+            each,
+        }
+    };
+    if !pairs.is_empty() {
+        let rate = ratio(&|r: &Row| r.m.delivered_per_sec());
+        let verdict = if rate.median >= TARGET_SIGNING {
+            "met"
+        } else {
+            "NOT met"
+        };
+        println!(
+            "- signing on / off (defaults + `[signing]` `interval = \"{INTERVAL}\"`, `every_rows = {EVERY_ROWS}` / defaults), delivered events/s: **{:.3}x** (target >= {TARGET_SIGNING:.2}: {verdict}; rounds {rate:.3})",
+            rate.median,
+        );
+        let cpu = ratio(&|r: &Row| r.server_cpu_us);
+        println!(
+            "- signing on / off, server CPU per delivery: {:.3}x (rounds {cpu:.3})",
+            cpu.median
+        );
+        let p99 = ratio(&|r: &Row| r.m.quantile(0.99) as f64);
+        println!(
+            "- signing on / off, p99: {:.3}x (rounds {p99:.3})",
+            p99.median
+        );
+    }
+    let signed: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let s = r.signed.as_ref()?;
+            Some(format!(
+                "{} ({} in audit.db)",
+                s.published.map_or("?".into(), |n| n.to_string()),
+                s.stored
+            ))
+        })
+        .collect();
+    if !signed.is_empty() {
+        println!(
+            "- checkpoints signed per signing round: {}",
+            signed.join(", ")
+        );
+    }
+    for system in [System::Defaults, System::DefaultsSigning] {
+        let rates: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.system == system)
+            .map(|r| r.m.delivered_per_sec())
+            .collect();
+        if rates.len() < 2 || pairs.is_empty() {
+            continue;
+        }
+        let (min, max) = rates
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        println!(
+            "- noise: {} delivered events/s from {min:.0} to {max:.0} over its rounds (max / min {:.3}x)",
+            system.label(),
+            max / min.max(1e-9)
+        );
+    }
+}
+
 struct Ratio {
     median: f64,
     each: Vec<f64>,
@@ -220,7 +309,9 @@ struct Ratio {
 
 impl std::fmt::Display for Ratio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let each: Vec<String> = self.each.iter().map(|x| format!("{x:.2}")).collect();
+        // Two decimals unless asked for more (`{ratio:.3}`).
+        let digits = f.precision().unwrap_or(2);
+        let each: Vec<String> = self.each.iter().map(|x| format!("{x:.digits$}")).collect();
         write!(f, "{}", each.join(", "))
     }
 }
