@@ -72,12 +72,20 @@ fn checkpoints_are_shipped_by_every_forwarder_and_verify_the_store() {
         assert_eq!(event["node"], "node-7", "{line}");
         assert_eq!(event["forwarder"], "audit", "{line}");
         let note = event["note"].as_str().expect("a note");
-        assert!(note.starts_with("eventgate audit checkpoint v1\nnode node-7\n"), "{note}");
+        assert!(
+            note.starts_with("eventgate audit checkpoint v1\nnode node-7\n"),
+            "{note}"
+        );
         assert!(note.contains("\n\n\u{2014} node-7 "), "{note}");
     }
     // Each names the one before it.
     for pair in shipped.windows(2) {
-        assert!(!pair[1]["event"]["prev"].as_str().unwrap_or_default().is_empty());
+        assert!(
+            !pair[1]["event"]["prev"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty()
+        );
     }
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
 
@@ -94,7 +102,11 @@ fn checkpoints_are_shipped_by_every_forwarder_and_verify_the_store() {
     };
     let out = verify(&log);
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(said.contains("intact"), "{said}");
 
     // The Kafka topic holds them too, off the host: the same notes verify.
@@ -102,14 +114,15 @@ fn checkpoints_are_shipped_by_every_forwarder_and_verify_the_store() {
     let messages = pyconsumer::consume(&tansu.brokers(), "audit-checkpoints", all);
     assert_eq!(messages.len(), all, "one message per checkpoint");
     let from_kafka = gateway.dir.path().join("from-kafka.jsonl");
-    let text: String = messages
-        .iter()
-        .map(|m| format!("{}\n", m.json()))
-        .collect();
+    let text: String = messages.iter().map(|m| format!("{}\n", m.json())).collect();
     std::fs::write(&from_kafka, text).expect("write");
     let out = verify(&from_kafka);
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // `audit head` prints the newest note, the last one the stop signed.
     let head = eventgate_stdout(&["audit", "head", "--db", path_str(&db)]);
