@@ -16,9 +16,10 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # What the tests drive, next to what the build links against (OpenSSL, Cyrus SASL,
 # libcurl for librdkafka): one apt-get run for whatever is missing. docker.io brings
 # dockerd 20.10 and /usr/bin/docker for tests/docker.rs, which runs its own dockerd;
-# golang-go and golang-golang-x-mod-dev build Go's sumdb/note for tests/note_interop.rs.
+# golang-go and golang-golang-x-mod-dev build Go's sumdb/note for tests/note_interop.rs;
+# python3-venv lets Debian's python3 make the tests' virtual environment (below).
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
-  golang-go golang-golang-x-mod-dev
+  golang-go golang-golang-x-mod-dev python3-venv
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
@@ -30,10 +31,18 @@ fi
 
 # kafka-python: the kafka forwarder's tests read what it produced with a client that
 # shares no code with it (tests/support/consume.py); zstandard for compressed topics.
-if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
-  echo "installing: kafka-python"
-  python3 -m pip install --quiet 'kafka-python==2.*' zstandard
+# Debian 12's python3 is externally managed (PEP 668) and refuses `pip install`, so
+# the tests get a virtual environment of their own under target/, made once per
+# checkout and reused; its python3 comes first on PATH for the tests.
+venv="$PWD/target/test-python"
+if ! "$venv/bin/python3" -c 'import kafka, zstandard' 2>/dev/null; then
+  echo "installing: kafka-python (into $venv)"
+  mkdir -p "$PWD/target"
+  python3 -m venv --clear "$venv" \
+    || fail "python3 cannot make a virtual environment (apt-get install python3-venv)"
+  "$venv/bin/python3" -m pip install --quiet 'kafka-python==2.*' zstandard
 fi
+export PATH="$venv/bin:$PATH"
 
 cargo build --all-targets --locked --features bench
 cargo test --all-targets --locked --features bench --no-fail-fast -- --include-ignored
