@@ -10,7 +10,9 @@
 //! - free space on the spool's file system is not below `spool.min_free` (events are
 //!   refused meanwhile), and the spool has not failed to write (the gateway is then
 //!   stopping, to be restarted);
-//! - with `[signing]`, every audit store's signed checkpoints are being published.
+//! - with `[signing]`, every audit store's signed checkpoints are being published;
+//! - every `[[source]]`'s consumer runs: it has not been failing (consumer errors,
+//!   restarts) for longer than `admin.max_failing`, and it has not stopped.
 //!
 //! The decisions are plain functions of snapshots, so they are tested without a
 //! running gateway.
@@ -20,6 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use super::Observed;
 use crate::pipeline::HealthSnapshot;
+use crate::source::SourceStats;
 use crate::spool::DiskSnapshot;
 use crate::units::{human_bytes, human_duration};
 use crate::upstream::UpstreamStatus;
@@ -179,7 +182,93 @@ pub(crate) fn check(observed: &Observed) -> Readiness {
             .iter()
             .map(|status| signer(&status.borrow(), now)),
     );
+    readiness.parts.extend(
+        observed
+            .sources
+            .iter()
+            .map(|stats| source(stats, observed.readiness, now)),
+    );
     readiness
+}
+
+/// A source's streak of errors whose latest error is older than this is over, even
+/// with no message read since: a quiet topic has nothing to read, and librdkafka
+/// reports a broker that stays unreachable again (at least every 30 s).
+pub(crate) const SOURCE_QUIET: Duration = Duration::from_secs(60);
+
+/// What a source's consumer is doing: `reading`, `failing`, `restarting` or
+/// `stopped`, and since when it has been failing.
+pub(crate) fn source_state(
+    health: &crate::source::SourceHealth,
+    now: SystemTime,
+) -> (&'static str, Option<&crate::source::SourceFailing>) {
+    let failing = health.failing.as_ref().filter(|failing| {
+        health.restarting
+            || now.duration_since(failing.last).unwrap_or(Duration::ZERO) < SOURCE_QUIET
+    });
+    let state = if health.stopped {
+        "stopped"
+    } else if health.restarting {
+        "restarting"
+    } else if failing.is_some() {
+        "failing"
+    } else {
+        "reading"
+    };
+    (state, failing)
+}
+
+/// One `[[source]]`: not ready once its consumer has been failing or restarting for
+/// `admin.max_failing` (a streak runs from the first error until a message is read,
+/// or until no error has come for [`SOURCE_QUIET`]), and once it has stopped.
+pub(crate) fn source(stats: &SourceStats, rules: Rules, now: SystemTime) -> Part {
+    let ago = |t: SystemTime| human_duration(now.duration_since(t).unwrap_or(Duration::ZERO));
+    let label = format!(
+        "source {} (topics {}; group {})",
+        stats.name,
+        stats.topics.join(", "),
+        stats.group
+    );
+    let (taken_in, skipped, restarts, _) = stats.counts();
+    let counts = format!("taken in {taken_in}, skipped {skipped}, restarts {restarts}");
+    let health = stats.health();
+    let (state, failing) = source_state(&health, now);
+    let failing = failing.map(|failing| {
+        let streak = now.duration_since(failing.since).unwrap_or(Duration::ZERO);
+        let what = if health.restarting {
+            "restarting its consumer; failing"
+        } else {
+            "consumer failing"
+        };
+        let text = format!(
+            "{label}: {what} for {} ({} error(s); last error: {})",
+            ago(failing.since),
+            failing.errors,
+            failing.last_error
+        );
+        (streak, text)
+    });
+    let problem = if state == "stopped" {
+        Some(format!("{label}: stopped"))
+    } else {
+        failing
+            .as_ref()
+            .filter(|(streak, _)| *streak >= rules.max_failing)
+            .map(|(_, text)| text.clone())
+    };
+    let detail = match failing {
+        // A blip shorter than admin.max_failing: fine, but shown.
+        Some((_, text)) => format!(
+            "{text} (admin.max_failing is {}); {counts}",
+            human_duration(rules.max_failing)
+        ),
+        None => format!("{label}: {state} ({counts})"),
+    };
+    Part {
+        name: format!("source {}", stats.name),
+        problem,
+        detail,
+    }
 }
 
 /// One audit store's checkpoint signer: not ready while its checkpoints fail (the

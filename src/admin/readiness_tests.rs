@@ -318,3 +318,105 @@ fn a_signer_that_cannot_publish_is_not_ready_and_says_why() {
         )
     );
 }
+
+fn kafka_source() -> crate::source::SourceStats {
+    crate::source::SourceStats::new("fleet", &["events".to_owned()], "central")
+}
+
+fn source_rules() -> Rules {
+    Rules {
+        max_spill: Duration::from_secs(60),
+        max_failing: Duration::from_secs(10),
+    }
+}
+
+#[test]
+fn a_source_reading_is_ready_and_verbose_counts_it() {
+    let stats = kafka_source();
+    stats.read_one();
+    stats.took_in();
+    stats.skipped_one();
+    let part = source(&stats, source_rules(), now());
+    assert_eq!(part.problem, None);
+    assert_eq!(
+        part.detail,
+        "source fleet (topics events; group central): reading (taken in 1, skipped 1, restarts 0)"
+    );
+    assert!(
+        Readiness { parts: vec![part] }
+            .render(true)
+            .contains("ok: source fleet")
+    );
+}
+
+#[test]
+fn a_source_failing_within_max_failing_is_ready_but_shown() {
+    let stats = kafka_source();
+    stats.consumer_failed_at("broker down".into(), now() - Duration::from_secs(5));
+    stats.consumer_failed_at("broker down again".into(), now() - Duration::from_secs(1));
+    let part = source(&stats, source_rules(), now());
+    assert_eq!(part.problem, None);
+    assert_eq!(
+        part.detail,
+        "source fleet (topics events; group central): consumer failing for 5s (2 error(s); last error: broker down again) (admin.max_failing is 10s); taken in 0, skipped 0, restarts 0"
+    );
+    // A message read ends the streak.
+    stats.read_one();
+    assert!(
+        source(&stats, source_rules(), now())
+            .detail
+            .contains(": reading (")
+    );
+}
+
+#[test]
+fn a_source_failing_past_max_failing_is_not_ready() {
+    let stats = kafka_source();
+    stats.consumer_failed_at("all brokers down".into(), now() - Duration::from_secs(12));
+    stats.consumer_failed_at("all brokers down".into(), now() - Duration::from_secs(2));
+    let part = source(&stats, source_rules(), now());
+    assert_eq!(
+        part.problem.as_deref(),
+        Some(
+            "source fleet (topics events; group central): consumer failing for 12s (2 error(s); last error: all brokers down)"
+        )
+    );
+    // No error for SOURCE_QUIET (a quiet topic once the broker is back): over.
+    let later = now() + SOURCE_QUIET;
+    assert_eq!(source(&stats, source_rules(), later).problem, None);
+}
+
+#[test]
+fn a_source_restarting_past_max_failing_is_not_ready_until_it_runs_again() {
+    let stats = kafka_source();
+    stats.restarted("the consumer stopped; started again".into());
+    let later = SystemTime::now() + Duration::from_secs(11);
+    let problem = source(&stats, source_rules(), later)
+        .problem
+        .expect("not ready");
+    assert!(
+        problem.starts_with(
+            "source fleet (topics events; group central): restarting its consumer; failing for 11s (1 error(s); last error: the consumer stopped; started again)"
+        ),
+        "{problem}"
+    );
+    // Within the threshold it is fine.
+    assert_eq!(
+        source(&stats, source_rules(), SystemTime::now()).problem,
+        None
+    );
+    stats.running_again();
+    stats.read_one();
+    assert_eq!(source(&stats, source_rules(), later).problem, None);
+}
+
+#[test]
+fn a_stopped_source_is_not_ready() {
+    let stats = kafka_source();
+    stats.stopped();
+    let part = source(&stats, source_rules(), now());
+    assert_eq!(
+        part.problem.as_deref(),
+        Some("source fleet (topics events; group central): stopped")
+    );
+}

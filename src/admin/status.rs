@@ -76,6 +76,13 @@ pub(crate) struct SourceStatus {
     pub name: String,
     pub topics: Vec<String>,
     pub group: String,
+    /// `reading`, `failing`, `restarting` or `stopped` (empty in documents of
+    /// versions before source readiness).
+    #[serde(default)]
+    pub state: String,
+    /// False when `/readyz` names it.
+    #[serde(default = "ready_by_default")]
+    pub ready: bool,
     /// Totals since the gateway started.
     pub taken_in: u64,
     pub skipped: u64,
@@ -83,6 +90,10 @@ pub(crate) struct SourceStatus {
     /// The last thing that went wrong: a skipped message (where it is, and why), a
     /// consumer error, a restart.
     pub last_error: Option<String>,
+}
+
+fn ready_by_default() -> bool {
+    true
 }
 
 pub(crate) fn collect(observed: &Observed) -> Status {
@@ -144,10 +155,14 @@ pub(crate) fn collect(observed: &Observed) -> Status {
         .iter()
         .map(|s| {
             let (taken_in, skipped, restarts, last_error) = s.counts();
+            let part = readiness::source(s, observed.readiness, now);
+            let (state, _) = readiness::source_state(&s.health(), now);
             SourceStatus {
                 name: s.name.clone(),
                 topics: s.topics.clone(),
                 group: s.group.clone(),
+                state: state.into(),
+                ready: part.problem.is_none(),
                 taken_in,
                 skipped,
                 restarts,

@@ -172,14 +172,20 @@ pub(super) fn render(status: &Status, previous: Option<&Status>) -> String {
         out.push('\n');
         let mut rows = vec![
             [
-                "SOURCE", "TOPICS", "GROUP", "TAKEN IN", "SKIPPED", "RESTARTS",
+                "SOURCE", "STATE", "TOPICS", "GROUP", "TAKEN IN", "SKIPPED", "RESTARTS",
             ]
             .map(String::from)
             .to_vec(),
         ];
         for s in &status.sources {
+            let state = match (s.state.as_str(), s.ready) {
+                ("", _) => "-".to_owned(),
+                (state, true) => state.to_owned(),
+                (state, false) => format!("{state} (!)"),
+            };
             rows.push(vec![
                 s.name.clone(),
+                state,
                 s.topics.join(","),
                 s.group.clone(),
                 s.taken_in.to_string(),

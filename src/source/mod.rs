@@ -17,7 +17,7 @@ use crate::forward::Options;
 pub(crate) mod kafka;
 mod stats;
 
-pub(crate) use stats::SourceStats;
+pub(crate) use stats::{SourceFailing, SourceHealth, SourceStats};
 
 /// A Kafka record as the `kafka` forwarder encodes it, read back as a source reads
 /// it (tests check that what one writes the other takes in).
@@ -114,8 +114,7 @@ async fn supervise(
         };
         metrics::counter!("eventgate_source_restarts_total", "source" => name.to_string())
             .increment(1);
-        stats.restarted();
-        stats.failed(format!("the consumer {how}; started again"));
+        stats.restarted(format!("the consumer {how}; started again"));
         tracing::error!(source = %name, "the source {how} while the gateway runs; starting it again in 1s (it reads on from the group's last commit)");
         loop {
             tokio::select! {
@@ -133,10 +132,12 @@ async fn supervise(
             });
             match started {
                 Ok(started) => {
+                    stats.running_again();
                     consumer = started;
                     break;
                 }
                 Err(error) => {
+                    stats.consumer_failed(format!("the consumer cannot start again: {error}"));
                     tracing::error!(source = %name, %error, "the source cannot start again; trying again in 1s")
                 }
             }
@@ -216,6 +217,9 @@ impl Sources {
     /// commits its offsets, so the next start reads on from there.
     pub(crate) async fn stop(&mut self, timeout: Duration) {
         self.cancel.cancel();
+        for stats in &self.views {
+            stats.stopped();
+        }
         for (name, task) in self.tasks.drain(..) {
             let abort = task.abort_handle();
             match tokio::time::timeout(timeout, task).await {

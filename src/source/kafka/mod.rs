@@ -59,6 +59,8 @@ const ERROR_PAUSE: Duration = Duration::from_millis(100);
 struct SourceContext {
     source: Arc<str>,
     secrets: Vec<String>,
+    /// librdkafka's errors (a broker down) count as the consumer failing.
+    stats: Arc<super::SourceStats>,
 }
 
 impl ClientContext for SourceContext {
@@ -78,6 +80,10 @@ impl ClientContext for SourceContext {
         metrics::counter!("eventgate_source_errors_total", "source" => self.source.to_string())
             .increment(1);
         let reason = crate::redact::text(reason, &self.secrets);
+        self.stats.consumer_failed(crate::redact::text(
+            &format!("kafka consumer: {error}: {reason}"),
+            &self.secrets,
+        ));
         tracing::warn!(source = %self.source, %error, "kafka consumer: {reason}");
     }
 }
@@ -137,6 +143,7 @@ impl Consumer {
         let context = SourceContext {
             source: Arc::clone(&name),
             secrets: options.secrets(),
+            stats: Arc::clone(&stats),
         };
         let consumer: StreamConsumer<SourceContext> = options
             .client_config(&name)
@@ -179,6 +186,7 @@ impl Consumer {
                 }
                 received = self.consumer.recv(), if room => match received {
                     Ok(message) => {
+                        self.stats.read_one();
                         let topic = intern(&mut self.topics, message.topic());
                         let taken = self.take(topic, &message);
                         drop(message);
@@ -187,7 +195,7 @@ impl Consumer {
                         }
                     }
                     Err(error) => {
-                        self.stats.failed(format!("kafka consumer error: {error}"));
+                        self.stats.consumer_failed(format!("kafka consumer error: {error}"));
                         metrics::counter!("eventgate_source_errors_total", "source" => self.name.to_string()).increment(1);
                         tracing::warn!(source = %self.name, %error, "kafka consumer error");
                         // librdkafka retries on its own; an error that repeats at
