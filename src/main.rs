@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     let runtime = match cli::runtime(&cli.runtime) {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
+            eventgate::console_error!("error: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             let code = error.exit_code();
-            eprintln!("error: {:#}", anyhow::Error::from(error));
+            eventgate::console_error!("error: {:#}", anyhow::Error::from(error));
             code
         }
     }

@@ -9,7 +9,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -378,6 +378,97 @@ async fn a_failed_spool_write_makes_the_gateway_unready_then_exit_1_and_a_restar
         .await
         .expect("publishing works after the restart");
     assert!(gw.terminate().success(), "{}", gw.stderr_text());
+}
+
+/// The same fault with the gateway's own log on the disk that fills, as many run it
+/// (stderr redirected to a file in the data directory): every log line from the
+/// failure on fails with ENOSPC. A failed log write is dropped, never fatal: the
+/// gateway still drains and exits with status 1, not 101 from a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_its_log_on_the_full_disk_the_gateway_still_drains_and_exits_1() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let _fs = Tmpfs::mount(&data, "12m");
+    ballast(&data.join("ballast"), 2);
+    let config = write_config(
+        dir.path(),
+        "[spool]\nmin_free = \"0\"\n\n[pipeline]\ndrain_timeout = \"3s\"\n",
+    );
+    let log_path = data.join("eventgate.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .expect("create the log file");
+    let socket = data.join("eventgate.sock");
+    let mut child = eventgate()
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--config", &config, "--log-level", "debug"])
+        .stdout(Stdio::null())
+        .stderr(log.try_clone().expect("log file"))
+        .spawn()
+        .expect("spawn eventgate serve");
+    wait_for("the gateway socket to accept connections", DEADLINE, || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "eventgate exited during start-up: {status}\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        }
+        std::os::unix::net::UnixStream::connect(&socket).ok()
+    });
+    // tmpfs gives the log file whole pages: fill its last one, so that the first
+    // log line after the disk is full fails rather than landing in the slack.
+    let mut log = log;
+    let used = log.metadata().expect("log size").len() as usize;
+    let pad = (4096 - used % 4096) % 4096;
+    log.write_all(&vec![b'#'; pad]).expect("pad the log file");
+    drop(log);
+
+    let address = path_str(&socket).to_owned();
+    let mut client = eventgate::client::connect(&address, Duration::from_secs(5))
+        .await
+        .expect("connect to the gateway");
+    let started = std::time::Instant::now();
+    let mut accepted = 0;
+    let refusal = loop {
+        match client
+            .publish(exit_request(&padded(&format!("l{accepted}"))))
+            .await
+        {
+            Ok(_) => accepted += 1,
+            Err(status) => break status,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "never refused: the disk did not fill up"
+        );
+    };
+    let refused_at = std::time::Instant::now();
+    assert!(accepted > 100, "only {accepted} accepted");
+    assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
+    assert!(
+        refusal.message().contains("No space left on device"),
+        "{refusal:?}"
+    );
+    let status = wait_exit(&mut child, DEADLINE);
+    let exited_after = refused_at.elapsed();
+    let text = String::from_utf8_lossy(&std::fs::read(&log_path).unwrap_or_default()).into_owned();
+    eprintln!(
+        "accepted {accepted}, exit {status} {exited_after:?} after the refusal, log {} bytes",
+        text.len()
+    );
+    assert_eq!(status.code(), Some(1), "exited {status}:\n{text}");
+    assert!(!text.contains("panicked"), "{text}");
+    // The drain ran: the exit came after the forwarders had their chance, within
+    // drain_timeout (3s) and the runtime's 1s shutdown, not at the first failed line.
+    assert!(
+        exited_after < Duration::from_secs(10),
+        "exited {exited_after:?} after the refusal"
+    );
 }
 
 /// Two gateways on one data directory would interleave spool records and truncate

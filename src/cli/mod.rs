@@ -180,6 +180,54 @@ impl CliError {
     }
 }
 
+/// Log lines and console messages that could not be written to stderr (its disk full,
+/// its pipe closed), since the start.
+static STDERR_WRITE_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many writes to stderr failed and were dropped.
+pub fn stderr_write_failures() -> u64 {
+    STDERR_WRITE_FAILURES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// stderr for the log and console messages: a write that fails (ENOSPC when stderr is
+/// a file on the disk that filled, EPIPE) is dropped and counted, never an error or a
+/// panic. Losing a log line must not take the gateway down, least of all in the fault
+/// the line reports.
+pub struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        // One locked write_all per line, as `std::io::Stderr` does: lines from
+        // several threads do not interleave.
+        if std::io::Write::write_all(&mut std::io::stderr().lock(), buf).is_err() {
+            STDERR_WRITE_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        Ok(())
+    }
+}
+
+/// `eprintln!` that never panics: the line is dropped (and counted) when stderr cannot
+/// be written. For messages on the `serve` path.
+#[macro_export]
+macro_rules! console_error {
+    ($($arg:tt)*) => {{
+        let _ = ::std::io::Write::write_all(
+            &mut $crate::cli::LossyStderr,
+            format!("{}\n", format_args!($($arg)*)).as_bytes(),
+        );
+    }};
+}
+
 /// Sets up `tracing` on stderr. `RUST_LOG`, when set, overrides `--log-level`.
 pub fn init_tracing(args: &LogArgs) {
     use tracing_subscriber::EnvFilter;
@@ -188,7 +236,10 @@ pub fn init_tracing(args: &LogArgs) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
+        // On a failed write the fmt layer would report it with `eprintln!`, which
+        // panics when stderr cannot be written: the very case it reports.
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal());
     match args.log_format {
         LogFormat::Text => builder.init(),
