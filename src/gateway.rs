@@ -124,9 +124,11 @@ impl Gateway {
     pub async fn start_with(config: &Config, kinds: &Kinds) -> Result<Self, GatewayError> {
         config.validate()?;
         config.check_kinds(kinds)?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| GatewayError::DataDir {
-            path: config.data_dir.clone(),
-            source,
+        crate::fsmode::create_dir_all(&config.data_dir).map_err(|source| {
+            GatewayError::DataDir {
+                path: config.data_dir.clone(),
+                source,
+            }
         })?;
         // Before anything in the data directory is opened or written.
         let lock = DataDirLock::acquire(&config.data_dir)?;

@@ -70,6 +70,7 @@ pub mod event;
 mod exchange;
 pub mod filter;
 pub mod forward;
+mod fsmode;
 pub mod gateway;
 mod identifiers;
 mod listen;

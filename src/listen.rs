@@ -209,7 +209,7 @@ pub(crate) fn bind_unix(
         });
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| ListenError::CreateDir {
+        crate::fsmode::create_dir_all(dir).map_err(|source| ListenError::CreateDir {
             dir: dir.into(),
             source,
         })?;

@@ -15,7 +15,6 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -61,14 +60,15 @@ impl DataDirLock {
             path: path.clone(),
             source,
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o640)
-            .open(&path)
-            .map_err(io_error)?;
+        let mut file = crate::fsmode::open(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            &path,
+        )
+        .map_err(io_error)?;
         // SAFETY: flock(2) takes a file descriptor owned by `file`, alive for the call.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let error = io::Error::last_os_error();

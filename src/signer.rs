@@ -308,10 +308,10 @@ fn read(path: &Path, known: bool) -> Result<(Option<Head>, Option<String>), Stri
 fn save_note(path: &Path, note: &str) -> std::io::Result<()> {
     use std::io::Write;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::fsmode::create_dir_all(dir)?;
     }
     let aside = path.with_extension("note.tmp");
-    let mut file = std::fs::File::create(&aside)?;
+    let mut file = crate::fsmode::create_file(&aside)?;
     file.write_all(note.as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&aside, path)

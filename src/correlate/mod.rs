@@ -137,7 +137,8 @@ impl Shared {
                 self.dir.display()
             ))
         };
-        std::fs::create_dir_all(&self.dir).map_err(|e| failed("create the directory of", &e))?;
+        crate::fsmode::create_dir_all(&self.dir)
+            .map_err(|e| failed("create the directory of", &e))?;
         let bytes = serde_json::to_vec(state).map_err(|e| failed("encode", &e))?;
         crate::spool::write_atomic(&self.snapshot_path(next), &bytes)
             .map_err(|e| failed("save", &e))?;

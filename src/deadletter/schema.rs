@@ -94,11 +94,14 @@ pub(super) fn open(path: &Path, create: bool) -> Result<Connection, DeadLetterEr
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| DeadLetterError::CreateDir {
+            crate::fsmode::create_dir_all(dir).map_err(|source| DeadLetterError::CreateDir {
                 dir: dir.to_path_buf(),
                 source,
             })?;
         }
+        // With the rule's mode before SQLite makes it (its -wal and -shm follow it).
+        // A failure is left for SQLite to report when it opens the file.
+        let _ = crate::fsmode::prepare_sqlite(path);
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     } else if !path.exists() {
         return Err(DeadLetterError::Missing {

@@ -64,14 +64,16 @@ impl Inflight {
     /// Forwarder names are `[A-Za-z0-9_-]+` (checked by the configuration), so the
     /// name is a safe file name.
     pub(super) fn open(dir: &Path, forwarder: &str) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        crate::fsmode::create_dir_all(dir)?;
         let path = dir.join(forwarder);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        let file = crate::fsmode::open(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            &path,
+        )?;
         let mut buf = [0u8; LEN];
         let suspect = match file.read_exact_at(&mut buf, 0) {
             Ok(()) => decode(&buf).map(|s| Suspect {

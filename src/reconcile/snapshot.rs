@@ -256,7 +256,7 @@ impl Snapshot {
         };
         let write = |path: &Path| -> io::Result<()> {
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
+                crate::fsmode::create_dir_all(dir)?;
             }
             let bytes = serde_json::to_vec(&saved).map_err(io::Error::other)?;
             crate::spool::write_atomic(path, &bytes)

@@ -163,7 +163,7 @@ impl StateFile {
             move |source| ReplayError::StateIo { path, what, source }
         };
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(io("cannot create the directory of"))?;
+        crate::fsmode::create_dir_all(dir).map_err(io("cannot create the directory of"))?;
         let tmp = self.path.with_extension("json.tmp");
         let mut text =
             serde_json::to_vec_pretty(&self.state).map_err(|e| ReplayError::StateIo {
@@ -172,7 +172,7 @@ impl StateFile {
                 source: std::io::Error::other(e),
             })?;
         text.push(b'\n');
-        let mut file = std::fs::File::create(&tmp).map_err(io("cannot write"))?;
+        let mut file = crate::fsmode::create_file(&tmp).map_err(io("cannot write"))?;
         file.write_all(&text).map_err(io("cannot write"))?;
         file.sync_all().map_err(io("cannot sync"))?;
         drop(file);

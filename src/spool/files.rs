@@ -90,7 +90,7 @@ pub(super) fn write_atomic_with(
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let mut out = io::BufWriter::new(File::create(&tmp)?);
+    let mut out = io::BufWriter::new(crate::fsmode::create_file(&tmp)?);
     write(&mut out)?;
     let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     file.sync_all()?;
@@ -107,7 +107,7 @@ pub(super) fn quarantine_with(
     write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
 ) -> io::Result<PathBuf> {
     let path = free_name(corrupt, name);
-    let mut out = io::BufWriter::new(File::create(&path)?);
+    let mut out = io::BufWriter::new(crate::fsmode::create_file(&path)?);
     write(&mut out)?;
     let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     file.sync_all()?;

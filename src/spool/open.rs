@@ -22,7 +22,7 @@ pub(super) fn open(
     settings.validate().map_err(SpoolError::Settings)?;
     let dirs = files::Dirs::new(dir);
     for path in [&dirs.root, &dirs.segments, &dirs.corrupt] {
-        std::fs::create_dir_all(path).map_err(|source| SpoolError::Dir {
+        crate::fsmode::create_dir_all(path).map_err(|source| SpoolError::Dir {
             action: "create the spool directory",
             path: path.clone(),
             source,
@@ -165,15 +165,13 @@ fn open_active(
             (path, 0)
         }
     };
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|source| SpoolError::Dir {
+    let file = crate::fsmode::open(OpenOptions::new().create(true).append(true), &path).map_err(
+        |source| SpoolError::Dir {
             action: "open for writing the spool segment",
             path: path.clone(),
             source,
-        })?;
+        },
+    )?;
     files::sync_dir(&dirs.segments).map_err(|source| SpoolError::Dir {
         action: "sync",
         path: dirs.segments.clone(),

@@ -297,7 +297,7 @@ impl Writer {
     fn roll(&mut self, first_seq: u64) -> io::Result<()> {
         self.file.sync_data()?;
         let path = self.shared.dirs.segment(first_seq);
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = crate::fsmode::open(OpenOptions::new().create(true).append(true), &path)?;
         files::sync_dir(&self.shared.dirs.segments)?;
         self.file = file;
         self.len = 0;

@@ -159,11 +159,14 @@ impl Default for WriterOptions {
 /// to WAL and applies pending migrations. Blocking: call off the async runtime.
 pub fn open_writer(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+        crate::fsmode::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
             dir: dir.to_path_buf(),
             source,
         })?;
     }
+    // With the rule's mode before SQLite makes it (its -wal and -shm follow it). A
+    // failure is left for SQLite to report when it opens the file.
+    let _ = crate::fsmode::prepare_sqlite(path);
     let sqlite = |what| move |source| StoreError::from_open(path, what, source);
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE

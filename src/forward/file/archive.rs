@@ -26,7 +26,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 
 /// Mode of every file the forwarder creates.
-pub(super) const FILE_MODE: u32 = 0o640;
+pub(super) use crate::fsmode::FILE_MODE;
 
 /// Length of the time part of a rotated name: `20240501T100000.123456789Z`.
 const STAMP_LEN: usize = 26;

@@ -154,7 +154,7 @@ pub(super) fn load(path: &Path) -> io::Result<Result<Option<Record>, String>> {
 /// Written atomically and synced: the cursor is persisted after this returns.
 pub(super) fn save(path: &Path, record: &Record) -> io::Result<()> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::fsmode::create_dir_all(dir)?;
     }
     write_atomic(path, render(record).as_bytes())
 }

@@ -31,9 +31,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -48,9 +46,6 @@ use crate::render;
 use archive::{Archive, Housekeeper};
 pub use options::{FileOptions, Format, Fsync};
 use writer::{SystemClock, Writer};
-
-/// Mode of directories the forwarder creates.
-const DIR_MODE: u32 = 0o750;
 
 pub struct FileKind;
 
@@ -283,30 +278,7 @@ fn lock(writer: &Mutex<Writer>) -> MutexGuard<'_, Writer> {
     writer.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Creates `dir` and its missing parents with [`DIR_MODE`] (whatever the umask).
+/// Creates `dir` and its missing parents with [`crate::fsmode::DIR_MODE`] (whatever the umask).
 fn create_dirs(dir: &Path) -> io::Result<()> {
-    if dir.as_os_str().is_empty() || dir.is_dir() {
-        return Ok(());
-    }
-    let mut missing = Vec::new();
-    let mut at = dir;
-    while !at.exists() {
-        missing.push(at.to_path_buf());
-        match at.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
-            _ => break,
-        }
-    }
-    for dir in missing.iter().rev() {
-        match fs::DirBuilder::new().mode(DIR_MODE).create(dir) {
-            Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))?,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
-            Err(e) => return Err(e),
-        }
-    }
-    // `dir` exists but is not a directory (a file in the way): say so clearly.
-    if !dir.is_dir() {
-        return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
-    }
-    Ok(())
+    crate::fsmode::create_dir_all(dir)
 }
