@@ -13,6 +13,7 @@ use crate::event::Source;
 use crate::exchange::{Exchange, ExchangeSettings};
 use crate::filter::Filter;
 use crate::pipeline::Router;
+use crate::proto::eventgate::services::events::v1::Record;
 use crate::testing::{self, TempSpool};
 
 const BEFORE: u64 = 2_000;
@@ -28,10 +29,47 @@ async fn publish(exchange: &Exchange, topic: &str, n: u64) {
     }
 }
 
+/// A resumer's task (its `Err` is the stream's final status, as
+/// `ResumeService::subscribe` would send it) and the records it sends.
+type Resumer = (
+    tokio::task::JoinHandle<Result<(), tonic::Status>>,
+    mpsc::Receiver<Result<Record, tonic::Status>>,
+);
+
+/// Starts a resumer at `from`.
+fn start_resumer(
+    exchange: &Exchange,
+    spool: &crate::spool::Spool,
+    filter: &Filter,
+    from: u64,
+) -> Resumer {
+    let (tx, rx) = mpsc::channel(64);
+    let plan = Plan {
+        filter: filter.clone(),
+        from,
+        since: None,
+        until: None,
+    };
+    let resumer = tokio::spawn(catchup::run(
+        exchange.clone(),
+        History::new(spool.clone(), None),
+        plan,
+        super::Chasing(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
+        tx,
+        Arc::new(Metrics::new()),
+    ));
+    (resumer, rx)
+}
+
 /// Runs a resumer from seq 1 while two publishers add `DURING` events each; answers
 /// the seqs it delivered (with their topics) once it has `expect` of them. `queue`
 /// is `exchange.subscriber_queue`: half of it is how close to the head the resumer
 /// goes live.
+///
+/// The publishers do not wait for the reader, so a reader held off the CPU for
+/// longer than `queue` publishes is cut off (RESOURCE_EXHAUSTED), as any slow
+/// subscriber is; then it resumes after the last seq it got, as a client would, and
+/// the hand-over must still be exact across the resumes. Any other end fails.
 async fn resume_while_publishing(
     filter: Filter,
     queue: usize,
@@ -46,21 +84,7 @@ async fn resume_while_publishing(
     let exchange = Exchange::with_spool(settings, Router::default(), Some(spool.clone()));
     publish(&exchange, "/tasks/exit", BEFORE).await;
 
-    let (tx, mut rx) = mpsc::channel(64);
-    let plan = Plan {
-        filter,
-        from: 1,
-        since: None,
-        until: None,
-    };
-    let resumer = tokio::spawn(catchup::run(
-        exchange.clone(),
-        History::new(spool, None),
-        plan,
-        super::Chasing(Arc::new(std::sync::atomic::AtomicUsize::new(1))),
-        tx,
-        Arc::new(Metrics::new()),
-    ));
+    let (mut resumer, mut rx) = start_resumer(&exchange, &spool, &filter, 1);
     let publishers = [
         tokio::spawn({
             let exchange = exchange.clone();
@@ -72,12 +96,34 @@ async fn resume_while_publishing(
         }),
     ];
     let mut got = Vec::new();
+    let mut cut_offs = 0;
     while got.len() < expect {
-        let record = tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv())
+        let next = tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv())
             .await
-            .expect("a record in time")
-            .expect("the resumer is running")
-            .expect("not cut off");
+            .expect("a record in time");
+        let Some(next) = next else {
+            // The resumer ended: only a cut-off may end it early.
+            let status = match resumer.await.expect("the resumer task") {
+                Ok(()) => panic!("the resumer ended without a status after {}", got.len()),
+                Err(status) => status,
+            };
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+            let last = got.last().map_or(0, |(seq, _)| *seq);
+            // Every matching event up to the seq it names was delivered (with a
+            // filter it may name a later seq than the last one sent).
+            let named: u64 = status
+                .message()
+                .rsplit_once("resume with after_seq ")
+                .and_then(|(_, seq)| seq.parse().ok())
+                .unwrap_or_else(|| panic!("names where to resume: {status:?}"));
+            assert!(named >= last, "named {named}, last delivered {last}");
+            eprintln!("cut off after seq {named}; resuming there");
+            cut_offs += 1;
+            assert!(cut_offs < 1_000, "cut off again and again");
+            (resumer, rx) = start_resumer(&exchange, &spool, &filter, named + 1);
+            continue;
+        };
+        let record = next.expect("the final status comes from the task");
         let topic = record.envelope.map(|e| e.topic).unwrap_or_default();
         got.push((record.seq, topic));
     }
