@@ -14,9 +14,8 @@
 //! removes a leftover uncompressed twin and any `.tmp`).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -162,7 +161,7 @@ impl Archive {
 
         let started = std::time::Instant::now();
         let mut input = BufReader::new(File::open(plain)?);
-        let output = create_file(&tmp)?;
+        let output = crate::fsmode::create_file(&tmp)?;
         let mut encoder = GzEncoder::new(BufWriter::new(output), Compression::default());
         io::copy(&mut input, &mut encoder)?;
         let output = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
@@ -229,18 +228,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Creates (or truncates) a file with [`FILE_MODE`], whatever the umask.
-pub(super) fn create_file(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(FILE_MODE)
-        .open(path)?;
-    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
-    Ok(file)
 }
 
 /// Makes renames and new files in `dir` survive a crash.
