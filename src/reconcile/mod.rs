@@ -10,12 +10,14 @@
 //!   the daemon's side.
 //! - [`list`]: the daemon's own state, through containerd's List calls.
 //! - `snapshot`: one upstream's recorded state, on disk and held in the spool.
+//! - `pending`: a reconcile's snapshot until its marker is durable.
 
 pub(crate) mod apply;
 pub(crate) mod diff;
 pub mod list;
 pub mod managed;
 pub(crate) mod merge;
+pub(crate) mod pending;
 pub(crate) mod snapshot;
 pub(crate) mod state;
 

@@ -8,6 +8,10 @@
 //! a name no forwarder can have) at the first seq it has not saved. At start the
 //! events after that cursor are read back from the spool and applied, so the
 //! snapshot is exactly as far as the record, never ahead and never behind.
+//!
+//! A reconcile's snapshot is saved in two phases (see `pending`): written aside
+//! before its events are appended, promoted once its marker is durable, and at start
+//! promoted or dropped according to whether the spool holds that marker.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -18,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::apply::Object;
+use super::pending;
 use super::state::NodeState;
 use crate::event::{Event, Source, Workload};
 use crate::spool::{Spool, SpoolError};
@@ -40,6 +45,12 @@ pub(crate) enum SnapshotError {
     },
     #[error("cannot read back the spool to bring the state snapshot up to date")]
     Spool(#[source] SpoolError),
+    #[error("cannot write the pending state snapshot {}", path.display())]
+    Pending {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// The file's shape, as read.
@@ -50,6 +61,10 @@ struct Saved {
     /// Every event of the upstream with a lower seq is in `state`.
     next_seq: u64,
     state: NodeState,
+    /// The last reconcile whose state this is (its marker's id); absent in files
+    /// written before reconciles were saved in two phases.
+    #[serde(default)]
+    reconciled: Option<String>,
 }
 
 /// The same shape, written without copying the state.
@@ -59,6 +74,8 @@ struct Saving<'a> {
     upstream: &'a str,
     next_seq: u64,
     state: &'a NodeState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reconciled: Option<&'a str>,
 }
 
 pub(crate) struct Snapshot {
@@ -73,6 +90,21 @@ pub(crate) struct Snapshot {
     touched: Option<BTreeSet<Object>>,
     dirty: bool,
     saved_at: Instant,
+    /// The last reconcile the saved state includes.
+    reconciled: Option<String>,
+    /// A reconcile's state written aside, waiting for its marker to be durable.
+    staged: Option<Staged>,
+    data_dir: PathBuf,
+    /// Debug builds only: promotion was held (see [`Snapshot::promote`]); nothing more
+    /// is saved, as if the process had stopped right after the marker's fsync.
+    frozen: bool,
+}
+
+/// What a pending snapshot on disk waits for.
+struct Staged {
+    marker: String,
+    /// The spool keeps everything from here until the marker is promoted.
+    from_seq: u64,
 }
 
 /// The spool cursor that holds the events a snapshot file does not have yet.
@@ -102,6 +134,10 @@ impl Snapshot {
             touched: None,
             dirty: false,
             saved_at: Instant::now(),
+            reconciled: None,
+            staged: None,
+            data_dir: data_dir.to_owned(),
+            frozen: false,
         };
         match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<Saved>(&bytes) {
@@ -109,6 +145,7 @@ impl Snapshot {
                     snapshot.state = saved.state;
                     snapshot.next_seq = saved.next_seq;
                     snapshot.known = true;
+                    snapshot.reconciled = saved.reconciled;
                 }
                 Ok(_) | Err(_) => {
                     let aside = path.with_extension("json.unreadable");
@@ -121,10 +158,49 @@ impl Snapshot {
                 tracing::error!(path = %path.display(), %error, "state snapshot cannot be read; the next reconcile starts afresh");
             }
         }
+        snapshot.settle_pending(spool).await?;
         if let Some(spool) = spool {
             snapshot.catch_up(spool).await?;
         }
         Ok(snapshot)
+    }
+
+    /// A pending snapshot left by the last process: promoted if its marker is in the
+    /// spool (the reconcile was recorded, and the process ended before the promotion),
+    /// removed otherwise (it was not: the next reconcile does its work again, against
+    /// the saved snapshot and whatever of its events the spool holds).
+    async fn settle_pending(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+        let file = pending::path(&self.data_dir, &self.upstream);
+        let Some(found) = pending::read(&file, &self.upstream) else {
+            return Ok(());
+        };
+        if self.reconciled.as_deref() == Some(found.marker.as_str()) {
+            // Promoted; the process ended before it removed the pending file.
+            pending::remove(&file);
+            return Ok(());
+        }
+        let marker_seq = match spool {
+            Some(spool) => {
+                pending::find_marker(spool, &self.upstream, &found.marker, found.from_seq)
+                    .await
+                    .map_err(SnapshotError::Spool)?
+            }
+            None => None,
+        };
+        let Some(marker_seq) = marker_seq else {
+            tracing::warn!(upstream = %self.upstream, marker = %found.marker, "the last reconcile was not recorded before eventgate stopped; the next reconcile does its work again");
+            pending::remove(&file);
+            return Ok(());
+        };
+        tracing::info!(upstream = %self.upstream, marker = %found.marker, seq = marker_seq, "the last reconcile was recorded before eventgate stopped; its state snapshot is promoted");
+        self.state = found.state;
+        self.known = true;
+        self.next_seq = marker_seq + 1;
+        self.reconciled = Some(found.marker);
+        self.dirty = true;
+        self.save(spool)?;
+        pending::remove(&file);
+        Ok(())
     }
 
     /// Applies this upstream's events the spool holds after the saved snapshot.
@@ -201,7 +277,8 @@ impl Snapshot {
         self.touched.take().unwrap_or_default()
     }
 
-    /// Replaces the state after a reconcile, and saves it.
+    /// Replaces the state, known, and saves it.
+    #[cfg(test)]
     pub(crate) fn reset(
         &mut self,
         state: NodeState,
@@ -211,6 +288,80 @@ impl Snapshot {
         self.known = true;
         self.dirty = true;
         self.save(spool)
+    }
+
+    /// The first phase of a reconcile's save: `state`, what the snapshot is once the
+    /// reconcile's marker `marker` is recorded, written aside (durably) before any of
+    /// its events is appended. Until [`Snapshot::promote`] or
+    /// [`Snapshot::discard_pending`], the spool keeps every event from its next seq
+    /// now, so a start can find the marker.
+    pub(crate) fn stage(
+        &mut self,
+        marker: &str,
+        state: &NodeState,
+        spool: Option<&Spool>,
+    ) -> Result<(), SnapshotError> {
+        let from_seq = spool.map_or(self.next_seq, Spool::next_seq);
+        let file = pending::path(&self.data_dir, &self.upstream);
+        // Held before the write: a pending file on disk always has the spool behind it.
+        self.staged = Some(Staged {
+            marker: marker.to_owned(),
+            from_seq,
+        });
+        if self.frozen {
+            return Ok(());
+        }
+        pending::write(&file, &self.upstream, marker, from_seq, state).map_err(|source| {
+            SnapshotError::Pending {
+                path: file.clone(),
+                source,
+            }
+        })
+    }
+
+    /// The second phase: the reconcile's marker is durable at `marker_seq`, and every
+    /// event of the upstream before it is recorded. The snapshot becomes `state`,
+    /// good up to the marker, saved; then the pending file goes.
+    pub(crate) fn promote(
+        &mut self,
+        marker: &str,
+        state: NodeState,
+        marker_seq: u64,
+        spool: Option<&Spool>,
+    ) -> Result<(), SnapshotError> {
+        self.state = state;
+        self.known = true;
+        self.dirty = true;
+        self.next_seq = self.next_seq.max(marker_seq + 1);
+        self.reconciled = Some(marker.to_owned());
+        if !self.frozen && hold_promotion(&self.data_dir, &self.upstream) {
+            tracing::warn!(upstream = %self.upstream, marker, "promotion held for a test; nothing more of this snapshot is saved");
+            self.frozen = true;
+        }
+        if self.frozen {
+            return Ok(());
+        }
+        // Only the file staged for this marker: a later reconcile's is its own. Once
+        // the save below succeeds, the spool may let go of the marker; should it fail,
+        // the pending file stays, and a start finds the marker (the cursor only moves
+        // with a save that succeeded).
+        let ours = self.staged.as_ref().is_some_and(|s| s.marker == marker);
+        if ours {
+            self.staged = None;
+        }
+        self.save(spool)?;
+        if ours {
+            pending::remove(&pending::path(&self.data_dir, &self.upstream));
+        }
+        Ok(())
+    }
+
+    /// A staged reconcile whose marker will not be recorded (the subscription ended
+    /// before it was durable): its pending file goes, and the spool may let go.
+    pub(crate) fn discard_pending(&mut self) {
+        if self.staged.take().is_some() && !self.frozen {
+            pending::remove(&pending::path(&self.data_dir, &self.upstream));
+        }
     }
 
     /// Saves now and then. `in_flight` is the seq of the oldest of the upstream's own
@@ -240,11 +391,19 @@ impl Snapshot {
     /// stream said since this process started, and taken for the whole record it
     /// would make the next reconcile tell everything else as news.
     pub(crate) fn save(&mut self, spool: Option<&Spool>) -> Result<(), SnapshotError> {
+        if self.frozen {
+            return Ok(());
+        }
+        // While a reconcile is staged, its marker and events stay in the spool.
+        let release_to = match &self.staged {
+            Some(staged) => self.next_seq.min(staged.from_seq),
+            None => self.next_seq,
+        };
         if !self.known {
             self.dirty = false;
             self.saved_at = Instant::now();
             if let Some(spool) = spool {
-                spool.set_cursor(&cursor_name(&self.upstream), self.next_seq);
+                spool.set_cursor(&cursor_name(&self.upstream), release_to);
             }
             return Ok(());
         }
@@ -253,6 +412,7 @@ impl Snapshot {
             upstream: &self.upstream,
             next_seq: self.next_seq,
             state: &self.state,
+            reconciled: self.reconciled.as_deref(),
         };
         let write = |path: &Path| -> io::Result<()> {
             if let Some(dir) = path.parent() {
@@ -268,12 +428,28 @@ impl Snapshot {
         self.dirty = false;
         self.saved_at = Instant::now();
         if let Some(spool) = spool {
-            spool.set_cursor(&cursor_name(&self.upstream), self.next_seq);
+            spool.set_cursor(&cursor_name(&self.upstream), release_to);
         }
         Ok(())
     }
 }
 
+/// Debug builds only: a file `<data_dir>/state/<upstream>.hold-promotion` stops the
+/// snapshot at the crash point between a reconcile's durable marker and its
+/// promotion, so that a test can kill the process there without racing it. Release
+/// builds never look.
+fn hold_promotion(data_dir: &Path, upstream: &str) -> bool {
+    cfg!(debug_assertions)
+        && data_dir
+            .join("state")
+            .join(format!("{upstream}.hold-promotion"))
+            .exists()
+}
+
 #[cfg(test)]
 #[path = "snapshot_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "two_phase_tests.rs"]
+mod two_phase_tests;

@@ -9,7 +9,6 @@
 //! commits a change before it publishes the event, so a list can show a change whose
 //! event is still on its way; waiting [`SETTLE`] lets it arrive.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -21,7 +20,6 @@ use crate::event::{Clock, Event, Origin};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::eventgate::events::v1::{ManagerListing, UpstreamReconciled};
 use crate::reconcile::NodeState;
-use crate::reconcile::apply::Object;
 use crate::reconcile::diff::{self, Change};
 use crate::reconcile::list::list_node;
 use crate::reconcile::managed;
@@ -108,7 +106,11 @@ pub(super) struct Plan {
     pub events: Vec<Reconstructed>,
     pub marker: Envelope,
     pub daemon: NodeState,
-    skip: BTreeSet<Object>,
+    /// What the snapshot is once the marker is recorded: the daemon's view, except
+    /// for what was left to the stream. Staged on disk before anything is appended.
+    state: NodeState,
+    /// The marker's id, which the staged snapshot waits for.
+    marker_id: String,
 }
 
 pub(super) struct Reconciler {
@@ -194,10 +196,13 @@ impl Reconciler {
         };
     }
 
-    /// Stops reconciling until the next connection (the subscription broke).
+    /// Stops reconciling until the next connection (the subscription broke). A
+    /// planned reconcile whose marker did not become durable (everything in flight
+    /// has resolved by now) will not be: its staged snapshot goes.
     pub(super) fn pause(&mut self) {
         self.phase = Phase::Idle;
         self.snapshot.end_listing();
+        self.snapshot.discard_pending();
         self.next_interval = None;
     }
 
@@ -416,20 +421,34 @@ impl Reconciler {
             "reconciled with the daemon's state"
         );
         self.last_listed = listed_at;
+        // Everything of the upstream the stream delivered is recorded (the plan is
+        // made only when quiet), and the reconstructed events change only objects
+        // outside `skip`, which the merge takes from the daemon: this is already the
+        // state the snapshot has once the marker is recorded.
+        let state = crate::reconcile::merge::merged(&self.snapshot.state, &daemon, &skip);
+        let marker_id = crate::reconcile::pending::marker_id(&Timestamp::from(listed_at));
+        if let Err(error) = self.snapshot.stage(&marker_id, &state, self.spool.as_ref()) {
+            // Recorded all the same: the snapshot is then saved after the marker only,
+            // and a crash in between costs what it did before the two phases.
+            self.failed("save", &crate::errors::chain(&error));
+        }
         Some(Plan {
             events,
             marker: crate::markers::reconciled(marker, listed_at),
             daemon,
-            skip,
+            state,
+            marker_id,
         })
     }
 
-    /// After the plan's events are recorded (each through [`Reconciler::record`]):
-    /// the snapshot takes the daemon's view, saved, and the next periodic reconcile
-    /// is scheduled.
-    pub(super) fn recorded(&mut self, plan: Plan) {
-        let state = crate::reconcile::merge::merged(&self.snapshot.state, &plan.daemon, &plan.skip);
-        if let Err(error) = self.snapshot.reset(state, self.spool.as_ref()) {
+    /// Once the plan's marker is durable at `marker_seq` (its events, each recorded
+    /// through [`Reconciler::record`], are before it): the staged snapshot is
+    /// promoted, and the next periodic reconcile is scheduled.
+    pub(super) fn recorded(&mut self, plan: Plan, marker_seq: u64) {
+        if let Err(error) =
+            self.snapshot
+                .promote(&plan.marker_id, plan.state, marker_seq, self.spool.as_ref())
+        {
             self.failed("save", &crate::errors::chain(&error));
         }
         self.schedule();

@@ -312,7 +312,7 @@ fn completed(event: &crate::event::Event, then: Then, reconciler: Option<&mut Re
     };
     match then {
         Then::Record => reconciler.record(event),
-        Then::Reconciled(plan) => reconciler.recorded(*plan),
+        Then::Reconciled(plan) => reconciler.recorded(*plan, event.seq),
     }
 }
 
