@@ -3,10 +3,17 @@
 //! its own persisted cursor, so a crash costs re-delivery, never loss.
 //!
 //! ```text
+//! <dir>/format                                the spool format, `eventgate spool format 1`
 //! <dir>/segments/<first seq, 20 digits>.log   records, rolled at segment_bytes
 //! <dir>/cursors                               forwarder -> next seq to deliver
 //! <dir>/corrupt/                              bad bytes found at open, kept aside
 //! ```
+//!
+//! The format stamp's rule: a change an older eventgate cannot read correctly (a new
+//! record layout, a kind bit it would take for damage, another cursors file) bumps
+//! [`format::CURRENT`]; one it reads correctly does not. An eventgate refuses a spool
+//! of a newer format before reading, moving or writing anything in it, naming both
+//! formats, instead of quarantining records it does not understand.
 //!
 //! Appending only encodes into a shared buffer; one writer thread owns the file,
 //! writes what accumulated with one `write_all` and syncs it once for the whole group
@@ -15,6 +22,7 @@
 mod backlog;
 mod cursors;
 mod files;
+pub(crate) mod format;
 #[cfg(test)]
 mod gate;
 mod open;
@@ -70,6 +78,20 @@ pub enum SpoolError {
     Closed,
     #[error("the spool cannot write to disk")]
     Write(#[source] Arc<io::Error>),
+    #[error(
+        "spool {} has format {found}, written by a newer eventgate; this eventgate reads format {known} and older: upgrade eventgate, or move the directory aside to start with an empty spool (nothing in it was read or changed)",
+        dir.display()
+    )]
+    TooNew {
+        dir: PathBuf,
+        found: u32,
+        known: u32,
+    },
+    #[error(
+        "the spool's format stamp {} is damaged ({problem}); it is not rewritten by guess: if this eventgate wrote the spool, delete the stamp and it is written again at the next start, else move the spool directory aside",
+        path.display()
+    )]
+    FormatDamaged { path: PathBuf, problem: String },
     #[error("cannot read spool segment {path:?}")]
     Read {
         path: PathBuf,

@@ -12,7 +12,7 @@ use tokio::sync::{Notify, watch};
 
 use super::shared::{Gauges, Progress, Segment, Shared, State};
 use super::space::{self, Reserve};
-use super::{Recovery, SpoolError, SpoolSettings, cursors, files, recovery, writer};
+use super::{Recovery, SpoolError, SpoolSettings, cursors, files, format, recovery, writer};
 
 pub(super) fn open(
     dir: &Path,
@@ -21,12 +21,17 @@ pub(super) fn open(
 ) -> Result<(Arc<Shared>, JoinHandle<()>, Recovery), SpoolError> {
     settings.validate().map_err(SpoolError::Settings)?;
     let dirs = files::Dirs::new(dir);
+    // First: a newer eventgate's spool is left exactly as it is.
+    let stamped = format::check(&dirs.root)?;
     for path in [&dirs.root, &dirs.segments, &dirs.corrupt] {
         crate::fsmode::create_dir_all(path).map_err(|source| SpoolError::Dir {
             action: "create the spool directory",
             path: path.clone(),
             source,
         })?;
+    }
+    if stamped.is_none() {
+        format::stamp_unstamped(&dirs)?;
     }
     space::check_fits(&dirs.root, &settings.min_free).map_err(SpoolError::Settings)?;
     // Before the first append: a gateway started on a nearly full disk refuses

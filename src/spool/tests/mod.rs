@@ -3,6 +3,7 @@
 mod basic;
 mod chunks;
 mod damage;
+mod format;
 mod full;
 mod props;
 
