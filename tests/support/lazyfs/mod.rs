@@ -81,6 +81,11 @@ impl Mount {
         self.mount()
     }
 
+    /// When a file now in `dir` (relative to the mount) was last synced.
+    pub fn last_sync_in(&self, dir: &str) -> Option<std::time::Instant> {
+        self.state().last_sync_in(dir)
+    }
+
     pub fn stats(&self) -> Stats {
         self.state().stats
     }

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 pub const ROOT: u64 = 1;
 
@@ -96,6 +96,8 @@ pub struct State {
     live: Tree,
     durable: Tree,
     next_ino: u64,
+    /// When each file was last synced (`fsync` or `fdatasync`).
+    synced_at: HashMap<u64, Instant>,
     pub stats: Stats,
 }
 
@@ -116,6 +118,7 @@ impl State {
             live: tree.clone(),
             durable: tree,
             next_ino: ROOT + 1,
+            synced_at: HashMap::new(),
             stats: Stats::default(),
         }
     }
@@ -377,6 +380,7 @@ impl State {
         if live.kind == Kind::Dir {
             return self.fsync_dir(ino);
         }
+        self.synced_at.insert(ino, Instant::now());
         if datasync {
             self.stats.fdatasyncs += 1;
         } else {
@@ -460,6 +464,16 @@ impl State {
             out.push((*child, kind, name.clone()));
         }
         Ok(out)
+    }
+
+    /// The last sync of a file now named in the directory `dir` (a live path).
+    pub fn last_sync_in(&self, dir: &str) -> Option<Instant> {
+        let dir = self.dir(self.resolve(dir).ok()?).ok()?;
+        dir.entries
+            .values()
+            .filter_map(|ino| self.synced_at.get(ino))
+            .max()
+            .copied()
     }
 
     /// The live path `path` (relative to the root) resolved, for tests.
