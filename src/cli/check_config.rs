@@ -27,6 +27,14 @@ pub(super) fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     // every event. Checked where the data directory is (or would be created).
     crate::spool::space::check_fits(&config.spool_dir(), &config.spool.min_free)
         .map_err(ConfigError::Spool)?;
+    // What `serve` would refuse in the data directory: a spool, audit store or
+    // dead-letter store a newer eventgate wrote. Read only; nothing is created.
+    crate::spool::format::check(&config.spool_dir()).map_err(GatewayError::from)?;
+    for path in audit_stores(&config) {
+        crate::store::migrate::check_file(&path, &crate::store::migrate::AUDIT)
+            .map_err(|e| crate::query::QueryError::from(e.for_store(&path)))?;
+    }
+    crate::deadletter::check_schema(&config.dead_letter_path())?;
     // What `serve` would find at start on this machine: the TLS files and the group.
     if let Some(tls) = &config.exchange.tls {
         tls.apply(
@@ -43,4 +51,22 @@ pub(super) fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
         print!("{}", config.to_toml(&Kinds::default()));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every `sqlite` forwarder's file, as the forwarder resolves it (`path`, default
+/// `audit.db`, relative to `data_dir`).
+fn audit_stores(config: &Config) -> Vec<PathBuf> {
+    config
+        .forwarders
+        .iter()
+        .filter(|f| f.kind == "sqlite")
+        .map(|f| {
+            let path = f
+                .options
+                .get("path")
+                .and_then(|p| p.as_str())
+                .map_or_else(|| PathBuf::from("audit.db"), PathBuf::from);
+            config.data_dir.join(path)
+        })
+        .collect()
 }

@@ -26,6 +26,7 @@ use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
 use crate::publisher::Publisher;
 pub use schema::{APPLICATION_ID, LATEST};
+pub(crate) use schema::check as check_schema;
 pub use settings::DeadLetterSettings;
 
 #[derive(Debug, Error)]
@@ -55,7 +56,7 @@ pub enum DeadLetterError {
         objects: i64,
     },
     #[error(
-        "{path} has dead-letter schema version {found}, newer than this eventgate knows (up to version {known}); run a newer eventgate"
+        "{path} was written by a newer eventgate: dead-letter schema version {found}, and this eventgate knows up to version {known}; upgrade eventgate, or configure another `dead_letter.path` (the file was left as it is)"
     )]
     TooNew {
         path: PathBuf,

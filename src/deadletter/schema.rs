@@ -137,6 +137,12 @@ pub(super) fn open(path: &Path, create: bool) -> Result<Connection, DeadLetterEr
     Ok(conn)
 }
 
+/// Whether [`open`] would refuse the file at `path` for its schema (newer, or not
+/// a dead-letter store); read-only, and a missing file passes.
+pub(crate) fn check(path: &Path) -> Result<(), DeadLetterError> {
+    migrate::check_file(path, &SCHEMA).map_err(|e| schema_error(path, e))
+}
+
 fn schema_error(path: &Path, error: SchemaError) -> DeadLetterError {
     let path = path.to_path_buf();
     match error {

@@ -208,6 +208,18 @@ pub fn usable_version(conn: &Connection, schema: &Schema) -> Result<i64, SchemaE
     }
 }
 
+/// What `check-config` asks: would opening `path` be refused ([`usable_version`])?
+/// Opens read-only and changes nothing; a missing file is fine (it is created).
+pub fn check_file(path: &Path, schema: &Schema) -> Result<(), SchemaError> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sqlite("opening for reading"))?;
+    usable_version(&conn, schema).map(drop)
+}
+
 /// Brings the schema to its latest version in one IMMEDIATE transaction: another
 /// process opening the same file at the same time waits, then finds the work done. A
 /// failed migration leaves the file as it was. Returns the version found before.

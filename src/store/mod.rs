@@ -60,7 +60,7 @@ pub enum StoreError {
         objects: i64,
     },
     #[error(
-        "{path} has audit store schema version {found}, newer than this eventgate knows (up to version {known}); run a newer eventgate or configure another path"
+        "{path} was written by a newer eventgate: audit store schema version {found}, and this eventgate knows up to version {known}; upgrade eventgate, or configure another path (the file was left as it is)"
     )]
     TooNew {
         path: PathBuf,
