@@ -109,20 +109,11 @@ impl CriClient {
         };
         let mut wanted = Vec::new();
         for container in containers {
-            let status = status_of(container.state);
-            if needs_status(&container.id, status) {
+            let managed = managed_of(&container);
+            if needs_status(&container.id, managed.status) {
                 wanted.push(container.id.clone());
             }
-            listing.containers.insert(
-                container.id,
-                ManagedContainer {
-                    status,
-                    created_at: nanos(container.created_at),
-                    exit: None,
-                    workload: None,
-                    image: String::new(),
-                },
-            );
+            listing.containers.insert(container.id, managed);
         }
         listing.status_calls = wanted.len();
         let mut exits = futures::stream::iter(wanted)
@@ -159,19 +150,33 @@ impl CriClient {
         .await
         .map_err(call_error("ContainerStatus"))?
         .into_inner();
-        let Some(status) = response.status else {
-            return Ok(None);
-        };
-        if status_of(status.state) != ManagedStatus::Exited {
-            return Ok(None);
-        }
-        Ok(Some(ManagedExit {
-            started_at: nanos(status.started_at),
-            finished_at: nanos(status.finished_at),
-            exit_code: status.exit_code,
-            reason: (!status.reason.is_empty()).then(|| clip(status.reason)),
-        }))
+        Ok(exit_of(response))
     }
+}
+
+/// A listed container as the record takes it; its exit comes from [`exit_of`].
+pub(crate) fn managed_of(container: &cri::Container) -> ManagedContainer {
+    ManagedContainer {
+        status: status_of(container.state),
+        created_at: nanos(container.created_at),
+        exit: None,
+        workload: None,
+        image: String::new(),
+    }
+}
+
+/// The last run a ContainerStatus answer tells of, if the container exited.
+pub(crate) fn exit_of(response: cri::ContainerStatusResponse) -> Option<ManagedExit> {
+    let status = response.status?;
+    if status_of(status.state) != ManagedStatus::Exited {
+        return None;
+    }
+    Some(ManagedExit {
+        started_at: nanos(status.started_at),
+        finished_at: nanos(status.finished_at),
+        exit_code: status.exit_code,
+        reason: (!status.reason.is_empty()).then(|| clip(status.reason)),
+    })
 }
 
 fn status_of(state: i32) -> ManagedStatus {

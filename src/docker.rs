@@ -317,7 +317,7 @@ struct RawSummary {
     created: Option<i64>,
 }
 
-fn parse_list(body: &[u8]) -> Result<Vec<Listed>, DockerError> {
+pub(crate) fn parse_list(body: &[u8]) -> Result<Vec<Listed>, DockerError> {
     const CALL: &str = "the container list";
     let raw: Vec<RawSummary> = serde_json::from_slice(body)
         .map_err(|source| DockerError::Garbage { call: CALL, source })?;
@@ -378,7 +378,7 @@ struct RawConfig {
     labels: Option<BTreeMap<String, String>>,
 }
 
-fn parse_inspect(body: &[u8]) -> Result<Inspected, DockerError> {
+pub(crate) fn parse_inspect(body: &[u8]) -> Result<Inspected, DockerError> {
     const CALL: &str = "a container's inspect";
     let raw: RawInspect = serde_json::from_slice(body)
         .map_err(|source| DockerError::Garbage { call: CALL, source })?;

@@ -71,6 +71,9 @@ mod exchange;
 pub mod filter;
 pub mod forward;
 mod fsmode;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 mod identifiers;
 mod listen;

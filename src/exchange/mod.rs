@@ -21,7 +21,7 @@ mod routes;
 mod service;
 mod settings;
 mod subscription;
-mod unary;
+pub(crate) mod unary;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

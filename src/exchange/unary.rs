@@ -22,14 +22,14 @@ use super::service::{EventsService, forward, publish};
 use crate::proto::containerd::services::events::v1::{ForwardRequest, PublishRequest};
 use crate::publisher::Publisher;
 
-pub(super) const PUBLISH_PATH: &str = "/containerd.services.events.v1.Events/Publish";
-pub(super) const FORWARD_PATH: &str = "/containerd.services.events.v1.Events/Forward";
+pub(crate) const PUBLISH_PATH: &str = "/containerd.services.events.v1.Events/Publish";
+pub(crate) const FORWARD_PATH: &str = "/containerd.services.events.v1.Events/Forward";
 
 /// gRPC's length prefix: a compression flag and a big-endian u32 length.
 const PREFIX: usize = 5;
 
 #[derive(Clone, Copy)]
-pub(super) enum Method {
+pub(crate) enum Method {
     Publish,
     Forward,
 }
@@ -45,7 +45,7 @@ impl Method {
 }
 
 /// Answers one Publish or Forward call.
-pub(super) async fn serve<B>(
+pub(crate) async fn serve<B>(
     method: Method,
     service: EventsService,
     request: http::Request<B>,

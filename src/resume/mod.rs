@@ -13,7 +13,7 @@
 mod catchup;
 mod history;
 mod metrics;
-mod position;
+pub(crate) mod position;
 pub(crate) mod record;
 #[cfg(test)]
 mod tests;
@@ -83,26 +83,7 @@ impl ResumeService {
         &self,
         request: SubscribeRequest,
     ) -> Result<(History, catchup::Plan, Chasing), Status> {
-        let start = match request.start {
-            None => Start::Live,
-            Some(subscribe_request::Start::AfterSeq(after)) => Start::After(after),
-            Some(subscribe_request::Start::Since(since)) => Start::Since(
-                SystemTime::try_from(since)
-                    .map_err(|_| refuse("since is not a valid time: invalid argument"))?,
-            ),
-        };
-        let until = match request.until {
-            None => None,
-            Some(until) => Some(
-                SystemTime::try_from(until)
-                    .map_err(|_| refuse("until is not a valid time: invalid argument"))?,
-            ),
-        };
-        if let (Start::Since(since), Some(until)) = (start, until)
-            && until < since
-        {
-            return Err(refuse("until is before since: invalid argument"));
-        }
+        let (start, until) = bounds(&request)?;
         let filter = compile_filters(&self.exchange, request.filters).await?;
         let limit = self.exchange.limits().max_subscribers;
         let chasing = Chasing(Arc::clone(&self.chasing));
@@ -146,6 +127,32 @@ impl ResumeService {
             chasing,
         ))
     }
+}
+
+/// Where a request starts and where it stops, refusing times that are not times and
+/// an `until` before `since`.
+pub(crate) fn bounds(request: &SubscribeRequest) -> Result<(Start, Option<SystemTime>), Status> {
+    let start = match request.start {
+        None => Start::Live,
+        Some(subscribe_request::Start::AfterSeq(after)) => Start::After(after),
+        Some(subscribe_request::Start::Since(since)) => Start::Since(
+            SystemTime::try_from(since)
+                .map_err(|_| refuse("since is not a valid time: invalid argument"))?,
+        ),
+    };
+    let until = match request.until {
+        None => None,
+        Some(until) => Some(
+            SystemTime::try_from(until)
+                .map_err(|_| refuse("until is not a valid time: invalid argument"))?,
+        ),
+    };
+    if let (Start::Since(since), Some(until)) = (start, until)
+        && until < since
+    {
+        return Err(refuse("until is before since: invalid argument"));
+    }
+    Ok((start, until))
 }
 
 fn refuse(message: &'static str) -> Status {

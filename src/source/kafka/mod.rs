@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::exchange::{AcceptError, Durable, Exchange};
 use crate::forward::BuildError;
 
-mod decode;
-mod options;
+pub(crate) mod decode;
+pub(crate) mod options;
 
 pub(crate) use options::SourceOptions;
 
