@@ -20,7 +20,10 @@ pub(crate) const DIR_MODE: u32 = 0o750;
 pub(crate) const FILE_MODE: u32 = 0o640;
 
 /// Creates `dir` and its missing parents with [`DIR_MODE`]; directories that exist
-/// are left as they are.
+/// are left as they are. Each directory it creates is synced into its parent: a new
+/// directory's name is only on disk once the parent is synced, and whatever is
+/// later made durable inside it (a checkpoint record, cursors) would otherwise go
+/// with it in a power loss.
 pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
     if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
@@ -36,7 +39,10 @@ pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
     }
     for dir in missing.iter().rev() {
         match fs::DirBuilder::new().mode(DIR_MODE).create(dir) {
-            Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))?,
+            Ok(()) => {
+                fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))?;
+                sync_parent(dir)?;
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
             Err(e) => return Err(e),
         }
@@ -46,6 +52,19 @@ pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
     }
     Ok(())
+}
+
+/// Makes the name `path` durable in its directory. A file system that cannot sync
+/// a directory (EINVAL) has nothing more to offer and is not an error.
+pub(crate) fn sync_parent(path: &Path) -> io::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match File::open(parent)?.sync_all() {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        done => done,
+    }
 }
 
 /// Opens `path` with `options`; a file this call creates gets [`FILE_MODE`].

@@ -98,6 +98,17 @@ impl Writer {
     ) -> Result<Self, WriteError> {
         let now = clock.now();
         let (file, len) = open_active(&name, &path)?;
+        // The file's name made durable before any line in it counts as delivered: a
+        // file created here and never synced into its directory is gone after a
+        // power loss, checkpointed lines and all. Rotations do the same (`ensure_file`).
+        if options.fsync != Fsync::Never
+            && let Err(source) = archive::sync_dir(archive.dir())
+        {
+            return Err(WriteError::Sync {
+                path: archive.dir().to_path_buf(),
+                source,
+            });
+        }
         let record_error = |source| WriteError::Checkpoint {
             path: record_path.clone(),
             source,
