@@ -100,16 +100,19 @@ impl Writer {
             spare = (turn.buf, turn.ends);
             spare.0.clear();
             spare.1.clear();
-            for path in &turn.doomed {
-                if let Err(error) = std::fs::remove_file(path) {
-                    tracing::warn!(path = %path.display(), %error, "cannot delete a spool segment");
-                }
-            }
+            let mut doomed = turn.doomed;
             if let Some(cursors) = turn.cursors {
                 last_persist = Instant::now();
                 if let Err(error) = cursors::save(&self.shared.dirs.cursors(), &cursors) {
                     tracing::warn!(%error, "cannot persist spool cursors; they will be retried");
-                    self.shared.lock().cursors_dirty = true;
+                    let mut state = self.shared.lock();
+                    state.cursors_dirty = true;
+                    state.doomed.append(&mut doomed);
+                }
+            }
+            for path in &doomed {
+                if let Err(error) = std::fs::remove_file(path) {
+                    tracing::warn!(path = %path.display(), %error, "cannot delete a spool segment");
                 }
             }
             if turn.closing {
@@ -133,7 +136,7 @@ impl Writer {
             let cursors_due = state.cursors_dirty && since >= CURSOR_PERIOD;
             let refresh_in = REFRESH_PERIOD.saturating_sub(last_refresh.elapsed());
             if !state.buf.is_empty()
-                || !state.doomed.is_empty()
+                || (!state.doomed.is_empty() && !state.cursors_dirty)
                 || cursors_due
                 || state.closing
                 || refresh_in.is_zero()
@@ -185,10 +188,18 @@ impl Writer {
             state.cursors_dirty = false;
             state.cursors.clone()
         });
+        // A segment goes only once the cursors that passed it are on disk (persisted
+        // in this turn, before the deletion, or already): deleted first, a crash
+        // would restart its forwarders at their older cursors, in records that are
+        // gone, and report them as discarded from a full spool.
+        let doomed = match state.cursors_dirty {
+            true => Vec::new(),
+            false => std::mem::take(&mut state.doomed),
+        };
         Turn {
             buf,
             ends,
-            doomed: std::mem::take(&mut state.doomed),
+            doomed,
             cursors,
             closing,
         }

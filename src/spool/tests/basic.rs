@@ -184,6 +184,22 @@ async fn segments_go_once_every_cursor_has_passed_them() {
 }
 
 #[tokio::test]
+async fn a_segment_is_deleted_only_after_the_cursors_that_passed_it_are_persisted() {
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a"]);
+    append(&spool, 40).await;
+    let before = segment_files(dir.path()).len();
+    // Within a second of the open: cursors that are not due yet must not let a
+    // segment go before them (a crash between the two would leave the persisted
+    // cursor pointing into deleted records).
+    spool.set_cursor("a", 30);
+    wait_for(|| segment_files(dir.path()).len() < before).await;
+    let cursors = std::fs::read_to_string(dir.path().join("cursors")).unwrap();
+    assert!(cursors.contains("\na 30\n"), "{cursors}");
+    spool.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn an_unusable_directory_is_a_precise_error() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-dir");
