@@ -375,6 +375,32 @@ fn a_restart_cuts_the_file_back_to_its_checkpoint_and_resumes_after_it() {
 }
 
 #[test]
+fn a_record_past_the_spools_end_is_replaced_so_later_checkpoints_do_not_carry_it() {
+    let setup = Setup::new();
+    let mut writer = setup.writer(options());
+    writer.write_batch(&events(1..=7)).unwrap();
+    writer.checkpoint(8).unwrap();
+    drop(writer);
+
+    // A power cut took the spool's unsynced tail (`fsync = "none"`): it ends at 3,
+    // and numbers the next events 3, 4, ... again.
+    let mut writer = setup.writer(options());
+    assert_eq!(writer.resume(1, 3).unwrap(), 1);
+    writer.write_batch(&events(1..=4)).unwrap();
+    writer.checkpoint(5).unwrap();
+    // New events 5 and 6, written but not checkpointed, then a crash.
+    writer.write_batch(&events(5..=6)).unwrap();
+    drop(writer);
+
+    let mut writer = setup.writer(options());
+    assert_eq!(
+        writer.resume(5, 9).unwrap(),
+        5,
+        "the old record's position 8 would skip the new events 5 to 7"
+    );
+}
+
+#[test]
 fn a_rotation_seals_the_rotated_file_so_a_restart_neither_repeats_nor_loses_it() {
     let setup = Setup::new();
     let line_len = super::render_line(&event(1), super::Format::Jsonl).len() as u64;

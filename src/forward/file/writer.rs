@@ -309,7 +309,38 @@ impl Writer {
             }
             checkpoint::Resume::Keep(why) => {
                 tracing::warn!(forwarder = %self.name, path = %self.path.display(), record = %self.record_path.display(), %why, "the checkpoint record does not apply; the file is kept as it is and events after the spool cursor may be written twice");
+                self.rebase(cursor);
                 Ok(cursor)
+            }
+        }
+    }
+
+    /// Replaces a record that does not apply with what the file holds now, at
+    /// `cursor`. Kept, its position would live on: a checkpoint records the larger
+    /// of the record's position and the pipeline's, and a spool that lost its tail
+    /// in a power cut (`spool.fsync = "none"`) numbers new events with the lost
+    /// ones' sequence numbers, which a later restart would then skip.
+    fn rebase(&mut self, cursor: u64) {
+        self.record = None;
+        let Some(file) = self.file.as_ref() else {
+            return;
+        };
+        let baseline = file.sync_data().and_then(|()| {
+            Ok(Record {
+                next: cursor,
+                file: FileId::of(&file.metadata()?),
+                len: self.len,
+                sealed: false,
+            })
+        });
+        match baseline.and_then(|record| self.save_record(&record).map(|()| record)) {
+            Ok(record) => {
+                self.record = Some(record);
+                self.checkpoint_len = self.len;
+                self.committed_len = self.len;
+            }
+            Err(error) => {
+                tracing::warn!(forwarder = %self.name, record = %self.record_path.display(), %error, "cannot replace the checkpoint record; the next checkpoint will");
             }
         }
     }
