@@ -250,3 +250,19 @@ fn mounted_unix_sockets_bind_and_connect() {
     let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
     listener.accept().unwrap();
 }
+
+#[test]
+#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
+fn mounted_a_cut_keeps_device_and_inode_numbers() {
+    use std::os::unix::fs::MetadataExt;
+    let (_dir, mut mount) = mounted();
+    let path = mount.path().join("f");
+    let file = File::create(&path).unwrap();
+    file.sync_all().unwrap();
+    File::open(mount.path()).unwrap().sync_all().unwrap();
+    drop(file);
+    let before = fs::metadata(&path).unwrap();
+    mount.cut().unwrap();
+    let after = fs::metadata(&path).unwrap();
+    assert_eq!((after.dev(), after.ino()), (before.dev(), before.ino()));
+}
