@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use eventgate::proto::Registry;
@@ -39,11 +39,7 @@ use support::*;
 const SEGMENT_BYTES: &str = "64KiB";
 
 /// The cuts of one run, one gateway at a time on the machine's two cores.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 struct Settings {
     fsync: &'static str,
@@ -493,7 +489,7 @@ fn assert_nothing_lost(outcome: &Outcome, settings: &Settings) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, /dev/fuse, containerd, runc and tansu; run tests/run.sh"]
 async fn power_cuts_under_fsync_batch_lose_no_acknowledged_event() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     // The sinks' defaults: SQLite `synchronous = normal`, the log synced at checkpoints.
     let settings = Settings {
         fsync: "batch",
@@ -508,7 +504,7 @@ async fn power_cuts_under_fsync_batch_lose_no_acknowledged_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, /dev/fuse, containerd, runc and tansu; run tests/run.sh"]
 async fn power_cuts_under_fsync_always_lose_no_acknowledged_event() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     // The sinks' other settings: they change how much is sent again, never what is kept.
     let settings = Settings {
         fsync: "always",
@@ -523,7 +519,7 @@ async fn power_cuts_under_fsync_always_lose_no_acknowledged_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, /dev/fuse, containerd, runc and tansu; run tests/run.sh"]
 async fn power_cuts_under_fsync_none_lose_only_events_acknowledged_since_the_last_spool_sync() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let settings = Settings {
         fsync: "none",
         sqlite: "",
@@ -582,7 +578,7 @@ async fn power_cuts_under_fsync_none_lose_only_events_acknowledged_since_the_las
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 async fn a_new_gateways_log_file_and_checkpoint_survive_a_power_cut() {
-    let _one = one_at_a_time();
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     std::fs::create_dir(&data).expect("mount point");
