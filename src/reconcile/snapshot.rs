@@ -277,8 +277,9 @@ impl Snapshot {
         self.touched.take().unwrap_or_default()
     }
 
-    /// Replaces the state, known, and saves it.
-    #[cfg(test)]
+    /// Replaces the state, known, and saves it (the reconcile benchmark's library
+    /// round uses it too).
+    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn reset(
         &mut self,
         state: NodeState,
