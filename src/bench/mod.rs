@@ -19,6 +19,7 @@ pub mod resume;
 pub mod signing;
 mod sink_count;
 mod sinks;
+pub mod soak;
 pub mod spool;
 pub mod upstream;
 pub mod wire;

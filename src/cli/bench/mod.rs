@@ -11,6 +11,7 @@ mod reconcile;
 mod reconcile_cri;
 mod replay;
 mod resume;
+mod soak;
 mod spool;
 mod upstream;
 
@@ -68,6 +69,11 @@ pub enum Which {
     /// The correlate stage's cost per event (many containers; one crash-looping),
     /// next to rendering the same events as JSON lines in the same run.
     Correlate(correlate::CorrelateBenchArgs),
+    /// Mixed load for --duration with a fault every few seconds (SIGKILL of the
+    /// gateway, containerd restart, broker restart, disk full, slow sink, reload),
+    /// then a check by event id of every sink, the audit chain and the gateway's
+    /// memory, open files and threads (needs root, containerd and tansu).
+    Soak(soak::SoakBenchArgs),
 }
 
 pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -83,6 +89,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Resume(args) => resume::run(args).await,
         Which::Fleet(args) => fleet::run(args).await,
         Which::Correlate(args) => correlate::run(args).await,
+        Which::Soak(args) => soak::run_soak(args).await,
     }
 }
 

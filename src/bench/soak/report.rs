@@ -1,0 +1,312 @@
+//! The soak's figures: a markdown table, the resource samples as CSV, and the
+//! verdict.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::check::SinkCheck;
+use super::faults::Fault;
+use super::gateway::{Exits, Sample};
+
+#[derive(Debug)]
+pub struct Report {
+    /// The faulted part of the run.
+    pub(super) duration: Duration,
+    pub(super) seed: u64,
+    pub(super) rate: f64,
+    pub(super) acked: usize,
+    pub(super) refused: BTreeMap<String, u64>,
+    pub(super) upstream_published: usize,
+    pub(super) upstream_stored: usize,
+    pub(super) faults: BTreeMap<Fault, usize>,
+    pub(super) sqlite: SinkCheck,
+    pub(super) file: SinkCheck,
+    pub(super) kafka: SinkCheck,
+    pub(super) chain_ok: bool,
+    pub(super) chain: String,
+    pub(super) exits: Exits,
+    pub(super) lives: usize,
+    /// How the gateway ended at the clean stop.
+    pub(super) last_exit: Option<String>,
+    /// From the end of the faults until every sink held every acknowledged event.
+    /// Per sink: SQLite, file, Kafka.
+    pub(super) drained: [Option<Duration>; 3],
+    pub(super) samples: Vec<Sample>,
+    pub(super) notes: Vec<String>,
+}
+
+/// Growth allowed between two windows before it counts as growth: a fifth, plus a
+/// floor for figures that are small or move in steps (threads, allocator arenas).
+const RSS_SLACK_KIB: u64 = 16 * 1024;
+const FDS_SLACK: u64 = 16;
+const THREADS_SLACK: u64 = 4;
+
+/// Samples of one window, compared on their maxima.
+fn max_of(samples: &[&Sample], f: impl Fn(&Sample) -> u64) -> u64 {
+    samples.iter().map(|s| f(s)).max().unwrap_or(0)
+}
+
+/// Whether the last third's maximum is above the second third's by more than the
+/// slack, for RSS, fds and threads; `None` with too few samples to say.
+fn grew(samples: &[&Sample]) -> Option<Vec<String>> {
+    if samples.len() < 6 {
+        return None;
+    }
+    let third = samples.len() / 3;
+    let second = &samples[third..2 * third];
+    let last = &samples[2 * third..];
+    let mut grown = Vec::new();
+    let checks: [(&str, fn(&Sample) -> u64, u64); 3] = [
+        ("RSS KiB", |s| s.rss_kib, RSS_SLACK_KIB),
+        ("open fds", |s| s.fds, FDS_SLACK),
+        ("threads", |s| s.threads, THREADS_SLACK),
+    ];
+    for (name, f, slack) in checks {
+        let (a, b) = (max_of(second, f), max_of(last, f));
+        if b > a + a / 5 + slack {
+            grown.push(format!("{name}: {a} -> {b}"));
+        }
+    }
+    Some(grown)
+}
+
+impl Report {
+    /// Processes that lived at least three minutes, sampled enough to compare.
+    fn long_lives(&self) -> BTreeMap<usize, Vec<&Sample>> {
+        let mut lives: BTreeMap<usize, Vec<&Sample>> = BTreeMap::new();
+        for s in &self.samples {
+            lives.entry(s.life).or_default().push(s);
+        }
+        lives.retain(|_, v| v.last().is_some_and(|s| s.age >= 180.0));
+        lives
+    }
+
+    /// Resource growth found: over the whole run (last third against second third
+    /// of all samples), and within each process that lived three minutes or more.
+    pub fn growth(&self) -> Vec<String> {
+        let all: Vec<&Sample> = self.samples.iter().collect();
+        let mut found: Vec<String> = grew(&all)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|g| format!("over the run: {g}"))
+            .collect();
+        for (life, samples) in self.long_lives() {
+            for g in grew(&samples).unwrap_or_default() {
+                found.push(format!("within process {life}: {g}"));
+            }
+        }
+        found
+    }
+
+    pub fn failures(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        if self.acked == 0 {
+            failures.push("no event was acknowledged".into());
+        }
+        for (name, sink) in [
+            ("SQLite", &self.sqlite),
+            ("file", &self.file),
+            ("Kafka", &self.kafka),
+        ] {
+            if sink.lost > 0 {
+                failures.push(format!(
+                    "{} acknowledged event(s) missing from {name}, e.g. {:?}",
+                    sink.lost, sink.lost_examples
+                ));
+            }
+        }
+        if self.sqlite.duplicated > 0 {
+            failures.push(format!(
+                "{} event(s) more than once in SQLite",
+                self.sqlite.duplicated
+            ));
+        }
+        if !self.chain_ok {
+            failures.push(format!("the audit chain did not verify: {}", self.chain));
+        }
+        if !self.exits.unexpected.is_empty() {
+            failures.push(format!(
+                "the gateway exited unexpectedly: {:?}",
+                self.exits.unexpected
+            ));
+        }
+        failures.extend(
+            self.growth()
+                .into_iter()
+                .map(|g| format!("resources grew {g}")),
+        );
+        failures
+    }
+
+    pub fn csv(&self) -> String {
+        let mut out = String::from("at_s,process,age_s,rss_kib,fds,threads\n");
+        for s in &self.samples {
+            let _ = writeln!(
+                out,
+                "{:.0},{},{:.0},{},{},{}",
+                s.at, s.life, s.age, s.rss_kib, s.fds, s.threads
+            );
+        }
+        out
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let minutes = self.duration.as_secs_f64() / 60.0;
+        let _ = writeln!(
+            out,
+            "Soak of {minutes:.1} min (seed {}, {} Publish/s offered), a fault every few seconds.\n",
+            self.seed, self.rate
+        );
+        let _ = writeln!(out, "| figure | value |\n|---|---:|");
+        let mut row = |k: &str, v: String| {
+            let _ = writeln!(out, "| {k} | {v} |");
+        };
+        row("events acknowledged (Publish OK)", self.acked.to_string());
+        let refused: u64 = self.refused.values().sum();
+        let by_code = self
+            .refused
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        row("Publish not acknowledged", format!("{refused} ({by_code})"));
+        row(
+            "upstream events published to containerd / in SQLite",
+            format!("{} / {}", self.upstream_published, self.upstream_stored),
+        );
+        for fault in Fault::ALL {
+            row(
+                &format!("faults: {}", fault.label()),
+                self.faults.get(&fault).copied().unwrap_or(0).to_string(),
+            );
+        }
+        row("gateway processes (starts)", self.lives.to_string());
+        row(
+            "gateway exits: SIGKILLed / status 1 (disk) / other / failed starts",
+            format!(
+                "{} / {} / {} / {}",
+                self.exits.killed,
+                self.exits.status_1,
+                self.exits.unexpected.len(),
+                self.exits.failed_starts
+            ),
+        );
+        for (name, sink) in [
+            ("SQLite (exactly once)", &self.sqlite),
+            ("file (at least once)", &self.file),
+            ("Kafka (at least once)", &self.kafka),
+        ] {
+            row(
+                &format!("{name}: lost / duplicated / unacknowledged but stored"),
+                format!(
+                    "{} / {} / {}",
+                    sink.lost, sink.duplicated, sink.unacknowledged
+                ),
+            );
+        }
+        row(
+            "audit chain (`audit verify`)",
+            if self.chain_ok {
+                "intact".into()
+            } else {
+                "FAILED".into()
+            },
+        );
+        let drained = |d: Option<Duration>| {
+            d.map_or(
+                format!("not within {} s", super::DRAIN_TIMEOUT.as_secs()),
+                |d| format!("{:.1} s", d.as_secs_f64()),
+            )
+        };
+        row(
+            "every acknowledged event in SQLite / file / Kafka, after the last fault",
+            format!(
+                "{} / {} / {}",
+                drained(self.drained[0]),
+                drained(self.drained[1]),
+                drained(self.drained[2])
+            ),
+        );
+        row(
+            "clean stop at the end",
+            self.last_exit
+                .clone()
+                .unwrap_or_else(|| "no gateway running".into()),
+        );
+        let figures = |f: fn(&Sample) -> u64| {
+            let mut v: Vec<u64> = self.samples.iter().map(f).collect();
+            v.sort_unstable();
+            match (v.first(), v.get(v.len() / 2), v.last()) {
+                (Some(a), Some(b), Some(c)) => format!("{a} / {b} / {c}"),
+                _ => "no samples".into(),
+            }
+        };
+        row("RSS MiB min / median / max", {
+            let mut v: Vec<u64> = self.samples.iter().map(|s| s.rss_kib / 1024).collect();
+            v.sort_unstable();
+            match (v.first(), v.get(v.len() / 2), v.last()) {
+                (Some(a), Some(b), Some(c)) => format!("{a} / {b} / {c}"),
+                _ => "no samples".into(),
+            }
+        });
+        row("open fds min / median / max", figures(|s| s.fds));
+        row("threads min / median / max", figures(|s| s.threads));
+        let growth = self.growth();
+        row(
+            "resources bounded",
+            if growth.is_empty() {
+                "yes".into()
+            } else {
+                format!("NO: {}", growth.join("; "))
+            },
+        );
+        let _ = writeln!(
+            out,
+            "\nRSS over time (max per tenth of the run, every 10 s sampled):\n"
+        );
+        let _ = writeln!(
+            out,
+            "| minutes | RSS MiB | fds | threads | processes |\n|---|---:|---:|---:|---:|"
+        );
+        let span = self.samples.last().map_or(0.0, |s| s.at).max(1.0);
+        for tenth in 0..10 {
+            let (from, to) = (span * tenth as f64 / 10.0, span * (tenth + 1) as f64 / 10.0);
+            let w: Vec<&Sample> = self
+                .samples
+                .iter()
+                .filter(|s| s.at >= from && (s.at < to || tenth == 9))
+                .collect();
+            if w.is_empty() {
+                continue;
+            }
+            let mut lives: Vec<usize> = w.iter().map(|s| s.life).collect();
+            lives.dedup();
+            let _ = writeln!(
+                out,
+                "| {:.1}-{:.1} | {} | {} | {} | {} |",
+                from / 60.0,
+                to / 60.0,
+                max_of(&w, |s| s.rss_kib) / 1024,
+                max_of(&w, |s| s.fds),
+                max_of(&w, |s| s.threads),
+                lives.len()
+            );
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "\nNote: {note}");
+        }
+        let failures = self.failures();
+        let _ = writeln!(
+            out,
+            "\nVerdict: {}",
+            if failures.is_empty() {
+                "PASS".into()
+            } else {
+                format!("FAIL: {}", failures.join("; "))
+            }
+        );
+        out
+    }
+}
