@@ -192,24 +192,35 @@ fn churn(socket: PathBuf, worker: usize, stop: Arc<AtomicBool>, cleanup: &Cleanu
 }
 
 /// What the record says about one container, checked against the product's
-/// promises: each event at most once and in containerd's order, a recorded container
-/// or task recorded gone too, a recorded exit with its real status (255 only for an
-/// exit a reconcile could not know). Returns whether its whole life is there.
+/// promises: each event at most once; the live ones in containerd's order, and the
+/// reconstructed ones too (a reconcile tells what a gap hid after what the stream
+/// said since, so the two may interleave); a recorded container or task recorded
+/// gone too; a recorded exit with its real status (255 only for an exit a reconcile
+/// could not know). Returns whether its whole life is there.
 fn check_consistent(rows: &[Row], lived: &Lived, unknown_exits: &[String]) -> bool {
     let events = about(rows, &lived.id);
     let seen = topics(&events);
-    let mut last = None;
+    let mut last = std::collections::HashMap::new();
     for (row, topic) in events.iter().zip(&seen) {
         let at = LIFE
             .iter()
             .position(|t| t == topic)
             .unwrap_or_else(|| panic!("{}: unexpected {topic}: {events:?}", lived.id));
+        assert_eq!(
+            seen.iter().filter(|t| *t == topic).count(),
+            1,
+            "{}: doubled: {seen:?}\n{}",
+            lived.id,
+            between(rows, &events)
+        );
+        let last = last.entry(row.origin.as_str()).or_insert(None);
         assert!(
             last.is_none_or(|last| at > last),
-            "{}: doubled or out of order: {seen:?}\n{events:?}",
-            lived.id
+            "{}: out of order: {seen:?}\n{}",
+            lived.id,
+            between(rows, &events)
         );
-        last = Some(at);
+        *last = Some(at);
         if topic == "/tasks/exit" {
             let status = row.event["exit_status"].as_u64().unwrap_or_default();
             let unknown = row.origin == "reconciled"
@@ -225,12 +236,43 @@ fn check_consistent(rows: &[Row], lived: &Lived, unknown_exits: &[String]) -> bo
     }
     let has = |t: &str| seen.iter().any(|s| s == t);
     if has("/containers/create") {
-        assert!(has("/containers/delete"), "{}: {seen:?}", lived.id);
+        assert!(
+            has("/containers/delete"),
+            "{}: {seen:?}\n{}",
+            lived.id,
+            between(rows, &events)
+        );
     }
     if has("/tasks/start") {
-        assert!(has("/tasks/delete"), "{}: {seen:?}", lived.id);
+        assert!(
+            has("/tasks/delete"),
+            "{}: {seen:?}\n{}",
+            lived.id,
+            between(rows, &events)
+        );
     }
     seen.len() == LIFE.len()
+}
+
+/// The gateway's own markers among `events`, for a failure's message.
+fn between(rows: &[Row], events: &[&Row]) -> String {
+    let (Some(first), Some(last)) = (events.first(), events.last()) else {
+        return String::new();
+    };
+    rows.iter()
+        .filter(|r| r.row_id > first.row_id - 3 && r.row_id < last.row_id + 3)
+        .map(|r| match r.namespace.as_str() {
+            "eventgate" => format!("{} {} {}", r.row_id, r.topic, r.event),
+            _ => format!(
+                "{} {} {} {}",
+                r.row_id,
+                r.topic,
+                r.container().unwrap_or_default(),
+                r.origin
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn unknown_exits(rows: &[Row]) -> Vec<String> {

@@ -87,7 +87,13 @@ impl NodeState {
                     }
                 } else {
                     ns.containers.remove(&m.id);
-                    ns.tasks.remove(&m.id);
+                    // containerd deletes no container with a task: a task the record
+                    // has not seen deleted was, and that delete was missed (in a gap,
+                    // or hidden by a filter). Kept, the next reconcile finds it gone
+                    // and records its delete, and its exit if that was missed too.
+                    if ns.tasks.get(&m.id).is_none_or(|task| task.deleted) {
+                        ns.tasks.remove(&m.id);
+                    }
                 }
                 Some(Object::Container(namespace.to_owned(), m.id))
             }

@@ -283,6 +283,43 @@ fn exec_events_leave_the_task_alone() {
     assert_eq!(state.apply("default", "/tasks/exit", Some(&wrong)), None);
 }
 
+/// A task delete missed in a gap, then its container's delete seen live (the stream
+/// came back between the two): the next reconcile still records the task's delete
+/// instead of the record never saying so.
+#[test]
+fn a_container_delete_seen_live_leaves_a_missed_task_delete_to_the_reconcile() {
+    let mut recorded = node("default", |ns| {
+        ns.containers.insert("c".into(), container("busybox"));
+        ns.tasks.insert("c".into(), exited(5, 1, 2));
+        ns.containers.insert("done".into(), container("busybox"));
+        ns.tasks.insert(
+            "done".into(),
+            TaskState {
+                deleted: true,
+                ..exited(6, 0, 2)
+            },
+        );
+    });
+    for id in ["c", "done"] {
+        let delete = prost_types::Any {
+            type_url: "containerd.events.ContainerDelete".into(),
+            value: ev::ContainerDelete { id: id.into() }.encode_to_vec(),
+        };
+        recorded.apply("default", "/containers/delete", Some(&delete));
+    }
+    let ns = &recorded.namespaces["default"];
+    assert!(ns.containers.is_empty());
+    assert_eq!(
+        ns.tasks.keys().collect::<Vec<_>>(),
+        ["c"],
+        "a recorded delete clears it"
+    );
+    let daemon = node("default", |_| {});
+    let found = diff(&recorded, &daemon, &BTreeSet::new());
+    assert_eq!(topics(&found.changes), ["/tasks/delete c"]);
+    assert!(found.unknown_exits.is_empty(), "its exit was recorded");
+}
+
 fn arb_labels() -> impl Strategy<Value = Option<Labels>> {
     prop_oneof![
         Just(None),
