@@ -221,15 +221,12 @@ impl KafkaTally {
                         ),
                     });
                 }
-                match consumer.poll(Duration::from_millis(200)) {
-                    Some(Ok(message)) => {
-                        *next = message.offset() + 1;
-                        match exit_id(message.payload()) {
-                            Some(id) => *self.counts.entry(id).or_default() += 1,
-                            None => self.other += 1,
-                        }
+                if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+                    *next = message.offset() + 1;
+                    match exit_id(message.payload()) {
+                        Some(id) => *self.counts.entry(id).or_default() += 1,
+                        None => self.other += 1,
                     }
-                    Some(Err(_)) | None => {}
                 }
             }
         }

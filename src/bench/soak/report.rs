@@ -42,6 +42,9 @@ const RSS_SLACK_KIB: u64 = 16 * 1024;
 const FDS_SLACK: u64 = 16;
 const THREADS_SLACK: u64 = 4;
 
+/// A figure's name, how to read it from a sample, and its slack.
+type Figure = (&'static str, fn(&Sample) -> u64, u64);
+
 /// Samples of one window, compared on their maxima.
 fn max_of(samples: &[&Sample], f: impl Fn(&Sample) -> u64) -> u64 {
     samples.iter().map(|s| f(s)).max().unwrap_or(0)
@@ -57,7 +60,7 @@ fn grew(samples: &[&Sample]) -> Option<Vec<String>> {
     let second = &samples[third..2 * third];
     let last = &samples[2 * third..];
     let mut grown = Vec::new();
-    let checks: [(&str, fn(&Sample) -> u64, u64); 3] = [
+    let checks: [Figure; 3] = [
         ("RSS KiB", |s| s.rss_kib, RSS_SLACK_KIB),
         ("open fds", |s| s.fds, FDS_SLACK),
         ("threads", |s| s.threads, THREADS_SLACK),
