@@ -15,7 +15,9 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
+use std::ffi::CString;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -65,13 +67,20 @@ impl Mount {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Unmounts (lazily, as a dying machine lets go of its files) and waits for the
-    /// session's thread.
+    /// Unmounts lazily, as a dying machine lets go of its files, and waits for the
+    /// session's thread, which ends once nothing refers to the mount any more. A
+    /// plain umount fails with EBUSY while, say, a publisher reconnecting is
+    /// looking up the socket's path on it.
     pub fn unmount(&mut self) -> io::Result<()> {
-        match self.session.take() {
-            Some(session) => session.umount_and_join(),
-            None => Ok(()),
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let path = CString::new(self.at.as_os_str().as_bytes())?;
+        // SAFETY: umount2(2) reads a NUL-terminated path that lives for the call.
+        if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(io::Error::last_os_error());
         }
+        session.join()
     }
 
     /// The power cut: unmount, drop everything not synced, mount what is left.
