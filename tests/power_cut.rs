@@ -242,6 +242,23 @@ fn stored(db: &Path) -> HashMap<String, i64> {
         .unwrap_or_default()
 }
 
+/// The upstream containers' events in the audit store, per topic.
+fn upstream_topics(db: &Path) -> Vec<(String, i64)> {
+    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return Vec::new();
+    };
+    let Ok(mut statement) = conn.prepare(
+        "SELECT topic, count(DISTINCT json_extract(event, '$.container_id')) FROM events
+         WHERE json_extract(event, '$.container_id') LIKE 'pc-%' GROUP BY 1 ORDER BY 1",
+    ) else {
+        return Vec::new();
+    };
+    statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(|rows| rows.collect::<Result<_, _>>())
+        .unwrap_or_default()
+}
+
 /// Container ids of the Kafka topic's exit events.
 fn in_kafka(brokers: &str) -> Vec<String> {
     consume(brokers, "events", 1)
@@ -266,6 +283,8 @@ struct Outcome {
     kafka: Vec<String>,
     container_runs: usize,
     upstream_exits: usize,
+    /// Containers with at least one event of each topic.
+    upstream_topics: Vec<(String, i64)>,
     stats: lazyfs::Stats,
 }
 
@@ -307,7 +326,7 @@ impl Outcome {
         let new_devices = self.cuts.iter().filter(|c| c.new_device).count();
         format!(
             "spool.fsync = {:?} {} {} (seed {}): {} cuts, {} events acknowledged, {} container runs \
-             ({} upstream exits stored); lost: {}; not in the spool after a cut: {spool_gaps}; \
+             ({} upstream exits stored; containers per topic {:?}); lost: {}; not in the spool after a cut: {spool_gaps}; \
              doubled in SQLite {}, repeated lines in the log {log_twice}, repeated in Kafka \
              {kafka_twice}; remounted with another device number {new_devices} times; \
              restarts (ms) {restarts:?}; file system: {} fsync, {} fdatasync, \
@@ -320,6 +339,7 @@ impl Outcome {
             self.acked.len(),
             self.container_runs,
             self.upstream_exits,
+            self.upstream_topics,
             lost.join(", "),
             self.doubled_in_sqlite().len(),
             self.stats.fsyncs,
@@ -427,6 +447,7 @@ async fn run(settings: &Settings) -> Outcome {
         ids.iter().any(|id| id == "END").then_some(ids)
     });
     let upstream_exits = sqlite.keys().filter(|id| id.starts_with("pc-")).count();
+    let upstream_topics = upstream_topics(&db);
 
     let mut rig = Arc::try_unwrap(rig)
         .ok()
@@ -457,6 +478,7 @@ async fn run(settings: &Settings) -> Outcome {
         kafka,
         container_runs: runs.load(Ordering::SeqCst),
         upstream_exits,
+        upstream_topics,
         stats,
     }
 }
