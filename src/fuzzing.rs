@@ -135,8 +135,9 @@ fn events() -> &'static [Event] {
 }
 
 /// A Subscribe's filters (NUL-separated): the gateway's limits and compilation, then
-/// matched against events of every shape; and the same bytes through containerd's
-/// byte-string parser, which must agree on what parses.
+/// matched against events of every shape, as Subscribe and as a route filter; and
+/// the same bytes through containerd's byte-string parser, which must agree on what
+/// parses.
 pub fn filter(data: &[u8]) {
     let raw: Vec<&[u8]> = parts(data).collect();
     let by_bytes = Filter::parse_all_bytes(raw.iter().copied());
@@ -155,14 +156,10 @@ pub fn filter(data: &[u8]) {
             "{filters:?} compiled for Subscribe but did not parse: {by_bytes:?}"
         );
         for event in events() {
-            let matched = filter.matches(event);
-            // Matching is a function of the event: the record's view agrees.
-            assert_eq!(
-                matched,
-                filter.matches(&event.record_fields()),
-                "{filters:?} on {:?}",
-                event.envelope
-            );
+            // Subscribe's view (containerd's fields) and the record's (a superset:
+            // origin, pod, container...) used by route filters and queries.
+            let _ = filter.matches(event);
+            let _ = filter.matches(&event.record_fields());
         }
     }
 }

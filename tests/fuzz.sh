@@ -19,7 +19,8 @@
 # (debug assertions), timeouts and the memory limit all stay.
 #
 # Environment: FUZZ_TIMEOUT (seconds per input, default 10), FUZZ_RSS_MB (default
-# 2048), FUZZ_JOBS (parallel targets, default 1), FUZZ_MAX_LEN (default 65536).
+# 2048), FUZZ_JOBS (parallel targets, default 1), FUZZ_MAX_LEN (default 65536),
+# FUZZ_LOGS (a directory to keep each target's libFuzzer output in).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -61,9 +62,16 @@ fi
 start=$(date +%s)
 cargo +nightly fuzz build --fuzz-dir "$fuzz_dir" --sanitizer none >&2
 echo "fuzz: built in $(($(date +%s) - start))s" >&2
+bin_dir=$fuzz_dir/target/$(rustc +nightly -vV | sed -n 's/^host: //p')/release
 
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
+# libFuzzer's output per target: kept in FUZZ_LOGS when set, else thrown away.
+if [ -n "${FUZZ_LOGS:-}" ]; then
+    logs=$FUZZ_LOGS
+    mkdir -p "$logs"
+else
+    logs=$(mktemp -d)
+    trap 'rm -rf "$logs"' EXIT
+fi
 
 run_one() {
     local t=$1
@@ -73,7 +81,9 @@ run_one() {
     [ -d "$seeds" ] && dirs+=("$seeds")
     # -print_final_stats: the executions; the new inputs go to the first directory
     # (the working corpus), never into the committed seeds.
-    cargo +nightly fuzz run --fuzz-dir "$fuzz_dir" --sanitizer none "$t" "${dirs[@]}" -- \
+    # The binary as built above: `cargo fuzz run` would build again whenever a source
+    # changed in between.
+    "$bin_dir/$t" "${dirs[@]}" \
         -max_total_time="$seconds" -timeout="$timeout_s" -rss_limit_mb="$rss_mb" \
         -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts/" \
         >"$logs/$t.log" 2>&1
@@ -95,8 +105,8 @@ wait || true
 printf '%-16s %14s  %s\n' target executions result
 for t in "${targets[@]}"; do
     log=$logs/$t.log
-    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)
-    artifact=$(grep -o 'Test unit written to .*' "$log" | sed 's/Test unit written to //' | tail -n 1)
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1 || true)
+    artifact=$(grep -o 'Test unit written to .*' "$log" | sed 's/Test unit written to //' | tail -n 1 || true)
     if grep -q 'ERROR: libFuzzer: timeout' "$log"; then
         result="TIMEOUT: $artifact"
     elif grep -q 'ERROR: libFuzzer: out-of-memory' "$log"; then

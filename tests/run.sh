@@ -46,3 +46,6 @@ export PATH="$venv/bin:$PATH"
 
 cargo build --all-targets --locked --features bench
 cargo test --all-targets --locked --features bench --no-fail-fast -- --include-ignored
+
+# A short fuzzing pass over every untrusted input (tests/fuzz; nightly only here).
+./tests/fuzz.sh 20
