@@ -12,6 +12,9 @@ command -v cargo >/dev/null || fail "needs Rust (cargo) 1.95 or later: install i
 rust=$(rustc --version | awk '{print $2}')
 [ "$(printf '%s\n1.95.0\n' "$rust" | sort -V | head -n1)" = "1.95.0" ] || fail "needs Rust 1.95 or later, found $rust: rustup update stable"
 command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with kafka-python)"
+# tests/power_cut.rs mounts its own FUSE file system (no libfuse or fusermount needed).
+[ -c /dev/fuse ] || modprobe fuse 2>/dev/null || [ -c /dev/fuse ] \
+  || fail "needs /dev/fuse for tests/power_cut.rs (modprobe fuse; in a container: --device /dev/fuse --cap-add SYS_ADMIN)"
 
 # What the tests drive, next to what the build links against (OpenSSL, Cyrus SASL,
 # libcurl for librdkafka): one apt-get run for whatever is missing. docker.io brings
