@@ -1,0 +1,317 @@
+//! Entry points for the fuzz targets in `tests/fuzz` (the `fuzzing` feature): each
+//! takes raw bytes and drives the same code the gateway runs on what arrives from
+//! outside, with the same limits. They panic only where the code under them does,
+//! or where a property every input must keep does not hold.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::Write as _;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body::Frame;
+use prost::Message as _;
+use prost_types::{Any, Timestamp};
+
+use crate::event::{Event, EventId, Source, Witness};
+use crate::exchange::unary::{self, FORWARD_PATH, Method, PUBLISH_PATH};
+use crate::exchange::{EventsService, Exchange, ExchangeSettings, compile_filters};
+use crate::filter::Filter;
+use crate::proto::Registry;
+use crate::proto::containerd::types::Envelope;
+use crate::reconcile::managed::{self, ManagedContainer, ManagerView};
+use crate::reconcile::{ContainerState, NodeState, TaskState};
+
+/// Reads a fuzz input as a sequence of small decisions and byte strings.
+struct Input<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        Self { data }
+    }
+
+    fn byte(&mut self) -> u8 {
+        match self.data.split_first() {
+            Some((&b, rest)) => {
+                self.data = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn u64(&mut self) -> u64 {
+        let mut bytes = [0u8; 8];
+        for b in &mut bytes {
+            *b = self.byte();
+        }
+        u64::from_le_bytes(bytes)
+    }
+
+    /// Up to `max` bytes, as many as the next byte says.
+    fn chunk(&mut self) -> &'a [u8] {
+        let len = usize::from(self.byte()).min(self.data.len());
+        let (chunk, rest) = self.data.split_at(len);
+        self.data = rest;
+        chunk
+    }
+
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.data)
+    }
+}
+
+/// Splits on NUL: the fuzzers' way to give several strings in one input.
+fn parts(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    data.split(|&b| b == 0)
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime")
+    })
+}
+
+/// One exchange for every input, with the default limits, as `serve` builds it.
+fn exchange() -> &'static Exchange {
+    static EXCHANGE: OnceLock<Exchange> = OnceLock::new();
+    EXCHANGE.get_or_init(|| {
+        let _entered = runtime().enter();
+        Exchange::new(ExchangeSettings::default())
+    })
+}
+
+/// Events of every shape a filter is matched against.
+fn events() -> &'static [Event] {
+    static EVENTS: OnceLock<Vec<Event>> = OnceLock::new();
+    EVENTS.get_or_init(|| {
+        let registry = Registry::global();
+        let exit = registry
+            .encode_json(
+                "containerd.events.TaskExit",
+                r#"{"container_id":"c1","id":"c1","pid":42,"exit_status":137}"#,
+            )
+            .expect("a TaskExit");
+        let create = registry
+            .encode_json(
+                "containerd.events.ContainerCreate",
+                r#"{"id":"web","image":"docker.io/library/busybox:latest",
+                    "runtime":{"name":"io.containerd.runc.v2"}}"#,
+            )
+            .expect("a ContainerCreate");
+        let unknown = Any {
+            type_url: "example.com/Unknown".into(),
+            value: vec![1, 2, 3],
+        };
+        [
+            ("default", "/tasks/exit", Some(exit)),
+            ("k8s.io", "/containers/create", Some(create)),
+            ("moby", "/other", Some(unknown)),
+            ("", "", None),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (namespace, topic, event))| {
+            let envelope = Envelope {
+                timestamp: Some(Timestamp {
+                    seconds: 1_700_000_000,
+                    nanos: 5,
+                }),
+                namespace: namespace.into(),
+                topic: topic.into(),
+                event,
+            };
+            Event::new(i as u64 + 1, EventId::generate(), Source::Publish, envelope)
+        })
+        .collect()
+    })
+}
+
+/// A Subscribe's filters (NUL-separated): the gateway's limits and compilation, then
+/// matched against events of every shape, as Subscribe and as a route filter; and
+/// the same bytes through containerd's byte-string parser, which must agree on what
+/// parses.
+pub fn filter(data: &[u8]) {
+    let raw: Vec<&[u8]> = parts(data).collect();
+    let by_bytes = Filter::parse_all_bytes(raw.iter().copied());
+    // gRPC strings are UTF-8: a request with anything else never reaches the filter.
+    let Ok(filters) = raw
+        .iter()
+        .map(|f| std::str::from_utf8(f).map(str::to_owned))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return;
+    };
+    let compiled = runtime().block_on(compile_filters(exchange(), filters.clone()));
+    if let Ok(filter) = &compiled {
+        assert!(
+            by_bytes.is_ok(),
+            "{filters:?} compiled for Subscribe but did not parse: {by_bytes:?}"
+        );
+        for event in events() {
+            // Subscribe's view (containerd's fields) and the record's (a superset:
+            // origin, pod, container...) used by route filters and queries.
+            let _ = filter.matches(event);
+            let _ = filter.matches(&event.record_fields());
+        }
+    }
+}
+
+/// One Publish or Forward call: the method, the namespace and encoding headers and
+/// the request body (split into DATA frames where the input says), answered by the
+/// gateway's unary path in front of an in-memory exchange with the default limits.
+pub fn unary(data: &[u8]) {
+    let mut input = Input::new(data);
+    let flags = input.byte();
+    let (method, path) = match flags & 1 {
+        0 => (Method::Publish, PUBLISH_PATH),
+        _ => (Method::Forward, FORWARD_PATH),
+    };
+    let namespace = input.chunk();
+    let split = usize::from(input.byte());
+    let body = input.rest();
+    let mut request = http::Request::builder().method("POST").uri(path);
+    if flags & 2 != 0 {
+        // A header that is not a valid header value never gets past HTTP/2.
+        if let Ok(value) = http::HeaderValue::from_bytes(namespace) {
+            request = request.header(crate::exchange::NAMESPACE_HEADER, value);
+        }
+    }
+    if flags & 4 != 0 {
+        request = request.header("grpc-encoding", "identity");
+    }
+    let chunks: Vec<Bytes> = match split {
+        0 => vec![Bytes::copy_from_slice(body)],
+        at => body
+            .chunks(at)
+            .map(Bytes::copy_from_slice)
+            .collect::<Vec<_>>(),
+    };
+    let frames = futures::stream::iter(
+        chunks
+            .into_iter()
+            .map(|chunk| Ok::<_, Infallible>(Frame::data(chunk))),
+    );
+    let Ok(request) = request.body(http_body_util::StreamBody::new(frames)) else {
+        return;
+    };
+    let service = EventsService::new(exchange().clone());
+    let response = runtime().block_on(unary::serve(method, service, request));
+    assert!(
+        response.headers().contains_key("content-type") || response.status() != 200,
+        "every answer is gRPC"
+    );
+}
+
+/// Every type the registry knows, by its index in the pool.
+fn registered() -> &'static [String] {
+    static NAMES: OnceLock<Vec<String>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        Registry::global()
+            .pool()
+            .all_messages()
+            .map(|m| m.full_name().to_owned())
+            .collect()
+    })
+}
+
+/// An `Any` of a registered type (picked by the first two bytes) with an arbitrary
+/// payload, through every text shape: `ctr events` lines, Go-style and protobuf
+/// JSON, JSON lines. Every JSON written must parse.
+pub fn render(data: &[u8]) {
+    let mut input = Input::new(data);
+    let names = registered();
+    let pick = usize::from(u16::from_le_bytes([input.byte(), input.byte()]));
+    let flags = input.byte();
+    let name = &names[pick % names.len()];
+    let type_url = match flags & 1 {
+        0 => name.clone(),
+        _ => format!("types.googleapis.com/{name}"),
+    };
+    let seconds = i64::from_le_bytes(input.u64().to_le_bytes());
+    let nanos = i32::from(input.byte()) * 3_999_999;
+    let envelope = Envelope {
+        timestamp: (flags & 2 != 0).then_some(Timestamp { seconds, nanos }),
+        namespace: "default".into(),
+        topic: "/tasks/exit".into(),
+        event: Some(Any {
+            type_url,
+            value: input.rest().to_vec(),
+        }),
+    };
+    if let Ok(message) = Registry::global().decode(envelope.event.as_ref().expect("set")) {
+        let go = crate::proto::to_go_json(&message);
+        assert_json(&go);
+        assert_json(&crate::proto::to_json_string(&message));
+    }
+    let _ = crate::render::ctr_line(&envelope);
+    let raw = crate::render::ctr_raw_line(&envelope);
+    assert!(!raw.contains('\n'), "one line: {raw}");
+    assert_json(&crate::render::envelope_json(&envelope));
+    let event = Event::new(7, EventId::generate(), Source::Publish, envelope);
+    let _ = crate::render::event_ctr_line(&event);
+    let line = crate::render::event_json(&event);
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert_json(&line);
+}
+
+fn assert_json(text: &str) {
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(text) {
+        panic!("not JSON ({e}): {text}");
+    }
+}
+
+/// A configuration file and `serve` flags (NUL-separated after the file), loaded as
+/// `eventgate serve --config` loads them, through validation.
+pub fn config(data: &[u8]) {
+    use clap::Parser as _;
+    let mut pieces = parts(data);
+    let Some(text) = pieces.next() else {
+        return;
+    };
+    let mut args = vec!["eventgate".to_owned(), "serve".to_owned()];
+    for flag in pieces {
+        let Ok(flag) = std::str::from_utf8(flag) else {
+            return;
+        };
+        args.push(flag.to_owned());
+    }
+    if let Ok(text) = std::str::from_utf8(text)
+        && let Ok(config) = crate::config::Config::parse(text, "in the fuzz input")
+    {
+        // What validated renders as TOML that loads again.
+        let kinds = crate::forward::Kinds::default();
+        let _ = config.check_kinds(&kinds);
+        let again = config.to_toml(&kinds);
+        if let Err(e) = crate::config::Config::parse(&again, "re-rendered") {
+            panic!("a valid config renders as one that does not load: {e}\n{again}");
+        }
+    }
+    let Ok(cli) = crate::cli::Cli::try_parse_from(&args) else {
+        return;
+    };
+    let crate::cli::Command::Serve(mut serve) = cli.command else {
+        return;
+    };
+    let Ok(mut file) = tempfile::NamedTempFile::new() else {
+        return;
+    };
+    if file.write_all(text).is_err() {
+        return;
+    }
+    serve.config = Some(file.path().to_owned());
+    let _ = serve.config();
+}
+
+mod managers;
+mod stored;
+
+pub use managers::{cri, docker};
+pub use stored::{kafka, note, note_signer, resume, spool_record, spool_segment};

@@ -1,0 +1,259 @@
+//! Targets for what eventgate reads back or takes in already recorded: spool
+//! segments and records, Kafka messages, resume positions, signed checkpoints.
+
+use super::*;
+
+/// A spool segment of `count` intact records followed by the input's bytes (a torn
+/// write, a bit flip, garbage), opened as the gateway opens its spool after a
+/// crash: opening never fails on content, and the intact records are all read back.
+pub fn spool_segment(data: &[u8]) {
+    let mut input = Input::new(data);
+    let count = u64::from(input.byte() % 5);
+    let tail = input.rest();
+    let Ok(dir) = tempfile::tempdir() else {
+        return;
+    };
+    let segments = dir.path().join("segments");
+    std::fs::create_dir_all(&segments).expect("segments dir");
+    let mut bytes = Vec::new();
+    for seq in 1..=count {
+        let event = spool_event(seq);
+        crate::spool::record::encode(&event, &mut bytes).expect("a small record fits");
+    }
+    bytes.extend_from_slice(tail);
+    std::fs::write(segments.join(format!("{:020}.log", 1)), &bytes).expect("segment");
+    let settings = crate::spool::SpoolSettings {
+        fsync: crate::spool::Fsync::None,
+        ..Default::default()
+    };
+    runtime().block_on(async {
+        let (spool, recovery) = crate::spool::Spool::open(dir.path(), &settings, &["a"])
+            .unwrap_or_else(|e| panic!("a spool with a damaged segment opens: {e}"));
+        assert!(
+            recovery.next_seq > count,
+            "{count} intact records, appending at {}: {recovery:?}",
+            recovery.next_seq
+        );
+        let mut reader = spool.reader(1);
+        let mut seen = Vec::new();
+        while reader.position() <= count {
+            let batch = tokio::time::timeout(Duration::from_secs(5), reader.next(64, 1 << 20))
+                .await
+                .expect("a reader behind the durable position returns promptly")
+                .unwrap_or_else(|e| panic!("reading the recovered spool: {e}"));
+            assert!(
+                batch.gap.is_none_or(|g| g.first > count),
+                "intact records lost: {:?} ({recovery:?})",
+                batch.gap
+            );
+            for event in &batch.events {
+                if event.seq <= count {
+                    assert_eq!(event.envelope, spool_event(event.seq).envelope);
+                    seen.push(event.seq);
+                }
+            }
+        }
+        assert_eq!(seen, (1..=count).collect::<Vec<_>>(), "{recovery:?}");
+        let _ = spool.close().await;
+    });
+}
+
+fn spool_event(seq: u64) -> Event {
+    let envelope = Envelope {
+        timestamp: Some(Timestamp {
+            seconds: 1_700_000_000 + seq as i64,
+            nanos: 0,
+        }),
+        namespace: "default".into(),
+        topic: "/tasks/exit".into(),
+        event: Some(Any {
+            type_url: "containerd.events.TaskExit".into(),
+            value: vec![seq as u8; 40],
+        }),
+    };
+    Event::new(
+        seq,
+        EventId::derived(&seq.to_le_bytes()),
+        Source::Publish,
+        envelope,
+    )
+}
+
+/// One record: the input as a record's body under a correct length and checksum (so
+/// the decoder, not the checksum, is what the bytes meet), and the input as it is
+/// through the checker.
+pub fn spool_record(data: &[u8]) {
+    use crate::spool::record::{Check, check, decode};
+    let _ = check(data);
+    let Ok(len) = u32::try_from(data.len()) else {
+        return;
+    };
+    let mut record = Vec::with_capacity(8 + data.len());
+    record.extend_from_slice(&len.to_le_bytes());
+    record.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    record.extend_from_slice(data);
+    let Check::Valid { seq, len } = check(&record) else {
+        return;
+    };
+    assert_eq!(len, record.len());
+    let Some(event) = decode(&record) else {
+        return;
+    };
+    assert_eq!(event.seq, seq);
+    // What decodes is an event like any other: it renders, and spools again.
+    let _ = crate::render::event_json(&event);
+    let mut again = Vec::new();
+    if crate::spool::record::encode(&event, &mut again).is_ok() {
+        let back = decode(&again).expect("a record written from a decoded one decodes");
+        assert_eq!(back.envelope, event.envelope);
+        assert_eq!(back.id, event.id);
+    }
+}
+
+/// A Kafka message from another gateway (or anyone who can write to the topic):
+/// headers and value from the input, decoded in the format the input picks.
+pub fn kafka(data: &[u8]) {
+    use crate::source::kafka::decode::{Message, decode};
+    use crate::source::kafka::options::Format;
+    let mut input = Input::new(data);
+    let format = match input.byte() % 5 {
+        0 => Format::Auto,
+        1 => Format::Protobuf,
+        2 => Format::Json,
+        3 => Format::CloudeventsBinary,
+        _ => Format::CloudeventsStructured,
+    };
+    // Every header the decoder reads, and one it does not.
+    const NAMES: &[&str] = &[
+        "ce_specversion",
+        "ce_namespace",
+        "ce_topic",
+        "ce_type",
+        "ce_time",
+        "content-type",
+        "type_url",
+        "event_id",
+        "node",
+        "node_seq",
+        "seq",
+        "origin",
+        "origin_clock",
+        "reconciled_from",
+        "publisher",
+        "received_at",
+        "container_kind",
+        "container_labels",
+        "container_name",
+        "pod_name",
+        "pod_namespace",
+        "pod_uid",
+        "image",
+        "x-other",
+    ];
+    let count = input.byte() % 8;
+    let mut headers = Vec::new();
+    for _ in 0..count {
+        let name = NAMES[usize::from(input.byte()) % NAMES.len()];
+        headers.push((name, input.chunk()));
+    }
+    let has_value = input.byte() & 1 == 0;
+    let value = input.rest();
+    let message = Message {
+        topic: "eventgate",
+        partition: 0,
+        offset: 42,
+        headers,
+        value: has_value.then_some(value),
+    };
+    let source: Arc<str> = Arc::from("fuzz");
+    if let Ok(event) = decode(&message, format, &source) {
+        // What is taken in is an event like any other: it renders and spools.
+        let _ = crate::render::event_json(&event);
+        let mut record = Vec::new();
+        if crate::spool::record::encode(&event, &mut record).is_ok() {
+            let len = record.len();
+            let back = crate::spool::record::decode(&record[..len]);
+            assert!(back.is_some(), "an event from Kafka spools and reads back");
+        }
+    }
+}
+
+/// The resumable Subscribe's position and the CLI's `--since`/`--until` text: a
+/// SubscribeRequest as a client sends it, resolved against what the input says the
+/// gateway keeps; a `--since` text parsed against a clock from the input; and a
+/// Record as the CLI receives it.
+pub fn resume(data: &[u8]) {
+    use crate::proto::eventgate::services::events::v1::{Record, SubscribeRequest};
+    use crate::resume::position::{Kept, resolve};
+    let mut input = Input::new(data);
+    let which = input.byte() % 3;
+    let now = UNIX_EPOCH + Duration::from_secs(input.u64() % (1 << 40));
+    let oldest_seq = input.u64() % 1000;
+    let next_seq = oldest_seq + input.u64() % 1000;
+    let oldest_time = match input.byte() & 1 {
+        0 => None,
+        _ => UNIX_EPOCH.checked_add(Duration::from_secs(input.u64() % (1 << 40))),
+    };
+    let first_since = match input.byte() & 1 {
+        0 => None,
+        _ => Some(input.u64()),
+    };
+    let rest = input.rest();
+    match which {
+        0 => {
+            let Ok(request) = SubscribeRequest::decode(rest) else {
+                return;
+            };
+            let Ok((start, _until)) = crate::resume::bounds(&request) else {
+                return;
+            };
+            let kept = Kept {
+                oldest_seq,
+                oldest_time,
+                next_seq,
+                now,
+            };
+            if let Ok(from) = resolve(start, &kept, |_| first_since) {
+                assert!(from <= next_seq.max(from), "{from}");
+            }
+        }
+        1 => {
+            let Ok(text) = std::str::from_utf8(rest) else {
+                return;
+            };
+            if let Ok(time) = crate::query::time::parse_bound(text, now) {
+                // As the CLI sends it, and as the gateway reads it back.
+                let wire = Timestamp::from(time);
+                let back = SystemTime::try_from(wire).expect("a parsed bound is a time");
+                assert_eq!(back, time, "{text:?}");
+            }
+        }
+        _ => {
+            let Ok(record) = Record::decode(rest) else {
+                return;
+            };
+            if let Ok(event) = crate::resume::record::from_record(record) {
+                let _ = crate::render::event_json(&event);
+                let _ = crate::render::event_ctr_line(&event);
+            }
+        }
+    }
+}
+
+/// The signer behind [`note`]'s verifier key; seeds sign with it.
+pub fn note_signer() -> crate::note::Signer {
+    crate::note::Signer::from_seed("fuzz.example/log", &[7; 32])
+}
+
+/// A checkpoints file for `audit verify --checkpoints` (signed notes, or the file
+/// forwarder's JSON lines carrying them), read and opened with a verifier key; and
+/// the same bytes as one note and as a verifier key.
+pub fn note(data: &[u8]) {
+    let verifiers = [note_signer().verifier()];
+    let _ = crate::note::open_bytes(data, &verifiers);
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::note::Verifier::from_text(text.trim_end());
+        let _ = crate::note::Signer::from_text(text.trim_end());
+    }
+    let _ = crate::store::verify::shipped::read(data, "checkpoints", &verifiers);
+}
