@@ -46,9 +46,10 @@ fn a_short_soak_loses_nothing_acknowledged_and_says_so() {
         .filter_map(|l| l.rsplit('|').nth(1)?.trim().parse::<usize>().ok())
         .sum();
     assert!(faults >= 10, "{faults} faults:\n{table}");
-    assert_eq!(
-        value(&table, "SQLite (exactly once)"),
-        "0 / 0 / 0",
+    // Lost / duplicated / stored without an acknowledgement (a Publish cut off after
+    // its event was durable, which is allowed).
+    assert!(
+        value(&table, "SQLite (exactly once)").starts_with("0 / 0 / "),
         "{table}"
     );
     assert!(

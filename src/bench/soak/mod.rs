@@ -157,6 +157,14 @@ pub async fn run(soak: Soak) -> Result<Report, BenchError> {
             context: "cannot create a temporary directory".into(),
             source,
         })?;
+    // A copy of the binary for the whole run: one rebuilt in place meanwhile would
+    // otherwise be what the next restart runs (or be missing while it is written).
+    let eventgate = work.path().join("eventgate");
+    std::fs::copy(&soak.eventgate, &eventgate).map_err(|source| BenchError::Io {
+        context: format!("cannot copy {}", soak.eventgate.display()),
+        source,
+    })?;
+    let soak = Soak { eventgate, ..soak };
     let disk = work.path().join("disk");
     let _tmpfs = Tmpfs::mount(&disk, soak.disk_bytes)?;
     let data = disk.join("data");

@@ -38,10 +38,8 @@ pub struct SoakBenchArgs {
 }
 
 pub(super) async fn run_soak(args: SoakBenchArgs) -> Result<ExitCode, CliError> {
-    let eventgate = std::env::current_exe().map_err(|source| CliError::Io {
-        context: "cannot find the eventgate binary".into(),
-        source,
-    })?;
+    // This very process, even if its file was replaced since it started.
+    let eventgate = PathBuf::from("/proc/self/exe");
     let seed = args.seed.unwrap_or_else(rand::random);
     // Room for everything the sinks keep over the run (about 3 KiB per event
     // across the store, the log file and the spool), plus a margin.
