@@ -37,9 +37,12 @@ if ! [[ $seconds =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
 fi
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-    echo "fuzz: the nightly toolchain is missing (cargo-fuzz needs it for libFuzzer's coverage);" >&2
-    echo "      install it with: rustup toolchain install nightly --profile minimal" >&2
-    exit 1
+    echo "fuzz: installing the nightly toolchain (cargo-fuzz needs it for libFuzzer's coverage)" >&2
+    if ! rustup toolchain install nightly --profile minimal; then
+        echo "fuzz: the nightly toolchain is missing and could not be installed;" >&2
+        echo "      install it with: rustup toolchain install nightly --profile minimal" >&2
+        exit 1
+    fi
 fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz" >&2
