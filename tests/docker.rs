@@ -252,16 +252,32 @@ fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
         &[(PROJECT, "shop"), (SERVICE, "worker")],
         "exit 7",
     );
-    let oom = dockerd.run_with(
-        "shop-hog-1",
-        &[(PROJECT, "shop"), (SERVICE, "hog")],
-        &["--memory", "16m", "--memory-swap", "16m"],
-        "x=a; while true; do x=\"$x$x\"; done",
-    );
+    // dockerd 20.10 marks a run OOMKilled only when containerd's /tasks/oom reaches
+    // it before the exit; on a loaded machine the exit can win, and dockerd then says
+    // 137 without OOMKilled. Such a run tells nothing about the OOM path, so it is
+    // removed (during the gap: no record of it can exist) and the hog run again.
+    let (oom, oom_inspect) = (1..=5)
+        .find_map(|_| {
+            let oom = dockerd.run_with(
+                "shop-hog-1",
+                &[(PROJECT, "shop"), (SERVICE, "hog")],
+                &["--memory", "16m", "--memory-swap", "16m"],
+                "x=a; while true; do x=\"$x$x\"; done",
+            );
+            let inspect = dockerd.wait_exited(&oom);
+            if inspect["State"]["OOMKilled"] == true {
+                return Some((oom, inspect));
+            }
+            println!(
+                "dockerd did not mark the hog OOMKilled (exit {}); again",
+                inspect["State"]["ExitCode"]
+            );
+            dockerd.rm(&oom);
+            None
+        })
+        .expect("dockerd marked one of 5 hog runs OOMKilled");
     let gap_inspect = dockerd.wait_exited(&gap);
-    let oom_inspect = dockerd.wait_exited(&oom);
     assert_eq!(gap_inspect["State"]["ExitCode"], 7);
-    assert_eq!(oom_inspect["State"]["OOMKilled"], true, "{oom_inspect}");
     assert_eq!(oom_inspect["State"]["ExitCode"], 137);
     dockerd.rm(&web);
 
