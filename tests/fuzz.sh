@@ -24,6 +24,10 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# The targets are built by another toolchain with other flags; they stay in
+# tests/fuzz/target, where the runs below look for them, whatever the product's
+# build uses (CARGO_TARGET_DIR would move them).
+unset CARGO_TARGET_DIR
 fuzz_dir=tests/fuzz
 seconds=${1:-60}
 shift || true
