@@ -45,7 +45,8 @@
 //!   and flags, and validates them; [`units`]: sizes and durations; `reload`: applying
 //!   a new configuration to a running gateway; `redact`: secrets out of logs and errors.
 //! - `cli`: the `eventgate` command; `bench` (with the `bench` feature): rerunnable
-//!   benchmarks.
+//!   benchmarks; `fuzzing` (with the `fuzzing` feature): the entry points of the
+//!   fuzz targets in `tests/fuzz`.
 //!
 //! Linked modules are the library's surface, what an embedder needs (see
 //! `examples/custom_forwarder.rs`); the rest is crate-private.
