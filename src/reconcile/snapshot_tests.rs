@@ -6,7 +6,7 @@ use crate::proto::containerd::events as ev;
 use crate::testing::{self, TempSpool};
 
 /// Event `seq` from `source`: container `id` created now.
-fn create(seq: u64, source: Source, id: &str) -> Event {
+pub(super) fn create(seq: u64, source: Source, id: &str) -> Event {
     let create = ev::ContainerCreate {
         id: id.into(),
         image: "busybox".into(),
@@ -20,11 +20,11 @@ fn create(seq: u64, source: Source, id: &str) -> Event {
         .build()
 }
 
-fn node() -> Source {
+pub(super) fn node() -> Source {
     Source::Upstream(Arc::from("node"))
 }
 
-fn containers(snapshot: &Snapshot) -> Vec<String> {
+pub(super) fn containers(snapshot: &Snapshot) -> Vec<String> {
     snapshot
         .state
         .namespaces

@@ -2,13 +2,11 @@
 //! and its marker never durable, marker durable and not promoted, promoted and the
 //! pending file not yet removed.
 
-use std::sync::Arc;
-
 use prost_types::Timestamp;
 
+use super::tests::{containers, create, node};
 use super::*;
 use crate::event::Source;
-use crate::proto::containerd::events as ev;
 use crate::proto::eventgate::events::v1::UpstreamReconciled;
 use crate::spool::Ticket;
 use crate::testing::{self, TempSpool};
@@ -20,24 +18,6 @@ const LISTED: Timestamp = Timestamp {
 
 fn marker_id() -> String {
     pending::marker_id(&LISTED)
-}
-
-fn node() -> Source {
-    Source::Upstream(Arc::from("node"))
-}
-
-fn create(seq: u64, source: Source, id: &str) -> Event {
-    let create = ev::ContainerCreate {
-        id: id.into(),
-        image: "busybox".into(),
-        runtime: None,
-    };
-    testing::event(seq)
-        .source(source)
-        .topic("/containers/create")
-        .now()
-        .message("containerd.events.ContainerCreate", &create)
-        .build()
 }
 
 /// `upstream`'s reconciled marker for lists read at `LISTED`.
@@ -67,15 +47,6 @@ fn holding(ids: &[&str]) -> NodeState {
         );
     }
     state
-}
-
-fn containers(snapshot: &Snapshot) -> Vec<String> {
-    snapshot
-        .state
-        .namespaces
-        .get("default")
-        .map(|ns| ns.containers.keys().cloned().collect())
-        .unwrap_or_default()
 }
 
 async fn append(spool: &Spool, event: Event) -> Event {

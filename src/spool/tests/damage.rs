@@ -1,13 +1,5 @@
 use super::*;
 
-async fn filled(n: usize) -> TempSpool {
-    let dir = TempSpool::new();
-    let (spool, _) = dir.open(&["a"]);
-    append(&spool, n).await;
-    spool.close().await.unwrap();
-    dir
-}
-
 #[tokio::test]
 async fn a_torn_tail_is_cut_at_every_offset_and_only_that_record_is_lost() {
     let dir = filled(20).await;

@@ -28,14 +28,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     files
 }
 
-async fn filled(n: usize) -> TempSpool {
-    let dir = TempSpool::new();
-    let (spool, _) = dir.open(&["a"]);
-    append(&spool, n).await;
-    spool.close().await.unwrap();
-    dir
-}
-
 #[tokio::test]
 async fn a_new_spool_is_stamped_with_the_current_format() {
     let dir = filled(3).await;

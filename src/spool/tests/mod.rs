@@ -32,6 +32,15 @@ async fn append(spool: &Spool, n: usize) {
 }
 
 /// Everything a reader from `from` returns up to the spool's end: seqs and gaps.
+/// A closed spool holding `n` events, its one cursor `a` at the start.
+async fn filled(n: usize) -> TempSpool {
+    let dir = TempSpool::new();
+    let (spool, _) = dir.open(&["a"]);
+    append(&spool, n).await;
+    spool.close().await.unwrap();
+    dir
+}
+
 async fn read_all(spool: &Spool, from: u64) -> (Vec<u64>, Vec<Gap>) {
     let mut reader = spool.reader(from);
     let (mut seqs, mut gaps) = (Vec::new(), Vec::new());
