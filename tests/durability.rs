@@ -87,31 +87,17 @@ fn in_kafka(brokers: &str, at_least: usize) -> Vec<String> {
         .collect()
 }
 
-/// Publishes `p<publisher>-<n>` events back to back until `stop`, reconnecting
-/// after failures; returns the ids whose Publish returned OK.
+/// Publishes `p<publisher>-<n>` events until `stop`; returns the ids whose Publish
+/// returned OK.
 async fn publisher(address: String, publisher: usize, stop: Arc<AtomicBool>) -> Vec<String> {
     let mut acked = Vec::new();
-    let mut client = None;
-    let mut n = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        if client.is_none() {
-            client = eventgate::client::connect(&address, Duration::from_millis(500))
-                .await
-                .ok();
-            if client.is_none() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        }
-        let id = format!("p{publisher}-{n}");
-        n += 1;
-        let Some(c) = client.as_mut() else { continue };
-        match c.publish(exit_request(&id)).await {
-            Ok(_) => acked.push(id),
-            // Unknown outcome: may or may not be stored; never published again.
-            Err(_) => client = None,
-        }
-    }
+    publish_until(
+        &address,
+        &stop,
+        |n| format!("p{publisher}-{n}"),
+        |id| acked.push(id),
+    )
+    .await;
     acked
 }
 

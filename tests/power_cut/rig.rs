@@ -101,30 +101,12 @@ pub fn spool_ids(segments: &Path) -> HashSet<String> {
 /// Acknowledged ids, with when the acknowledgement came.
 pub type Acked = Arc<Mutex<Vec<(String, Instant)>>>;
 
-/// Publishes `P<publisher>N<n>` events back to back until `stop`, reconnecting
-/// after failures; notes each one whose Publish returned OK.
+/// Publishes `P<publisher>N<n>` events until `stop`; notes each one whose Publish
+/// returned OK, with when.
 pub async fn publisher(address: String, publisher: usize, stop: Arc<AtomicBool>, acked: Acked) {
-    let mut client = None;
-    let mut n = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        if client.is_none() {
-            client = eventgate::client::connect(&address, Duration::from_millis(500))
-                .await
-                .ok();
-            if client.is_none() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        }
-        let id = format!("P{publisher}N{n:07}");
-        n += 1;
-        let Some(c) = client.as_mut() else { continue };
-        match c.publish(exit_request(&id)).await {
-            Ok(_) => acked.lock().unwrap().push((id, Instant::now())),
-            // Unknown outcome: may or may not be stored; never published again.
-            Err(_) => client = None,
-        }
-    }
+    let id = |n| format!("P{publisher}N{n:07}");
+    let note = |id| acked.lock().unwrap().push((id, Instant::now()));
+    publish_until(&address, &stop, id, note).await;
 }
 
 /// Containers run one after another until `stop` (`ctr run --rm`, as

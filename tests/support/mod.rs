@@ -485,6 +485,37 @@ pub fn task_oom(container: &str) -> Option<prost_types::Any> {
     )
 }
 
+/// Publishes `/tasks/exit` events for the containers `id(0)`, `id(1)`, ... back to
+/// back until `stop`, reconnecting after failures; hands each id whose Publish
+/// returned OK to `acked`. A failed call's outcome is unknown (it may be stored),
+/// so its event is never published again.
+pub async fn publish_until(
+    address: &str,
+    stop: &std::sync::atomic::AtomicBool,
+    mut id: impl FnMut(u64) -> String,
+    mut acked: impl FnMut(String),
+) {
+    let mut client = None;
+    let mut n = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let Some(c) = client.as_mut() else {
+            client = eventgate::client::connect(address, Duration::from_millis(500))
+                .await
+                .ok();
+            if client.is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            continue;
+        };
+        let next = id(n);
+        n += 1;
+        match c.publish(exit_request(&next)).await {
+            Ok(_) => acked(next),
+            Err(_) => client = None,
+        }
+    }
+}
+
 /// A Publish request for a `/tasks/exit` of `container` in namespace `default`.
 pub fn exit_request(
     container: &str,
