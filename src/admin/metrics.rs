@@ -172,3 +172,7 @@ fn describe() {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;
