@@ -26,6 +26,14 @@ use tokio::time::Sleep;
 use tonic::transport::server::Connected;
 
 use crate::exchange::Limit;
+use crate::metric::Metric;
+
+/// The metric the connection counts record.
+pub(crate) const METRICS: &[Metric] = &[Metric::gauge(
+    "eventgate_connections",
+    metrics::Unit::Count,
+    "Client connections open on an exchange listener (unix, tcp).",
+)];
 
 /// The connections open on one listener; cheap to clone, clones share the count.
 #[derive(Clone, Debug)]

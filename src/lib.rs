@@ -40,6 +40,7 @@
 //! - [`gateway`]: wiring and graceful shutdown (`listen`: sockets; `lock`: one gateway
 //!   per data directory; `connections`: the cap on client connections per listener).
 //! - `admin`: the HTTP endpoint for Prometheus metrics, health, readiness and status.
+//!   Each module names and describes the metrics it records in a table (`metric`).
 //! - [`client`] and [`tls`]: connecting to an Events endpoint (eventgate or containerd).
 //! - [`config`]: assembles the tables each module owns, from defaults, the TOML file
 //!   and flags, and validates them; [`units`]: sizes and durations; `reload`: applying
@@ -80,6 +81,7 @@ mod identifiers;
 mod listen;
 mod lock;
 mod markers;
+mod metric;
 mod node;
 pub mod note;
 pub mod pipeline;

@@ -28,10 +28,25 @@ use crate::errors;
 use crate::event::Source;
 use crate::exchange::Exchange;
 use crate::markers;
+use crate::metric::Metric;
 use crate::note::Signer;
 use crate::pipeline::ForwarderSpec;
 use crate::store::chain::{Hash, hex};
 use crate::store::checkpoint::{self, Checkpoint, Head};
+
+/// The metrics the signers record.
+pub(crate) const METRICS: &[Metric] = &[
+    Metric::counter(
+        "eventgate_audit_checkpoints_total",
+        metrics::Unit::Count,
+        "Signed checkpoints of an audit store's chain head published, by sqlite forwarder.",
+    ),
+    Metric::counter(
+        "eventgate_audit_checkpoint_failures_total",
+        metrics::Unit::Count,
+        "Attempts to sign and publish an audit checkpoint that failed (retried), by sqlite forwarder.",
+    ),
+];
 
 /// How often a store's head is read.
 const TICK: Duration = Duration::from_secs(1);

@@ -11,6 +11,7 @@
 
 pub(crate) mod client;
 mod http;
+pub(crate) mod metric_table;
 pub(crate) mod metrics;
 pub(crate) mod readiness;
 pub(crate) mod settings;

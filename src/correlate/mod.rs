@@ -32,6 +32,7 @@ use crate::event::Event;
 use crate::forward::{Batch, ForwardError, Forwarder};
 
 mod aggregate;
+pub(crate) mod metric_table;
 mod settings;
 mod state;
 

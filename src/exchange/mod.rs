@@ -17,6 +17,7 @@ mod append;
 mod dropped;
 pub(crate) mod limits;
 mod matching;
+pub(crate) mod metric_table;
 mod routes;
 mod service;
 mod settings;

@@ -28,6 +28,7 @@ pub(crate) mod deadletter;
 pub(crate) mod health;
 mod inflight;
 mod isolate;
+pub(crate) mod metric_table;
 pub(crate) mod queue;
 pub(crate) mod retry;
 mod route;

@@ -14,6 +14,7 @@
 //! are named in the answer and the log, and otherwise left as they run.
 
 pub(crate) mod diff;
+pub(crate) mod metric_table;
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};

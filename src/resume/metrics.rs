@@ -1,5 +1,5 @@
 //! The resumers' counters, looked up once per gateway (a labelled `counter!` hashes
-//! its key on every call). Described in `src/admin/metrics.rs`.
+//! its key on every call). Described in `metric_table.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -12,6 +12,7 @@
 
 mod catchup;
 mod history;
+pub(crate) mod metric_table;
 mod metrics;
 pub(crate) mod position;
 pub(crate) mod record;

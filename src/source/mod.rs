@@ -15,6 +15,7 @@ use crate::exchange::Exchange;
 use crate::forward::Options;
 
 pub(crate) mod kafka;
+pub(crate) mod metric_table;
 mod stats;
 
 pub(crate) use stats::{SourceFailing, SourceHealth, SourceStats};

@@ -25,6 +25,7 @@ mod files;
 pub(crate) mod format;
 #[cfg(test)]
 mod gate;
+pub(crate) mod metric_table;
 mod open;
 mod reader;
 pub(crate) mod record;

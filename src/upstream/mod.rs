@@ -19,6 +19,7 @@ mod inflight;
 mod managers;
 #[cfg(test)]
 pub(crate) use managers::{ManagerReport, Outcome as ManagerOutcome};
+pub(crate) mod metric_table;
 mod reconciler;
 mod settings;
 mod status;

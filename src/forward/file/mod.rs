@@ -25,6 +25,7 @@
 mod archive;
 mod checkpoint;
 mod disk;
+pub(crate) mod metric_table;
 mod options;
 mod writer;
 

@@ -21,6 +21,7 @@
 mod cloudevents;
 mod config;
 mod context;
+pub(crate) mod metric_table;
 mod outcome;
 mod properties;
 mod record;

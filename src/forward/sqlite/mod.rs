@@ -11,6 +11,7 @@
 //! for it, then finds its rows already stored (ids are unique, re-inserts are no-ops).
 
 mod classify;
+pub(crate) mod metric_table;
 mod retention;
 
 use std::path::PathBuf;

@@ -1,0 +1,125 @@
+//! The modules' metric tables against the recorder and against docs/observability.md,
+//! which lists every metric as a table row whose first cell is its backticked name
+//! and whose second cell starts with its type: "| `eventgate_x_total` | counter | ...".
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::metric::{Metric, MetricKind};
+
+use super::{TABLES, builder, describe};
+
+const OBSERVABILITY: &str = include_str!("../../docs/observability.md");
+
+fn described() -> impl Iterator<Item = &'static Metric> {
+    TABLES.iter().flat_map(|table| table.iter())
+}
+
+fn type_word(kind: MetricKind) -> &'static str {
+    match kind {
+        MetricKind::Counter => "counter",
+        MetricKind::Gauge => "gauge",
+        MetricKind::Histogram => "histogram",
+    }
+}
+
+/// Name to the first word of the type column, for every metric row of the doc.
+fn documented() -> BTreeMap<&'static str, &'static str> {
+    let mut rows = BTreeMap::new();
+    for line in OBSERVABILITY.lines() {
+        if !line.starts_with("| `eventgate_") {
+            continue;
+        }
+        let mut cells = line.split('|').skip(1).map(str::trim);
+        let name = cells.next().unwrap_or_default().trim_matches('`');
+        let kind = cells
+            .next()
+            .and_then(|cell| cell.split_whitespace().next())
+            .unwrap_or_default();
+        assert!(
+            rows.insert(name, kind).is_none(),
+            "{name} is listed twice in docs/observability.md"
+        );
+    }
+    rows
+}
+
+#[test]
+fn every_metric_is_described_once_with_a_prometheus_name() {
+    let mut names = BTreeSet::new();
+    for metric in described() {
+        assert!(
+            names.insert(metric.name),
+            "{} is described twice",
+            metric.name
+        );
+        assert!(metric.name.starts_with("eventgate_"), "{}", metric.name);
+        assert!(
+            metric
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+            "{}",
+            metric.name
+        );
+        assert_eq!(
+            metric.kind == MetricKind::Counter,
+            metric.name.ends_with("_total"),
+            "{}: counters, and only counters, end in _total",
+            metric.name
+        );
+        assert!(!metric.help.is_empty(), "{} has no help", metric.name);
+    }
+}
+
+#[test]
+fn the_documented_metrics_are_the_described_ones() {
+    let documented = documented();
+    // The doc's table must have been found, or an empty list would pass.
+    assert!(documented.len() > 50, "{documented:?}");
+    let described: BTreeMap<_, _> = described()
+        .map(|metric| (metric.name, type_word(metric.kind)))
+        .collect();
+    let undocumented: Vec<_> = described
+        .keys()
+        .filter(|name| !documented.contains_key(*name))
+        .collect();
+    let undescribed: Vec<_> = documented
+        .keys()
+        .filter(|name| !described.contains_key(*name))
+        .collect();
+    assert!(
+        undocumented.is_empty() && undescribed.is_empty(),
+        "described but not in docs/observability.md: {undocumented:?}; \
+         in docs/observability.md but not described: {undescribed:?}"
+    );
+    for (name, kind) in &described {
+        assert_eq!(
+            documented.get(name),
+            Some(kind),
+            "{name}'s type in docs/observability.md"
+        );
+    }
+}
+
+#[test]
+fn the_recorder_gives_every_metric_its_help_and_type() {
+    let recorder = builder().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        describe();
+        for metric in described() {
+            match metric.kind {
+                MetricKind::Counter => metrics::counter!(metric.name).increment(1),
+                MetricKind::Gauge => metrics::gauge!(metric.name).set(1.0),
+                MetricKind::Histogram => metrics::histogram!(metric.name).record(1.0),
+            }
+        }
+    });
+    let text = handle.render();
+    for metric in described() {
+        let help = format!("# HELP {} {}\n", metric.name, metric.help);
+        let kind = format!("# TYPE {} {}\n", metric.name, type_word(metric.kind));
+        assert!(text.contains(&help), "{help:?} missing from:\n{text}");
+        assert!(text.contains(&kind), "{kind:?} missing from:\n{text}");
+    }
+}

@@ -1,0 +1,23 @@
+//! The metrics the SQLite forwarder records.
+
+use metrics::Unit::{Count, Seconds};
+
+use crate::metric::Metric;
+
+pub(crate) const METRICS: &[Metric] = &[
+    Metric::counter(
+        "eventgate_sqlite_rows_total",
+        Count,
+        "Rows the SQLite forwarder handled, by outcome (inserted, duplicate).",
+    ),
+    Metric::counter(
+        "eventgate_sqlite_errors_total",
+        Count,
+        "SQLite forwarder errors, by class.",
+    ),
+    Metric::histogram(
+        "eventgate_sqlite_transaction_seconds",
+        Seconds,
+        "Duration of one SQLite forwarder transaction (one batch).",
+    ),
+];
