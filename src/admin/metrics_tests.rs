@@ -123,3 +123,39 @@ fn the_recorder_gives_every_metric_its_help_and_type() {
         assert!(text.contains(&kind), "{kind:?} missing from:\n{text}");
     }
 }
+
+/// Every metric the code records by name is described: a metric recorded without a
+/// table entry would have no `# HELP` line and, by the test above, no row in the docs.
+#[test]
+fn every_recorded_metric_is_described() {
+    let recorded =
+        regex::Regex::new(r#"(?:counter|gauge|histogram)!\(\s*"(eventgate_[a-z0-9_]+)""#)
+            .expect("the pattern compiles");
+    let described: BTreeSet<&str> = described().map(|metric| metric.name).collect();
+    let mut seen = BTreeSet::new();
+    let mut pending = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                for found in recorded.captures_iter(&text) {
+                    let name = found.get(1).map_or("", |m| m.as_str()).to_owned();
+                    assert!(
+                        described.contains(name.as_str()),
+                        "{} records {name}, which no metric table describes",
+                        path.display()
+                    );
+                    seen.insert(name);
+                }
+            }
+        }
+    }
+    // The scan must have found the crate's metrics, or a wrong path would pass.
+    assert!(seen.len() > 50, "{seen:?}");
+}

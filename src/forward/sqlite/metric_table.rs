@@ -15,6 +15,16 @@ pub(crate) const METRICS: &[Metric] = &[
         Count,
         "SQLite forwarder errors, by class.",
     ),
+    Metric::counter(
+        "eventgate_sqlite_pruned_rows_total",
+        Count,
+        "Rows the SQLite forwarder's retention deleted.",
+    ),
+    Metric::counter(
+        "eventgate_sqlite_prune_errors_total",
+        Count,
+        "Retention rounds of the SQLite forwarder that failed (tried again at the next interval).",
+    ),
     Metric::histogram(
         "eventgate_sqlite_transaction_seconds",
         Seconds,
