@@ -15,14 +15,11 @@
 
 mod append;
 mod dropped;
+pub(crate) mod grpc;
 pub(crate) mod limits;
 mod matching;
 pub(crate) mod metric_table;
-mod routes;
-mod service;
 mod settings;
-mod subscription;
-pub(crate) mod unary;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,11 +30,12 @@ use thiserror::Error;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 pub(crate) use append::{Appended, Durable};
+pub(crate) use grpc::{
+    EventsService, NAMESPACE_HEADER, Subscription, SubscriptionEnd, compile_filters,
+};
 pub(crate) use limits::Limit;
 pub use limits::LimitSettings;
-pub(crate) use service::{EventsService, NAMESPACE_HEADER, compile_filters};
 pub use settings::ExchangeSettings;
-pub(crate) use subscription::{Subscription, SubscriptionEnd};
 
 use crate::event::{Event, EventId, Origin, Source};
 use crate::filter::Filter;

@@ -1,7 +1,7 @@
 use futures::StreamExt;
 use prost_types::{Any, Timestamp};
 
-use super::subscription::SubscriptionEnd;
+use super::grpc::SubscriptionEnd;
 use super::*;
 use crate::testing;
 

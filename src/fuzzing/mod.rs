@@ -15,7 +15,7 @@ use prost::Message as _;
 use prost_types::{Any, Timestamp};
 
 use crate::event::{Event, EventId, Source, Witness};
-use crate::exchange::unary::{self, FORWARD_PATH, Method, PUBLISH_PATH};
+use crate::exchange::grpc::unary::{self, FORWARD_PATH, Method, PUBLISH_PATH};
 use crate::exchange::{EventsService, Exchange, ExchangeSettings, compile_filters};
 use crate::filter::Filter;
 use crate::proto::Registry;

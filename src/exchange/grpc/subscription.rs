@@ -8,9 +8,9 @@ use futures::Stream;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
-use super::Inner;
-use super::matching::{CutOff, CutOffReason};
 use crate::event::Event;
+use crate::exchange::Inner;
+use crate::exchange::matching::{CutOff, CutOffReason};
 
 /// Why a subscription stopped delivering. Reported once, after the events that were
 /// already queued for it.
@@ -57,7 +57,7 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub(super) fn new(
+    pub(in crate::exchange) fn new(
         id: u64,
         rx: mpsc::Receiver<Arc<Event>>,
         cut_off: Arc<CutOff>,

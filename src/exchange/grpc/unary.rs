@@ -17,8 +17,8 @@ use http_body_util::BodyExt;
 use prost::Message;
 use tonic::Status;
 
-use super::limits::{self, Limit};
 use super::service::{EventsService, forward, publish};
+use crate::exchange::limits::{self, Limit};
 use crate::proto::containerd::services::events::v1::{ForwardRequest, PublishRequest};
 use crate::publisher::Publisher;
 

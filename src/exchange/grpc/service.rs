@@ -1,20 +1,14 @@
-//! containerd's `containerd.services.events.v1.Events` gRPC service over the exchange.
+//! containerd's `containerd.services.events.v1.Events` service over the exchange: the
+//! checks each call makes before it reaches the hub, and their gRPC statuses.
 
-use std::pin::Pin;
+use tonic::Status;
 
-use futures::{Stream, StreamExt};
-use tonic::{Request, Response, Status};
-
-use super::limits::{self, Limit};
-use super::matching;
 use super::routes::EventsRoutes;
-use super::{AcceptError, Exchange, Subscription};
+use crate::exchange::limits::{self, Limit};
+use crate::exchange::matching;
+use crate::exchange::{AcceptError, Exchange, Subscription};
 use crate::filter::{FilterError, RegexBudget};
-use crate::proto::containerd::services::events::v1::events_server::Events;
-use crate::proto::containerd::services::events::v1::{
-    ForwardRequest, PublishRequest, SubscribeRequest,
-};
-use crate::proto::containerd::types::Envelope;
+use crate::proto::containerd::services::events::v1::{ForwardRequest, PublishRequest};
 use crate::publisher::Publisher;
 
 /// The gRPC metadata key containerd clients put the namespace in.
@@ -39,9 +33,9 @@ impl EventsService {
     }
 }
 
-/// Subscribe's checks and registration, shared by the generated method and the route
-/// that actually serves it ([`EventsRoutes`]). Filters are compiled on the matching
-/// thread, within `exchange.limits.max_regex_memory`.
+/// Subscribe's checks and registration, for the route that serves it ([`EventsRoutes`]).
+/// Filters are compiled on the matching thread, within
+/// `exchange.limits.max_regex_memory`.
 pub(super) async fn subscribe(
     exchange: &Exchange,
     filters: Vec<String>,
@@ -72,7 +66,7 @@ pub(crate) async fn compile_filters(
         Ok(Err(FilterError::OverBudget { index, limit })) => {
             return Err(Limit::RegexMemory.reject(limits::regex_memory(index, limit)));
         }
-        Err(_) => return Err(super::SubscribeError::NoMatcher.status()),
+        Err(_) => return Err(crate::exchange::SubscribeError::NoMatcher.status()),
     };
     Ok(filter)
 }
@@ -100,7 +94,7 @@ async fn within_timeout<T>(
     }
 }
 
-/// Publish, whichever way it was served: the namespace comes from the request's
+/// Publish, as [`super::unary`] serves it: the namespace comes from the request's
 /// headers.
 pub(super) async fn publish(
     exchange: &Exchange,
@@ -129,7 +123,7 @@ pub(super) async fn publish(
     Ok(())
 }
 
-/// Forward, whichever way it was served.
+/// Forward, as [`super::unary`] serves it.
 pub(super) async fn forward(
     exchange: &Exchange,
     publisher: Option<Publisher>,
@@ -144,40 +138,4 @@ pub(super) async fn forward(
     .await?;
     tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
     Ok(())
-}
-
-type EnvelopeStream = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl Events for EventsService {
-    async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<()>, Status> {
-        let (metadata, extensions, request) = request.into_parts();
-        let publisher = Publisher::of_request(&extensions);
-        publish(&self.exchange, publisher, metadata.as_ref(), request).await?;
-        Ok(Response::new(()))
-    }
-
-    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<()>, Status> {
-        let (_, extensions, request) = request.into_parts();
-        forward(&self.exchange, Publisher::of_request(&extensions), request).await?;
-        Ok(Response::new(()))
-    }
-
-    type SubscribeStream = EnvelopeStream;
-
-    /// Returning the stream makes tonic send response headers at once, so a client
-    /// knows its subscription is live; containerd sends none until the first event.
-    /// Served by [`EventsRoutes`], which encodes each event once for all subscribers;
-    /// this is what the generated server alone would do.
-    async fn subscribe(
-        &self,
-        request: Request<SubscribeRequest>,
-    ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let subscription = subscribe(&self.exchange, request.into_inner().filters).await?;
-        let stream = subscription.map(|item| match item {
-            Ok(event) => Ok(event.envelope.clone()),
-            Err(end) => Err(Status::new(end.code(), end.to_string())),
-        });
-        Ok(Response::new(Box::pin(stream)))
-    }
 }

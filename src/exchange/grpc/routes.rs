@@ -2,8 +2,9 @@
 //! protobuf-encoded once, not once per subscriber: every subscriber's stream carries
 //! the same shared bytes, where the generated server would clone the envelope and
 //! encode it again for each of them. Publish and Forward are answered straight from
-//! the request ([`super::unary`]); the generated server only answers what is left
-//! (unknown methods).
+//! the request ([`super::unary`]). Every other path is answered UNIMPLEMENTED here, as
+//! the generated server would: nothing routes through the generated `EventsServer`,
+//! so the service has no `Events` trait implementation to keep in step.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,7 +21,7 @@ use tonic::{Request, Response, Status};
 use super::service::{EventsService, subscribe};
 use super::unary;
 use crate::proto::containerd::services::events::v1::SubscribeRequest;
-use crate::proto::containerd::services::events::v1::events_server::{EventsServer, SERVICE_NAME};
+use crate::proto::containerd::services::events::v1::events_server::SERVICE_NAME;
 
 const SUBSCRIBE_PATH: &str = "/containerd.services.events.v1.Events/Subscribe";
 
@@ -30,15 +31,11 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 #[derive(Clone)]
 pub(crate) struct EventsRoutes {
     service: EventsService,
-    generated: EventsServer<EventsService>,
 }
 
 impl EventsRoutes {
     pub(super) fn new(service: EventsService) -> Self {
-        Self {
-            generated: EventsServer::new(service.clone()),
-            service,
-        }
+        Self { service }
     }
 }
 
@@ -65,7 +62,7 @@ where
             return Box::pin(async move { Ok(unary::serve(method, service, request).await) });
         }
         if request.uri().path() != SUBSCRIBE_PATH {
-            return self.generated.call(request);
+            return Box::pin(async { Ok(unimplemented()) });
         }
         let method = SubscribeMethod(self.service.clone());
         let limits = self.service.exchange().limits().clone();
@@ -78,6 +75,22 @@ where
             Ok(answer.unwrap_or_else(Status::into_http))
         })
     }
+}
+
+/// The generated server's answer to a method it does not know: headers only,
+/// `grpc-status` UNIMPLEMENTED and no message.
+fn unimplemented() -> http::Response<tonic::body::Body> {
+    let mut response = http::Response::new(tonic::body::Body::default());
+    let headers = response.headers_mut();
+    headers.insert(
+        Status::GRPC_STATUS,
+        (tonic::Code::Unimplemented as i32).into(),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        tonic::metadata::GRPC_CONTENT_TYPE,
+    );
+    response
 }
 
 type EncodedStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
@@ -139,5 +152,30 @@ impl Decoder for SharedEnvelopeCodec {
         SubscribeRequest::decode(src)
             .map(Some)
             .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::Service;
+
+    use super::*;
+    use crate::exchange::{Exchange, ExchangeSettings};
+
+    /// What tonic's generated server answered before these routes took every path.
+    #[tokio::test]
+    async fn an_unknown_method_is_unimplemented_as_the_generated_server_answers() {
+        let exchange = Exchange::new(ExchangeSettings::default());
+        let mut routes = EventsService::new(exchange).into_server();
+        let request = http::Request::builder()
+            .method("POST")
+            .uri("/containerd.services.events.v1.Events/Replay")
+            .body(tonic::body::Body::empty())
+            .expect("request");
+        let response = routes.call(request).await.expect("infallible");
+        assert_eq!(response.status(), http::StatusCode::OK);
+        assert_eq!(response.headers()["grpc-status"], "12");
+        assert_eq!(response.headers()["content-type"], "application/grpc");
+        assert!(response.headers().get("grpc-message").is_none());
     }
 }
