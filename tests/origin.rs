@@ -158,14 +158,14 @@ async fn reconciled_events_are_marked_in_every_record_and_selectable_by_origin()
             .accept_with(upstream.clone(), envelope.clone(), *origin)
             .await
             .unwrap();
-        assert_eq!(event.origin, *origin);
+        assert_eq!(event.identity.origin, *origin);
     }
     // Existing entry points are live.
     let plain = exchange
         .accept(upstream.clone(), exit("plain", T0 + 50))
         .await
         .unwrap();
-    assert_eq!(plain.origin, Origin::Live);
+    assert_eq!(plain.identity.origin, Origin::Live);
 
     // The subscriber gets each envelope exactly as accepted, nothing added.
     for (envelope, _) in &sent {
@@ -347,7 +347,7 @@ async fn a_dead_letter_keeps_its_origin_through_list_and_retry() {
         exit("lost", T0 + 7),
     )
     .with_origin(origin);
-    let id = event.id.to_string();
+    let id = event.identity.id.to_string();
     {
         let store = Store::open(data.join("deadletters.db"), true)
             .await

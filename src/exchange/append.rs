@@ -114,8 +114,8 @@ impl Exchange {
         // the event waits for.
         // An event taken in from another gateway whose node is unknown stays so:
         // it was not captured here.
-        if event.node.is_none() && !matches!(event.source, Source::Kafka(_)) {
-            event.node = Some(Arc::clone(&inner.node));
+        if event.identity.node.is_none() && !matches!(event.identity.source, Source::Kafka(_)) {
+            event.identity.node = Some(Arc::clone(&inner.node));
         }
         let mut dropped = Vec::new();
         if let Some(spool) = &inner.spool {
@@ -125,8 +125,12 @@ impl Exchange {
             dropped = spool
                 .reserve(
                     event.envelope.encoded_len()
-                        + event.workload.as_ref().map_or(0, |w| w.encoded_len())
-                        + event.node.as_ref().map_or(0, |n| n.len()),
+                        + event
+                            .identity
+                            .workload
+                            .as_ref()
+                            .map_or(0, |w| w.encoded_len())
+                        + event.identity.node.as_ref().map_or(0, |n| n.len()),
                 )
                 .await
                 .map_err(|full| rejected(AcceptError::SpoolFull(full)))?;
@@ -145,8 +149,8 @@ impl Exchange {
             event.seq = state.next_seq;
             // An event taken in from another gateway keeps the id it was given there:
             // it is the same event, and stores drop repeats by id.
-            if event.id == EventId::unassigned() {
-                event.id = EventId::generate();
+            if event.identity.id == EventId::unassigned() {
+                event.identity.id = EventId::generate();
             }
             let ticket = match &inner.spool {
                 Some(spool) => Some(
@@ -158,7 +162,7 @@ impl Exchange {
             };
             state.next_seq += 1;
             let event = Arc::new(event);
-            inner.counters.received[event.source.index()].increment(1);
+            inner.counters.received[event.identity.source.index()].increment(1);
             inner.router.route(&event);
             self.fan_out(&mut state, &event);
             (event, ticket)
@@ -166,7 +170,7 @@ impl Exchange {
         if !dropped.is_empty() {
             self.record_dropped(dropped);
         }
-        let accepted = inner.counters.accepted[event.source.index()].clone();
+        let accepted = inner.counters.accepted[event.identity.source.index()].clone();
         Ok(Appended {
             event,
             durable: Durable {

@@ -420,7 +420,7 @@ mod tests {
             .expect("an event")
             .expect("delivered");
         assert_eq!(
-            event.publisher,
+            event.identity.publisher,
             Some(Publisher::Process {
                 uid: unsafe { libc::geteuid() },
                 gid: unsafe { libc::getegid() },
@@ -440,7 +440,7 @@ mod tests {
             .await
             .expect("an event")
             .expect("delivered");
-        assert_eq!(event.publisher, None);
+        assert_eq!(event.identity.publisher, None);
     }
 
     #[tokio::test]

@@ -155,7 +155,7 @@ async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
     let marker = next(&mut sub).await;
     assert_eq!(marker.envelope.namespace, "eventgate");
     assert_eq!(marker.envelope.topic, "/eventgate/upstream/connected");
-    assert_eq!(marker.source, Source::Internal);
+    assert_eq!(marker.identity.source, Source::Internal);
     let up: UpstreamConnected = decode(&marker);
     assert_eq!((up.upstream.as_str(), up.attempts), ("node", 1));
     assert_eq!(up.address, path.to_str().unwrap());
@@ -176,9 +176,9 @@ async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
     let got = next(&mut sub).await;
     // The envelope exactly as the upstream distributed it; our own seq and id.
     assert_eq!(got.envelope, sent.envelope);
-    assert_eq!(got.source, Source::Upstream("node".into()));
+    assert_eq!(got.identity.source, Source::Upstream("node".into()));
     assert_eq!(got.seq, marker.seq + 1);
-    assert_ne!(got.id, sent.id);
+    assert_ne!(got.identity.id, sent.identity.id);
 
     upstreams.stop(DEADLINE).await;
     let down = next(&mut sub).await;
@@ -431,7 +431,7 @@ async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one
             .unwrap();
         let got = next(&mut sub).await;
         let expected = &container[5..];
-        assert_eq!(got.source, Source::Upstream(expected.into()));
+        assert_eq!(got.identity.source, Source::Upstream(expected.into()));
         assert_eq!(decode::<TaskExit>(&got).container_id, container);
     }
 

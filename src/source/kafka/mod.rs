@@ -417,16 +417,5 @@ fn intern(topics: &mut HashMap<String, Arc<str>>, topic: &str) -> Arc<str> {
 
 /// A fresh copy of a decoded event, for one more attempt to append it.
 fn copy(event: &crate::event::Event) -> crate::event::Event {
-    crate::event::Event::with_received_at(
-        0,
-        event.id,
-        event.received_at,
-        event.source.clone(),
-        event.envelope.clone(),
-    )
-    .with_publisher(event.publisher.clone())
-    .with_origin(event.origin)
-    .with_workload(event.workload.clone())
-    .with_node(event.node.clone())
-    .with_node_seq(event.node_seq)
+    crate::event::Event::from_identity(0, event.identity.clone(), event.envelope.clone())
 }
