@@ -17,7 +17,9 @@ use crate::admin::{Admin, AdminError, Observed};
 use crate::config::{Config, ConfigError};
 use crate::connections::{Capped, OpenConnections};
 use crate::deadletter::{DeadLetterError, Store};
-use crate::exchange::{EventsService, Exchange};
+/// What [`Gateway::exchange`] takes in, through `Exchange::append`.
+pub use crate::exchange::Incoming;
+use crate::exchange::{EventsService, Exchange, ExchangeParts};
 use crate::forward::Kinds;
 use crate::listen::{self, ListenError, SocketGroup, TcpSecurity, UnixSocket};
 use crate::lock::{DataDirLock, LockError};
@@ -166,11 +168,13 @@ impl Gateway {
             Some(dead_letters),
             config.clone(),
         ));
-        let exchange = Exchange::on_node(
+        let exchange = Exchange::new(
             config.exchange.clone(),
-            pipeline.router(),
-            Some(spool.clone()),
-            std::sync::Arc::from(config.node.as_str()),
+            ExchangeParts {
+                router: pipeline.router(),
+                spool: Some(spool.clone()),
+                node: Some(std::sync::Arc::from(config.node.as_str())),
+            },
         );
         let service = EventsService::new(exchange.clone()).into_server();
         let resume = ResumeService::new(

@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use super::limits::{self, Limit};
 use super::matching;
 use super::routes::EventsRoutes;
-use super::{AcceptError, Exchange, Subscription};
+use super::{AcceptError, Exchange, Incoming, Subscription};
 use crate::filter::{FilterError, RegexBudget};
 use crate::proto::containerd::services::events::v1::events_server::Events;
 use crate::proto::containerd::services::events::v1::{
@@ -119,10 +119,9 @@ pub(super) async fn publish(
     };
     let PublishRequest { topic, event } = request;
     let accepted = within_timeout(exchange, "publish", async {
-        exchange
-            .publish_from(publisher, namespace, topic, event)
-            .await
-            .map_err(status)
+        let incoming = Incoming::publish(namespace, topic, event).publisher(publisher);
+        let appended = exchange.append(incoming).await.map_err(status)?;
+        appended.acknowledged().await.map_err(status)
     })
     .await?;
     tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "published");
@@ -136,10 +135,9 @@ pub(super) async fn forward(
     request: ForwardRequest,
 ) -> Result<(), Status> {
     let accepted = within_timeout(exchange, "forward", async {
-        exchange
-            .forward_from(publisher, request.envelope)
-            .await
-            .map_err(status)
+        let incoming = Incoming::forward(request.envelope).publisher(publisher);
+        let appended = exchange.append(incoming).await.map_err(status)?;
+        appended.acknowledged().await.map_err(status)
     })
     .await?;
     tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");
