@@ -25,8 +25,10 @@ use crate::publisher::Publisher;
 /// and commit are one object.
 pub const OBJECT_FIELDS: [&str; 6] = ["container_id", "sandbox_id", "id", "key", "name", "digest"];
 
+mod identity;
 mod origin;
 pub(crate) mod workload;
+pub use identity::Identity;
 pub use origin::{Clock, Origin, Witness};
 pub use workload::Workload;
 
@@ -150,29 +152,8 @@ impl Source {
 pub struct Event {
     /// Gateway-wide order of acceptance; every consumer sees events in this order.
     pub seq: u64,
-    pub id: EventId,
-    pub received_at: SystemTime,
-    pub source: Source,
-    /// Who published or forwarded it (see [`crate::publisher`]); `None` for events
-    /// from upstreams, from eventgate itself and from TCP clients without a
-    /// certificate.
-    pub publisher: Option<Publisher>,
-    /// Received live, or reconstructed by a reconcile; [`Origin::Live`] unless set.
-    pub origin: Origin,
-    /// What the upstream's record of the event's container said when it was captured
-    /// (pod, container name, image, labels); `None` for other events.
-    pub workload: Option<Arc<Workload>>,
-    /// The node the event was captured on (see `node.rs`). The exchange gives an
-    /// event without one its own configured node when it takes its place, so every
-    /// event this gateway captures carries it; an event taken in from another
-    /// gateway (a later Kafka source) arrives with its own and keeps it. `None` only
-    /// for events read from spool records written before nodes were kept: where
-    /// they were captured is not recorded, so it is left unknown rather than guessed.
-    pub node: Option<Arc<str>>,
-    /// The event's seq on the gateway of its node, for an event taken in from another
-    /// gateway (a Kafka source); `None` for events this gateway captured, whose seq
-    /// is their own.
-    pub node_seq: Option<u64>,
+    /// Everything else the gateway knows of it (see [`Identity`]).
+    pub identity: Identity,
     pub envelope: Envelope,
     /// The payload decoded through the type registry, computed at most once however
     /// many filters and sinks look at it (containerd decodes once per subscriber).
@@ -200,16 +181,14 @@ impl Event {
         source: Source,
         envelope: Envelope,
     ) -> Self {
+        Self::from_identity(seq, Identity::new(id, received_at, source), envelope)
+    }
+
+    /// Event `seq` with the whole `identity` at once, as a codec reads it back.
+    pub fn from_identity(seq: u64, identity: Identity, envelope: Envelope) -> Self {
         Self {
             seq,
-            id,
-            received_at,
-            source,
-            publisher: None,
-            origin: Origin::Live,
-            workload: None,
-            node: None,
-            node_seq: None,
+            identity,
             envelope,
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
@@ -219,37 +198,37 @@ impl Event {
 
     /// The same event, published by `publisher`.
     pub fn with_publisher(mut self, publisher: Option<Publisher>) -> Self {
-        self.publisher = publisher;
+        self.identity.publisher = publisher;
         self
     }
 
     /// The same event, with `origin`.
     pub fn with_origin(mut self, origin: Origin) -> Self {
-        self.origin = origin;
+        self.identity.origin = origin;
         self
     }
 
     /// The same event, with what its container's record said.
     pub fn with_workload(mut self, workload: Option<Arc<Workload>>) -> Self {
-        self.workload = workload;
+        self.identity.workload = workload;
         self
     }
 
     /// The same, captured on `node` (`None`: unknown).
     pub fn with_node(mut self, node: Option<Arc<str>>) -> Self {
-        self.node = node;
+        self.identity.node = node;
         self
     }
 
     /// The same event, with its seq on the gateway of its node.
     pub fn with_node_seq(mut self, node_seq: Option<u64>) -> Self {
-        self.node_seq = node_seq;
+        self.identity.node_seq = node_seq;
         self
     }
 
     /// The node name, or `None` when unknown.
     pub fn node(&self) -> Option<&str> {
-        self.node.as_deref()
+        self.identity.node.as_deref()
     }
 
     /// What eventgate's own filters look at (see [`RecordFields`]).
@@ -360,18 +339,18 @@ pub struct RecordFields<'a>(pub &'a Event);
 impl Fields for RecordFields<'_> {
     fn field(&self, path: &[String]) -> Option<Cow<'_, str>> {
         // Only the first component, as for `namespace` and `topic`.
+        let identity = &self.0.identity;
         match path.first()?.as_str() {
-            "origin" => Some(Cow::Borrowed(self.0.origin.label())),
-            "origin_clock" => self.0.origin.clock().map(|c| Cow::Borrowed(c.label())),
-            "reconciled_from" => self.0.origin.witness().map(|w| Cow::Borrowed(w.label())),
-            "reason" => self
-                .0
+            "origin" => Some(Cow::Borrowed(identity.origin.label())),
+            "origin_clock" => identity.origin.clock().map(|c| Cow::Borrowed(c.label())),
+            "reconciled_from" => identity.origin.witness().map(|w| Cow::Borrowed(w.label())),
+            "reason" => identity
                 .workload
                 .as_deref()?
                 .reason
                 .as_deref()
                 .map(Cow::Borrowed),
-            "pod" | "container" => workload_field(self.0.workload.as_deref()?, path),
+            "pod" | "container" => workload_field(identity.workload.as_deref()?, path),
             _ => self.0.field(path),
         }
     }
@@ -413,6 +392,9 @@ fn non_empty(s: &str) -> Option<Cow<'_, str>> {
 }
 
 #[cfg(test)]
+mod conformance_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing;
@@ -431,7 +413,7 @@ mod tests {
             .at(0)
             .json("containerd.events.TaskExit", "{}")
             .build();
-        assert_eq!(plain.origin, Origin::Live, "live unless set");
+        assert_eq!(plain.identity.origin, Origin::Live, "live unless set");
         let path = |text: &str| -> Vec<String> { text.split('.').map(str::to_owned).collect() };
         for origin in ALL {
             let event = testing::event(1)

@@ -149,7 +149,7 @@ fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Enve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::{Exchange, ExchangeSettings};
+    use crate::exchange::{Exchange, ExchangeParts, ExchangeSettings};
     use crate::proto::{Registry, to_json_string};
 
     #[test]
@@ -172,7 +172,7 @@ mod tests {
             gap_started_at: t0,
             attempts: 3,
         });
-        let exchange = Exchange::new(ExchangeSettings::default());
+        let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
         for envelope in [&down, &up] {
             exchange.check_envelope(envelope).unwrap();
             assert_eq!(envelope.namespace, "eventgate");

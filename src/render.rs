@@ -6,7 +6,7 @@ use std::io::Write as _;
 use prost_reflect::DynamicMessage;
 use serde_json::json;
 
-use crate::event::{Event, EventId, Origin, Workload};
+use crate::event::{Event, EventId, Identity, Origin, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::{Registry, go_time_string, rfc3339_nanos, to_go_json, to_json_string};
 use crate::publisher::Publisher;
@@ -66,12 +66,12 @@ pub fn envelope_json(envelope: &Envelope) -> String {
 /// into `out`. The payload's JSON is the one cached on the event, so every forwarder
 /// shares one rendering.
 pub fn write_event_json(out: &mut Vec<u8>, event: &Event) {
-    let source = event.source.describe();
+    let source = event.identity.source.describe();
     write_object(
         out,
         &event.envelope,
         event.payload_json(),
-        Some(Identity::of(event, Some(&source))),
+        Some(Known::of(event, Some(&source))),
     );
 }
 
@@ -83,13 +83,13 @@ pub fn stored_event_json(event: &Event, source: Option<&str>) -> String {
         &mut out,
         &event.envelope,
         event.payload_json(),
-        Some(Identity::of(event, source)),
+        Some(Known::of(event, source)),
     );
     into_string(out)
 }
 
-/// What the gateway knows about an event beyond its envelope.
-struct Identity<'a> {
+/// What the gateway knows about an event beyond its envelope, as JSON lines carry it.
+struct Known<'a> {
     id: EventId,
     seq: u64,
     source: Option<&'a str>,
@@ -100,17 +100,30 @@ struct Identity<'a> {
     node_seq: Option<u64>,
 }
 
-impl<'a> Identity<'a> {
+impl<'a> Known<'a> {
     fn of(event: &'a Event, source: Option<&'a str>) -> Self {
+        let Identity {
+            id,
+            // Not a key of JSON lines: their shape predates it (Kafka records carry
+            // it as a header).
+            received_at: _,
+            // Written as the caller describes it: the audit store's column as stored.
+            source: _,
+            publisher,
+            origin,
+            workload,
+            node,
+            node_seq,
+        } = &event.identity;
         Self {
-            id: event.id,
+            id: *id,
             seq: event.seq,
             source,
-            publisher: event.publisher.as_ref(),
-            origin: event.origin,
-            workload: event.workload.as_deref(),
-            node: event.node(),
-            node_seq: event.node_seq,
+            publisher: publisher.as_ref(),
+            origin: *origin,
+            workload: workload.as_deref(),
+            node: node.as_deref(),
+            node_seq: *node_seq,
         }
     }
 }
@@ -155,7 +168,7 @@ fn write_object(
     out: &mut Vec<u8>,
     envelope: &Envelope,
     payload: Option<&str>,
-    identity: Option<Identity<'_>>,
+    identity: Option<Known<'_>>,
 ) {
     // Writing into a Vec cannot fail.
     out.push(b'{');
@@ -209,7 +222,7 @@ fn write_object(
             let _ = write!(out, ",\"reconciled_from\":\"{}\"", from.label());
         }
     }
-    if let Some(Identity { seq, source, .. }) = identity {
+    if let Some(Known { seq, source, .. }) = identity {
         let _ = write!(out, ",\"seq\":{seq},\"source\":");
         match source {
             Some(source) => {

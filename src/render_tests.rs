@@ -67,7 +67,7 @@ fn archive_shapes_keep_identity_and_undecodable_payloads() {
     let event = testing::event(7).envelope(envelope(Some(any))).build();
     let object = parsed(&event_json(&event));
     assert_eq!(object["seq"], 7);
-    assert_eq!(object["id"], event.id.to_string());
+    assert_eq!(object["id"], event.identity.id.to_string());
     assert_eq!(object["source"], "publish");
     assert_eq!(object["publisher"], Value::Null, "no client known");
     assert_eq!(object["origin"], "live");
@@ -274,7 +274,13 @@ fn objects_are_byte_for_byte_what_the_value_tree_gave() {
             reference_object(
                 &event.envelope,
                 Some((
-                    event.id, event.seq, "publish", expected, origin, node, reason
+                    event.identity.id,
+                    event.seq,
+                    "publish",
+                    expected,
+                    origin,
+                    node,
+                    reason
                 ))
             ),
             "{event:?}"

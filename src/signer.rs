@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::errors;
 use crate::event::Source;
-use crate::exchange::Exchange;
+use crate::exchange::{Exchange, Incoming};
 use crate::markers;
 use crate::metric::Metric;
 use crate::note::Signer;
@@ -247,8 +247,8 @@ impl Task {
             .sign(&checkpoint.to_text())
             .map_err(|e| format!("cannot sign: {}", errors::chain(&e)))?;
         let envelope = markers::audit_checkpoint(&checkpoint, &note, &self.forwarder);
-        self.exchange
-            .accept(Source::Internal, envelope)
+        let incoming = Incoming::checked(Source::Internal, envelope);
+        async { self.exchange.append(incoming).await?.acknowledged().await }
             .await
             .map_err(|e| format!("the exchange did not take it: {}", errors::chain(&e)))?;
         save_note(&self.state_file, &note)

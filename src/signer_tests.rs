@@ -1,7 +1,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::exchange::ExchangeSettings;
+use crate::exchange::{ExchangeParts, ExchangeSettings};
 use crate::note::{Signer, SigningSettings, open};
 use crate::store::checkpoint::Checkpoint;
 
@@ -27,7 +27,7 @@ async fn a_store_that_cannot_be_read_fails_loudly_and_is_retried_until_it_can() 
     let path = dir.path().join("audit.db");
     // A directory where the store should be: SQLite cannot open it.
     std::fs::create_dir(&path).unwrap();
-    let exchange = Exchange::new(ExchangeSettings::default());
+    let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
     let signer = Signer::generate("node-7").unwrap();
     let verifier = signer.verifier();
     let settings = SigningSettings {

@@ -344,7 +344,7 @@ fn assert_all_arrived_in_order(messages: &[OwnedMessage], sent: &[Arc<Event>]) {
             first_arrivals.push(m.clone());
         }
     }
-    let expected: HashSet<String> = sent.iter().map(|e| e.id.to_string()).collect();
+    let expected: HashSet<String> = sent.iter().map(|e| e.identity.id.to_string()).collect();
     assert_eq!(seen, expected, "every event arrived");
     for (key, seqs) in per_key(&first_arrivals, |m| {
         header(m, "seq").expect("seq").parse().expect("number")
@@ -436,14 +436,14 @@ async fn mock_messages_carry_the_publisher_header() {
         })
         .collect();
     assert_eq!(
-        by_id[&sent[0].id.to_string()],
+        by_id[&sent[0].identity.id.to_string()],
         Some(serde_json::json!({ "uid": 1000, "gid": 100, "pid": 4242 }))
     );
     assert_eq!(
-        by_id[&sent[1].id.to_string()],
+        by_id[&sent[1].identity.id.to_string()],
         Some(serde_json::json!({ "subject": "CN=node-7,O=Acme\\, Inc." }))
     );
-    assert_eq!(by_id[&sent[2].id.to_string()], None);
+    assert_eq!(by_id[&sent[2].identity.id.to_string()], None);
     forwarder.close().await.expect("close");
 }
 
@@ -480,12 +480,12 @@ async fn mock_messages_carry_the_origin_headers_in_every_value_format() {
             let id = header(m, "event_id").expect("event_id");
             let event = sent
                 .iter()
-                .find(|e| e.id.to_string() == id)
+                .find(|e| e.identity.id.to_string() == id)
                 .expect("a sent event");
-            let expected_clock = event.origin.clock().map(|c| c.label().to_owned());
+            let expected_clock = event.identity.origin.clock().map(|c| c.label().to_owned());
             assert_eq!(
                 header(m, "origin").as_deref(),
-                Some(event.origin.label()),
+                Some(event.identity.origin.label()),
                 "{format}"
             );
             assert_eq!(header(m, "origin_clock"), expected_clock, "{format}");
@@ -493,7 +493,7 @@ async fn mock_messages_carry_the_origin_headers_in_every_value_format() {
             match format {
                 "json" => {
                     let value: serde_json::Value = serde_json::from_slice(payload).expect("JSON");
-                    assert_eq!(value["origin"], event.origin.label());
+                    assert_eq!(value["origin"], event.identity.origin.label());
                     assert_eq!(
                         value.get("origin_clock").and_then(|v| v.as_str()),
                         expected_clock.as_deref()
@@ -702,7 +702,7 @@ async fn mock_fatal_producer_error_recreates_the_producer() {
         .collect();
     for event in &sent {
         assert!(
-            ids.contains(&event.id.to_string()),
+            ids.contains(&event.identity.id.to_string()),
             "event {} missing",
             event.seq
         );

@@ -1,6 +1,6 @@
 //! Reconstructed events are marked as such in every record eventgate keeps. No
 //! command makes a reconciled event yet, so a gateway is built through the library
-//! and given one with `Exchange::accept_with`, next to live ones; then the store,
+//! and given one with `Exchange::append`, next to live ones; then the store,
 //! the file lines, the route filters and the real `eventgate query`, `stats`, `audit
 //! verify` and `replay` are looked at. A subscriber sees ordinary envelopes.
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use eventgate::config::Config;
 use eventgate::event::{Clock, Origin, Source};
-use eventgate::gateway::Gateway;
+use eventgate::gateway::{Gateway, Incoming};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::SubscribeRequest;
 use eventgate::proto::containerd::types::Envelope;
@@ -154,18 +154,16 @@ async fn reconciled_events_are_marked_in_every_record_and_selectable_by_origin()
         ),
     ];
     for (envelope, origin) in &sent {
-        let event = exchange
-            .accept_with(upstream.clone(), envelope.clone(), *origin)
-            .await
-            .unwrap();
-        assert_eq!(event.origin, *origin);
+        let incoming = Incoming::checked(upstream.clone(), envelope.clone()).origin(*origin);
+        let appended = exchange.append(incoming).await.unwrap();
+        let event = appended.acknowledged().await.unwrap();
+        assert_eq!(event.identity.origin, *origin);
     }
     // Existing entry points are live.
-    let plain = exchange
-        .accept(upstream.clone(), exit("plain", T0 + 50))
-        .await
-        .unwrap();
-    assert_eq!(plain.origin, Origin::Live);
+    let incoming = Incoming::checked(upstream.clone(), exit("plain", T0 + 50));
+    let plain = exchange.append(incoming).await.unwrap();
+    let plain = plain.acknowledged().await.unwrap();
+    assert_eq!(plain.identity.origin, Origin::Live);
 
     // The subscriber gets each envelope exactly as accepted, nothing added.
     for (envelope, _) in &sent {
@@ -347,7 +345,7 @@ async fn a_dead_letter_keeps_its_origin_through_list_and_retry() {
         exit("lost", T0 + 7),
     )
     .with_origin(origin);
-    let id = event.id.to_string();
+    let id = event.identity.id.to_string();
     {
         let store = Store::open(data.join("deadletters.db"), true)
             .await
@@ -477,16 +475,10 @@ async fn reconciled_events_say_whose_record_and_why_in_every_record() {
     ];
     let upstream = Source::Upstream("node-a".into());
     for (envelope, origin, workload) in &sent {
-        let appended = gateway
-            .exchange()
-            .append_with(
-                upstream.clone(),
-                envelope.clone(),
-                *origin,
-                workload.clone(),
-            )
-            .await
-            .unwrap();
+        let incoming = Incoming::checked(upstream.clone(), envelope.clone())
+            .origin(*origin)
+            .workload(workload.clone());
+        let appended = gateway.exchange().append(incoming).await.unwrap();
         appended.durable.await.unwrap();
     }
     let reports = gateway.stop().await;

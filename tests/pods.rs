@@ -1,6 +1,6 @@
 //! Pods in the audit store, through the real `eventgate` binary. A gateway built
 //! through the library takes events with what their container's record said (as an
-//! upstream's enrichment hands them over: `Exchange::append_with`), its `sqlite`
+//! upstream's enrichment hands them over: `Exchange::append`), its `sqlite`
 //! forwarder stores them; then `eventgate query --pod`, `stats --by pod`, filters on
 //! the pod and container fields, `audit verify` and `replay` read the store. A real
 //! containerd is not needed for any of it: the store sees only events.

@@ -463,7 +463,10 @@ async fn a_second_gateway_gets_the_envelopes_as_they_were() {
         let original = &originals[&container(&row.event)];
         assert_eq!(row.event.envelope, original.envelope);
         assert_eq!(row.source.as_deref(), Some("forward"));
-        assert_ne!(row.event.id, original.id, "the exchange gives its own ids");
+        assert_ne!(
+            row.event.identity.id, original.identity.id,
+            "the exchange gives its own ids"
+        );
         assert_eq!(original.node(), Some(NODE));
         assert_eq!(
             row.event.node(),
@@ -760,7 +763,7 @@ fn a_refused_event_stops_the_replay_naming_it() {
     let bad = &events[3];
     assert!(
         error.contains("InvalidArgument")
-            && error.contains(&format!("seq 4 (id {}", bad.id))
+            && error.contains(&format!("seq 4 (id {}", bad.identity.id))
             && error.contains("stopped after 3 of 6 events"),
         "{error}"
     );
@@ -832,7 +835,7 @@ async fn kafka_is_backfilled_with_the_selected_events_and_their_ids() {
     assert_eq!(messages.len(), expected.len(), "exactly the selection");
     let originals: HashMap<String, Event> = stored(&db)
         .into_iter()
-        .map(|s| (s.event.id.to_string(), s.event))
+        .map(|s| (s.event.identity.id.to_string(), s.event))
         .collect();
     for (message, want) in messages.iter().zip(&expected) {
         let header = |name: &str| {

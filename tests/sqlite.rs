@@ -88,7 +88,7 @@ async fn a_batch_becomes_rows_and_sending_it_again_adds_none() {
     for (row, event) in got.iter().zip(events.iter().chain(&more[1..])) {
         let any = event.envelope.event.as_ref().expect("payload");
         assert_eq!(row.0, event.seq as i64);
-        assert_eq!(row.1, event.id.to_string());
+        assert_eq!(row.1, event.identity.id.to_string());
         assert_eq!(row.2, format!("2024-05-01T10:00:0{}.123456789Z", event.seq));
         assert_eq!((row.3.as_str(), row.4.as_str()), ("default", "/tasks/exit"));
         assert_eq!(row.5, "containerd.events.TaskExit");

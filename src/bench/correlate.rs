@@ -60,7 +60,12 @@ fn events(load: Load, count: usize) -> Vec<Arc<Event>> {
                         *any = replaced;
                     }
                 }
-                Arc::new(Event::new(e.seq, e.id, e.source.clone(), envelope))
+                Arc::new(Event::new(
+                    e.seq,
+                    e.identity.id,
+                    e.identity.source.clone(),
+                    envelope,
+                ))
             })
             .collect(),
     }

@@ -86,8 +86,8 @@ pub async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
     for event in as_events(&lifecycle(events)) {
         let event = crate::event::Event::with_received_at(
             event.seq,
-            event.id,
-            event.received_at,
+            event.identity.id,
+            event.identity.received_at,
             crate::event::Source::Upstream(Arc::from("containerd")),
             event.envelope.clone(),
         )

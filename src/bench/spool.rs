@@ -119,9 +119,9 @@ pub async fn spool(
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     let placed = Event::with_received_at(
                         spool.next_seq(),
-                        event.id,
-                        event.received_at,
-                        event.source.clone(),
+                        event.identity.id,
+                        event.identity.received_at,
+                        event.identity.source.clone(),
                         event.envelope.clone(),
                     );
                     spool.append(&placed)
@@ -233,7 +233,7 @@ pub async fn sqlite(
             .map(|e| {
                 (
                     e.seq as i64,
-                    e.id.as_bytes().to_vec(),
+                    e.identity.id.as_bytes().to_vec(),
                     prost::Message::encode_to_vec(&e.envelope),
                 )
             })

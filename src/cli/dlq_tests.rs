@@ -51,7 +51,7 @@ fn the_workload_is_listed_as_json_lines_show_it() {
         let entry = Entry {
             id: 1,
             forwarder: "kafka".into(),
-            event_id: event.id.to_string(),
+            event_id: event.identity.id.to_string(),
             seq: 1,
             source: "publish".into(),
             envelope: event.envelope.encode_to_vec(),
@@ -114,7 +114,7 @@ fn the_witness_and_reason_are_listed_as_json_lines_show_them() {
         let entry = Entry {
             id: 1,
             forwarder: "kafka".into(),
-            event_id: event.id.to_string(),
+            event_id: event.identity.id.to_string(),
             seq: 1,
             source: "publish".into(),
             envelope: event.envelope.encode_to_vec(),

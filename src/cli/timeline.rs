@@ -141,7 +141,11 @@ impl Timeline {
     /// False once the output is closed.
     fn line(&mut self, out: &mut dyn Write, event: &Event, tally: &mut Tally) -> bool {
         let mut text = String::new();
-        let uid = event.workload.as_deref().and_then(|w| w.pod_uid.clone());
+        let uid = event
+            .identity
+            .workload
+            .as_deref()
+            .and_then(|w| w.pod_uid.clone());
         if !self.header || uid != self.uid {
             let uid_text = uid.as_deref().unwrap_or("unknown");
             match self.header {
@@ -188,7 +192,7 @@ fn time_width(utc: bool) -> usize {
 
 /// `sandbox`, the container's name, or `-` when the record named neither.
 fn who(event: &Event) -> String {
-    let Some(workload) = event.workload.as_deref() else {
+    let Some(workload) = event.identity.workload.as_deref() else {
         return "-".to_owned();
     };
     match (&workload.kind, &workload.container_name) {
@@ -212,7 +216,7 @@ fn what(event: &Event, change: Change) -> String {
     let mut text = match (event.topic(), change) {
         ("/containers/create", _) => {
             let image = field("image")
-                .or_else(|| event.workload.as_deref().map(|w| w.image.clone()))
+                .or_else(|| event.identity.workload.as_deref().map(|w| w.image.clone()))
                 .filter(|i| !i.is_empty());
             match image {
                 Some(image) => format!("created {short} (image {image})"),
@@ -268,12 +272,16 @@ fn what(event: &Event, change: Change) -> String {
 /// manager gave one; nothing for a live event without a reason.
 fn notes(event: &Event) -> String {
     let mut notes = Vec::new();
-    match event.origin.witness() {
+    match event.identity.origin.witness() {
         None => {}
         Some(Witness::Containerd) => notes.push("reconciled".to_owned()),
         Some(from) => notes.push(format!("reconciled by {}", from.label())),
     }
-    let reason = event.workload.as_deref().and_then(|w| w.reason.as_deref());
+    let reason = event
+        .identity
+        .workload
+        .as_deref()
+        .and_then(|w| w.reason.as_deref());
     if let Some(reason) = reason.filter(|r| !r.is_empty()) {
         notes.push(format!("reason {reason}"));
     }

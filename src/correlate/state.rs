@@ -117,7 +117,7 @@ pub(crate) fn event_time(event: &Event) -> i64 {
             .seconds
             .saturating_mul(1_000_000_000)
             .saturating_add(i64::from(ts.nanos)),
-        None => unix_nanos(event.received_at),
+        None => unix_nanos(event.identity.received_at),
     }
 }
 

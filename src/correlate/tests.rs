@@ -219,7 +219,7 @@ async fn an_aggregate_is_a_valid_record_in_every_format() {
             RecordEncoder::new(TopicTemplate::parse("alerts").unwrap(), format).encode(&aggregate);
         let back = crate::source::decode_record(&record).unwrap();
         assert_eq!(back.envelope, aggregate.envelope, "{format:?}");
-        assert_eq!(back.id, aggregate.id, "{format:?}");
+        assert_eq!(back.identity.id, aggregate.identity.id, "{format:?}");
         if format == ValueFormat::CloudeventsBinary {
             assert_eq!(record.header("ce_type"), Some(aggregate::TYPE));
         }

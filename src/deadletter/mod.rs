@@ -21,7 +21,7 @@ use prost::Message;
 use rusqlite::Connection;
 use thiserror::Error;
 
-use crate::event::{Event, EventId, Origin, Source, Workload};
+use crate::event::{Event, EventId, Identity, Origin, Source, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
 use crate::publisher::Publisher;
@@ -231,14 +231,17 @@ impl Entry {
             .map_err(|_| RestoreError::Id(self.event_id.clone()))?;
         let received_at = humantime::parse_rfc3339(&self.received_at)
             .map_err(|_| RestoreError::ReceivedAt(self.received_at.clone()))?;
-        let mut event = Event::new(self.seq, id, Source::parse(&self.source), envelope)
-            .with_publisher(self.publisher.clone())
-            .with_origin(self.origin)
-            .with_workload(self.workload.clone().map(Arc::new))
-            .with_node(self.node.as_deref().map(Arc::from))
-            .with_node_seq(self.node_seq);
-        event.received_at = received_at;
-        Ok(event)
+        let identity = Identity {
+            id,
+            received_at,
+            source: Source::parse(&self.source),
+            publisher: self.publisher.clone(),
+            origin: self.origin,
+            workload: self.workload.clone().map(Arc::new),
+            node: self.node.as_deref().map(Arc::from),
+            node_seq: self.node_seq,
+        };
+        Ok(Event::from_identity(self.seq, identity, envelope))
     }
 }
 

@@ -132,10 +132,10 @@ async fn a_taken_in_event_comes_back_with_its_node_seq() {
         .iter()
         .map(|e| e.to_event().unwrap())
         .collect();
-    assert_eq!(back[0].node_seq, Some(41));
+    assert_eq!(back[0].identity.node_seq, Some(41));
     assert_eq!(
-        back[0].source,
+        back[0].identity.source,
         crate::event::Source::Kafka(Arc::from("fleet"))
     );
-    assert_eq!(back[1].node_seq, None);
+    assert_eq!(back[1].identity.node_seq, None);
 }

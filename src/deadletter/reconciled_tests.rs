@@ -106,8 +106,8 @@ async fn a_dead_letter_comes_back_with_its_witness_and_reason() {
     let taken = store.take("kafka", 10).await.unwrap();
     for (entry, original) in taken.iter().zip(&events) {
         let back = entry.to_event().unwrap();
-        assert_eq!(back.origin, original.origin);
-        assert_eq!(back.workload, original.workload);
+        assert_eq!(back.identity.origin, original.identity.origin);
+        assert_eq!(back.identity.workload, original.identity.workload);
     }
     assert_eq!(taken.len(), events.len());
 }

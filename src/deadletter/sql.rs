@@ -7,7 +7,7 @@ use prost::Message;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{Entry, Failure, Reason, State, timestamp};
-use crate::event::{Clock, Event, Origin, Witness, Workload};
+use crate::event::{Clock, Event, Identity, Origin, Witness, Workload};
 use crate::publisher::Publisher;
 
 /// A second death of the same event for the same forwarder adds to its row: attempts
@@ -47,14 +47,24 @@ pub(super) fn record(
         let last = timestamp(failure.last_attempt_at);
         let dead_at = timestamp(now);
         for event in events {
-            let (uid, gid, pid, subject) = Publisher::columns(event.publisher.as_ref());
+            let Identity {
+                id,
+                received_at,
+                source,
+                publisher,
+                origin,
+                workload,
+                node,
+                node_seq,
+            } = &event.identity;
+            let (uid, gid, pid, subject) = Publisher::columns(publisher.as_ref());
             stmt.execute(params![
                 forwarder,
-                event.id.to_string(),
+                id.to_string(),
                 sql_int(event.seq)?,
-                event.source.describe(),
+                source.describe(),
                 event.envelope.encode_to_vec(),
-                timestamp(event.received_at),
+                timestamp(*received_at),
                 failure.error,
                 failure.reason.as_str(),
                 failure.attempts,
@@ -65,12 +75,12 @@ pub(super) fn record(
                 gid,
                 pid,
                 subject,
-                event.origin.label(),
-                event.origin.clock().map(Clock::label),
-                event.workload.as_deref().map(Message::encode_to_vec),
-                event.node(),
-                event.node_seq.map(sql_int).transpose()?,
-                event.origin.witness().map(Witness::label),
+                origin.label(),
+                origin.clock().map(Clock::label),
+                workload.as_deref().map(Message::encode_to_vec),
+                node.as_deref(),
+                node_seq.map(sql_int).transpose()?,
+                origin.witness().map(Witness::label),
             ])?;
         }
     }

@@ -56,7 +56,7 @@ async fn a_record_keeps_the_event_and_how_it_died() {
     assert_eq!(entries.len(), 2);
     let entry = &entries[0];
     assert_eq!(entry.forwarder, "kafka");
-    assert_eq!(entry.event_id, events[0].id.to_string());
+    assert_eq!(entry.event_id, events[0].identity.id.to_string());
     assert_eq!(entry.seq, 4);
     assert_eq!(entry.source, "upstream:node1");
     assert_eq!(entry.reason, Reason::RetriesExhausted);
@@ -67,18 +67,24 @@ async fn a_record_keeps_the_event_and_how_it_died() {
     assert!(entry.dead_at.as_str() > "2024-05-01");
     assert_eq!(entry.retry_requested_at, None);
     assert_eq!(entry.state, State::Dead);
-    assert_eq!(entry.received_at, timestamp(events[0].received_at));
+    assert_eq!(entry.received_at, timestamp(events[0].identity.received_at));
 
     // The event comes back exactly as the forwarder first saw it.
     let restored = entry.to_event().unwrap();
-    assert_eq!(restored.id, events[0].id);
+    assert_eq!(restored.identity.id, events[0].identity.id);
     assert_eq!(restored.seq, 4);
-    assert_eq!(restored.source, events[0].source);
-    assert_eq!(restored.received_at, events[0].received_at);
-    assert_eq!(restored.envelope, events[0].envelope);
-    assert_eq!((entry.publisher.as_ref(), restored.publisher), (None, None));
+    assert_eq!(restored.identity.source, events[0].identity.source);
     assert_eq!(
-        (entry.origin, restored.origin),
+        restored.identity.received_at,
+        events[0].identity.received_at
+    );
+    assert_eq!(restored.envelope, events[0].envelope);
+    assert_eq!(
+        (entry.publisher.as_ref(), restored.identity.publisher),
+        (None, None)
+    );
+    assert_eq!(
+        (entry.origin, restored.identity.origin),
         (Origin::Live, Origin::Live)
     );
 }
@@ -115,7 +121,7 @@ async fn a_dead_letter_comes_back_with_its_origin() {
         .await
         .unwrap()
         .iter()
-        .map(|e| e.to_event().unwrap().origin)
+        .map(|e| e.to_event().unwrap().identity.origin)
         .collect();
     assert_eq!(taken, origins);
 }
@@ -150,7 +156,7 @@ async fn a_dead_letter_comes_back_with_its_publisher() {
     for (entry, publisher) in entries.iter().zip(&publishers) {
         assert_eq!(entry.publisher.as_ref(), Some(publisher));
         assert_eq!(
-            entry.to_event().unwrap().publisher.as_ref(),
+            entry.to_event().unwrap().identity.publisher.as_ref(),
             Some(publisher)
         );
     }

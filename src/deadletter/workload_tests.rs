@@ -80,7 +80,13 @@ async fn a_dead_letter_comes_back_with_its_workload() {
         .await
         .unwrap()
         .iter()
-        .map(|e| e.to_event().unwrap().workload.map(|w| (*w).clone()))
+        .map(|e| {
+            e.to_event()
+                .unwrap()
+                .identity
+                .workload
+                .map(|w| (*w).clone())
+        })
         .collect();
     assert_eq!(taken, workloads);
 }

@@ -1,9 +1,9 @@
-//! Taking a place in the order without waiting for the disk: [`Exchange::append_with`]
+//! Taking a place in the order without waiting for the disk: [`Exchange::append`]
 //! sequences an event, appends it to the spool and hands it to subscribers and
 //! forwarders, and gives back a [`Durable`] to await separately. A caller that has
 //! to keep its own order (an upstream's stream) appends the next event while earlier
 //! ones are still being synced, and they share the spool's fdatasyncs as concurrent
-//! publishers do; [`Exchange::accept`] is an append followed by its wait.
+//! publishers do; Publish and Forward wait for it ([`Appended::acknowledged`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,9 +13,8 @@ use std::task::{Context, Poll};
 
 use prost::Message;
 
-use super::{AcceptError, Exchange, rejected};
-use crate::event::{Event, EventId, Origin, Source, Workload};
-use crate::proto::containerd::types::Envelope;
+use super::{AcceptError, Exchange, Incoming, rejected};
+use crate::event::{Event, EventId, Source};
 use crate::spool::Ticket;
 
 /// An event that has its place in the gateway's order: numbered, in the spool's
@@ -67,34 +66,29 @@ impl std::fmt::Debug for Durable {
     }
 }
 
-impl Exchange {
-    /// Validated `envelope` (with what its container's record said, if anything)
-    /// takes its place in the order as [`Exchange::accept_with`] does, without
-    /// waiting for the disk: await the returned [`Durable`] before
-    /// acknowledging the event to anyone. Everything that can refuse the event
-    /// (closed, a full `block` queue, a full spool, a disk below `spool.min_free`, a
-    /// spool that cannot append) refuses it here, before it is numbered, so a caller
-    /// that retries keeps its own order. Only a failed write or sync comes later,
-    /// from `Durable`.
-    pub async fn append_with(
-        &self,
-        source: Source,
-        envelope: Envelope,
-        origin: Origin,
-        workload: Option<Arc<Workload>>,
-    ) -> Result<Appended, AcceptError> {
-        let event = Event::new(0, EventId::unassigned(), source, envelope)
-            .with_origin(origin)
-            .with_workload(workload);
-        self.append_event(event).await
+impl Appended {
+    /// Waits until the event is durable, then gives it back: the acknowledgement a
+    /// Publish or Forward returns.
+    pub async fn acknowledged(self) -> Result<Arc<Event>, AcceptError> {
+        self.durable.await?;
+        Ok(self.event)
     }
+}
 
-    /// An event another gateway accepted first (its id, node, node seq, received
-    /// time, origin, publisher and workload set; its envelope checked with
-    /// [`Exchange::check_envelope`]) takes its place here, as [`Exchange::append_with`]
-    /// does: refused before it is numbered, durable once `durable` resolves.
-    pub(crate) async fn append_taken_in(&self, event: Event) -> Result<Appended, AcceptError> {
-        self.append_event(event).await
+impl Exchange {
+    /// The one way in: `incoming` is checked as the way it came requires (Publish and
+    /// Forward as containerd checks them), then takes its place in the order and is
+    /// handed to every subscriber and forwarder whose filter matches, without
+    /// waiting for the disk: await the returned [`Durable`] (or
+    /// [`Appended::acknowledged`]) before acknowledging the event to anyone.
+    /// Everything that can refuse the event (closed, a full `block` queue, a full
+    /// spool, a disk below `spool.min_free`, a spool that cannot append) refuses it
+    /// here, before it is numbered, so a caller that retries keeps its own order.
+    /// Only a failed write or sync comes later, from `Durable`.
+    pub async fn append(&self, incoming: Incoming) -> Result<Appended, AcceptError> {
+        let (identity, envelope) = incoming.admit(self)?;
+        self.append_event(Event::from_identity(0, identity, envelope))
+            .await
     }
 
     /// `event` (whose seq is not assigned yet, nor its id unless it was accepted by
@@ -105,7 +99,7 @@ impl Exchange {
     /// oldest records, per its `full` policy) and waits until every `block` forwarder
     /// queue the event is routed to has room (refusing it with RESOURCE_EXHAUSTED
     /// after the respective timeout).
-    pub(super) async fn append_event(&self, mut event: Event) -> Result<Appended, AcceptError> {
+    async fn append_event(&self, mut event: Event) -> Result<Appended, AcceptError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(AcceptError::Closed);
@@ -114,8 +108,8 @@ impl Exchange {
         // the event waits for.
         // An event taken in from another gateway whose node is unknown stays so:
         // it was not captured here.
-        if event.node.is_none() && !matches!(event.source, Source::Kafka(_)) {
-            event.node = Some(Arc::clone(&inner.node));
+        if event.identity.node.is_none() && !matches!(event.identity.source, Source::Kafka(_)) {
+            event.identity.node = Some(Arc::clone(&inner.node));
         }
         let mut dropped = Vec::new();
         if let Some(spool) = &inner.spool {
@@ -125,8 +119,12 @@ impl Exchange {
             dropped = spool
                 .reserve(
                     event.envelope.encoded_len()
-                        + event.workload.as_ref().map_or(0, |w| w.encoded_len())
-                        + event.node.as_ref().map_or(0, |n| n.len()),
+                        + event
+                            .identity
+                            .workload
+                            .as_ref()
+                            .map_or(0, |w| w.encoded_len())
+                        + event.identity.node.as_ref().map_or(0, |n| n.len()),
                 )
                 .await
                 .map_err(|full| rejected(AcceptError::SpoolFull(full)))?;
@@ -145,8 +143,8 @@ impl Exchange {
             event.seq = state.next_seq;
             // An event taken in from another gateway keeps the id it was given there:
             // it is the same event, and stores drop repeats by id.
-            if event.id == EventId::unassigned() {
-                event.id = EventId::generate();
+            if event.identity.id == EventId::unassigned() {
+                event.identity.id = EventId::generate();
             }
             let ticket = match &inner.spool {
                 Some(spool) => Some(
@@ -158,7 +156,7 @@ impl Exchange {
             };
             state.next_seq += 1;
             let event = Arc::new(event);
-            inner.counters.received[event.source.index()].increment(1);
+            inner.counters.received[event.identity.source.index()].increment(1);
             inner.router.route(&event);
             self.fan_out(&mut state, &event);
             (event, ticket)
@@ -166,7 +164,7 @@ impl Exchange {
         if !dropped.is_empty() {
             self.record_dropped(dropped);
         }
-        let accepted = inner.counters.accepted[event.source.index()].clone();
+        let accepted = inner.counters.accepted[event.identity.source.index()].clone();
         Ok(Appended {
             event,
             durable: Durable {

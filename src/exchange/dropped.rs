@@ -2,7 +2,7 @@
 //! forwarder had not delivered: one `/eventgate/spool/dropped` event per forwarder, in
 //! namespace `eventgate`, so the audit trail says whose record has which hole.
 
-use super::Exchange;
+use super::{Exchange, Incoming};
 use crate::event::Source;
 use crate::spool::Dropped;
 
@@ -20,10 +20,12 @@ impl Exchange {
             );
             let marker = crate::markers::spool_dropped(&lost);
             let exchange = self.clone();
-            // A task, not a recursive call: the marker goes through accept (and the
+            // A task, not a recursive call: the marker goes through append (and the
             // spool) like any event, after the event that made room.
             tokio::spawn(async move {
-                if let Err(error) = exchange.accept(Source::Internal, marker).await {
+                let incoming = Incoming::checked(Source::Internal, marker);
+                let accepted = async { exchange.append(incoming).await?.acknowledged().await };
+                if let Err(error) = accepted.await {
                     tracing::error!(%error, "could not record a spool drop marker");
                 }
             });

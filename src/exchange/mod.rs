@@ -16,6 +16,7 @@
 mod append;
 mod dropped;
 pub(crate) mod grpc;
+mod incoming;
 pub(crate) mod limits;
 mod matching;
 pub(crate) mod metric_table;
@@ -24,8 +25,6 @@ mod settings;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use prost::Message;
-use prost_types::{Any, Timestamp};
 use thiserror::Error;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
@@ -33,16 +32,15 @@ pub(crate) use append::{Appended, Durable};
 pub(crate) use grpc::{
     EventsService, NAMESPACE_HEADER, Subscription, SubscriptionEnd, compile_filters,
 };
+pub use incoming::Incoming;
 pub(crate) use limits::Limit;
 pub use limits::LimitSettings;
 pub use settings::ExchangeSettings;
 
-use crate::event::{Event, EventId, Origin, Source};
+use crate::event::{Event, Source};
 use crate::filter::Filter;
 use crate::identifiers::{self, IdentifierError, TopicError};
 use crate::pipeline::Router;
-use crate::proto::containerd::types::Envelope;
-use crate::publisher::Publisher;
 use crate::spool::{DiskLow, Spool, SpoolError, SpoolFull};
 use matching::{CutOff, CutOffReason, Matcher};
 
@@ -210,33 +208,29 @@ struct Slot {
     when_full: CutOffReason,
 }
 
+/// What an exchange is attached to besides its settings; the default is none of it
+/// (an exchange that only serves subscribers, on this machine's host name).
+#[derive(Default)]
+pub struct ExchangeParts {
+    /// Hands every accepted event to the forwarders' queues.
+    pub router: Router,
+    /// Every event is appended to it (continuing its sequence numbers) and
+    /// acknowledged only once durable.
+    pub spool: Option<Spool>,
+    /// Events that do not arrive with a node of their own are recorded as captured
+    /// on it (the config's validated `node`); `None`: this machine's host name.
+    pub node: Option<Arc<str>>,
+}
+
 impl Exchange {
-    /// An exchange that only serves subscribers.
-    pub fn new(config: ExchangeSettings) -> Self {
-        Self::with_router(config, Router::default())
-    }
-
-    /// An exchange that also hands every accepted event to the forwarders' queues.
-    pub fn with_router(config: ExchangeSettings, router: Router) -> Self {
-        Self::with_spool(config, router, None)
-    }
-
-    /// An exchange that appends every event to the spool (continuing its sequence
-    /// numbers) and acknowledges it only once it is durable.
-    /// Its events are captured on this machine's host name; see [`Exchange::on_node`].
-    pub fn with_spool(config: ExchangeSettings, router: Router, spool: Option<Spool>) -> Self {
-        let node = Arc::from(crate::node::host_name());
-        Self::on_node(config, router, spool, node)
-    }
-
-    /// An exchange whose events, unless they arrive with a node of their own, are
-    /// recorded as captured on `node` (the config's validated `node`).
-    pub fn on_node(
-        config: ExchangeSettings,
-        router: Router,
-        spool: Option<Spool>,
-        node: Arc<str>,
-    ) -> Self {
+    /// The one constructor; what differs between exchanges is in `parts`.
+    pub fn new(config: ExchangeSettings, parts: ExchangeParts) -> Self {
+        let ExchangeParts {
+            router,
+            spool,
+            node,
+        } = parts;
+        let node = node.unwrap_or_else(|| Arc::from(crate::node::host_name()));
         let next_seq = spool.as_ref().map_or(1, Spool::next_seq);
         Self {
             inner: Arc::new(Inner {
@@ -253,142 +247,6 @@ impl Exchange {
                 counters: SourceCounters::new(),
             }),
         }
-    }
-
-    /// containerd's Publish: the namespace comes from the request (required), the
-    /// timestamp from our clock in UTC; the payload passes through untouched. The
-    /// publisher is unknown; [`Exchange::publish_from`] records one.
-    pub async fn publish(
-        &self,
-        namespace: Option<&str>,
-        topic: String,
-        event: Option<Any>,
-    ) -> Result<Arc<Event>, AcceptError> {
-        self.publish_from(None, namespace, topic, event).await
-    }
-
-    /// [`Exchange::publish`] by a known client, whose identity is kept with the event.
-    pub async fn publish_from(
-        &self,
-        publisher: Option<Publisher>,
-        namespace: Option<&str>,
-        topic: String,
-        event: Option<Any>,
-    ) -> Result<Arc<Event>, AcceptError> {
-        let namespace = match namespace {
-            None | Some("") => return Err(self.rejected(AcceptError::NamespaceRequired)),
-            Some(ns) => ns,
-        };
-        identifiers::validate(namespace)
-            .map_err(|e| self.rejected(AcceptError::InvalidNamespace(e)))?;
-        validate_topic(&topic).map_err(|e| self.rejected(e))?;
-        let envelope = Envelope {
-            timestamp: Some(Timestamp::from(std::time::SystemTime::now())),
-            namespace: namespace.to_owned(),
-            topic,
-            event,
-        };
-        self.check_size(&envelope).map_err(|e| self.rejected(e))?;
-        self.accept_from(Source::Publish, publisher, envelope).await
-    }
-
-    /// containerd's Forward: namespace, then topic, then timestamp are validated, and
-    /// the envelope is distributed exactly as received. The forwarding client is
-    /// unknown; [`Exchange::forward_from`] records one.
-    pub async fn forward(&self, envelope: Option<Envelope>) -> Result<Arc<Event>, AcceptError> {
-        self.forward_from(None, envelope).await
-    }
-
-    /// [`Exchange::forward`] by a known client, whose identity is kept with the event.
-    pub async fn forward_from(
-        &self,
-        publisher: Option<Publisher>,
-        envelope: Option<Envelope>,
-    ) -> Result<Arc<Event>, AcceptError> {
-        let envelope = envelope.ok_or_else(|| self.rejected(AcceptError::MissingEnvelope))?;
-        self.check_envelope(&envelope)
-            .map_err(|e| self.rejected(e))?;
-        self.check_size(&envelope).map_err(|e| self.rejected(e))?;
-        self.accept_from(Source::Forward, publisher, envelope).await
-    }
-
-    /// `exchange.limits.max_event_bytes`, applied to Publish and Forward. Upstream
-    /// events are not limited: refusing them would lose them for good.
-    fn check_size(&self, envelope: &Envelope) -> Result<(), AcceptError> {
-        let size = envelope.encoded_len();
-        let limit = self.inner.config.limits.max_event_bytes.get();
-        if size > limit {
-            return Err(AcceptError::TooLarge { size, limit });
-        }
-        Ok(())
-    }
-
-    /// Validates an envelope as Forward does; for sources that did not go through
-    /// Publish or Forward (upstreams, replays).
-    pub fn check_envelope(&self, envelope: &Envelope) -> Result<(), AcceptError> {
-        identifiers::validate(&envelope.namespace)
-            .map_err(AcceptError::InvalidEnvelopeNamespace)?;
-        validate_topic(&envelope.topic)?;
-        match envelope.timestamp {
-            None => Err(AcceptError::MissingTimestamp),
-            Some(Timestamp { seconds, nanos: 0 }) if seconds == GO_ZERO_TIME_SECONDS => {
-                Err(AcceptError::MissingTimestamp)
-            }
-            Some(Timestamp { seconds, nanos }) if !(0..1_000_000_000).contains(&nanos) => {
-                Err(AcceptError::InvalidTimestamp { seconds, nanos })
-            }
-            Some(_) => Ok(()),
-        }
-    }
-
-    /// Takes a validated envelope into the gateway's order and hands it to every
-    /// subscriber and forwarder whose filter matches; returns once it is durable.
-    ///
-    /// First, outside the lock, refuses if free disk space is below the spool's
-    /// reserve (`spool.min_free`), makes room in the spool (waiting, or dropping the
-    /// oldest records, per its `full` policy) and waits until every `block` forwarder
-    /// queue the event is routed to has room (refusing it with RESOURCE_EXHAUSTED
-    /// after the respective timeout).
-    pub async fn accept(
-        &self,
-        source: Source,
-        envelope: Envelope,
-    ) -> Result<Arc<Event>, AcceptError> {
-        self.accept_from(source, None, envelope).await
-    }
-
-    /// [`Exchange::accept`] for an event whose origin is known: a reconcile's
-    /// reconstructed events pass [`Origin::Reconciled`], and every record eventgate
-    /// keeps of the event carries it. Subscribers receive the envelope as it is, like
-    /// any other.
-    pub async fn accept_with(
-        &self,
-        source: Source,
-        envelope: Envelope,
-        origin: Origin,
-    ) -> Result<Arc<Event>, AcceptError> {
-        let event = Event::new(0, EventId::unassigned(), source, envelope).with_origin(origin);
-        self.accept_event(event).await
-    }
-
-    /// [`Exchange::accept`] with the client that sent the envelope.
-    pub async fn accept_from(
-        &self,
-        source: Source,
-        publisher: Option<Publisher>,
-        envelope: Envelope,
-    ) -> Result<Arc<Event>, AcceptError> {
-        let event =
-            Event::new(0, EventId::unassigned(), source, envelope).with_publisher(publisher);
-        self.accept_event(event).await
-    }
-
-    /// The one way in: `event` (whose seq and id are not assigned yet) takes its
-    /// place and is acknowledged once durable.
-    async fn accept_event(&self, event: Event) -> Result<Arc<Event>, AcceptError> {
-        let Appended { event, durable } = self.append_event(event).await?;
-        durable.await?;
-        Ok(event)
     }
 
     fn fan_out(&self, state: &mut State, event: &Arc<Event>) {
@@ -523,10 +381,6 @@ impl Exchange {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.inner.lock()
-    }
-
-    fn rejected(&self, error: AcceptError) -> AcceptError {
-        rejected(error)
     }
 }
 

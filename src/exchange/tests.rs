@@ -3,13 +3,17 @@ use prost_types::{Any, Timestamp};
 
 use super::grpc::SubscriptionEnd;
 use super::*;
+use crate::proto::containerd::types::Envelope;
 use crate::testing;
 
 fn exchange(queue: usize) -> Exchange {
-    Exchange::new(ExchangeSettings {
-        subscriber_queue: queue,
-        ..ExchangeSettings::default()
-    })
+    Exchange::new(
+        ExchangeSettings {
+            subscriber_queue: queue,
+            ..ExchangeSettings::default()
+        },
+        ExchangeParts::default(),
+    )
 }
 
 fn any() -> Option<Any> {
@@ -39,17 +43,20 @@ fn ts() -> Option<Timestamp> {
 #[tokio::test]
 async fn publish_validates_like_containerd() {
     let x = exchange(8);
-    let err = x.publish(None, "/a".into(), any()).await.unwrap_err();
+    let err = testing::accept(&x, Incoming::publish(None, "/a".into(), any()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert_eq!(
         err.to_string(),
         "failed publishing event: namespace is required: failed precondition"
     );
-    let err = x.publish(Some(""), "/a".into(), any()).await.unwrap_err();
+    let err = testing::accept(&x, Incoming::publish(Some(""), "/a".into(), any()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
 
-    let err = x
-        .publish(Some("bad ns"), "/a".into(), any())
+    let err = testing::accept(&x, Incoming::publish(Some("bad ns"), "/a".into(), any()))
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
@@ -58,17 +65,18 @@ async fn publish_validates_like_containerd() {
         r#"failed publishing event: namespace validation: identifier "bad ns" must match ^[A-Za-z0-9]+(?:[._-](?:[A-Za-z0-9]+))*$: invalid argument"#
     );
 
-    let err = x
-        .publish(Some("default"), "tasks".into(), any())
-        .await
-        .unwrap_err();
+    let err = testing::accept(
+        &x,
+        Incoming::publish(Some("default"), "tasks".into(), any()),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(
         err.to_string(),
         r#"envelope topic "tasks": must start with '/': invalid argument"#
     );
-    let err = x
-        .publish(Some("default"), "".into(), any())
+    let err = testing::accept(&x, Incoming::publish(Some("default"), "".into(), any()))
         .await
         .unwrap_err();
     assert_eq!(
@@ -76,10 +84,12 @@ async fn publish_validates_like_containerd() {
         r#"envelope topic "": must not be empty: invalid argument"#
     );
 
-    let ok = x
-        .publish(Some("default"), "/tasks/exit".into(), any())
-        .await
-        .unwrap();
+    let ok = testing::accept(
+        &x,
+        Incoming::publish(Some("default"), "/tasks/exit".into(), any()),
+    )
+    .await
+    .unwrap();
     assert_eq!(ok.namespace(), "default");
     assert!(ok.envelope.timestamp.is_some(), "server sets the timestamp");
     assert_eq!(ok.envelope.event, any(), "payload passes through untouched");
@@ -88,7 +98,9 @@ async fn publish_validates_like_containerd() {
 #[tokio::test]
 async fn forward_validates_namespace_then_topic_then_timestamp() {
     let x = exchange(8);
-    let err = x.forward(None).await.unwrap_err();
+    let err = testing::accept(&x, Incoming::forward(None))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(
         err.to_string(),
@@ -96,21 +108,18 @@ async fn forward_validates_namespace_then_topic_then_timestamp() {
     );
 
     // Everything wrong: the namespace is reported first.
-    let err = x
-        .forward(Some(envelope("", "bad", None)))
+    let err = testing::accept(&x, Incoming::forward(Some(envelope("", "bad", None))))
         .await
         .unwrap_err();
     assert_eq!(
         err.to_string(),
         "event envelope has invalid namespace: identifier must not be empty: invalid argument"
     );
-    let err = x
-        .forward(Some(envelope("ns", "bad", None)))
+    let err = testing::accept(&x, Incoming::forward(Some(envelope("ns", "bad", None))))
         .await
         .unwrap_err();
     assert!(matches!(err, AcceptError::InvalidTopic { .. }), "{err}");
-    let err = x
-        .forward(Some(envelope("ns", "/ok", None)))
+    let err = testing::accept(&x, Incoming::forward(Some(envelope("ns", "/ok", None))))
         .await
         .unwrap_err();
     assert_eq!(
@@ -122,7 +131,7 @@ async fn forward_validates_namespace_then_topic_then_timestamp() {
         nanos: 0,
     });
     assert!(matches!(
-        x.forward(Some(envelope("ns", "/ok", go_zero))).await,
+        testing::accept(&x, Incoming::forward(Some(envelope("ns", "/ok", go_zero)))).await,
         Err(AcceptError::MissingTimestamp)
     ));
     let bad_nanos = Some(Timestamp {
@@ -130,12 +139,15 @@ async fn forward_validates_namespace_then_topic_then_timestamp() {
         nanos: 1_000_000_000,
     });
     assert!(matches!(
-        x.forward(Some(envelope("ns", "/ok", bad_nanos))).await,
+        testing::accept(
+            &x,
+            Incoming::forward(Some(envelope("ns", "/ok", bad_nanos)))
+        )
+        .await,
         Err(AcceptError::InvalidTimestamp { .. })
     ));
 
-    let ok = x
-        .forward(Some(envelope("other", "/x/y", ts())))
+    let ok = testing::accept(&x, Incoming::forward(Some(envelope("other", "/x/y", ts()))))
         .await
         .unwrap();
     assert_eq!(
@@ -158,7 +170,7 @@ async fn subscribers_see_one_order_and_only_matching_events() {
         "/tasks/delete",
         "/tasks/exit",
     ] {
-        x.publish(Some("default"), topic.into(), any())
+        testing::accept(&x, Incoming::publish(Some("default"), topic.into(), any()))
             .await
             .unwrap();
     }
@@ -179,7 +191,7 @@ async fn a_full_subscriber_is_cut_off_without_affecting_others() {
     let mut stalled = x.subscribe(Filter::always()).unwrap();
     let mut healthy = x.subscribe(Filter::always()).unwrap();
     for i in 0..5 {
-        x.publish(Some("default"), "/t".into(), any())
+        testing::accept(&x, Incoming::publish(Some("default"), "/t".into(), any()))
             .await
             .unwrap();
         // The healthy one keeps up.
@@ -214,7 +226,7 @@ async fn dropping_a_subscription_unsubscribes_and_close_ends_the_rest() {
         SubscriptionEnd::Closed
     );
     assert!(matches!(
-        x.publish(Some("default"), "/t".into(), any()).await,
+        testing::accept(&x, Incoming::publish(Some("default"), "/t".into(), any())).await,
         Err(AcceptError::Closed)
     ));
     assert!(x.subscribe(Filter::always()).is_err());
@@ -235,7 +247,7 @@ async fn a_filtered_subscriber_that_does_not_read_is_cut_off_after_its_matching_
         } else {
             "/tasks/start"
         };
-        x.publish(Some("default"), topic.into(), any())
+        testing::accept(&x, Incoming::publish(Some("default"), topic.into(), any()))
             .await
             .unwrap();
         // Matching keeps up (the queue only holds 2 events waiting to be matched).
@@ -272,7 +284,7 @@ async fn a_subscriber_whose_filters_fall_behind_is_cut_off_saying_why() {
         .recv_timeout(std::time::Duration::from_secs(20))
         .expect("the matching thread runs the hold");
     for _ in 0..3 {
-        x.publish(Some("default"), "/t".into(), any())
+        testing::accept(&x, Incoming::publish(Some("default"), "/t".into(), any()))
             .await
             .unwrap();
     }

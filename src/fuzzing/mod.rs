@@ -16,7 +16,7 @@ use prost_types::{Any, Timestamp};
 
 use crate::event::{Event, EventId, Source, Witness};
 use crate::exchange::grpc::unary::{self, FORWARD_PATH, Method, PUBLISH_PATH};
-use crate::exchange::{EventsService, Exchange, ExchangeSettings, compile_filters};
+use crate::exchange::{EventsService, Exchange, ExchangeParts, ExchangeSettings, compile_filters};
 use crate::filter::Filter;
 use crate::proto::Registry;
 use crate::proto::containerd::types::Envelope;
@@ -84,7 +84,7 @@ fn exchange() -> &'static Exchange {
     static EXCHANGE: OnceLock<Exchange> = OnceLock::new();
     EXCHANGE.get_or_init(|| {
         let _entered = runtime().enter();
-        Exchange::new(ExchangeSettings::default())
+        Exchange::new(ExchangeSettings::default(), ExchangeParts::default())
     })
 }
 

@@ -106,7 +106,7 @@ pub fn spool_record(data: &[u8]) {
     if crate::spool::record::encode(&event, &mut again).is_ok() {
         let back = decode(&again).expect("a record written from a decoded one decodes");
         assert_eq!(back.envelope, event.envelope);
-        assert_eq!(back.id, event.id);
+        assert_eq!(back.identity.id, event.identity.id);
     }
 }
 

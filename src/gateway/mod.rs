@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{Admin, AdminError};
 use crate::config::{Config, ConfigError};
 use crate::deadletter::DeadLetterError;
-use crate::exchange::Exchange;
+/// What [`Gateway::exchange`] takes in, through `Exchange::append`.
+pub use crate::exchange::Incoming;
+use crate::exchange::{Exchange, ExchangeParts};
 use crate::forward::Kinds;
 use crate::listen::{ListenError, UnixSocket};
 use crate::lock::{DataDirLock, LockError};
@@ -110,11 +112,13 @@ impl Gateway {
         let started = std::time::SystemTime::now();
         let (spool, _recovery) = wiring::open_spool(config).await?;
         let (pipeline, reloader) = wiring::start_pipeline(config, kinds, &spool).await?;
-        let exchange = Exchange::on_node(
+        let exchange = Exchange::new(
             config.exchange.clone(),
-            pipeline.router(),
-            Some(spool.clone()),
-            std::sync::Arc::from(config.node.as_str()),
+            ExchangeParts {
+                router: pipeline.router(),
+                spool: Some(spool.clone()),
+                node: Some(std::sync::Arc::from(config.node.as_str())),
+            },
         );
         let cancel = CancellationToken::new();
         let Listeners {

@@ -83,7 +83,10 @@ async fn permanent_rejections_are_narrowed_to_their_events_and_the_rest_flows_on
         .collect();
     assert_eq!(
         dead,
-        [(4, events[3].id.to_string()), (7, events[6].id.to_string())]
+        [
+            (4, events[3].identity.id.to_string()),
+            (7, events[6].identity.id.to_string())
+        ]
     );
     for entry in &entries {
         assert_eq!(entry.forwarder, "a");

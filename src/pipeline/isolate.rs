@@ -238,7 +238,7 @@ impl Worker {
         tracing::error!(
             forwarder = %self.name,
             seq,
-            event_id = %events.first().map(|e| e.id.to_string()).unwrap_or_default(),
+            event_id = %events.first().map(|e| e.identity.id.to_string()).unwrap_or_default(),
             reason = reason.as_str(),
             error,
             "event set aside as a dead letter; the forwarder goes on with the next"
@@ -276,7 +276,7 @@ fn batch_of(events: &[Arc<Event>]) -> Batch {
 }
 
 fn record_delivery_age(forwarder: &str, batch: &Batch) {
-    let oldest = batch.events().first().map(|e| e.received_at);
+    let oldest = batch.events().first().map(|e| e.identity.received_at);
     if let Some(age) = oldest.and_then(|t| SystemTime::now().duration_since(t).ok()) {
         metrics::histogram!("eventgate_forwarder_delivery_seconds", "forwarder" => forwarder.to_owned())
             .record(age.as_secs_f64());

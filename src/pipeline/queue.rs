@@ -215,7 +215,7 @@ impl Queue {
         self.lock()
             .items
             .front()
-            .map(|(event, _)| event.received_at)
+            .map(|(event, _)| event.identity.received_at)
     }
 
     /// Refuses further pushes; the consumer drains what is queued.

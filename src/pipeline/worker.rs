@@ -186,7 +186,7 @@ impl Worker {
             metrics::histogram!("eventgate_forwarder_batch_bytes", "forwarder" => label.clone())
                 .record(batch.bytes() as f64);
             self.health
-                .batch_started(batch.events().first().map(|e| e.received_at));
+                .batch_started(batch.events().first().map(|e| e.identity.received_at));
             let delivered_before = report.delivered;
             let finished = self.deliver_isolating(batch, report).await;
             let (depth, bytes) = self.queue.depth();

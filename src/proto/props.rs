@@ -74,7 +74,7 @@ proptest! {
         if crate::spool::record::encode(&event, &mut buf).is_ok() {
             let back = crate::spool::record::decode(&buf).expect("an encoded record decodes");
             prop_assert_eq!(back.seq, event.seq);
-            prop_assert_eq!(back.id, event.id);
+            prop_assert_eq!(back.identity.id, event.identity.id);
             prop_assert_eq!(&back.envelope, &event.envelope);
         }
     }

@@ -95,7 +95,7 @@ impl Tally {
 
     /// Counts `event`, which must have a pod (events without one change nothing).
     pub(crate) fn add(&mut self, event: &Event) -> Change {
-        let Some(workload) = event.workload.as_deref() else {
+        let Some(workload) = event.identity.workload.as_deref() else {
             return Change::Other;
         };
         let Some(name) = workload.pod_name.clone() else {
@@ -225,6 +225,7 @@ impl Reader {
             self.each(&query, RowRange::ALL, |stored| {
                 let ns = stored
                     .event
+                    .identity
                     .workload
                     .as_deref()
                     .and_then(|w| w.pod_namespace.clone());

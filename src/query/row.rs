@@ -9,7 +9,7 @@ use rusqlite::Row;
 
 use super::QueryError;
 use super::time::from_stored;
-use crate::event::{Event, EventId, Origin, Source};
+use crate::event::{Event, EventId, Identity, Origin, Source};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 use crate::store::workload;
@@ -91,15 +91,19 @@ pub(super) fn read(row: &Row<'_>, path: &Path) -> Result<StoredEvent, QueryError
         topic: row.get(6).map_err(sqlite)?,
         event,
     };
-    let from = source.as_deref().map_or(Source::Internal, Source::parse);
+    let identity = Identity {
+        id,
+        received_at: received_at.into(),
+        source: source.as_deref().map_or(Source::Internal, Source::parse),
+        publisher,
+        origin,
+        workload: workload.map(Arc::new),
+        node: node.map(Arc::from),
+        node_seq,
+    };
     Ok(StoredEvent {
         row_id,
-        event: Event::with_received_at(seq, id, received_at.into(), from, envelope)
-            .with_publisher(publisher)
-            .with_origin(origin)
-            .with_workload(workload.map(Arc::new))
-            .with_node(node.map(Arc::from))
-            .with_node_seq(node_seq),
+        event: Event::from_identity(seq, identity, envelope),
         source,
     })
 }

@@ -92,7 +92,7 @@ impl Reader {
             let event = &stored.event;
             let seconds = match &event.envelope.timestamp {
                 Some(ts) => ts.seconds,
-                None => match event.received_at.duration_since(UNIX_EPOCH) {
+                None => match event.identity.received_at.duration_since(UNIX_EPOCH) {
                     Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
                     Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
                 },

@@ -135,7 +135,7 @@ pub(super) async fn find_marker(
                 return Ok(None);
             }
             let envelope = &event.envelope;
-            if event.source != Source::Internal
+            if event.identity.source != Source::Internal
                 || envelope.topic != crate::markers::RECONCILED_TOPIC
             {
                 continue;

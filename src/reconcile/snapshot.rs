@@ -239,7 +239,7 @@ impl Snapshot {
     /// ignored).
     pub(crate) fn record(&mut self, event: &Event) {
         self.next_seq = self.next_seq.max(event.seq + 1);
-        if !matches!(&event.source, Source::Upstream(name) if **name == *self.upstream) {
+        if !matches!(&event.identity.source, Source::Upstream(name) if **name == *self.upstream) {
             return;
         }
         let envelope = &event.envelope;
@@ -249,7 +249,7 @@ impl Snapshot {
             envelope.event.as_ref(),
         );
         if let (Some(Object::Container(namespace, id)), Some(workload)) =
-            (&changed, &event.workload)
+            (&changed, &event.identity.workload)
             && let Some(container) = self
                 .state
                 .namespaces

@@ -57,7 +57,7 @@ impl ExchangeTarget {
 
     fn taken_set(&self, batch: &Batch) -> Vec<bool> {
         let events = batch.events();
-        let first = events.first().map(|e| e.id);
+        let first = events.first().map(|e| e.identity.id);
         match &*self.progress.lock().unwrap_or_else(|e| e.into_inner()) {
             Some((id, taken)) if Some(*id) == first && taken.len() == events.len() => taken.clone(),
             _ => vec![false; events.len()],
@@ -68,7 +68,7 @@ impl ExchangeTarget {
     /// the start either.
     fn mark_taken(&self, batch: &Batch, index: usize) {
         let events = batch.events();
-        let Some(first) = events.first().map(|e| e.id) else {
+        let Some(first) = events.first().map(|e| e.identity.id) else {
             return;
         };
         let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,7 +119,7 @@ fn classify(address: &str, event: &Event, status: tonic::Status) -> ForwardError
         "{address} answered {:?} to the event seq {} (id {}, namespace {:?}, topic {:?}): {}",
         status.code(),
         event.seq,
-        event.id,
+        event.identity.id,
         event.namespace(),
         event.topic(),
         status.message()

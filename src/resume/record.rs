@@ -3,29 +3,40 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
-use crate::event::{Event, EventId, Origin, Source, Workload};
+use crate::event::{Event, EventId, Identity, Origin, Source, Workload};
 use crate::proto::eventgate::services::events::v1 as wire;
 use crate::publisher::Publisher;
 
 /// The record of `event`, with everything eventgate keeps about it.
 pub(crate) fn to_record(event: &Event) -> wire::Record {
+    let Identity {
+        id,
+        // Neither is in the record (whose fields predate them): a resumed subscriber
+        // orders and deduplicates by seq and event id.
+        received_at: _,
+        node_seq: _,
+        source,
+        publisher,
+        origin,
+        workload,
+        node,
+    } = &event.identity;
     wire::Record {
         seq: event.seq,
-        event_id: event.id.to_string(),
+        event_id: id.to_string(),
         envelope: Some(event.envelope.clone()),
-        source: event.source.describe().into_owned(),
-        origin: event.origin.label().to_owned(),
-        origin_clock: event
-            .origin
+        source: source.describe().into_owned(),
+        origin: origin.label().to_owned(),
+        origin_clock: origin
             .clock()
             .map(|c| c.label().to_owned())
             .unwrap_or_default(),
-        publisher: event.publisher.as_ref().map(publisher_to_wire),
-        workload: event.workload.as_deref().map(workload_to_wire),
-        node: event.node().unwrap_or_default().to_owned(),
-        reconciled_from: event
-            .origin
+        publisher: publisher.as_ref().map(publisher_to_wire),
+        workload: workload.as_deref().map(workload_to_wire),
+        node: node.as_deref().unwrap_or_default().to_owned(),
+        reconciled_from: origin
             .witness()
             .map(|w| w.label().to_owned())
             .unwrap_or_default(),
@@ -45,13 +56,20 @@ pub(crate) fn from_record(record: wire::Record) -> Result<Event, String> {
         label => Origin::from_stored(label, clock, from)?,
     };
     let envelope = record.envelope.unwrap_or_default();
-    let source = Source::parse(&record.source);
-    Ok(Event::new(record.seq, id, source, envelope)
-        .with_origin(origin)
-        .with_publisher(record.publisher.and_then(publisher_from_wire))
-        .with_workload(record.workload.map(|w| Arc::new(workload_from_wire(w))))
+    let identity = Identity {
+        id,
+        // Not in the record: when this end read it.
+        received_at: SystemTime::now(),
+        source: Source::parse(&record.source),
+        publisher: record.publisher.and_then(publisher_from_wire),
+        origin,
+        workload: record.workload.map(|w| Arc::new(workload_from_wire(w))),
         // Empty is proto3's default: a record of an event of unknown node.
-        .with_node(Some(record.node).filter(|n| !n.is_empty()).map(Arc::from)))
+        node: Some(record.node).filter(|n| !n.is_empty()).map(Arc::from),
+        // Not in the record.
+        node_seq: None,
+    };
+    Ok(Event::from_identity(record.seq, identity, envelope))
 }
 
 fn publisher_to_wire(publisher: &Publisher) -> wire::Publisher {
@@ -141,12 +159,12 @@ mod tests {
         assert_eq!(record.reconciled_from, "containerd");
         let back = from_record(record).unwrap();
         assert_eq!(back.seq, event.seq);
-        assert_eq!(back.id, event.id);
-        assert_eq!(back.origin, event.origin);
-        assert_eq!(back.publisher, event.publisher);
-        assert_eq!(back.workload, event.workload);
+        assert_eq!(back.identity.id, event.identity.id);
+        assert_eq!(back.identity.origin, event.identity.origin);
+        assert_eq!(back.identity.publisher, event.identity.publisher);
+        assert_eq!(back.identity.workload, event.identity.workload);
         assert_eq!(back.envelope, event.envelope);
-        assert_eq!(back.source, event.source);
+        assert_eq!(back.identity.source, event.identity.source);
         assert_eq!(back.node(), Some("web-1"));
     }
 
@@ -173,15 +191,15 @@ mod tests {
             Some("OOMKilled")
         );
         let back = from_record(record.clone()).unwrap();
-        assert_eq!(back.origin, event.origin);
-        assert_eq!(back.workload, event.workload);
+        assert_eq!(back.identity.origin, event.identity.origin);
+        assert_eq!(back.identity.workload, event.identity.workload);
 
         let older = wire::Record {
             reconciled_from: String::new(),
             ..record.clone()
         };
         assert_eq!(
-            from_record(older).unwrap().origin,
+            from_record(older).unwrap().identity.origin,
             Origin::reconciled(Clock::Daemon)
         );
         let live = to_record(

@@ -10,9 +10,8 @@ use super::catchup::{self, Plan};
 use super::history::History;
 use super::metrics::Metrics;
 use crate::event::Source;
-use crate::exchange::{Exchange, ExchangeSettings};
+use crate::exchange::{Exchange, ExchangeParts, ExchangeSettings, Incoming};
 use crate::filter::Filter;
-use crate::pipeline::Router;
 use crate::proto::eventgate::services::events::v1::Record;
 use crate::testing::{self, TempSpool};
 
@@ -22,8 +21,7 @@ const DURING: u64 = 2_000;
 async fn publish(exchange: &Exchange, topic: &str, n: u64) {
     for _ in 0..n {
         let envelope = testing::envelope().topic(topic).now().build();
-        exchange
-            .accept(Source::Publish, envelope)
+        testing::accept(exchange, Incoming::checked(Source::Publish, envelope))
             .await
             .expect("accepted");
     }
@@ -81,7 +79,11 @@ async fn resume_while_publishing(
         subscriber_queue: queue,
         ..ExchangeSettings::default()
     };
-    let exchange = Exchange::with_spool(settings, Router::default(), Some(spool.clone()));
+    let parts = ExchangeParts {
+        spool: Some(spool.clone()),
+        ..ExchangeParts::default()
+    };
+    let exchange = Exchange::new(settings, parts);
     publish(&exchange, "/tasks/exit", BEFORE).await;
 
     let (mut resumer, mut rx) = start_resumer(&exchange, &spool, &filter, 1);

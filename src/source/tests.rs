@@ -9,7 +9,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::FutureProducer;
 
 use super::*;
-use crate::exchange::ExchangeSettings;
+use crate::exchange::{ExchangeParts, ExchangeSettings};
 use crate::forward::kafka::{RecordEncoder, TopicTemplate, ValueFormat};
 use crate::testing::{self, T0};
 
@@ -34,7 +34,7 @@ async fn a_consumer_that_ends_is_started_again() {
         .expect("produced");
 
     // An exchange that refuses everything: the consumer ends at its first message.
-    let exchange = Exchange::new(ExchangeSettings::default());
+    let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
     exchange.close();
     let spec: SourceSpec = toml::from_str(&format!(
         "kind = \"kafka\"\nbrokers = \"{brokers}\"\ntopics = [\"fleet\"]\ngroup = \"g\"\n"

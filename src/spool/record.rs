@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 
-use crate::event::{Clock, Event, EventId, Origin, Source, Witness, Workload};
+use crate::event::{Clock, Event, EventId, Identity, Origin, Source, Witness, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 
@@ -68,23 +68,33 @@ const WITNESS_SHIFT: u8 = 4;
 /// Appends `event` as one record to `buf`; returns the record's length, or the body
 /// length it would have had when that is over [`MAX_BODY`].
 pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
-    let name: &[u8] = match &event.source {
+    let Identity {
+        id,
+        received_at,
+        source,
+        publisher,
+        origin,
+        workload,
+        node,
+        node_seq,
+    } = &event.identity;
+    let name: &[u8] = match source {
         Source::Upstream(name) | Source::Kafka(name) => name.as_bytes(),
         _ => &[],
     };
-    let node_seq = matches!(event.source, Source::Kafka(_)).then(|| event.node_seq.unwrap_or(0));
+    let node_seq = matches!(source, Source::Kafka(_)).then(|| node_seq.unwrap_or(0));
     // Source names come from validated config, so they are short; clip defensively.
     let name = &name[..name.len().min(u16::MAX as usize)];
-    let subject = match &event.publisher {
+    let subject = match publisher {
         Some(Publisher::Certificate { subject }) => Some(clip(subject)),
         _ => None,
     };
-    let publisher_len = match (&event.publisher, subject) {
+    let publisher_len = match (publisher, subject) {
         (None, _) => 0,
         (Some(_), Some(subject)) => 1 + 2 + subject.len(),
         (Some(_), None) => 1 + 12,
     };
-    let origin = match event.origin {
+    let origin = match *origin {
         Origin::Live => None,
         Origin::Reconciled { clock, from } => {
             let clock = match clock {
@@ -96,8 +106,8 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
             Some(clock | ((from.index() as u8) << WITNESS_SHIFT))
         }
     };
-    let workload_len = event.workload.as_ref().map_or(0, |w| 4 + w.encoded_len());
-    let node = event.node().map(crate::node::cut);
+    let workload_len = workload.as_ref().map_or(0, |w| 4 + w.encoded_len());
+    let node = node.as_deref().map(crate::node::cut);
     let body_len = MIN_BODY
         + name.len()
         + publisher_len
@@ -114,16 +124,16 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
     buf.extend_from_slice(&(body_len as u32).to_le_bytes());
     buf.extend_from_slice(&[0; 4]);
     buf.extend_from_slice(&event.seq.to_le_bytes());
-    buf.extend_from_slice(event.id.as_bytes());
-    buf.extend_from_slice(&unix_nanos(event.received_at).to_le_bytes());
-    let kind = match event.source {
+    buf.extend_from_slice(id.as_bytes());
+    buf.extend_from_slice(&unix_nanos(*received_at).to_le_bytes());
+    let kind = match source {
         Source::Publish => 0,
         Source::Forward => 1,
         Source::Upstream(_) => 2,
         Source::Internal => 3,
         Source::Kafka(_) => 4,
     };
-    let publisher_bit = match event.publisher {
+    let publisher_bit = match publisher {
         Some(_) => HAS_PUBLISHER,
         None => 0,
     };
@@ -131,7 +141,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Some(_) => HAS_ORIGIN,
         None => 0,
     };
-    let workload_bit = match event.workload {
+    let workload_bit = match workload {
         Some(_) => HAS_WORKLOAD,
         None => 0,
     };
@@ -142,7 +152,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
     buf.push(kind | publisher_bit | origin_bit | workload_bit | node_bit);
     buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
     buf.extend_from_slice(name);
-    match &event.publisher {
+    match publisher {
         None => {}
         Some(Publisher::Process { uid, gid, pid }) => {
             buf.push(PROCESS);
@@ -159,7 +169,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         }
     }
     buf.extend(origin);
-    if let Some(workload) = &event.workload {
+    if let Some(workload) = workload {
         buf.extend_from_slice(&(workload.encoded_len() as u32).to_le_bytes());
         // Encoding into a Vec cannot run out of room.
         let _ = workload.encode(buf);
@@ -278,20 +288,17 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         _ => None,
     };
     let envelope = Envelope::decode(rest).ok()?;
-    Some(
-        Event::with_received_at(
-            seq,
-            EventId::from_bytes(id),
-            from_unix_nanos(nanos),
-            source,
-            envelope,
-        )
-        .with_publisher(publisher)
-        .with_origin(origin)
-        .with_workload(workload)
-        .with_node(node)
-        .with_node_seq(node_seq),
-    )
+    let identity = Identity {
+        id: EventId::from_bytes(id),
+        received_at: from_unix_nanos(nanos),
+        source,
+        publisher,
+        origin,
+        workload,
+        node,
+        node_seq,
+    };
+    Some(Event::from_identity(seq, identity, envelope))
 }
 
 /// A publisher block and what follows it.

@@ -28,8 +28,13 @@ fn round_trip_keeps_every_field() {
         assert_eq!(check(&buf[3..buf.len() - 1]), Check::Incomplete);
         let back = decode(&buf[3..]).unwrap();
         assert_eq!(
-            (back.seq, back.id, back.received_at, back.source),
-            (42, event.id, at, source)
+            (
+                back.seq,
+                back.identity.id,
+                back.identity.received_at,
+                back.identity.source
+            ),
+            (42, event.identity.id, at, source)
         );
         assert_eq!(back.envelope, envelope);
         let mut flipped = buf[3..].to_vec();
@@ -78,8 +83,8 @@ fn publishers_survive_the_round_trip() {
             assert_eq!(check(&buf), Check::Valid { seq: 9, len });
             assert_eq!(buf[HEADER + KIND_AT] & HAS_PUBLISHER, HAS_PUBLISHER);
             let back = decode(&buf).unwrap();
-            assert_eq!((back.source, back.envelope), (source, envelope()));
-            match (&publisher, back.publisher) {
+            assert_eq!((back.identity.source, back.envelope), (source, envelope()));
+            match (&publisher, back.identity.publisher) {
                 (
                     Publisher::Certificate { subject },
                     Some(Publisher::Certificate { subject: read }),
@@ -118,13 +123,13 @@ fn records_of_the_format_before_publishers_are_read() {
     let len = record.len();
     assert_eq!(check(&record), Check::Valid { seq: 42, len });
     let event = decode(&record).unwrap();
-    assert_eq!(event.id, EventId::from_bytes(id));
-    assert_eq!(event.source, Source::Upstream(Arc::from("node-a")));
-    assert_eq!(event.received_at, from_unix_nanos(nanos));
+    assert_eq!(event.identity.id, EventId::from_bytes(id));
+    assert_eq!(event.identity.source, Source::Upstream(Arc::from("node-a")));
+    assert_eq!(event.identity.received_at, from_unix_nanos(nanos));
     assert_eq!(event.envelope, envelope());
-    assert_eq!(event.publisher, None);
+    assert_eq!(event.identity.publisher, None);
     assert_eq!(
-        event.origin,
+        event.identity.origin,
         Origin::Live,
         "records before origins were kept are live"
     );
@@ -132,9 +137,9 @@ fn records_of_the_format_before_publishers_are_read() {
     // The same event written today is byte for byte what it was.
     let mut today = Vec::new();
     let again = testing::event(42)
-        .id(event.id)
-        .received_at(event.received_at)
-        .source(event.source.clone())
+        .id(event.identity.id)
+        .received_at(event.identity.received_at)
+        .source(event.identity.source.clone())
         .envelope(envelope())
         .build();
     encode(&again, &mut today).unwrap();
@@ -156,7 +161,7 @@ fn damaged_publisher_blocks_are_refused() {
         let mut bad = buf.clone();
         bad[at] = value;
         assert!(
-            decode(&bad).is_none_or(|e| e.publisher != event.publisher),
+            decode(&bad).is_none_or(|e| e.identity.publisher != event.identity.publisher),
             "byte {at} = {value}"
         );
     }
@@ -193,9 +198,9 @@ fn origins_survive_the_round_trip_with_and_without_a_publisher() {
             assert_eq!(check(&buf), Check::Valid { seq: 11, len });
             assert_eq!(buf[HEADER + KIND_AT] & HAS_ORIGIN, HAS_ORIGIN);
             let back = decode(&buf).unwrap();
-            assert_eq!(back.origin, origin, "{source:?}");
-            assert_eq!(back.publisher, publisher);
-            assert_eq!((back.source, back.envelope), (source, envelope()));
+            assert_eq!(back.identity.origin, origin, "{source:?}");
+            assert_eq!(back.identity.publisher, publisher);
+            assert_eq!((back.identity.source, back.envelope), (source, envelope()));
         }
     }
 }
@@ -259,15 +264,15 @@ fn workloads_survive_the_round_trip_with_publisher_and_origin() {
         assert_eq!(check(&buf), Check::Valid { seq: 9, len });
         assert_eq!(buf[HEADER + KIND_AT] & HAS_WORKLOAD, HAS_WORKLOAD);
         let back = decode(&buf).unwrap();
-        assert_eq!(back.workload, Some(workload()));
-        assert_eq!((back.origin, back.envelope), (origin, envelope()));
+        assert_eq!(back.identity.workload, Some(workload()));
+        assert_eq!((back.identity.origin, back.envelope), (origin, envelope()));
     }
     // Without one, the record is what it always was.
     let plain = testing::event(9).envelope(envelope()).build();
     let mut buf = Vec::new();
     encode(&plain, &mut buf).unwrap();
     assert_eq!(buf[HEADER + KIND_AT] & HAS_WORKLOAD, 0);
-    assert_eq!(decode(&buf).unwrap().workload, None);
+    assert_eq!(decode(&buf).unwrap().identity.workload, None);
 }
 
 #[test]
@@ -317,7 +322,12 @@ fn nodes_survive_the_round_trip_and_old_records_have_none() {
         let back = decode(&buf).unwrap();
         assert_eq!(back.node(), Some("web-1"));
         assert_eq!(
-            (back.workload, back.origin, back.publisher, back.envelope),
+            (
+                back.identity.workload,
+                back.identity.origin,
+                back.identity.publisher,
+                back.envelope
+            ),
             (workload, origin, publisher.clone(), envelope())
         );
     }
@@ -368,14 +378,20 @@ fn kafka_sourced_events_keep_their_source_and_node_seq() {
             .node("web-2")
             .taken_in_by_kafka("fleet", 41)
             .build();
-        event.node_seq = node_seq;
+        event.identity.node_seq = node_seq;
         let mut buf = Vec::new();
         let len = encode(&event, &mut buf).unwrap();
         assert_eq!(check(&buf), Check::Valid { seq: 9, len });
         let back = decode(&buf).unwrap();
-        assert_eq!(back.source, Source::Kafka(Arc::from("fleet")));
-        assert_eq!((back.node(), back.node_seq), (Some("web-2"), node_seq));
-        assert_eq!((back.id, back.envelope), (event.id, envelope()));
+        assert_eq!(back.identity.source, Source::Kafka(Arc::from("fleet")));
+        assert_eq!(
+            (back.node(), back.identity.node_seq),
+            (Some("web-2"), node_seq)
+        );
+        assert_eq!(
+            (back.identity.id, back.envelope),
+            (event.identity.id, envelope())
+        );
     }
     let mut unknown_kind = Vec::new();
     encode(

@@ -221,28 +221,51 @@ fn tagged(buf: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
     buf.extend_from_slice(bytes);
 }
 
-/// The values the writer binds for `row`, typed as SQLite stores them.
+/// The values the writer binds for `row`, typed as SQLite stores them. Every column
+/// of the row is named (the row's own `seq` gives way to the checked `seq` the writer
+/// binds), so a column added to [`EventRow`] is a compile error here until the chain
+/// says how it is hashed.
 pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
+    let EventRow {
+        seq: _,
+        id,
+        timestamp,
+        received_at,
+        namespace,
+        topic,
+        type_url,
+        payload,
+        event,
+        source,
+        publisher,
+        origin,
+        origin_clock,
+        workload,
+        node,
+        node_seq,
+        reconciled_from,
+        reason,
+    } = row;
     let text = |s: Option<&'a str>| s.map_or(ValueRef::Null, |s| ValueRef::Text(s.as_bytes()));
     let int = |i: Option<i64>| i.map_or(ValueRef::Null, ValueRef::Integer);
-    let workload = row.workload.values();
+    let workload = workload.values();
     [
         ValueRef::Integer(seq),
-        ValueRef::Text(row.id.as_bytes()),
-        text(row.timestamp.as_deref()),
-        ValueRef::Text(row.received_at.as_bytes()),
-        ValueRef::Text(row.namespace.as_bytes()),
-        ValueRef::Text(row.topic.as_bytes()),
-        text(row.type_url),
-        row.payload.map_or(ValueRef::Null, ValueRef::Blob),
-        text(row.event),
-        ValueRef::Text(row.source.as_bytes()),
-        int(row.publisher.0),
-        int(row.publisher.1),
-        int(row.publisher.2),
-        text(row.publisher.3),
-        ValueRef::Text(row.origin.as_bytes()),
-        text(row.origin_clock),
+        ValueRef::Text(id.as_bytes()),
+        text(timestamp.as_deref()),
+        ValueRef::Text(received_at.as_bytes()),
+        ValueRef::Text(namespace.as_bytes()),
+        ValueRef::Text(topic.as_bytes()),
+        text(*type_url),
+        payload.map_or(ValueRef::Null, ValueRef::Blob),
+        text(*event),
+        ValueRef::Text(source.as_bytes()),
+        int(publisher.0),
+        int(publisher.1),
+        int(publisher.2),
+        text(publisher.3),
+        ValueRef::Text(origin.as_bytes()),
+        text(*origin_clock),
         workload[0],
         workload[1],
         workload[2],
@@ -250,10 +273,10 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
         workload[4],
         workload[5],
         workload[6],
-        text(row.node),
-        int(row.node_seq),
-        text(row.reconciled_from),
-        text(row.reason),
+        text(*node),
+        int(*node_seq),
+        text(*reconciled_from),
+        text(*reason),
     ]
 }
 

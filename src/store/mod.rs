@@ -23,7 +23,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::event::{Clock, Event, Witness};
+use crate::event::{Clock, Event, Identity, Witness};
 use crate::proto::rfc3339_nanos;
 use crate::publisher::{Columns, Publisher};
 #[cfg(any(test, feature = "bench"))]
@@ -278,27 +278,37 @@ pub struct EventRow<'a> {
 
 impl<'a> EventRow<'a> {
     pub fn from_event(event: &'a Event) -> Self {
+        let Identity {
+            id,
+            received_at,
+            source,
+            publisher,
+            origin,
+            workload,
+            node,
+            node_seq,
+        } = &event.identity;
         let any = event.envelope.event.as_ref();
         Self {
             seq: event.seq,
-            id: event.id.to_string(),
+            id: id.to_string(),
             timestamp: event.envelope.timestamp.as_ref().map(rfc3339_nanos),
-            received_at: rfc3339_nanos(&prost_types::Timestamp::from(event.received_at)),
+            received_at: rfc3339_nanos(&prost_types::Timestamp::from(*received_at)),
             namespace: &event.envelope.namespace,
             topic: &event.envelope.topic,
             type_url: any.map(|a| a.type_url.as_str()),
             payload: any.map(|a| a.value.as_slice()),
             event: event.payload_json(),
-            source: event.source.describe(),
-            publisher: Publisher::columns(event.publisher.as_ref()),
-            origin: event.origin.label(),
-            origin_clock: event.origin.clock().map(Clock::label),
-            workload: WorkloadColumns::of(event.workload.as_deref()),
-            node: event.node(),
+            source: source.describe(),
+            publisher: Publisher::columns(publisher.as_ref()),
+            origin: origin.label(),
+            origin_clock: origin.clock().map(Clock::label),
+            workload: WorkloadColumns::of(workload.as_deref()),
+            node: node.as_deref(),
             // Past i64 (never assigned in practice) it is left out rather than wrapped.
-            node_seq: event.node_seq.and_then(|seq| i64::try_from(seq).ok()),
-            reconciled_from: event.origin.witness().map(Witness::label),
-            reason: event.workload.as_deref().and_then(|w| w.reason.as_deref()),
+            node_seq: node_seq.and_then(|seq| i64::try_from(seq).ok()),
+            reconciled_from: origin.witness().map(Witness::label),
+            reason: workload.as_deref().and_then(|w| w.reason.as_deref()),
         }
     }
 }

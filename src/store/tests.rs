@@ -195,7 +195,7 @@ fn rows_carry_the_envelope_and_the_decoded_event() {
     let row = EventRow::from_event(&exit);
     assert_eq!(row.seq, 7);
     assert_eq!(row.source, "publish");
-    assert_eq!(row.id, exit.id.to_string());
+    assert_eq!(row.id, exit.identity.id.to_string());
     assert_eq!(
         row.timestamp.as_deref(),
         Some("2024-05-01T10:00:00.000000005Z")
@@ -248,7 +248,7 @@ fn a_version_1_store_is_upgraded_in_place_keeping_its_rows() {
     let mut conn = open_writer(&path, &WriterOptions::default()).unwrap();
     assert_eq!(pragma(&conn, "user_version"), LATEST);
     let mut upstream = event(2, "/tasks/exit", "containerd.events.TaskExit", "{}");
-    upstream.source = Source::Upstream("node".into());
+    upstream.identity.source = Source::Upstream("node".into());
     insert_rows(&mut conn, &[EventRow::from_event(&upstream)]).unwrap();
     let sources: Vec<(String, Option<String>)> = conn
         .prepare("SELECT id, source FROM events ORDER BY row_id")
@@ -261,7 +261,10 @@ fn a_version_1_store_is_upgraded_in_place_keeping_its_rows() {
         sources,
         [
             ("old".to_owned(), None),
-            (upstream.id.to_string(), Some("upstream:node".to_owned()))
+            (
+                upstream.identity.id.to_string(),
+                Some("upstream:node".to_owned())
+            )
         ]
     );
 }

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use prost::Message;
 use prost_types::{Any, Timestamp};
 
-use crate::event::{Event, EventId, Origin, Source, Workload};
+use crate::event::{Event, EventId, Identity, Origin, Source, Workload};
 use crate::proto::Registry;
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
@@ -233,16 +233,17 @@ impl EventBuilder {
     }
 
     pub(crate) fn build(self) -> Event {
-        let envelope = self.envelope.build();
-        match self.received_at {
-            Some(at) => Event::with_received_at(self.seq, self.id, at, self.source, envelope),
-            None => Event::new(self.seq, self.id, self.source, envelope),
-        }
-        .with_publisher(self.publisher)
-        .with_origin(self.origin)
-        .with_workload(self.workload)
-        .with_node(self.node)
-        .with_node_seq(self.node_seq)
+        let identity = Identity {
+            id: self.id,
+            received_at: self.received_at.unwrap_or_else(SystemTime::now),
+            source: self.source,
+            publisher: self.publisher,
+            origin: self.origin,
+            workload: self.workload,
+            node: self.node,
+            node_seq: self.node_seq,
+        };
+        Event::from_identity(self.seq, identity, self.envelope.build())
     }
 
     pub(crate) fn arc(self) -> Arc<Event> {

@@ -16,3 +16,12 @@ mod stores;
 pub(crate) use events::{T0, envelope, event, json_any, workload};
 pub(crate) use forwarder::Scripted;
 pub(crate) use stores::{TempSpool, TempStore, insert, spool_settings};
+
+/// `incoming` appended to `exchange` and acknowledged once durable, as Publish and
+/// Forward acknowledge it.
+pub(crate) async fn accept(
+    exchange: &crate::exchange::Exchange,
+    incoming: crate::exchange::Incoming,
+) -> Result<std::sync::Arc<crate::event::Event>, crate::exchange::AcceptError> {
+    exchange.append(incoming).await?.acknowledged().await
+}

@@ -9,9 +9,8 @@ use prost::Message;
 use super::tests::{DEADLINE, Server_, connected, next, serve_exchange, socket, spec};
 use super::*;
 use crate::event::Source;
-use crate::exchange::{ExchangeSettings, Subscription};
+use crate::exchange::{ExchangeParts, ExchangeSettings, Incoming, Subscription};
 use crate::filter::Filter;
-use crate::pipeline::Router;
 use crate::proto::containerd::events::ContainerCreate;
 use crate::proto::containerd::types::Envelope;
 use crate::reconcile::NodeState;
@@ -64,11 +63,11 @@ async fn setup() -> Setup {
         &[cursor.as_str()],
     )
     .unwrap();
-    let exchange = Exchange::with_spool(
-        ExchangeSettings::default(),
-        Router::default(),
-        Some(spool.clone()),
-    );
+    let parts = ExchangeParts {
+        spool: Some(spool.clone()),
+        ..ExchangeParts::default()
+    };
+    let exchange = Exchange::new(ExchangeSettings::default(), parts);
     let mut sub = exchange
         .subscribe(Filter::parse_all::<&str>(&[]).unwrap())
         .unwrap();
@@ -127,8 +126,7 @@ async fn a_burst_is_read_while_earlier_events_wait_for_the_disk_and_shares_its_s
     let fsyncs = s.spool.stats().fsyncs;
     let ids: Vec<String> = (0..100).map(|i| format!("c{i:03}")).collect();
     for id in &ids {
-        s.upstream
-            .accept(Source::Forward, create(id))
+        testing::accept(&s.upstream, Incoming::checked(Source::Forward, create(id)))
             .await
             .unwrap();
     }
@@ -159,19 +157,23 @@ async fn a_burst_is_read_while_earlier_events_wait_for_the_disk_and_shares_its_s
 #[tokio::test]
 async fn the_snapshot_records_an_upstream_event_only_once_the_spool_has_it() {
     let mut s = setup().await;
-    s.upstream
-        .accept(Source::Forward, create("kept"))
-        .await
-        .unwrap();
+    testing::accept(
+        &s.upstream,
+        Incoming::checked(Source::Forward, create("kept")),
+    )
+    .await
+    .unwrap();
     let kept = next(&mut s.sub).await;
     durable_through(&s.spool, kept.seq).await;
 
     // Appended and delivered to subscribers, but held back from the disk...
     s.spool.gate_syncs(Gate::Held);
-    s.upstream
-        .accept(Source::Forward, create("lost"))
-        .await
-        .unwrap();
+    testing::accept(
+        &s.upstream,
+        Incoming::checked(Source::Forward, create("lost")),
+    )
+    .await
+    .unwrap();
     let lost = next(&mut s.sub).await;
     assert_eq!(container_id(&lost), "lost");
     assert!(s.spool.stats().durable_seq < lost.seq);
@@ -207,8 +209,7 @@ async fn a_subscription_that_ends_makes_its_events_durable_before_the_disconnect
     let mut s = setup().await;
     s.spool.gate_syncs(Gate::Held);
     for id in ["a", "b", "c"] {
-        s.upstream
-            .accept(Source::Forward, create(id))
+        testing::accept(&s.upstream, Incoming::checked(Source::Forward, create(id)))
             .await
             .unwrap();
     }

@@ -20,7 +20,7 @@ use super::inflight::{InFlight, Then};
 use super::reconciler::{Plan, Reconciler};
 use super::task::{Ended, Opened, Task, describe};
 use crate::event::{Origin, Source};
-use crate::exchange::{AcceptError, Appended};
+use crate::exchange::{AcceptError, Appended, Incoming};
 use crate::proto::containerd::types::Envelope;
 use crate::reconcile::state::NodeState;
 
@@ -257,15 +257,10 @@ impl Task {
         let workload = item.workload.take();
         let mut warned = false;
         loop {
-            let appended = self
-                .exchange
-                .append_with(
-                    item.source.clone(),
-                    item.envelope.clone(),
-                    item.origin,
-                    workload.clone(),
-                )
-                .await;
+            let incoming = Incoming::checked(item.source.clone(), item.envelope.clone())
+                .origin(item.origin)
+                .workload(workload.clone());
+            let appended = self.exchange.append(incoming).await;
             match appended {
                 Ok(appended) => return Ok(Some((appended, item.then))),
                 Err(

@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 use super::settings::ReconnectSettings;
 use super::*;
 use crate::event::{Event, Source};
-use crate::exchange::{EventsService, ExchangeSettings, Subscription};
+use crate::exchange::{EventsService, ExchangeParts, ExchangeSettings, Incoming, Subscription};
 use crate::filter::Filter;
 use crate::proto::containerd::events::TaskExit;
 use crate::proto::containerd::services::events::v1::events_server::{Events, EventsServer};
@@ -101,7 +101,7 @@ pub(super) fn socket(dir: &tempfile::TempDir, name: &str) -> PathBuf {
 
 /// The downstream gateway's exchange, with a subscriber watching everything.
 fn downstream() -> (Exchange, Subscription) {
-    let exchange = Exchange::new(ExchangeSettings::default());
+    let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
     let sub = exchange
         .subscribe(Filter::parse_all::<&str>(&[]).unwrap())
         .unwrap();
@@ -110,7 +110,7 @@ fn downstream() -> (Exchange, Subscription) {
 
 /// An eventgate exchange serving as the upstream on `path`.
 pub(super) fn serve_exchange(path: &Path) -> (Exchange, Server_) {
-    let upstream = Exchange::new(ExchangeSettings::default());
+    let upstream = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
     let service = EventsService::new(upstream.clone()).into_server();
     (
         upstream,
@@ -155,7 +155,7 @@ async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
     let marker = next(&mut sub).await;
     assert_eq!(marker.envelope.namespace, "eventgate");
     assert_eq!(marker.envelope.topic, "/eventgate/upstream/connected");
-    assert_eq!(marker.source, Source::Internal);
+    assert_eq!(marker.identity.source, Source::Internal);
     let up: UpstreamConnected = decode(&marker);
     assert_eq!((up.upstream.as_str(), up.attempts), ("node", 1));
     assert_eq!(up.address, path.to_str().unwrap());
@@ -165,20 +165,22 @@ async fn upstream_events_enter_the_exchange_as_sent_after_a_connected_marker() {
     connected(&upstreams).await;
     assert_eq!(upstreams.readiness(), Ok(()));
 
-    let sent = upstream
-        .publish(
+    let sent = testing::accept(
+        &upstream,
+        Incoming::publish(
             Some("default"),
             "/tasks/exit".into(),
             Some(task_exit("c1", 3)),
-        )
-        .await
-        .unwrap();
+        ),
+    )
+    .await
+    .unwrap();
     let got = next(&mut sub).await;
     // The envelope exactly as the upstream distributed it; our own seq and id.
     assert_eq!(got.envelope, sent.envelope);
-    assert_eq!(got.source, Source::Upstream("node".into()));
+    assert_eq!(got.identity.source, Source::Upstream("node".into()));
     assert_eq!(got.seq, marker.seq + 1);
-    assert_ne!(got.id, sent.id);
+    assert_ne!(got.identity.id, sent.identity.id);
 
     upstreams.stop(DEADLINE).await;
     let down = next(&mut sub).await;
@@ -226,14 +228,16 @@ async fn a_broken_subscription_is_recorded_and_resumed() {
     assert_eq!(up_payload.gap_started_at, down_payload.disconnected_at);
     assert!(up_payload.attempts >= 1);
     connected(&upstreams).await;
-    upstream
-        .publish(
+    testing::accept(
+        &upstream,
+        Incoming::publish(
             Some("default"),
             "/tasks/exit".into(),
             Some(task_exit("c2", 0)),
-        )
-        .await
-        .unwrap();
+        ),
+    )
+    .await
+    .unwrap();
     let got = next(&mut sub).await;
     assert_eq!(decode::<TaskExit>(&got).container_id, "c2");
     upstreams.stop(DEADLINE).await;
@@ -317,7 +321,7 @@ impl Events for Silent {
 async fn an_upstream_that_sends_no_headers_counts_as_connected_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = socket(&dir, "silent.sock");
-    let upstream = Exchange::new(ExchangeSettings::default());
+    let upstream = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
     let (filters_tx, mut filters_rx) = tokio::sync::mpsc::unbounded_channel();
     let service = Silent {
         exchange: upstream.clone(),
@@ -344,10 +348,12 @@ async fn an_upstream_that_sends_no_headers_counts_as_connected_at_once() {
 
     // The upstream applies the filters: only the exit crosses.
     for (topic, container) in [("/tasks/start", "c0"), ("/tasks/exit", "c1")] {
-        upstream
-            .publish(Some("default"), topic.into(), Some(task_exit(container, 1)))
-            .await
-            .unwrap();
+        testing::accept(
+            &upstream,
+            Incoming::publish(Some("default"), topic.into(), Some(task_exit(container, 1))),
+        )
+        .await
+        .unwrap();
     }
     let got = next(&mut sub).await;
     assert_eq!(got.envelope.topic, "/tasks/exit");
@@ -372,12 +378,16 @@ async fn an_upstream_envelope_eventgate_cannot_accept_is_skipped_not_fatal() {
     let bad = testing::envelope()
         .payload(Some(task_exit("bad", 1)))
         .build();
-    upstream.accept(Source::Forward, bad).await.unwrap();
+    testing::accept(&upstream, Incoming::checked(Source::Forward, bad))
+        .await
+        .unwrap();
     let good = testing::envelope()
         .now()
         .payload(Some(task_exit("good", 0)))
         .build();
-    upstream.accept(Source::Forward, good).await.unwrap();
+    testing::accept(&upstream, Incoming::checked(Source::Forward, good))
+        .await
+        .unwrap();
     let got = next(&mut sub).await;
     assert_eq!(decode::<TaskExit>(&got).container_id, "good");
     assert!(upstreams.statuses()[0].is_connected());
@@ -394,7 +404,7 @@ async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one
     let mut daemons = Vec::new();
     for name in ["a", "b"] {
         let path = socket(&dir, &format!("{name}.sock"));
-        let daemon = Exchange::new(ExchangeSettings::default());
+        let daemon = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
         servers.push(Server_::start(
             Server::builder().add_service(EventsService::new(daemon.clone()).into_server()),
             &path,
@@ -421,17 +431,19 @@ async fn several_upstreams_feed_one_exchange_and_readiness_names_the_missing_one
         );
     }
     for (daemon, container) in daemons.iter().zip(["from-a", "from-b"]) {
-        daemon
-            .publish(
+        testing::accept(
+            daemon,
+            Incoming::publish(
                 Some("default"),
                 "/tasks/exit".into(),
                 Some(task_exit(container, 0)),
-            )
-            .await
-            .unwrap();
+            ),
+        )
+        .await
+        .unwrap();
         let got = next(&mut sub).await;
         let expected = &container[5..];
-        assert_eq!(got.source, Source::Upstream(expected.into()));
+        assert_eq!(got.identity.source, Source::Upstream(expected.into()));
         assert_eq!(decode::<TaskExit>(&got).container_id, container);
     }
 

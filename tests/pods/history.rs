@@ -1,6 +1,6 @@
 //! The history the tests store: a gateway built through the library takes events
 //! with what their container's record said, as an upstream's enrichment hands them
-//! over (`Exchange::append_with`), and its forwarders store them.
+//! over (`Exchange::append`), and its forwarders store them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::support::eventgate;
 use eventgate::config::Config;
 use eventgate::event::{Origin, Source, Workload};
-use eventgate::gateway::Gateway;
+use eventgate::gateway::{Gateway, Incoming};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::types::Envelope;
 use serde_json::Value;
@@ -151,16 +151,10 @@ pub async fn append(gateway: &Gateway, at: usize, step: &Step, origin: Origin) {
         topic: (*topic).into(),
         event: Some(any),
     };
-    let appended = gateway
-        .exchange()
-        .append_with(
-            Source::Upstream("node".into()),
-            envelope,
-            origin,
-            workload.clone(),
-        )
-        .await
-        .unwrap();
+    let incoming = Incoming::checked(Source::Upstream("node".into()), envelope)
+        .origin(origin)
+        .workload(workload.clone());
+    let appended = gateway.exchange().append(incoming).await.unwrap();
     appended.durable.await.unwrap();
 }
 

@@ -15,10 +15,10 @@
 //! 3. `service.rs`: `publish` reads the `containerd-namespace` header; `publish` and
 //!    `forward` run the call within `exchange.limits.request_timeout`
 //!    (`within_timeout`) and map an `AcceptError` to its status.
-//! 4. `../mod.rs`: `Exchange::publish_from` or `Exchange::forward_from` validates
-//!    (namespace, topic, Forward's timestamp, `max_event_bytes`) and hands the event to
-//!    the exchange's append, `append_event` in `../append.rs`, then waits until it is
-//!    durable.
+//! 4. `../incoming.rs`, `../append.rs`: the call becomes an `Incoming::publish` or
+//!    `Incoming::forward`; `Exchange::append` validates it (namespace, topic,
+//!    Forward's timestamp, `max_event_bytes`) and appends it, and the call waits
+//!    until `Appended::acknowledged` says it is durable.
 //! 5. `unary.rs`: the answer is one empty message and `grpc-status: 0` (`Empty`), or
 //!    the status, trailers only.
 //!

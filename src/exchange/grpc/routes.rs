@@ -160,12 +160,12 @@ mod tests {
     use tower::Service;
 
     use super::*;
-    use crate::exchange::{Exchange, ExchangeSettings};
+    use crate::exchange::{Exchange, ExchangeParts, ExchangeSettings};
 
     /// What tonic's generated server answered before these routes took every path.
     #[tokio::test]
     async fn an_unknown_method_is_unimplemented_as_the_generated_server_answers() {
-        let exchange = Exchange::new(ExchangeSettings::default());
+        let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
         let mut routes = EventsService::new(exchange).into_server();
         let request = http::Request::builder()
             .method("POST")

@@ -6,7 +6,7 @@ use tonic::Status;
 use super::routes::EventsRoutes;
 use crate::exchange::limits::{self, Limit};
 use crate::exchange::matching;
-use crate::exchange::{AcceptError, Exchange, Subscription};
+use crate::exchange::{AcceptError, Exchange, Incoming, Subscription};
 use crate::filter::{FilterError, RegexBudget};
 use crate::proto::containerd::services::events::v1::{ForwardRequest, PublishRequest};
 use crate::publisher::Publisher;
@@ -113,10 +113,9 @@ pub(super) async fn publish(
     };
     let PublishRequest { topic, event } = request;
     let accepted = within_timeout(exchange, "publish", async {
-        exchange
-            .publish_from(publisher, namespace, topic, event)
-            .await
-            .map_err(status)
+        let incoming = Incoming::publish(namespace, topic, event).publisher(publisher);
+        let appended = exchange.append(incoming).await.map_err(status)?;
+        appended.acknowledged().await.map_err(status)
     })
     .await?;
     tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "published");
@@ -130,10 +129,9 @@ pub(super) async fn forward(
     request: ForwardRequest,
 ) -> Result<(), Status> {
     let accepted = within_timeout(exchange, "forward", async {
-        exchange
-            .forward_from(publisher, request.envelope)
-            .await
-            .map_err(status)
+        let incoming = Incoming::forward(request.envelope).publisher(publisher);
+        let appended = exchange.append(incoming).await.map_err(status)?;
+        appended.acknowledged().await.map_err(status)
     })
     .await?;
     tracing::trace!(seq = accepted.seq, topic = accepted.topic(), "forwarded");

@@ -328,11 +328,11 @@ mod tests {
     async fn a_publish_reaches_subscribers_and_is_answered_ok() {
         use futures::StreamExt;
 
-        use crate::exchange::{Exchange, ExchangeSettings};
+        use crate::exchange::{Exchange, ExchangeParts, ExchangeSettings};
         use crate::filter::Filter;
         use prost_types::Any;
 
-        let exchange = Exchange::new(ExchangeSettings::default());
+        let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
         let mut subscription = exchange.subscribe(Filter::default()).expect("subscribe");
         let service = EventsService::new(exchange);
         let request = PublishRequest {
@@ -393,10 +393,10 @@ mod tests {
         use futures::StreamExt;
         use tonic::transport::server::UdsConnectInfo;
 
-        use crate::exchange::{Exchange, ExchangeSettings};
+        use crate::exchange::{Exchange, ExchangeParts, ExchangeSettings};
         use crate::filter::Filter;
 
-        let exchange = Exchange::new(ExchangeSettings::default());
+        let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
         let mut subscription = exchange.subscribe(Filter::default()).expect("subscribe");
         let service = EventsService::new(exchange);
         let (ours, _theirs) = tokio::net::UnixStream::pair().expect("a socket pair");
@@ -420,7 +420,7 @@ mod tests {
             .expect("an event")
             .expect("delivered");
         assert_eq!(
-            event.publisher,
+            event.identity.publisher,
             Some(Publisher::Process {
                 uid: unsafe { libc::geteuid() },
                 gid: unsafe { libc::getegid() },
@@ -440,7 +440,7 @@ mod tests {
             .await
             .expect("an event")
             .expect("delivered");
-        assert_eq!(event.publisher, None);
+        assert_eq!(event.identity.publisher, None);
     }
 
     #[tokio::test]

@@ -188,7 +188,7 @@ impl Writer {
         self.forget_other_batches(events);
         let fresh: Vec<&Arc<Event>> = events
             .iter()
-            .filter(|e| !self.committed_ids.contains(&e.id))
+            .filter(|e| !self.committed_ids.contains(&e.identity.id))
             .collect();
         let skipped = events.len() - fresh.len();
         if skipped > 0 {
@@ -225,7 +225,7 @@ impl Writer {
                 self.rotate("size")?;
                 pending = rest;
             }
-            pending_ids.push(event.id);
+            pending_ids.push(event.identity.id);
             pending_max = pending_max.max(event.seq);
             if self.options.fsync == Fsync::Always {
                 self.write_segment(&pending)?;
@@ -378,7 +378,7 @@ impl Writer {
         if self.committed_ids.is_empty() {
             return;
         }
-        let ids: HashSet<EventId> = batch.iter().map(|e| e.id).collect();
+        let ids: HashSet<EventId> = batch.iter().map(|e| e.identity.id).collect();
         self.committed_ids.retain(|id| ids.contains(id));
     }
 

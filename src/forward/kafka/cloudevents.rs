@@ -24,7 +24,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 
-use crate::event::{Event, Source};
+use crate::event::{Event, Identity, Source};
 use crate::proto::rfc3339_nanos;
 
 /// `content-type` of a structured message (the JSON event format's media type).
@@ -48,11 +48,22 @@ type Attribute = (&'static str, &'static str, String);
 /// Every attribute but `datacontenttype` (the binary mode's `content-type`
 /// header), in the order both modes write them.
 fn attributes(event: &Event, node: &str, subject: &str) -> Vec<Attribute> {
-    let node = event.node().unwrap_or(node);
+    let Identity {
+        id,
+        // Not attributes: the record's own headers carry them in every format.
+        received_at: _,
+        publisher: _,
+        node_seq: _,
+        source,
+        origin,
+        workload,
+        node: captured_on,
+    } = &event.identity;
+    let node = captured_on.as_deref().unwrap_or(node);
     let mut out = vec![
         ("specversion", "ce_specversion", "1.0".to_owned()),
-        ("id", "ce_id", event.id.to_string()),
-        ("source", "ce_source", source(node, &event.source)),
+        ("id", "ce_id", id.to_string()),
+        ("source", "ce_source", self::source(node, source)),
         ("type", "ce_type", event_type(event.type_url()).to_owned()),
         ("subject", "ce_subject", subject.to_owned()),
     ];
@@ -63,22 +74,22 @@ fn attributes(event: &Event, node: &str, subject: &str) -> Vec<Attribute> {
         ("namespace", "ce_namespace", event.namespace().to_owned()),
         ("topic", "ce_topic", event.topic().to_owned()),
         ("seq", "ce_seq", event.seq.to_string()),
-        ("origin", "ce_origin", event.origin.label().to_owned()),
+        ("origin", "ce_origin", origin.label().to_owned()),
     ]);
-    if let Some(node) = event.node() {
-        out.push(("node", "ce_node", node.to_owned()));
+    if let Some(node) = captured_on {
+        out.push(("node", "ce_node", node.to_string()));
     }
-    if let Some(clock) = event.origin.clock() {
+    if let Some(clock) = origin.clock() {
         out.push(("originclock", "ce_originclock", clock.label().to_owned()));
     }
-    if let Some(from) = event.origin.witness() {
+    if let Some(from) = origin.witness() {
         out.push((
             "reconciledfrom",
             "ce_reconciledfrom",
             from.label().to_owned(),
         ));
     }
-    if let Some(workload) = &event.workload {
+    if let Some(workload) = workload {
         for (name, value) in workload.fields() {
             let (attribute, header) = extension(name);
             out.push((attribute, header, value));

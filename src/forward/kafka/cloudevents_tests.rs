@@ -53,7 +53,7 @@ fn json_format_payload(event: &Event) -> Value {
 fn binary_mode_maps_every_attribute_to_a_ce_header() {
     let e = task_exit(Source::Publish);
     let record = encode(ValueFormat::CloudeventsBinary, &e);
-    let id = e.id.to_string();
+    let id = e.identity.id.to_string();
     for (header, expected) in [
         ("ce_specversion", "1.0"),
         ("ce_id", id.as_str()),
@@ -109,11 +109,14 @@ fn structured_mode_is_one_json_event_format_object() {
         !record.headers.iter().any(|(k, _)| k.starts_with("ce_")),
         "attributes live in the value"
     );
-    assert_eq!(record.header("event_id"), Some(e.id.to_string().as_str()));
+    assert_eq!(
+        record.header("event_id"),
+        Some(e.identity.id.to_string().as_str())
+    );
     let value = structured_value(&record);
     let expected = serde_json::json!({
         "specversion": "1.0",
-        "id": e.id.to_string(),
+        "id": e.identity.id.to_string(),
         "source": "eventgate://node-1/publish",
         "type": "containerd.events.TaskExit",
         "subject": "default/c1",

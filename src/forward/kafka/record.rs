@@ -6,7 +6,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde::Deserialize;
 
-use crate::event::Event;
+use crate::event::{Event, Identity};
 use crate::forward::BuildError;
 
 /// Kafka's limit on topic name length.
@@ -304,6 +304,18 @@ impl RecordEncoder {
     }
 
     pub fn encode(&self, event: &Event) -> Record {
+        let Identity {
+            id,
+            received_at,
+            // Not a header: the source that takes the record in is the event's source
+            // there. CloudEvents formats write it in `ce_source`.
+            source: _,
+            publisher,
+            origin,
+            workload,
+            node,
+            node_seq,
+        } = &event.identity;
         let cloudevents = matches!(
             self.format,
             ValueFormat::CloudeventsBinary | ValueFormat::CloudeventsStructured
@@ -316,37 +328,37 @@ impl RecordEncoder {
             KeyMode::Object => subject.clone(),
             KeyMode::Namespace => Some(event.namespace().to_owned()),
             KeyMode::Topic => Some(event.topic().to_owned()),
-            KeyMode::EventId => Some(event.id.to_string()),
+            KeyMode::EventId => Some(id.to_string()),
             KeyMode::Unkeyed => None,
         };
         let mut headers = vec![
             ("topic", event.topic().to_owned()),
             ("namespace", event.namespace().to_owned()),
             ("type_url", event.type_url().to_owned()),
-            ("event_id", event.id.to_string()),
+            ("event_id", id.to_string()),
             ("seq", event.seq.to_string()),
-            ("origin", event.origin.label().to_owned()),
+            ("origin", origin.label().to_owned()),
         ];
-        if let Some(clock) = event.origin.clock() {
+        if let Some(clock) = origin.clock() {
             headers.push(("origin_clock", clock.label().to_owned()));
         }
-        if let Some(from) = event.origin.witness() {
+        if let Some(from) = origin.witness() {
             headers.push(("reconciled_from", from.label().to_owned()));
         }
-        if let Some(node) = event.node() {
-            headers.push(("node", node.to_owned()));
+        if let Some(node) = node {
+            headers.push(("node", node.to_string()));
         }
-        if let Some(node_seq) = event.node_seq {
+        if let Some(node_seq) = node_seq {
             headers.push(("node_seq", node_seq.to_string()));
         }
         headers.push((
             "received_at",
-            crate::proto::rfc3339_nanos(&prost_types::Timestamp::from(event.received_at)),
+            crate::proto::rfc3339_nanos(&prost_types::Timestamp::from(*received_at)),
         ));
-        if let Some(publisher) = &event.publisher {
+        if let Some(publisher) = publisher {
             headers.push(("publisher", publisher.to_json()));
         }
-        if let Some(workload) = &event.workload {
+        if let Some(workload) = workload {
             headers.extend(workload.fields());
         }
         let subject = subject.unwrap_or_default();

@@ -101,13 +101,13 @@ fn records_carry_headers_and_values() {
             .find(|(name, _)| *name == k)
             .map(|(_, v)| v.clone())
     };
-    assert_eq!(header(&proto, "event_id"), Some(e.id.to_string()));
+    assert_eq!(header(&proto, "event_id"), Some(e.identity.id.to_string()));
     assert_eq!(header(&proto, "seq").as_deref(), Some("7"));
     assert_eq!(header(&proto, "type_url").as_deref(), Some(e.type_url()));
     let json =
         RecordEncoder::new(TopicTemplate::parse("ev").unwrap(), ValueFormat::Json).encode(&e);
     let value: serde_json::Value = serde_json::from_slice(json.value.as_deref().unwrap()).unwrap();
-    assert_eq!(value["id"], e.id.to_string());
+    assert_eq!(value["id"], e.identity.id.to_string());
     assert_eq!(value["seq"], 7);
     assert_eq!(value["event"]["container_id"], "c1");
     assert_eq!(value["publisher"], serde_json::Value::Null);
@@ -274,7 +274,10 @@ fn every_key_mode_keys_what_it_names() {
     assert_eq!(keyed(KeyMode::Object, &exit).as_deref(), Some("default/c1"));
     assert_eq!(keyed(KeyMode::Namespace, &exit).as_deref(), Some("default"));
     assert_eq!(keyed(KeyMode::Topic, &exit).as_deref(), Some("/tasks/exit"));
-    assert_eq!(keyed(KeyMode::EventId, &exit), Some(exit.id.to_string()));
+    assert_eq!(
+        keyed(KeyMode::EventId, &exit),
+        Some(exit.identity.id.to_string())
+    );
     assert_eq!(keyed(KeyMode::Unkeyed, &exit), None);
     let ns_only = event(
         "k8s.io",

@@ -18,7 +18,7 @@ fn via_store(reader: &Reader, filter: &Filter) -> Vec<String> {
     let mut ids = Vec::new();
     reader
         .each(&query, RowRange::ALL, |stored| {
-            ids.push(stored.event.id.to_string());
+            ids.push(stored.event.identity.id.to_string());
             true
         })
         .unwrap();
@@ -29,7 +29,7 @@ fn in_memory(events: &[Event], filter: &Filter) -> Vec<String> {
     events
         .iter()
         .filter(|e| filter.matches(&e.record_fields()))
-        .map(|e| e.id.to_string())
+        .map(|e| e.identity.id.to_string())
         .collect()
 }
 
@@ -235,12 +235,12 @@ fn reconciled_rows_from_before_the_witness_column_are_containerd_s() {
             true
         })
         .unwrap();
-    let origins = |events: &[Event]| events.iter().map(|e| e.origin).collect::<Vec<_>>();
+    let origins = |events: &[Event]| events.iter().map(|e| e.identity.origin).collect::<Vec<_>>();
     assert_eq!(origins(&read_back), origins(&events));
     let workloads = |events: &[Event]| {
         events
             .iter()
-            .map(|e| e.workload.clone())
+            .map(|e| e.identity.workload.clone())
             .collect::<Vec<_>>()
     };
     assert_eq!(
@@ -364,7 +364,7 @@ fn every_selector_with_time_bounds_keeps_what_the_matcher_keeps() {
             let mut got = Vec::new();
             reader
                 .each(&query, RowRange::ALL, |stored| {
-                    got.push(stored.event.id.to_string());
+                    got.push(stored.event.identity.id.to_string());
                     true
                 })
                 .unwrap();
@@ -377,7 +377,7 @@ fn every_selector_with_time_bounds_keeps_what_the_matcher_keeps() {
                         since.is_none_or(|s| t >= s) && until.is_none_or(|u| t < u)
                     })
                 })
-                .map(|e| e.id.to_string())
+                .map(|e| e.identity.id.to_string())
                 .collect();
             assert_eq!(got, expected, "{text} {since:?} {until:?}");
         }

@@ -138,7 +138,7 @@ pub(super) fn varied_events() -> Vec<Event> {
     // Some of each origin and witness, spread over every shape above.
     let witnesses = [Witness::Containerd, Witness::Cri, Witness::Docker];
     for (i, event) in out.iter_mut().enumerate() {
-        event.origin = match i % 4 {
+        event.identity.origin = match i % 4 {
             1 => Origin::Reconciled {
                 clock: Clock::Daemon,
                 from: witnesses[(i / 4) % 3],
@@ -157,7 +157,7 @@ pub(super) fn varied_events() -> Vec<Event> {
             3 => Some(""),
             _ => None,
         };
-        event.workload = match reason {
+        event.identity.workload = match reason {
             None => workload,
             Some(reason) => Some(Workload {
                 reason: Some(reason.to_owned()),

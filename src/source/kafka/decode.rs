@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use super::options::Format;
-use crate::event::{Event, EventId, Origin, Source, Workload};
+use crate::event::{Event, EventId, Identity, Origin, Source, Workload};
 use crate::proto::Registry;
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
@@ -173,18 +173,18 @@ pub(crate) fn decode(
             })?,
         None => SystemTime::now(),
     };
-    Ok(Event::with_received_at(
-        0,
+    let identity = Identity {
         id,
         received_at,
-        Source::Kafka(Arc::clone(source)),
-        envelope,
-    )
-    .with_origin(origin)
-    .with_publisher(publisher)
-    .with_workload(workload(message)?.map(Arc::new))
-    .with_node(node.map(Arc::from))
-    .with_node_seq(node_seq))
+        source: Source::Kafka(Arc::clone(source)),
+        publisher,
+        origin,
+        workload: workload(message)?.map(Arc::new),
+        node: node.map(Arc::from),
+        node_seq,
+    };
+    // Its seq here is the exchange's to give.
+    Ok(Event::from_identity(0, identity, envelope))
 }
 
 fn protobuf(message: &Message<'_>) -> Result<Envelope, DecodeError> {

@@ -111,14 +111,18 @@ fn every_format_round_trips_the_event_and_its_identity() {
                     .unwrap_or_else(|e| panic!("{type_url} {format:?} {read_as:?}: {e}"));
                 let what = format!("{type_url} as {format:?} read {read_as:?}");
                 assert_eq!(back.envelope, event.envelope, "{what}");
-                assert_eq!(back.id, event.id, "{what}");
+                assert_eq!(back.identity.id, event.identity.id, "{what}");
                 assert_eq!(back.node(), Some("web-1"), "{what}");
-                assert_eq!(back.node_seq, Some(event.seq), "{what}");
-                assert_eq!(back.origin, origin, "{what}");
-                assert_eq!(back.publisher, publisher, "{what}");
-                assert_eq!(back.workload, event.workload, "{what}");
-                assert_eq!(back.received_at, received, "{what}");
-                assert_eq!(back.source, Source::Kafka(Arc::from("fleet")), "{what}");
+                assert_eq!(back.identity.node_seq, Some(event.seq), "{what}");
+                assert_eq!(back.identity.origin, origin, "{what}");
+                assert_eq!(back.identity.publisher, publisher, "{what}");
+                assert_eq!(back.identity.workload, event.identity.workload, "{what}");
+                assert_eq!(back.identity.received_at, received, "{what}");
+                assert_eq!(
+                    back.identity.source,
+                    Source::Kafka(Arc::from("fleet")),
+                    "{what}"
+                );
             }
         }
     }
@@ -186,7 +190,7 @@ fn a_node_seq_outlives_a_second_hop() {
         .encode(&event);
     assert_eq!(record.header("node_seq"), Some("12"));
     let back = read(&record, Format::Auto).unwrap();
-    assert_eq!(back.node_seq, Some(12));
+    assert_eq!(back.identity.node_seq, Some(12));
 }
 
 /// Messages that are not events are refused with a reason; a plain envelope
@@ -208,15 +212,21 @@ fn foreign_and_broken_messages() {
     let first = decode(&plain(bare), Format::Auto, &fleet).unwrap();
     let again = decode(&plain(bare), Format::Auto, &fleet).unwrap();
     assert_eq!(first.envelope, envelope);
-    assert_eq!(first.id, again.id, "one place in Kafka, one id");
-    assert_eq!((first.node(), first.node_seq), (None, None));
+    assert_eq!(
+        first.identity.id, again.identity.id,
+        "one place in Kafka, one id"
+    );
+    assert_eq!((first.node(), first.identity.node_seq), (None, None));
     let elsewhere = Message {
         offset: 8,
         ..plain(bare)
     };
     assert_ne!(
-        decode(&elsewhere, Format::Auto, &fleet).unwrap().id,
-        first.id
+        decode(&elsewhere, Format::Auto, &fleet)
+            .unwrap()
+            .identity
+            .id,
+        first.identity.id
     );
 
     // A value, its headers, and the reason it is skipped for.

@@ -18,7 +18,7 @@ use rdkafka::message::{Headers as _, Message as _};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use crate::exchange::{AcceptError, Durable, Exchange};
+use crate::exchange::{AcceptError, Durable, Exchange, Incoming};
 use crate::forward::BuildError;
 
 pub(crate) mod decode;
@@ -282,7 +282,8 @@ impl Consumer {
         };
         let mut warned = false;
         loop {
-            match self.exchange.append_taken_in(copy(&event)).await {
+            let incoming = Incoming::taken_in(event.identity.clone(), event.envelope.clone());
+            match self.exchange.append(incoming).await {
                 Ok(appended) => {
                     self.taken_in.increment(1);
                     self.stats.took_in();
@@ -413,20 +414,4 @@ fn intern(topics: &mut HashMap<String, Arc<str>>, topic: &str) -> Arc<str> {
     let name: Arc<str> = Arc::from(topic);
     topics.insert(topic.to_owned(), Arc::clone(&name));
     name
-}
-
-/// A fresh copy of a decoded event, for one more attempt to append it.
-fn copy(event: &crate::event::Event) -> crate::event::Event {
-    crate::event::Event::with_received_at(
-        0,
-        event.id,
-        event.received_at,
-        event.source.clone(),
-        event.envelope.clone(),
-    )
-    .with_publisher(event.publisher.clone())
-    .with_origin(event.origin)
-    .with_workload(event.workload.clone())
-    .with_node(event.node.clone())
-    .with_node_seq(event.node_seq)
 }

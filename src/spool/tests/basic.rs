@@ -242,7 +242,7 @@ async fn origins_survive_a_reopen_next_to_records_from_before_them() {
     let old = event(1);
     let mut body = Vec::new();
     body.extend_from_slice(&1u64.to_le_bytes());
-    body.extend_from_slice(old.id.as_bytes());
+    body.extend_from_slice(old.identity.id.as_bytes());
     body.extend_from_slice(&1_714_557_600_000_000_000i64.to_le_bytes());
     body.push(0); // publish, no flags
     body.extend_from_slice(&0u16.to_le_bytes());
@@ -268,9 +268,13 @@ async fn origins_survive_a_reopen_next_to_records_from_before_them() {
         .await
         .expect("durable records are returned at once")
         .unwrap();
-    let read: Vec<(u64, Origin)> = batch.events.iter().map(|e| (e.seq, e.origin)).collect();
+    let read: Vec<(u64, Origin)> = batch
+        .events
+        .iter()
+        .map(|e| (e.seq, e.identity.origin))
+        .collect();
     assert_eq!(read, [(1, Origin::Live), (2, reconciled)]);
-    assert_eq!(batch.events[0].id, old.id);
+    assert_eq!(batch.events[0].identity.id, old.identity.id);
     assert_eq!(batch.events[0].envelope, old.envelope);
     spool.close().await.unwrap();
 }
