@@ -49,6 +49,10 @@ if ! "$venv/bin/python3" -c 'import kafka, zstandard' 2>/dev/null; then
 fi
 export PATH="$venv/bin:$PATH"
 
+# The style and lint gates CI holds the code to, before any test.
+cargo fmt --check
+cargo clippy --locked --all-targets --all-features -- -D warnings
+
 # Every test group (tests/<group>/main.rs), each behind the feature naming what it
 # needs (Cargo.toml): all of it is installed above. --include-ignored for the unit
 # tests the library itself marks (a broker in src/bench).
