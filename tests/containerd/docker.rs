@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
+use support::config::Config;
 use support::containerd::{Containerd, IMAGE};
 use support::docker::Dockerd;
 use support::*;
@@ -34,17 +35,18 @@ const LIVE_RUN: [&str; 6] = [
 
 fn start(containerd: &Containerd, dockerd: &Dockerd) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("eventgate.toml");
-    let config = format!(
-        "[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n\n\
-         [[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n\n\
-         [[upstream]]\nname = \"node\"\naddress = \"{}\"\ndocker = \"{}\"\n\
-         reconcile_interval = \"0s\"\nreconnect = {{ initial = \"50ms\", max = \"1s\" }}\n",
-        containerd.address(),
-        dockerd.address()
-    );
-    std::fs::write(&path, config).expect("write config");
-    let path = path_str(&path).to_owned();
+    let path = Config::new()
+        .sqlite("audit", "audit.db", "")
+        .file("log", "events.jsonl", "")
+        .upstream(
+            "node",
+            &containerd.address(),
+            &format!(
+                "docker = \"{}\"\nreconcile_interval = \"0s\"",
+                dockerd.address()
+            ),
+        )
+        .write(dir.path());
     Gateway::start_in(dir, &["--config", &path])
 }
 

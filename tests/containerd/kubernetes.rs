@@ -11,6 +11,7 @@ use std::path::Path;
 
 use eventgate::proto::runtime::v1::ContainerStatus;
 use serde_json::Value;
+use support::config::Config;
 use support::containerd::{Containerd, IMAGE};
 use support::kubelet::{ContainerSpec, Kubelet, Pod};
 use support::*;
@@ -19,19 +20,11 @@ const POD: &str = "web-7";
 const POD_NS: &str = "shop";
 
 fn write_config(dir: &Path, containerd: &Containerd, cri: &str) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n\n\
-             [[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n\n\
-             [[upstream]]\nname = \"node\"\naddress = \"{}\"\ncri = \"{cri}\"\n\
-             reconnect = {{ initial = \"50ms\", max = \"1s\" }}\n",
-            containerd.address()
-        ),
-    )
-    .expect("write config");
-    path_str(&path).to_owned()
+    Config::new()
+        .file("log", "events.jsonl", "")
+        .sqlite("audit", "audit.db", "")
+        .upstream("node", &containerd.address(), &format!("cri = \"{cri}\""))
+        .write(dir)
 }
 
 fn about(line: &Value) -> Option<&str> {

@@ -8,6 +8,7 @@ use crate::support;
 use std::path::PathBuf;
 
 use support::audit::{Row, markers, stored};
+use support::config::Config;
 use support::containerd::{Containerd, IMAGE, Tasks};
 use support::*;
 
@@ -19,14 +20,10 @@ const AUDIT_ONLY: &str =
 
 fn start(containerd: &Containerd, extra: &str) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("eventgate.toml");
-    let config = format!(
-        "{AUDIT_ONLY}\n[[upstream]]\nname = \"node\"\naddress = \"{}\"\n\
-         reconnect = {{ initial = \"50ms\", max = \"1s\" }}\n{extra}\n",
-        containerd.address()
-    );
-    std::fs::write(&path, config).expect("write config");
-    let path = path_str(&path).to_owned();
+    let path = Config::new()
+        .toml(AUDIT_ONLY)
+        .upstream("node", &containerd.address(), extra)
+        .write(dir.path());
     Gateway::start_in(dir, &["--config", &path])
 }
 

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::audit::{Row, markers, stored};
+use support::config::Config;
 use support::containerd::{Containerd, IMAGE, ctr_at};
 use support::*;
 
@@ -29,21 +30,19 @@ const LIFE: [&str; 6] = [
 
 fn start(containerd: &Containerd, interval: &str, hold_promotion: bool) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("eventgate.toml");
-    let config = format!(
-        "[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n\n\
-         [[upstream]]\nname = \"node\"\naddress = \"{}\"\n\
-         reconnect = {{ initial = \"50ms\", max = \"1s\" }}\n\
-         reconcile_interval = \"{interval}\"\n",
-        containerd.address()
-    );
-    std::fs::write(&path, config).expect("write config");
+    let path = Config::new()
+        .sqlite("audit", "audit.db", "")
+        .upstream(
+            "node",
+            &containerd.address(),
+            &format!("reconcile_interval = \"{interval}\""),
+        )
+        .write(dir.path());
     if hold_promotion {
         let hold = hold_file(dir.path());
         std::fs::create_dir_all(hold.parent().expect("state dir")).expect("state dir");
         std::fs::write(&hold, b"").expect("hold file");
     }
-    let path = path_str(&path).to_owned();
     Gateway::start_in(dir, &["--config", &path])
 }
 

@@ -13,6 +13,7 @@ use rdkafka::message::{Headers, Message};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use support::audit::{Row, markers, stored, wait_stored};
+use support::config::Config;
 use support::containerd::Containerd;
 use support::tansu::{Tansu, consume};
 use support::*;
@@ -59,9 +60,11 @@ fn container_id(test: &str) -> String {
 }
 
 fn write_config(dir: &Path, upstream: &str, forwarders: &str) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(&path, format!("{forwarders}\n{upstream}")).expect("write config");
-    path_str(&path).to_owned()
+    Config::new()
+        .toml(forwarders)
+        .toml("\n")
+        .toml(upstream)
+        .write(dir)
 }
 
 fn upstream_table(containerd: &Containerd, extra: &str) -> String {

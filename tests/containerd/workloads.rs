@@ -14,6 +14,7 @@ use crate::support;
 use std::path::Path;
 
 use serde_json::Value;
+use support::config::Config;
 use support::containerd::{Containerd, IMAGE, Tasks, busybox_image};
 use support::*;
 
@@ -22,19 +23,11 @@ const POD: &str = "web-7";
 const POD_NS: &str = "shop";
 
 fn write_config(dir: &Path, containerd: &Containerd) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n\n\
-             [[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n\n\
-             [[upstream]]\nname = \"node\"\naddress = \"{}\"\n\
-             reconnect = {{ initial = \"50ms\", max = \"1s\" }}\n",
-            containerd.address()
-        ),
-    )
-    .expect("write config");
-    path_str(&path).to_owned()
+    Config::new()
+        .file("log", "events.jsonl", "")
+        .sqlite("audit", "audit.db", "")
+        .upstream("node", &containerd.address(), "")
+        .write(dir)
 }
 
 /// The CRI plugin's labels for one of the pod's containers (`None`: the sandbox).

@@ -17,39 +17,16 @@ use prost::Message as _;
 use rand::Rng;
 use rdkafka::message::Message;
 use rusqlite::{Connection, OpenFlags};
+use support::config::Config;
 use support::tansu::{Tansu, consume};
 use support::*;
 
 fn config(dir: &Path, brokers: &str, kafka_extra: &str) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[[forwarder]]
-name = "audit"
-kind = "sqlite"
-path = "audit.db"
-
-[[forwarder]]
-name = "log"
-kind = "file"
-path = "events.jsonl"
-
-[[forwarder]]
-name = "kafka"
-kind = "kafka"
-brokers = "{brokers}"
-topic = "events"
-create_topic = true
-partitions = 1
-replication_factor = 1
-{kafka_extra}
-"#
-        ),
-    )
-    .expect("write config");
-    path_str(&path).to_owned()
+    Config::new()
+        .sqlite("audit", "audit.db", "")
+        .file("log", "events.jsonl", "")
+        .kafka("kafka", brokers, "events", 1, kafka_extra)
+        .write(dir)
 }
 
 /// Container id -> number of rows, from the audit store.

@@ -11,6 +11,7 @@ use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::proto::containerd::types::Envelope;
 use prost::Message as _;
 use rdkafka::message::{Headers, Message, OwnedMessage};
+use support::config::Config;
 use support::tansu::{Tansu, consume};
 use support::*;
 use tonic::Request;
@@ -52,13 +53,9 @@ fn per_key(
 }
 
 fn write_config(dir: &std::path::Path, forwarder: &str) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(
-        &path,
-        format!("[[forwarder]]\nname = \"kafka\"\nkind = \"kafka\"\n{forwarder}"),
-    )
-    .expect("write config");
-    path_str(&path).to_owned()
+    Config::new()
+        .forwarder("kafka", "kafka", forwarder)
+        .write(dir)
 }
 
 fn publish_req(ns: &str, topic: &str, event: prost_types::Any) -> Request<PublishRequest> {

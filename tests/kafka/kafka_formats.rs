@@ -13,6 +13,7 @@ use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::proto::containerd::types::Envelope;
 use prost::Message as _;
 use serde_json::Value;
+use support::config::Config;
 use support::pyconsumer::{PyMessage, consume};
 use support::tansu::Tansu;
 use support::*;
@@ -26,17 +27,18 @@ const NODE: &str = "web-1";
 
 /// One `[[forwarder]]` of kind `kafka` per (name, topic, extra keys).
 fn write_config(dir: &std::path::Path, brokers: &str, forwarders: &[(&str, &str, &str)]) -> String {
-    let mut text = String::new();
-    for (name, topic, extra) in forwarders {
-        text.push_str(&format!(
-            "[[forwarder]]\nname = \"{name}\"\nkind = \"kafka\"\nbrokers = \"{brokers}\"\n\
-             topic = \"{topic}\"\ncreate_topic = true\npartitions = 3\nreplication_factor = 1\n\
-             node = \"{FALLBACK_NODE}\"\n{extra}\n"
-        ));
-    }
-    let path = dir.join("eventgate.toml");
-    std::fs::write(&path, text).expect("write config");
-    path_str(&path).to_owned()
+    forwarders
+        .iter()
+        .fold(Config::new(), |config, (name, topic, extra)| {
+            config.kafka(
+                name,
+                brokers,
+                topic,
+                3,
+                &format!("node = \"{FALLBACK_NODE}\"\n{extra}"),
+            )
+        })
+        .write(dir)
 }
 
 fn publish_req(ns: &str, topic: &str, event: prost_types::Any) -> Request<PublishRequest> {

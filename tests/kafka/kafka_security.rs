@@ -14,6 +14,7 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use support::config::Config;
 use support::fronts::Front;
 use support::pyconsumer::{PyMessage, Security, consume_with};
 use support::tansu::Tansu;
@@ -26,19 +27,23 @@ const PASSWORD: &str = "s3cret-Kafka-pw";
 /// retries and not-ready from the first failed attempt, so a refusal shows at once;
 /// a short drain at shutdown, since a refused forwarder's events cannot drain.
 fn write_config(dir: &Path, brokers: &str, forwarders: &[(&str, &str, String)]) -> String {
-    let mut text =
-        String::from("[admin]\nmax_failing = \"0s\"\n\n[pipeline]\ndrain_timeout = \"1s\"\n\n");
-    for (name, topic, extra) in forwarders {
-        text.push_str(&format!(
-            "[[forwarder]]\nname = \"{name}\"\nkind = \"kafka\"\nbrokers = \"{brokers}\"\n\
-             topic = \"{topic}\"\ncreate_topic = true\npartitions = 1\nreplication_factor = 1\n\
-             message_timeout = \"3s\"\nretry = {{ timeout = \"5s\", initial = \"100ms\", max = \"500ms\" }}\n\
-             {extra}\n\n"
-        ));
-    }
-    let path = dir.join("eventgate.toml");
-    std::fs::write(&path, text).expect("write config");
-    path_str(&path).to_owned()
+    let config =
+        Config::new().toml("[admin]\nmax_failing = \"0s\"\n\n[pipeline]\ndrain_timeout = \"1s\"\n");
+    forwarders
+        .iter()
+        .fold(config, |config, (name, topic, extra)| {
+            config.kafka(
+                name,
+                brokers,
+                topic,
+                1,
+                &format!(
+                    "message_timeout = \"3s\"\n\
+                     retry = {{ timeout = \"5s\", initial = \"100ms\", max = \"500ms\" }}\n{extra}"
+                ),
+            )
+        })
+        .write(dir)
 }
 
 fn publish_exits(gateway: &Gateway, count: u32) {

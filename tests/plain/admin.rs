@@ -9,6 +9,7 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 
 use rdkafka::mocking::MockCluster;
+use support::config::Config;
 use support::prometheus::{self, Scrape};
 use support::*;
 
@@ -16,12 +17,6 @@ fn scrape(addr: SocketAddr) -> Scrape {
     let (code, body) = http(addr, "GET", "/metrics");
     assert_eq!(code, 200, "{body}");
     prometheus::parse(&body)
-}
-
-fn write_config(dir: &std::path::Path, text: &str) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(&path, text).expect("write config");
-    path_str(&path).to_owned()
 }
 
 fn publish_exits(gw: &Gateway, n: usize) {
@@ -184,9 +179,8 @@ fn a_forwarder_whose_broker_is_unreachable_is_named_until_it_delivers() {
     let closed = ClosedPort::new();
     let port = closed.port();
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!(
+    let config = Config::new()
+        .toml(&format!(
             r#"
 [[forwarder]]
 name = "kafka"
@@ -200,8 +194,8 @@ properties = {{ "reconnect.backoff.max.ms" = 200, "sasl.password" = "hunter2-sec
 [admin]
 max_failing = "0s"
 "#
-        ),
-    );
+        ))
+        .write(dir.path());
     let mut gw = Gateway::start_in(dir, &["--config", &config]);
     let admin = gw.admin_addr();
     publish_exits(&gw, 1);
@@ -307,7 +301,7 @@ fn non_loopback_admin_addresses_are_refused_unless_allowed() {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let check = |text: &str| {
-        let path = write_config(dir.path(), text);
+        let path = Config::new().toml(text).write(dir.path());
         let out = eventgate()
             .args(["check-config", &path])
             .output()

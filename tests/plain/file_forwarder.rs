@@ -15,16 +15,13 @@ use eventgate::forward::file::{FileKind, Format, render_line};
 use eventgate::forward::{Batch, Context, Forwarder, Kind, Options};
 use eventgate::proto::containerd::types::Envelope;
 use serde_json::Value;
+use support::config::Config;
 use support::*;
 
 fn write_config(dir: &Path, forwarder: &str) -> PathBuf {
-    let path = dir.join("eventgate.toml");
-    fs::write(
-        &path,
-        format!("[[forwarder]]\nname = \"archive\"\nkind = \"file\"\n{forwarder}"),
-    )
-    .unwrap();
-    path
+    Config::new()
+        .forwarder("archive", "file", forwarder)
+        .write_to(&dir.join("eventgate.toml"))
 }
 
 /// Starts the gateway with only a file forwarder configured by `forwarder` (TOML keys).

@@ -9,18 +9,15 @@ use crate::support;
 use std::path::Path;
 
 use serde_json::Value;
+use support::config::Config;
 use support::*;
 
 /// A gateway's config: a JSON lines file and an audit store, both in its data dir.
 fn write_config(dir: &Path) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(
-        &path,
-        "[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n\
-         [[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n",
-    )
-    .expect("write config");
-    path_str(&path).to_owned()
+    Config::new()
+        .file("log", "events.jsonl", "")
+        .sqlite("audit", "audit.db", "")
+        .write(dir)
 }
 
 fn publish(gw: &Gateway, topic: &str, type_name: &str, container: &str) {

@@ -12,19 +12,14 @@ use eventgate::proto::containerd::services::events::v1::ForwardRequest;
 use eventgate::proto::containerd::types::Envelope;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
+use support::config::Config;
 use support::*;
 
 fn config(dir: &Path, file_forwarder_extra: &str) -> PathBuf {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n{file_forwarder_extra}\n\
-             [[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n"
-        ),
-    )
-    .expect("write config");
-    path
+    Config::new()
+        .file("log", "events.jsonl", file_forwarder_extra)
+        .sqlite("audit", "audit.db", "")
+        .write_to(&dir.join("eventgate.toml"))
 }
 
 /// `eventgate publish` of a `/tasks/exit` for `container` as a child process, with

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
+use support::config::Config;
 use support::*;
 
 fn file_forwarder(name: &str, path: &str, extra: &str) -> String {
@@ -31,7 +32,7 @@ fn write_config(path: &Path, text: &str) {
         std::fs::write(&token, "reload-token-for-tests-0123456789\n").expect("write token");
     }
     let admin = format!("\n[admin]\nreload_token_file = {:?}\n", path_str(&token));
-    std::fs::write(path, format!("{text}{admin}")).expect("write config");
+    Config::new().toml(text).toml(&admin).write_to(path);
 }
 
 /// Starts a gateway on `config` (written first) in a fresh directory.

@@ -17,6 +17,7 @@ use eventgate::proto::containerd::types::Envelope;
 use eventgate::query::{Query, Reader, RowRange, StoredEvent};
 use eventgate::store::{EventRow, WriterOptions, insert_rows, open_writer};
 use serde_json::Value;
+use support::config::Config;
 use support::*;
 
 const T0: i64 = 1_714_557_600; // 2024-05-01T10:00:00Z
@@ -148,20 +149,15 @@ fn state(store_dir: &Path) -> Option<Value> {
 // ---------------------------------------------------------------- forwarder target
 
 fn file_config(dir: &Path) -> PathBuf {
-    let out = dir.join("out");
-    let path = dir.join("replay.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "data_dir = {:?}\n\
-             [[forwarder]]\nname = \"archive\"\nkind = \"file\"\npath = \"replayed.jsonl\"\n\
-             filters = ['topic==\"/tasks/exit\"']\n\
-             [[forwarder]]\nname = \"other\"\nkind = \"file\"\npath = \"other.jsonl\"\n",
-            path_str(&out)
-        ),
-    )
-    .unwrap();
-    path
+    Config::new()
+        .toml(&format!("data_dir = {:?}\n", path_str(&dir.join("out"))))
+        .file(
+            "archive",
+            "replayed.jsonl",
+            "filters = ['topic==\"/tasks/exit\"']\n",
+        )
+        .file("other", "other.jsonl", "")
+        .write_to(&dir.join("replay.toml"))
 }
 
 fn lines(path: &Path) -> Vec<Value> {

@@ -12,6 +12,7 @@ use eventgate::proto::eventgate::services::events::v1::events_client::EventsClie
 use eventgate::proto::eventgate::services::events::v1::{
     Record, SubscribeRequest, subscribe_request::Start,
 };
+use support::config::Config;
 use support::*;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Streaming};
@@ -137,19 +138,16 @@ async fn a_subscriber_resumes_across_a_gateway_restart() {
 
 /// Small segments, so the spool releases what its forwarders have delivered.
 fn small_spool_config(dir: &std::path::Path, with_store: bool) -> String {
-    let store = if with_store {
-        "[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\ncheckpoint = { interval = \"100ms\" }\n"
+    let checkpoint = "checkpoint = { interval = \"100ms\" }\n";
+    let config = Config::new()
+        .toml("[spool]\nsegment_bytes = \"4KiB\"\nmax_bytes = \"64MiB\"\n")
+        .file("log", "events.jsonl", checkpoint);
+    let config = if with_store {
+        config.sqlite("audit", "audit.db", checkpoint)
     } else {
-        ""
+        config
     };
-    let text = format!(
-        "[spool]\nsegment_bytes = \"4KiB\"\nmax_bytes = \"64MiB\"\n\n\
-         [[forwarder]]\nname = \"log\"\nkind = \"file\"\npath = \"events.jsonl\"\n\
-         checkpoint = {{ interval = \"100ms\" }}\n\n{store}"
-    );
-    let path = dir.join("eventgate.toml");
-    std::fs::write(&path, text).expect("write config");
-    path.display().to_string()
+    config.write(dir)
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 
 use crate::support;
 
+use support::config::Config;
 use support::*;
 
 const PASSWORD: &str = "pw-hunter2-SECRET";
@@ -20,17 +21,17 @@ fn assert_hidden(what: &str, text: &str) {
 
 /// A Kafka forwarder whose broker, on `port`, refuses connections.
 fn kafka_config(dir: &std::path::Path, port: u16, properties: &str) -> std::path::PathBuf {
-    let path = dir.join("kafka.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[pipeline]\ndrain_timeout = \"1s\"\n\n[[forwarder]]\nname = \"kafka\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:{port}\"\n\
-             topic = \"events\"\nmessage_timeout = \"500ms\"\n\
-             retry = {{ initial = \"50ms\", max = \"200ms\" }}\nproperties = {{ {properties} }}\n",
-        ),
-    )
-    .expect("write config");
-    path
+    Config::new()
+        .toml("[pipeline]\ndrain_timeout = \"1s\"\n")
+        .forwarder(
+            "kafka",
+            "kafka",
+            &format!(
+                "brokers = \"127.0.0.1:{port}\"\ntopic = \"events\"\nmessage_timeout = \"500ms\"\n\
+                 retry = {{ initial = \"50ms\", max = \"200ms\" }}\nproperties = {{ {properties} }}\n"
+            ),
+        )
+        .write_to(&dir.join("kafka.toml"))
 }
 
 #[test]

@@ -8,38 +8,18 @@ use crate::support;
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
+use support::config::Config;
 use support::*;
 
 fn write_config(path: &Path, brokers: &str, spool: &str) {
-    std::fs::write(
-        path,
-        format!(
-            r#"
-[pipeline]
-# The Kafka forwarder cannot deliver; its events are safe in the spool, so there
-# is nothing to wait for at shutdown.
-drain_timeout = "1s"
-
-[spool]
-{spool}
-
-[[forwarder]]
-name = "audit"
-kind = "sqlite"
-path = "audit.db"
-
-[[forwarder]]
-name = "kafka"
-kind = "kafka"
-brokers = "{brokers}"
-topic = "events"
-create_topic = true
-partitions = 1
-replication_factor = 1
-"#
-        ),
-    )
-    .expect("write config");
+    Config::new()
+        // The Kafka forwarder cannot deliver; its events are safe in the spool, so there
+        // is nothing to wait for at shutdown.
+        .toml("[pipeline]\ndrain_timeout = \"1s\"\n")
+        .toml(&format!("\n[spool]\n{spool}\n"))
+        .sqlite("audit", "audit.db", "")
+        .kafka("kafka", brokers, "events", 1, "")
+        .write_to(path);
 }
 
 /// (topic, container_id or forwarder) of every stored row, in storage order.

@@ -13,6 +13,7 @@ use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::store::{self, Synchronous, WriterOptions};
 use rusqlite::Connection;
+use support::config::Config;
 use support::*;
 
 fn task_exit(seq: u64, container: &str, status: u32) -> Arc<Event> {
@@ -135,13 +136,9 @@ async fn a_busy_database_is_retryable_and_the_retried_batch_goes_in_once() {
 }
 
 fn write_config(dir: &Path, extra: &str) -> PathBuf {
-    let config = dir.join("eventgate.toml");
-    std::fs::write(
-        &config,
-        format!("[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n{extra}"),
-    )
-    .expect("write config");
-    config
+    Config::new()
+        .sqlite("audit", "audit.db", extra)
+        .write_to(&dir.join("eventgate.toml"))
 }
 
 fn wait_rows(path: &Path, n: i64) -> Connection {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
+use support::config::Config;
 use support::*;
 
 /// A tmpfs of `size` mounted on `at` for the test's life.
@@ -156,12 +157,6 @@ async fn publish_once_accepted(
     }
 }
 
-fn write_config(dir: &Path, text: &str) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(&path, text).expect("write config");
-    path_str(&path).to_owned()
-}
-
 /// Below `spool.min_free` the gateway refuses events with RESOURCE_EXHAUSTED and says
 /// so in /readyz, while /healthz stays 200 (it will recover by itself, restarting it
 /// would not help). Every event it had answered OK reaches both sinks exactly once,
@@ -171,15 +166,14 @@ fn write_config(dir: &Path, text: &str) -> String {
 async fn below_the_reserve_events_are_refused_every_accepted_one_is_delivered_and_accepting_resumes_by_itself()
  {
     let up_dir = tempfile::tempdir().expect("tempdir");
-    let up_config = write_config(up_dir.path(), "forwarder = []\n");
+    let up_config = Config::new().toml("forwarder = []\n").write(up_dir.path());
     let upstream = Gateway::start_in(up_dir, &["--config", &up_config]);
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let _fs = Tmpfs::mount(&data, "24m");
     ballast(&data.join("ballast"), 6);
-    let config = write_config(
-        dir.path(),
-        &format!(
+    let config = Config::new()
+        .toml(&format!(
             r#"
 [spool]
 min_free = "4MiB"
@@ -190,8 +184,8 @@ address = "{}"
 reconnect = {{ initial = "50ms", max = "1s" }}
 "#,
             upstream.address()
-        ),
-    );
+        ))
+        .write(dir.path());
     let mut gw = Gateway::start_in(dir, &["--config", &config]);
     let admin = gw.admin_addr();
     wait_for("the upstream to be subscribed", DEADLINE, || {
@@ -299,10 +293,9 @@ async fn a_failed_spool_write_makes_the_gateway_unready_then_exit_1_and_a_restar
     let data = dir.path().join("data");
     let _fs = Tmpfs::mount(&data, "12m");
     ballast(&data.join("ballast"), 2);
-    let config = write_config(
-        dir.path(),
-        "[spool]\nmin_free = \"0\"\n\n[pipeline]\ndrain_timeout = \"3s\"\n",
-    );
+    let config = Config::new()
+        .toml("[spool]\nmin_free = \"0\"\n\n[pipeline]\ndrain_timeout = \"3s\"\n")
+        .write(dir.path());
     let mut gw = Gateway::start_in(dir, &["--config", &config]);
     let admin = gw.admin_addr();
     // Until the endpoint goes away with the process: the last /readyz answers.
@@ -391,10 +384,9 @@ async fn with_its_log_on_the_full_disk_the_gateway_still_drains_and_exits_1() {
     let data = dir.path().join("data");
     let _fs = Tmpfs::mount(&data, "12m");
     ballast(&data.join("ballast"), 2);
-    let config = write_config(
-        dir.path(),
-        "[spool]\nmin_free = \"0\"\n\n[pipeline]\ndrain_timeout = \"3s\"\n",
-    );
+    let config = Config::new()
+        .toml("[spool]\nmin_free = \"0\"\n\n[pipeline]\ndrain_timeout = \"3s\"\n")
+        .write(dir.path());
     let log_path = data.join("eventgate.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -557,13 +549,12 @@ fn a_reserve_larger_than_the_file_system_is_refused_by_check_config_and_serve() 
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let _fs = Tmpfs::mount(&data, "4m");
-    let config = write_config(
-        dir.path(),
-        &format!(
+    let config = Config::new()
+        .toml(&format!(
             "data_dir = \"{}\"\n[spool]\nmin_free = \"4MiB\"\n",
             data.display()
-        ),
-    );
+        ))
+        .write(dir.path());
     let expected = format!(
         "`spool.min_free` (4MiB) is not less than the size of the file system holding {} (4.0MiB)",
         data.join("spool").display()
@@ -636,9 +627,8 @@ async fn a_batch_given_up_on_is_held_until_the_dead_letter_store_can_take_it() {
     let letters = dir.path().join("letters");
     let _sink_fs = Tmpfs::mount(&sink, "1m");
     let _letters_fs = Tmpfs::mount(&letters, "1m");
-    let config = write_config(
-        dir.path(),
-        &format!(
+    let config = Config::new()
+        .toml(&format!(
             r#"
 [admin]
 max_failing = "0s"
@@ -654,8 +644,8 @@ retry = {{ attempts = 2, initial = "10ms", max = "10ms" }}
 "#,
             letters = letters.display(),
             sink = sink.display()
-        ),
-    );
+        ))
+        .write(dir.path());
     let mut gw = Gateway::start_in(dir, &["--config", &config]);
     let admin = gw.admin_addr();
     fill(&sink);

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rig::{Acked, Outcome, Rig, containers, in_kafka, publisher, stored, upstream_topics};
+use support::config::Config;
 use support::containerd::Containerd;
 use support::tansu::Tansu;
 use support::*;
@@ -47,48 +48,16 @@ struct Settings {
 }
 
 fn config(dir: &Path, settings: &Settings, brokers: &str, containerd: &str) -> String {
-    let path = dir.join("eventgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[spool]
-fsync = "{fsync}"
-segment_bytes = "{SEGMENT_BYTES}"
-
-[[forwarder]]
-name = "audit"
-kind = "sqlite"
-path = "audit.db"
-{sqlite}
-
-[[forwarder]]
-name = "log"
-kind = "file"
-path = "events.jsonl"
-{file}
-
-[[forwarder]]
-name = "kafka"
-kind = "kafka"
-brokers = "{brokers}"
-topic = "events"
-create_topic = true
-partitions = 1
-replication_factor = 1
-
-[[upstream]]
-name = "node"
-address = "{containerd}"
-reconnect = {{ initial = "50ms", max = "1s" }}
-"#,
-            fsync = settings.fsync,
-            sqlite = settings.sqlite,
-            file = settings.file,
-        ),
-    )
-    .expect("write config");
-    path_str(&path).to_owned()
+    Config::new()
+        .toml(&format!(
+            "[spool]\nfsync = \"{}\"\nsegment_bytes = \"{SEGMENT_BYTES}\"\n",
+            settings.fsync
+        ))
+        .sqlite("audit", "audit.db", &format!("{}\n", settings.sqlite))
+        .file("log", "events.jsonl", &format!("{}\n", settings.file))
+        .kafka("kafka", brokers, "events", 1, "")
+        .upstream("node", containerd, "")
+        .write(dir)
 }
 
 fn seed() -> u64 {

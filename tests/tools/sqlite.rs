@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use eventgate::store::{self};
 use rusqlite::Connection;
+use support::config::Config;
 use support::*;
 
 fn count(conn: &Connection) -> i64 {
@@ -17,13 +18,9 @@ fn count(conn: &Connection) -> i64 {
 }
 
 fn write_config(dir: &Path, extra: &str) -> PathBuf {
-    let config = dir.join("eventgate.toml");
-    std::fs::write(
-        &config,
-        format!("[[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n{extra}"),
-    )
-    .expect("write config");
-    config
+    Config::new()
+        .sqlite("audit", "audit.db", extra)
+        .write_to(&dir.join("eventgate.toml"))
 }
 
 fn wait_rows(path: &Path, n: i64) -> Connection {
