@@ -3,6 +3,7 @@
 
 use crate::support;
 
+#[cfg(feature = "kafka-tests")]
 use support::tansu::tansu_bin;
 use support::*;
 

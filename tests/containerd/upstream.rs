@@ -7,16 +7,24 @@ use crate::support;
 use std::path::{Path, PathBuf};
 
 use eventgate::proto::Registry;
-use eventgate::proto::containerd::types::Envelope;
-use prost::Message as _;
-use rdkafka::message::{Headers, Message};
-use rusqlite::{Connection, OpenFlags};
-use serde_json::Value;
 use support::audit::{Row, markers, stored, wait_stored};
 use support::config::Config;
 use support::containerd::Containerd;
-use support::tansu::{Tansu, consume};
 use support::*;
+
+// For the one test that also reads Kafka (the `kafka-tests` feature).
+#[cfg(feature = "kafka-tests")]
+use eventgate::proto::containerd::types::Envelope;
+#[cfg(feature = "kafka-tests")]
+use prost::Message as _;
+#[cfg(feature = "kafka-tests")]
+use rdkafka::message::{Headers, Message};
+#[cfg(feature = "kafka-tests")]
+use rusqlite::{Connection, OpenFlags};
+#[cfg(feature = "kafka-tests")]
+use serde_json::Value;
+#[cfg(feature = "kafka-tests")]
+use support::tansu::{Tansu, consume};
 
 /// What a container run publishes, in order, for the container itself.
 const LIFECYCLE: [&str; 6] = [
