@@ -32,10 +32,17 @@ impl Config {
         self
     }
 
-    /// A `[[forwarder]]` of `kind`; `extra` holds its other keys, one a line.
+    /// A `[[forwarder]]` of `kind`; `extra` holds its other keys, one a line. Ends
+    /// with a newline, so whatever a test appends starts a line of its own.
     pub fn forwarder(self, name: &str, kind: &str, extra: &str) -> Config {
-        self.table("[[forwarder]]")
-            .toml(&format!("name = \"{name}\"\nkind = \"{kind}\"\n{extra}"))
+        let end = if extra.is_empty() || extra.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        self.table("[[forwarder]]").toml(&format!(
+            "name = \"{name}\"\nkind = \"{kind}\"\n{extra}{end}"
+        ))
     }
 
     /// A `file` forwarder writing `path` (relative to the data directory).
