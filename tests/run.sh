@@ -12,15 +12,17 @@ command -v cargo >/dev/null || fail "needs Rust (cargo) 1.95 or later: install i
 rust=$(rustc --version | awk '{print $2}')
 [ "$(printf '%s\n1.95.0\n' "$rust" | sort -V | head -n1)" = "1.95.0" ] || fail "needs Rust 1.95 or later, found $rust: rustup update stable"
 command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with kafka-python)"
-# tests/power_cut.rs mounts its own FUSE file system (no libfuse or fusermount needed).
+# tests/privileged/power_cut.rs mounts its own FUSE file system (no libfuse or
+# fusermount needed).
 [ -c /dev/fuse ] || modprobe fuse 2>/dev/null || [ -c /dev/fuse ] \
-  || fail "needs /dev/fuse for tests/power_cut.rs (modprobe fuse; in a container: --device /dev/fuse --cap-add SYS_ADMIN)"
+  || fail "needs /dev/fuse for tests/privileged/power_cut.rs (modprobe fuse; in a container: --device /dev/fuse --cap-add SYS_ADMIN)"
 
 # What the tests drive, next to what the build links against (OpenSSL, Cyrus SASL,
 # libcurl for librdkafka): one apt-get run for whatever is missing. docker.io brings
-# dockerd 20.10 and /usr/bin/docker for tests/docker.rs, which runs its own dockerd;
-# golang-go and golang-golang-x-mod-dev build Go's sumdb/note for tests/note_interop.rs;
-# python3-venv lets Debian's python3 make the tests' virtual environment (below).
+# dockerd 20.10 and /usr/bin/docker for tests/containerd/docker.rs, which runs its own
+# dockerd; golang-go and golang-golang-x-mod-dev build Go's sumdb/note for
+# tests/tools/note_interop.rs; python3-venv lets Debian's python3 make the tests'
+# virtual environment (below).
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
   golang-go golang-golang-x-mod-dev python3-venv
 
@@ -47,8 +49,16 @@ if ! "$venv/bin/python3" -c 'import kafka, zstandard' 2>/dev/null; then
 fi
 export PATH="$venv/bin:$PATH"
 
-cargo build --all-targets --locked --features bench
-cargo test --all-targets --locked --features bench --no-fail-fast -- --include-ignored
+# The style and lint gates CI holds the code to, before any test.
+cargo fmt --check
+cargo clippy --locked --all-targets --all-features -- -D warnings
+
+# Every test group (tests/<group>/main.rs), each behind the feature naming what it
+# needs (Cargo.toml): all of it is installed above. --include-ignored for the unit
+# tests the library itself marks (a broker in src/bench).
+features=bench,tools-tests,containerd-tests,kafka-tests,privileged-tests
+cargo build --all-targets --locked --features "$features"
+cargo test --all-targets --locked --features "$features" --no-fail-fast -- --include-ignored
 
 # A short fuzzing pass over every untrusted input (tests/fuzz; nightly only here).
 ./tests/fuzz.sh 20

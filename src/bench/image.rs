@@ -81,7 +81,7 @@ fn pack(name: &str, busybox: &[u8]) -> io::Result<Vec<u8>> {
         "architecture": oci_arch(),
         "os": "linux",
         // The default command runs until killed, as a pause container does: containerd's
-        // CRI plugin runs the image with it as a pod's sandbox (tests/cri_harness.rs),
+        // CRI plugin runs the image with it as a pod's sandbox (tests/containerd/cri_harness.rs),
         // and a sandbox whose process exits is not ready. Everything else gives its
         // command explicitly (`ctr run IMAGE ID /bin/busybox ...`), which replaces it.
         "config": { "Entrypoint": ["/bin/busybox"], "Cmd": ["sleep", "2147483647"] },

@@ -1,6 +1,6 @@
 //! The supervisor of a source: a consumer that ends while the gateway runs is
 //! started again, and says so. (The source's reading itself is tested end to end
-//! against a real broker in tests/fleet.rs.)
+//! against a real broker in tests/kafka/fleet.rs.)
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Upstream behaviour against in-process Events servers on temporary sockets: one that
 //! answers at once (as eventgate does) and one that, like containerd, sends no response
 //! headers until its first event. Tests against a real containerd live in
-//! tests/upstream.rs.
+//! tests/containerd/upstream.rs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

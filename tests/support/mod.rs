@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 
 pub mod audit;
 pub mod certs;
+pub mod config;
 pub mod containerd;
 pub mod docker;
 pub mod fronts;

@@ -126,7 +126,6 @@ fn read(path: &std::path::Path) -> Option<Vec<u8>> {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 fn mounted_write_and_fsync_survive_a_cut_and_unsynced_writes_do_not() {
     let (_dir, mut mount) = mounted();
     let at = mount.path().to_owned();
@@ -151,7 +150,6 @@ fn mounted_write_and_fsync_survive_a_cut_and_unsynced_writes_do_not() {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 fn mounted_a_new_file_without_a_directory_sync_disappears() {
     let (_dir, mut mount) = mounted();
     let at = mount.path().to_owned();
@@ -167,7 +165,6 @@ fn mounted_a_new_file_without_a_directory_sync_disappears() {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 fn mounted_rename_without_a_directory_sync_reverts() {
     let (_dir, mut mount) = mounted();
     let at = mount.path().to_owned();
@@ -192,7 +189,6 @@ fn mounted_rename_without_a_directory_sync_reverts() {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 fn mounted_fdatasync_keeps_data_and_size_and_modes_are_kept_by_fsync() {
     let (_dir, mut mount) = mounted();
     let at = mount.path().to_owned();
@@ -214,7 +210,6 @@ fn mounted_fdatasync_keeps_data_and_size_and_modes_are_kept_by_fsync() {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 fn mounted_sqlite_in_wal_mode_works_and_keeps_committed_rows_across_a_cut() {
     let (_dir, mut mount) = mounted();
     let db = mount.path().join("t.db");
@@ -242,7 +237,6 @@ fn mounted_sqlite_in_wal_mode_works_and_keeps_committed_rows_across_a_cut() {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 fn mounted_unix_sockets_bind_and_connect() {
     let (_dir, mount) = mounted();
     let path = mount.path().join("s.sock");
@@ -252,7 +246,6 @@ fn mounted_unix_sockets_bind_and_connect() {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; run tests/run.sh"]
 fn mounted_a_cut_keeps_device_and_inode_numbers() {
     use std::os::unix::fs::MetadataExt;
     let (_dir, mut mount) = mounted();

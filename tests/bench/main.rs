@@ -1,0 +1,18 @@
+//! Benchmarks and load tests: `eventgate bench` and the `bench` module (the `bench`
+//! feature), and tests whose cost is time rather than a prerequisite. Those that run
+//! containerd or tansu are built only with `containerd-tests` or `kafka-tests` too.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[cfg(feature = "kafka-tests")]
+mod backlog_bench;
+mod bench_tables;
+mod hostile;
+mod load;
+#[cfg(feature = "containerd-tests")]
+mod reconcile_bench;
+#[cfg(all(feature = "containerd-tests", feature = "kafka-tests"))]
+mod soak;
+#[cfg(feature = "containerd-tests")]
+mod upstream_burst;

@@ -1,0 +1,457 @@
+//! A Docker host: Debian's dockerd (20.10) on the test's own containerd, and eventgate
+//! subscribed to that containerd with `docker` naming dockerd's socket.
+//!
+//! dockerd names its containerd containers by id alone (no image, one label of its
+//! own), and deletes each one at its exit, keeping its own record until `docker rm`.
+//! So every event of a Docker container must carry Docker's terms (name, image,
+//! compose labels), captured live, and what ran while eventgate was down can only be
+//! told from dockerd's record.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+use support::config::Config;
+use support::containerd::{Containerd, IMAGE};
+use support::docker::Dockerd;
+use support::*;
+
+const RECONCILED: &str = "/eventgate/upstream/reconciled";
+const PROJECT: &str = "com.docker.compose.project";
+const SERVICE: &str = "com.docker.compose.service";
+
+/// Every run of a Docker container, as dockerd 20.10 makes containerd publish it.
+const LIVE_RUN: [&str; 6] = [
+    "/containers/create",
+    "/tasks/create",
+    "/tasks/start",
+    "/tasks/exit",
+    "/tasks/delete",
+    "/containers/delete",
+];
+
+fn start(containerd: &Containerd, dockerd: &Dockerd) -> Gateway {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = Config::new()
+        .sqlite("audit", "audit.db", "")
+        .file("log", "events.jsonl", "")
+        .upstream(
+            "node",
+            &containerd.address(),
+            &format!(
+                "docker = \"{}\"\nreconcile_interval = \"0s\"",
+                dockerd.address()
+            ),
+        )
+        .write(dir.path());
+    Gateway::start_in(dir, &["--config", &path])
+}
+
+fn audit_db(gateway: &Gateway) -> PathBuf {
+    gateway.dir.path().join("data/audit.db")
+}
+
+/// One stored event with the columns this test reads.
+#[derive(Debug, Clone)]
+struct Stored {
+    row_id: i64,
+    namespace: String,
+    topic: String,
+    event: Value,
+    timestamp: String,
+    origin: String,
+    origin_clock: Option<String>,
+    reconciled_from: Option<String>,
+    reason: Option<String>,
+    container_name: Option<String>,
+    image: Option<String>,
+    labels: Value,
+}
+
+impl Stored {
+    fn container(&self) -> Option<&str> {
+        ["container_id", "id"]
+            .iter()
+            .find_map(|f| self.event.get(*f).and_then(Value::as_str))
+            .filter(|id| !id.is_empty())
+    }
+}
+
+fn rows(db: &Path) -> Vec<Stored> {
+    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return Vec::new();
+    };
+    let Ok(mut statement) = conn.prepare(
+        "SELECT row_id, namespace, topic, event, timestamp, origin, origin_clock, \
+         reconciled_from, reason, container_name, image, labels FROM events ORDER BY row_id",
+    ) else {
+        return Vec::new();
+    };
+    let json = |text: Option<String>| {
+        text.map(|t| serde_json::from_str(&t).expect("JSON"))
+            .unwrap_or(Value::Null)
+    };
+    statement
+        .query_map([], |r| {
+            Ok(Stored {
+                row_id: r.get(0)?,
+                namespace: r.get(1)?,
+                topic: r.get(2)?,
+                event: json(r.get(3)?),
+                timestamp: r.get(4)?,
+                origin: r.get(5)?,
+                origin_clock: r.get(6)?,
+                reconciled_from: r.get(7)?,
+                reason: r.get(8)?,
+                container_name: r.get(9)?,
+                image: r.get(10)?,
+                labels: json(r.get(11)?),
+            })
+        })
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+fn about<'a>(rows: &'a [Stored], id: &str) -> Vec<&'a Stored> {
+    rows.iter()
+        .filter(|r| r.namespace == "moby" && r.container() == Some(id))
+        .collect()
+}
+
+fn topics(rows: &[&Stored]) -> Vec<String> {
+    rows.iter().map(|r| r.topic.clone()).collect()
+}
+
+fn logged_about<'a>(lines: &'a [Value], id: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|l| {
+            l["namespace"] == "moby"
+                && ["container_id", "id"]
+                    .iter()
+                    .any(|f| l["event"][*f].as_str() == Some(id))
+        })
+        .collect()
+}
+
+/// Waits for the `n`th reconciled marker; every row then.
+fn wait_reconciled(gateway: &mut Gateway, n: usize) -> Vec<Stored> {
+    let db = audit_db(gateway);
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let rows = rows(&db);
+        if rows.iter().filter(|r| r.topic == RECONCILED).count() >= n {
+            return rows;
+        }
+        assert!(
+            Instant::now() < end,
+            "no reconciled marker {n} within {DEADLINE:?}; the gateway logged:\n{}",
+            gateway.stderr_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Docker's terms, as `docker inspect` shows them, on every stored row and JSON line
+/// of a container.
+fn assert_docker_terms(rows: &[&Stored], lines: &[&Value], inspect: &Value) {
+    let name = inspect["Name"]
+        .as_str()
+        .expect("Name")
+        .trim_start_matches('/');
+    let image = inspect["Config"]["Image"].as_str().expect("Config.Image");
+    let labels = &inspect["Config"]["Labels"];
+    assert_eq!(image, IMAGE);
+    assert!(!rows.is_empty() && !lines.is_empty());
+    for row in rows {
+        assert_eq!(row.container_name.as_deref(), Some(name), "{row:?}");
+        assert_eq!(row.image.as_deref(), Some(image), "{row:?}");
+        assert_eq!(&row.labels, labels, "{row:?}");
+    }
+    for line in lines {
+        assert_eq!(line["container"]["name"], name, "{line}");
+        assert_eq!(line["container"]["image"], image, "{line}");
+        assert_eq!(&line["container"]["labels"], labels, "{line}");
+    }
+}
+
+/// An RFC 3339 time, in nanoseconds since the epoch.
+fn nanos(text: &Value) -> i64 {
+    let text = text.as_str().unwrap_or_else(|| panic!("a time: {text}"));
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+        .timestamp_nanos_opt()
+        .expect("in range")
+}
+
+/// The reconciled markers' events, in stored order.
+fn reconciled_markers(rows: &[Stored]) -> Vec<Value> {
+    rows.iter()
+        .filter(|r| r.topic == RECONCILED)
+        .map(|r| r.event.clone())
+        .collect()
+}
+
+/// The docker manager's listing in a reconciled marker.
+fn docker_listing(marker: &Value) -> Value {
+    marker["managers"]
+        .as_array()
+        .expect("managers in the marker")
+        .iter()
+        .find(|m| m["name"] == "docker")
+        .unwrap_or_else(|| panic!("no docker manager in {marker}"))
+        .clone()
+}
+
+#[test]
+fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
+    let containerd = Containerd::start();
+    let mut dockerd = Dockerd::start(&containerd);
+    dockerd.load_busybox();
+    let mut gateway = start(&containerd, &dockerd);
+    let db = audit_db(&gateway);
+    wait_reconciled(&mut gateway, 1);
+
+    // Live: a compose service's container runs and exits 3.
+    let began = Instant::now();
+    let web = dockerd.run(
+        "shop-web-1",
+        &[(PROJECT, "shop"), (SERVICE, "web")],
+        "sleep 1; exit 3",
+    );
+    let inspect = dockerd.wait_exited(&web);
+    assert_eq!(inspect["State"]["ExitCode"], 3);
+    let all = wait_for("the web container's whole run", DEADLINE, || {
+        let all = rows(&db);
+        (about(&all, &web).len() >= LIVE_RUN.len()).then_some(all)
+    });
+    println!(
+        "live: a container's run recorded {:?} after docker run",
+        began.elapsed()
+    );
+    let run = about(&all, &web);
+    assert_eq!(topics(&run), LIVE_RUN, "{run:#?}");
+    assert!(run.iter().all(|r| r.origin == "live"), "{run:#?}");
+    assert_eq!(run[3].event["exit_status"], 3);
+    let lines = wait_for("the JSON lines of the web container", DEADLINE, || {
+        let lines = gateway.logged();
+        (logged_about(&lines, &web).len() >= LIVE_RUN.len()).then_some(lines)
+    });
+    assert_docker_terms(&run, &logged_about(&lines, &web), &inspect);
+    assert_eq!(run[0].labels[PROJECT], "shop");
+    assert_eq!(run[0].labels[SERVICE], "web");
+
+    // The gap: eventgate is killed; meanwhile a container exits 7, one is killed by
+    // the OOM killer, and the web container is removed.
+    gateway.kill9();
+    let gap = dockerd.run(
+        "shop-worker-1",
+        &[(PROJECT, "shop"), (SERVICE, "worker")],
+        "exit 7",
+    );
+    // dockerd 20.10 marks a run OOMKilled only when containerd's /tasks/oom reaches
+    // it before the exit; on a loaded machine the exit can win, and dockerd then says
+    // 137 without OOMKilled. Such a run tells nothing about the OOM path, so it is
+    // removed (during the gap: no record of it can exist) and the hog run again.
+    let (oom, oom_inspect) = (1..=5)
+        .find_map(|_| {
+            let oom = dockerd.run_with(
+                "shop-hog-1",
+                &[(PROJECT, "shop"), (SERVICE, "hog")],
+                &["--memory", "16m", "--memory-swap", "16m"],
+                "x=a; while true; do x=\"$x$x\"; done",
+            );
+            let inspect = dockerd.wait_exited(&oom);
+            if inspect["State"]["OOMKilled"] == true {
+                return Some((oom, inspect));
+            }
+            println!(
+                "dockerd did not mark the hog OOMKilled (exit {}); again",
+                inspect["State"]["ExitCode"]
+            );
+            dockerd.rm(&oom);
+            None
+        })
+        .expect("dockerd marked one of 5 hog runs OOMKilled");
+    let gap_inspect = dockerd.wait_exited(&gap);
+    assert_eq!(gap_inspect["State"]["ExitCode"], 7);
+    assert_eq!(oom_inspect["State"]["ExitCode"], 137);
+    dockerd.rm(&web);
+
+    let restarted = Instant::now();
+    gateway.respawn();
+    let all = wait_reconciled(&mut gateway, 2);
+    println!(
+        "gap: reconciled {:?} after eventgate started again",
+        restarted.elapsed()
+    );
+    let last_before = run.last().expect("web's run").row_id;
+    let after: Vec<&Stored> = all
+        .iter()
+        .filter(|r| r.row_id > last_before && r.namespace != "eventgate")
+        .collect();
+
+    let told = about(&all, &gap);
+    assert_eq!(
+        topics(&told),
+        [
+            "/containers/create",
+            "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete",
+            "/containers/delete"
+        ],
+        "{told:#?}"
+    );
+    for row in &told {
+        assert_eq!(row.origin, "reconciled", "{row:?}");
+        assert_eq!(row.reconciled_from.as_deref(), Some("docker"), "{row:?}");
+    }
+    assert_eq!(told[2].event["exit_status"], 7);
+    assert_eq!(
+        nanos(&told[2].event["exited_at"]),
+        nanos(&gap_inspect["State"]["FinishedAt"]),
+        "{:?}",
+        told[2]
+    );
+    assert_eq!(told[2].origin_clock.as_deref(), Some("daemon"));
+    assert_eq!(
+        nanos(&Value::from(told[2].timestamp.clone())),
+        nanos(&gap_inspect["State"]["FinishedAt"])
+    );
+    let lines = gateway.logged();
+    let told_lines = logged_about(&lines, &gap);
+    assert_eq!(told_lines.len(), told.len());
+    for line in &told_lines {
+        assert_eq!(line["origin"], "reconciled", "{line}");
+        assert_eq!(line["reconciled_from"], "docker", "{line}");
+    }
+    assert_docker_terms(&told, &told_lines, &gap_inspect);
+
+    let killed = about(&all, &oom);
+    assert_eq!(
+        topics(&killed),
+        [
+            "/containers/create",
+            "/tasks/start",
+            "/tasks/oom",
+            "/tasks/exit",
+            "/tasks/delete",
+            "/containers/delete"
+        ],
+        "{killed:#?}"
+    );
+    assert_eq!(killed[3].event["exit_status"], 137);
+    assert_eq!(killed[2].reason.as_deref(), Some("OOMKilled"));
+    assert_eq!(killed[3].reason.as_deref(), Some("OOMKilled"));
+    assert_docker_terms(&killed, &logged_about(&lines, &oom), &oom_inspect);
+
+    // Nothing else: the removed web container's run was recorded live already.
+    assert_eq!(after.len(), told.len() + killed.len(), "{after:#?}");
+    let marker = &reconciled_markers(&rows(&db))[1];
+    let listing = docker_listing(marker);
+    assert_eq!(listing["state"], "listed", "{marker}");
+    assert_eq!(listing["address"], dockerd.address().as_str());
+    assert_eq!(listing["containers"], 2, "{marker}");
+    assert_eq!(listing["status_calls"], 2, "{marker}");
+    assert_eq!(marker["recorded"]["/tasks/exit"], 2, "{marker}");
+
+    // Ten clean restarts on an unchanged host add nothing but markers.
+    let rows_before = rows(&db).len();
+    let restarts = Instant::now();
+    for n in 0..10 {
+        gateway.restart();
+        wait_reconciled(&mut gateway, 3 + n);
+    }
+    println!("ten clean restarts took {:?}", restarts.elapsed());
+    let all = rows(&db);
+    let added: Vec<&Stored> = all[rows_before..].iter().collect();
+    assert!(
+        added.iter().all(|r| r.namespace == "eventgate"),
+        "{added:#?}"
+    );
+    for marker in reconciled_markers(&all).iter().skip(2) {
+        assert_eq!(marker["recorded"], serde_json::json!({}), "{marker}");
+        let listing = docker_listing(marker);
+        assert_eq!(listing["state"], "listed", "{marker}");
+        assert_eq!(listing["status_calls"], 0, "{marker}");
+    }
+}
+
+#[test]
+fn a_stopped_dockerd_leaves_the_reconcile_to_containerd_and_says_so() {
+    let containerd = Containerd::start();
+    let mut dockerd = Dockerd::start(&containerd);
+    dockerd.load_busybox();
+    let mut gateway = start(&containerd, &dockerd);
+    let db = audit_db(&gateway);
+    wait_reconciled(&mut gateway, 1);
+
+    // A container runs and exits while eventgate is down, then dockerd stops too.
+    gateway.kill9();
+    let gap = dockerd.run("gap-1", &[(PROJECT, "shop"), (SERVICE, "once")], "exit 5");
+    let gap_inspect = dockerd.wait_exited(&gap);
+    dockerd.stop();
+
+    gateway.respawn();
+    let all = wait_reconciled(&mut gateway, 2);
+    // containerd's lists alone do not have it; nothing is invented.
+    assert!(about(&all, &gap).is_empty(), "{all:#?}");
+    let marker = &reconciled_markers(&rows(&db))[1];
+    let listing = docker_listing(marker);
+    assert_eq!(listing["state"], "failed", "{marker}");
+    let error = listing["error"].as_str().expect("an error");
+    assert!(
+        error.contains(&dockerd.address()) && error.contains("does not exist"),
+        "{error}"
+    );
+    let admin = gateway.admin_addr();
+    let (code, body) = http_get(admin, "/readyz?verbose");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.lines().any(|l| l.contains(&format!(
+            "docker ({}): failed: dockerd's socket",
+            dockerd.address()
+        ))),
+        "{body}"
+    );
+
+    // dockerd is back: the reconcile that follows soon (a failed manager is asked
+    // again after 1 s, backing off) tells the run.
+    let back = Instant::now();
+    dockerd.restart();
+    let all = wait_for("the gap container's run from dockerd", DEADLINE, || {
+        let all = rows(&db);
+        (about(&all, &gap).len() >= 5).then_some(all)
+    });
+    println!("dockerd back: its run recorded {:?} later", back.elapsed());
+    let told = about(&all, &gap);
+    assert_eq!(
+        topics(&told),
+        [
+            "/containers/create",
+            "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete",
+            "/containers/delete"
+        ],
+        "{told:#?}"
+    );
+    assert_eq!(told[2].event["exit_status"], 5);
+    assert!(
+        told.iter()
+            .all(|r| r.reconciled_from.as_deref() == Some("docker"))
+    );
+    let lines = gateway.logged();
+    assert_docker_terms(&told, &logged_about(&lines, &gap), &gap_inspect);
+    let body = wait_for("readiness to show dockerd listed", DEADLINE, || {
+        let (_, body) = http_get(admin, "/readyz?verbose");
+        body.contains(&format!("docker ({}): listed", dockerd.address()))
+            .then_some(body)
+    });
+    assert!(!body.contains("failed"), "{body}");
+}

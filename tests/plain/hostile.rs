@@ -1,0 +1,69 @@
+//! Clients that try to stall the exchange for everyone else, against the real
+//! binary: filters whose regexes need too much memory are refused. Under load, the
+//! costliest filters the limits allow: tests/bench/hostile.rs.
+
+use crate::support;
+
+use eventgate::proto::containerd::services::events::v1::SubscribeRequest;
+use support::*;
+
+/// `exchange.limits.max_filters`'s default.
+const MAX_FILTERS: usize = 64;
+
+/// One of the costliest filters the default limits allow: a `~=` expression of
+/// alternatives of character classes that topics never match (so every filter of
+/// the subscription is tried on every event), as large as the subscription's share
+/// of `max_regex_memory` (8 MiB for 64 expressions: 128 KiB each, 64 KiB of which is
+/// its matching cache) lets it be. Its text is far under `max_filter_bytes`
+/// (4096): the compiled size binds first.
+fn heavy_filter(i: usize) -> String {
+    let alternatives: Vec<String> = (0..150)
+        .map(|k| {
+            format!(
+                "[a-z/]{{{}}}{}",
+                (k + i) % 7 + 1,
+                (b'a' + (k % 26) as u8) as char
+            )
+        })
+        .collect();
+    format!("topic~=\"(?:{})+/{{3}}\"", alternatives.join("|"))
+}
+
+/// A nine-byte pattern that compiles to about 10 MB is refused before it takes the
+/// memory: INVALID_ARGUMENT naming `max_regex_memory`, counted. The regex crate's
+/// own limit (10 MiB per expression) would have let it in.
+#[tokio::test]
+async fn filters_whose_regexes_need_too_much_memory_are_refused() {
+    let mut gw = Gateway::start(&[]);
+    let mut client = gw.client().await;
+    let huge = r#"topic~="\\pL{200}""#;
+    let status = client
+        .subscribe(SubscribeRequest {
+            filters: vec!["topic".into(), huge.into()],
+        })
+        .await
+        .expect_err("too costly");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("filter 2")
+            && status
+                .message()
+                .contains("8388608 bytes exchange.limits.max_regex_memory"),
+        "{}",
+        status.message()
+    );
+    let scraped = scrape(&mut gw);
+    assert_eq!(
+        scraped.get(
+            "eventgate_limit_rejections_total",
+            &[("limit", "max_regex_memory")]
+        ),
+        Some(1.0)
+    );
+    // The costliest filters the test below uses fit, all 64 of them.
+    let heavy: Vec<String> = (0..MAX_FILTERS).map(heavy_filter).collect();
+    client
+        .subscribe(SubscribeRequest { filters: heavy })
+        .await
+        .expect("64 heavy filters fit the default budget");
+}
