@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tower::BoxError;
 
 use super::health::Health;
+use super::meters::{ByReason, LazyCounter};
 use super::retry::{self, Attempts, DeliveryStack, is_retryable};
 use crate::deadletter::{Failure, Reason, Store};
 use crate::errors::chain;
@@ -54,6 +55,8 @@ pub(super) struct Hook {
     /// When to look for requested entries next; at once after a start, so requests
     /// made while no gateway ran are served.
     due: Instant,
+    recorded: ByReason,
+    redelivered: LazyCounter,
 }
 
 impl Hook {
@@ -63,6 +66,8 @@ impl Hook {
         batch_events: usize,
     ) -> Self {
         Self {
+            recorded: ByReason::new("eventgate_dead_letters_total", &forwarder),
+            redelivered: LazyCounter::new("eventgate_dead_letter_redelivered_total", &forwarder),
             forwarder,
             dead_letters,
             batch_events: batch_events.max(1),
@@ -116,8 +121,7 @@ impl Hook {
             .await
         {
             Ok(recorded) => {
-                metrics::counter!("eventgate_dead_letters_total", "forwarder" => self.forwarder.to_string(), "reason" => reason.as_str())
-                    .increment(recorded as u64);
+                self.recorded.get(reason).increment(recorded as u64);
                 tracing::info!(
                     forwarder = %self.forwarder,
                     events = recorded,
@@ -238,8 +242,7 @@ impl Hook {
         }
         match outcome {
             (Ok(()), attempts) => {
-                metrics::counter!("eventgate_dead_letter_redelivered_total", "forwarder" => self.forwarder.to_string())
-                    .increment(batch.len() as u64);
+                self.redelivered.increment(batch.len() as u64);
                 tracing::info!(forwarder = %self.forwarder, events = batch.len(), attempts = attempts.count, "dead letters redelivered");
                 Some(Redelivered {
                     ids,

@@ -28,6 +28,7 @@ pub(crate) mod deadletter;
 pub(crate) mod health;
 mod inflight;
 mod isolate;
+pub(crate) mod meters;
 pub(crate) mod queue;
 pub(crate) mod retry;
 mod route;
@@ -375,15 +376,13 @@ impl Pipeline {
             }
             .run(),
         );
-        let route = Arc::new(Route {
-            name: Arc::clone(&name),
-            filter: part.filter,
-            queue: Arc::clone(&queue),
+        let route = Arc::new(Route::new(
+            Arc::clone(&name),
+            part.filter,
+            Arc::clone(&queue),
             state,
-            drops: worker::DropLog::default(),
-            health: Arc::clone(&health),
-            spilled: router::spilled_counter(&name),
-        });
+            Arc::clone(&health),
+        ));
         let entry = Entry {
             handle: ForwarderHandle {
                 name,

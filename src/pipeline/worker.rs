@@ -2,7 +2,7 @@
 //! delivery stack, one at a time, so order holds and a failed batch is retried
 //! before anything behind it.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -372,34 +372,5 @@ impl Worker {
                 .take(max_events - events.len(), max_bytes - bytes, &mut events);
         }
         Some(Next::Queued(Batch::new(events, bytes)))
-    }
-}
-
-/// Drop logging for one forwarder: at most one line a second, with the count since
-/// the last line. A flood of drops must not become a flood of log lines, but no drop
-/// goes unmentioned.
-#[derive(Default)]
-pub(super) struct DropLog {
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl DropLog {
-    pub(super) fn record(&self, forwarder: &str, policy: &'static str, dropped: usize, seq: u64) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.1 += dropped as u64;
-        let now = Instant::now();
-        if state.0.is_some_and(|at| now - at < Duration::from_secs(1)) {
-            return;
-        }
-        let pending = std::mem::take(&mut state.1);
-        state.0 = Some(now);
-        drop(state);
-        tracing::warn!(
-            forwarder,
-            policy,
-            dropped = pending,
-            at_seq = seq,
-            "forwarder queue full: events dropped (counted in eventgate_forwarder_dropped_total)"
-        );
     }
 }
