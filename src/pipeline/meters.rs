@@ -11,7 +11,7 @@
 
 use std::sync::OnceLock;
 
-use metrics::{Counter, Key, Label, Level, Metadata};
+use metrics::{Counter, Histogram, Key, Label, Level, Metadata};
 
 use crate::deadletter::Reason;
 
@@ -56,6 +56,28 @@ impl LazyCounter {
         self.handle
             .get_or_init(|| metrics::with_recorder(|r| r.register_counter(&self.key, &METADATA)))
             .increment(value);
+    }
+}
+
+/// A histogram registered at its first sample.
+pub(crate) struct LazyHistogram {
+    key: Key,
+    handle: OnceLock<Histogram>,
+}
+
+impl LazyHistogram {
+    /// `name{forwarder="..."}`.
+    pub(crate) fn new(name: &'static str, forwarder: &str) -> Self {
+        Self {
+            key: key(name, forwarder, None),
+            handle: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn record(&self, value: f64) {
+        self.handle
+            .get_or_init(|| metrics::with_recorder(|r| r.register_histogram(&self.key, &METADATA)))
+            .record(value);
     }
 }
 
