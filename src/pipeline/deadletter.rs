@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tower::BoxError;
 
 use super::health::Health;
-use super::meters::{ByReason, LazyCounter};
+use super::meters::LazyCounter;
 use super::retry::{self, Attempts, DeliveryStack, is_retryable};
 use crate::deadletter::{Failure, Reason, Store};
 use crate::errors::chain;
@@ -278,5 +278,57 @@ pub(crate) fn reason_of(error: &BoxError) -> Reason {
         Reason::RetriesExhausted
     } else {
         Reason::Permanent
+    }
+}
+
+/// One counter per dead-letter reason, labelled `reason`.
+pub(super) struct ByReason([LazyCounter; 4]);
+
+impl ByReason {
+    pub(super) fn new(name: &'static str, forwarder: &str) -> Self {
+        let counter = |reason: Reason| LazyCounter::with_reason(name, forwarder, reason.as_str());
+        Self([
+            counter(Reason::Permanent),
+            counter(Reason::RetriesExhausted),
+            counter(Reason::Panicked),
+            counter(Reason::Crashed),
+        ])
+    }
+
+    pub(super) fn get(&self, reason: Reason) -> &LazyCounter {
+        let index = match reason {
+            Reason::Permanent => 0,
+            Reason::RetriesExhausted => 1,
+            Reason::Panicked => 2,
+            Reason::Crashed => 3,
+        };
+        &self.0[index]
+    }
+}
+
+#[cfg(test)]
+mod by_reason_tests {
+    use metrics::Label;
+
+    use super::*;
+
+    #[test]
+    fn a_reason_gets_its_own_series() {
+        let by_reason = ByReason::new("eventgate_test_total", "log");
+        for reason in [
+            Reason::Permanent,
+            Reason::RetriesExhausted,
+            Reason::Panicked,
+            Reason::Crashed,
+        ] {
+            let labels: Vec<_> = by_reason.get(reason).key().labels().cloned().collect();
+            assert_eq!(
+                labels,
+                [
+                    Label::new("forwarder", "log"),
+                    Label::new("reason", reason.as_str())
+                ]
+            );
+        }
     }
 }

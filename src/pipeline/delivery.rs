@@ -11,10 +11,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::common::Common;
-use super::deadletter::{Hook, Redelivered};
+use super::deadletter::{ByReason, Hook, Redelivered};
 use super::health::Health;
 use super::inflight::Inflight;
-use super::meters::{ByReason, LazyCounter, LazyHistogram};
+use super::meters::{LazyCounter, LazyHistogram};
 use super::retry::DeliveryStack;
 use crate::forward::{ForwardError, Forwarder};
 

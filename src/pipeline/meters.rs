@@ -13,8 +13,6 @@ use std::sync::OnceLock;
 
 use metrics::{Counter, Histogram, Key, Label, Level, Metadata};
 
-use crate::deadletter::Reason;
-
 /// What the recorder is told about where a series comes from (the macros pass the
 /// same; the Prometheus recorder ignores it).
 static METADATA: Metadata<'static> =
@@ -50,6 +48,11 @@ impl LazyCounter {
             key,
             handle: OnceLock::new(),
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
 
     pub(crate) fn increment(&self, value: u64) {
@@ -93,55 +96,5 @@ impl GaugeKey {
 
     pub(crate) fn set(&self, value: f64) {
         metrics::with_recorder(|r| r.register_gauge(&self.0, &METADATA)).set(value);
-    }
-}
-
-/// One counter per dead-letter reason, labelled `reason`.
-pub(crate) struct ByReason([LazyCounter; 4]);
-
-impl ByReason {
-    pub(crate) fn new(name: &'static str, forwarder: &str) -> Self {
-        let counter = |reason: Reason| LazyCounter::with_reason(name, forwarder, reason.as_str());
-        Self([
-            counter(Reason::Permanent),
-            counter(Reason::RetriesExhausted),
-            counter(Reason::Panicked),
-            counter(Reason::Crashed),
-        ])
-    }
-
-    pub(crate) fn get(&self, reason: Reason) -> &LazyCounter {
-        let index = match reason {
-            Reason::Permanent => 0,
-            Reason::RetriesExhausted => 1,
-            Reason::Panicked => 2,
-            Reason::Crashed => 3,
-        };
-        &self.0[index]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reason_gets_its_own_series() {
-        let by_reason = ByReason::new("eventgate_test_total", "log");
-        for reason in [
-            Reason::Permanent,
-            Reason::RetriesExhausted,
-            Reason::Panicked,
-            Reason::Crashed,
-        ] {
-            let labels: Vec<_> = by_reason.get(reason).key.labels().cloned().collect();
-            assert_eq!(
-                labels,
-                [
-                    Label::new("forwarder", "log"),
-                    Label::new("reason", reason.as_str())
-                ]
-            );
-        }
     }
 }
