@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::event::Event;
 use crate::forward::{Batch, ForwardError, Forwarder};
+use crate::pipeline::meters::{GaugeKey, LazyCounter};
 
 mod aggregate;
 pub(crate) mod metric_table;
@@ -52,6 +53,34 @@ struct Shared {
     /// The committed state; held across every call into `inner`, so the stage's own
     /// sends and the pipeline's never interleave.
     state: Mutex<Correlator>,
+    meters: Meters,
+}
+
+/// The stage's series, looked up once: `send` updates them for every batch.
+struct Meters {
+    /// Held back, by reason: duplicate, similar, rate limited.
+    held: [LazyCounter; 3],
+    aggregates: LazyCounter,
+    held_events: GaugeKey,
+    objects: GaugeKey,
+}
+
+impl Meters {
+    fn new(name: &str) -> Self {
+        let held = |reason: Reason| {
+            LazyCounter::with_reason("eventgate_correlate_held_total", name, reason.label())
+        };
+        Self {
+            held: [
+                held(Reason::Duplicate),
+                held(Reason::Similar),
+                held(Reason::RateLimited),
+            ],
+            aggregates: LazyCounter::new("eventgate_correlate_aggregates_total", name),
+            held_events: GaugeKey::new("eventgate_correlate_held_events", name),
+            objects: GaugeKey::new("eventgate_correlate_objects", name),
+        }
+    }
 }
 
 pub(crate) struct Correlated {
@@ -72,6 +101,7 @@ impl Correlated {
             settings,
             dir: data_dir.join("correlate").join(name),
             state: Mutex::new(Correlator::default()),
+            meters: Meters::new(name),
         });
         let stop = CancellationToken::new();
         tokio::spawn(flush_due(Arc::clone(&shared), stop.clone()));
@@ -106,24 +136,16 @@ impl Shared {
     }
 
     fn committed(&self, state: &Correlator, held: [u64; 3], aggregates: usize) {
-        let name = self.name.to_string();
-        for (reason, count) in [Reason::Duplicate, Reason::Similar, Reason::RateLimited]
-            .into_iter()
-            .zip(held)
-        {
+        for (counter, count) in self.meters.held.iter().zip(held) {
             if count > 0 {
-                metrics::counter!("eventgate_correlate_held_total", "forwarder" => name.clone(), "reason" => reason.label())
-                    .increment(count);
+                counter.increment(count);
             }
         }
         if aggregates > 0 {
-            metrics::counter!("eventgate_correlate_aggregates_total", "forwarder" => name.clone())
-                .increment(aggregates as u64);
+            self.meters.aggregates.increment(aggregates as u64);
         }
-        metrics::gauge!("eventgate_correlate_held_events", "forwarder" => name.clone())
-            .set(state.held_events() as f64);
-        metrics::gauge!("eventgate_correlate_objects", "forwarder" => name)
-            .set(state.objects() as f64);
+        self.meters.held_events.set(state.held_events() as f64);
+        self.meters.objects.set(state.objects() as f64);
     }
 
     fn snapshot_path(&self, next: u64) -> PathBuf {

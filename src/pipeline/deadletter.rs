@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tower::BoxError;
 
 use super::health::Health;
+use super::meters::LazyCounter;
 use super::retry::{self, Attempts, DeliveryStack, is_retryable};
 use crate::deadletter::{Failure, Reason, Store};
 use crate::errors::chain;
@@ -54,6 +55,8 @@ pub(super) struct Hook {
     /// When to look for requested entries next; at once after a start, so requests
     /// made while no gateway ran are served.
     due: Instant,
+    recorded: ByReason,
+    redelivered: LazyCounter,
 }
 
 impl Hook {
@@ -63,6 +66,8 @@ impl Hook {
         batch_events: usize,
     ) -> Self {
         Self {
+            recorded: ByReason::new("eventgate_dead_letters_total", &forwarder),
+            redelivered: LazyCounter::new("eventgate_dead_letter_redelivered_total", &forwarder),
             forwarder,
             dead_letters,
             batch_events: batch_events.max(1),
@@ -116,8 +121,7 @@ impl Hook {
             .await
         {
             Ok(recorded) => {
-                metrics::counter!("eventgate_dead_letters_total", "forwarder" => self.forwarder.to_string(), "reason" => reason.as_str())
-                    .increment(recorded as u64);
+                self.recorded.get(reason).increment(recorded as u64);
                 tracing::info!(
                     forwarder = %self.forwarder,
                     events = recorded,
@@ -238,8 +242,7 @@ impl Hook {
         }
         match outcome {
             (Ok(()), attempts) => {
-                metrics::counter!("eventgate_dead_letter_redelivered_total", "forwarder" => self.forwarder.to_string())
-                    .increment(batch.len() as u64);
+                self.redelivered.increment(batch.len() as u64);
                 tracing::info!(forwarder = %self.forwarder, events = batch.len(), attempts = attempts.count, "dead letters redelivered");
                 Some(Redelivered {
                     ids,
@@ -275,5 +278,57 @@ pub(crate) fn reason_of(error: &BoxError) -> Reason {
         Reason::RetriesExhausted
     } else {
         Reason::Permanent
+    }
+}
+
+/// One counter per dead-letter reason, labelled `reason`.
+pub(super) struct ByReason([LazyCounter; 4]);
+
+impl ByReason {
+    pub(super) fn new(name: &'static str, forwarder: &str) -> Self {
+        let counter = |reason: Reason| LazyCounter::with_reason(name, forwarder, reason.as_str());
+        Self([
+            counter(Reason::Permanent),
+            counter(Reason::RetriesExhausted),
+            counter(Reason::Panicked),
+            counter(Reason::Crashed),
+        ])
+    }
+
+    pub(super) fn get(&self, reason: Reason) -> &LazyCounter {
+        let index = match reason {
+            Reason::Permanent => 0,
+            Reason::RetriesExhausted => 1,
+            Reason::Panicked => 2,
+            Reason::Crashed => 3,
+        };
+        &self.0[index]
+    }
+}
+
+#[cfg(test)]
+mod by_reason_tests {
+    use metrics::Label;
+
+    use super::*;
+
+    #[test]
+    fn a_reason_gets_its_own_series() {
+        let by_reason = ByReason::new("eventgate_test_total", "log");
+        for reason in [
+            Reason::Permanent,
+            Reason::RetriesExhausted,
+            Reason::Panicked,
+            Reason::Crashed,
+        ] {
+            let labels: Vec<_> = by_reason.get(reason).key().labels().cloned().collect();
+            assert_eq!(
+                labels,
+                [
+                    Label::new("forwarder", "log"),
+                    Label::new("reason", reason.as_str())
+                ]
+            );
+        }
     }
 }

@@ -4,9 +4,15 @@
 //!
 //! ```text
 //! exchange ── Router::route (under the exchange lock, never waits)
-//!               ├─ filter ─► Queue ─► worker: batch ─► Retry ─► Timeout ─► Forwarder::send
+//!               ├─ filter ─► Queue ─► worker: intake (batch) ─► delivery (Retry ─►
+//!               │                       Timeout ─► Forwarder::send) ─► cursor
 //!               └─ filter ─► Queue ─► worker: ...
 //! ```
+//!
+//! A worker (`worker`) is a loop over three parts, each owning its state: `intake`
+//! (the queue, or the backlog while spilled, made into batches), `delivery`
+//! (isolation, the retry stack, dead letters) and `cursor` (acknowledgement,
+//! checkpoints, the spool cursor). The router shares nothing with the delivery side.
 //!
 //! Isolation: each forwarder has its own queue, worker and retry state, so a slow or
 //! failing forwarder only fills its own queue. What happens when that queue is full
@@ -23,11 +29,14 @@
 
 mod attempts;
 pub(crate) mod backlog;
-mod checkpoint;
+mod common;
+mod cursor;
 pub(crate) mod deadletter;
+mod delivery;
 pub(crate) mod health;
 mod inflight;
-mod isolate;
+mod intake;
+pub(crate) mod meters;
 pub(crate) mod metric_table;
 pub(crate) mod queue;
 pub(crate) mod retry;
@@ -49,15 +58,19 @@ use tokio_util::sync::CancellationToken;
 use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
 pub use backlog::{Backlog, MemoryBacklog};
+use cursor::Cursor;
 pub use deadletter::DeadLetters;
+use delivery::Delivery;
+pub use delivery::Report;
 pub use health::{Failing, Health, HealthSnapshot};
+use intake::Intake;
 use queue::Queue;
 use route::RouteState;
 use router::Route;
 pub use router::Router;
 pub use spec::ForwarderSpec;
 pub(crate) use spec::check_name;
-pub use worker::Report;
+use worker::Worker;
 
 #[derive(Debug, Error)]
 pub enum PipelineError {
@@ -344,47 +357,44 @@ impl Pipeline {
         // Without a backlog nothing could be sent again after a lost checkpoint.
         let forwarder: Arc<dyn Forwarder> = match &self.backlog {
             Some(_) => part.forwarder,
-            None => Arc::new(checkpoint::SyncEachBatch(part.forwarder)),
+            None => Arc::new(cursor::SyncEachBatch(part.forwarder)),
         };
-        let task = tokio::spawn(
-            worker::Worker {
-                name: Arc::clone(&name),
-                queue: Arc::clone(&queue),
-                state: Arc::clone(&state),
-                filter: part.filter.clone(),
-                backlog: self.backlog.as_ref().map(|b| Arc::clone(&b.backlog)),
-                stack: retry::stack_reporting(
-                    Arc::clone(&forwarder),
-                    &name,
-                    &part.retry,
-                    Arc::clone(&health),
-                ),
-                forwarder,
-                batch: part.batch,
-                acked: acked_tx,
-                closing: closing.clone(),
-                stop: stop.clone(),
-                dead_letters,
-                health: Arc::clone(&health),
-                inflight,
-                panic_backoff: Duration::from_millis(100),
-                checkpoint: part.checkpoint,
-                cursor: 1,
-                pending: None,
-                checkpoint_failures: 0,
-                reader: None,
-            }
-            .run(),
-        );
-        let route = Arc::new(Route {
+        let common = common::Common {
             name: Arc::clone(&name),
-            filter: part.filter,
-            queue: Arc::clone(&queue),
-            state,
-            drops: worker::DropLog::default(),
             health: Arc::clone(&health),
-            spilled: router::spilled_counter(&name),
-        });
+            backlog: self.backlog.as_ref().map(|b| Arc::clone(&b.backlog)),
+            closing: closing.clone(),
+            stop: stop.clone(),
+        };
+        let intake = Intake::new(
+            &common,
+            Arc::clone(&queue),
+            Arc::clone(&state),
+            part.filter.clone(),
+            part.batch,
+        );
+        let stack = retry::stack_reporting(
+            Arc::clone(&forwarder),
+            &name,
+            &part.retry,
+            Arc::clone(&health),
+        );
+        let delivery = Delivery::new(
+            &common,
+            Arc::clone(&forwarder),
+            stack,
+            dead_letters,
+            inflight,
+        );
+        let cursor = Cursor::new(&common, forwarder, part.checkpoint, acked_tx);
+        let task = tokio::spawn(Worker::new(&common, intake, delivery, cursor).run());
+        let route = Arc::new(Route::new(
+            Arc::clone(&name),
+            part.filter,
+            Arc::clone(&queue),
+            state,
+            Arc::clone(&health),
+        ));
         let entry = Entry {
             handle: ForwarderHandle {
                 name,

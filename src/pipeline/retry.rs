@@ -29,6 +29,7 @@ use tower::{BoxError, Service, ServiceExt};
 
 pub(crate) use super::attempts::{Attempts, Delivery};
 use super::health::Health;
+use super::meters::LazyCounter;
 use super::settings::RetrySettings;
 use crate::forward::{Batch, ForwardError, Forwarder};
 
@@ -77,6 +78,8 @@ pub(crate) struct BackoffPolicy {
     started: Option<Instant>,
     /// Told about every retryable failure, for readiness.
     health: Arc<Health>,
+    /// Shared by the clones: looked up once per stack, not per retry.
+    retries: Arc<LazyCounter>,
 }
 
 impl BackoffPolicy {
@@ -87,6 +90,10 @@ impl BackoffPolicy {
             attempts: 0,
             started: None,
             health,
+            retries: Arc::new(LazyCounter::new(
+                "eventgate_forwarder_retries_total",
+                forwarder,
+            )),
         }
     }
 
@@ -138,8 +145,7 @@ impl Policy<Delivery, (), BoxError> for BackoffPolicy {
         // Full jitter: uniform in [0, ceiling], so many gateways retrying against one
         // recovering broker spread out instead of arriving together.
         let delay = rand::rng().random_range(Duration::ZERO..=ceiling);
-        metrics::counter!("eventgate_forwarder_retries_total", "forwarder" => self.forwarder.to_string())
-            .increment(1);
+        self.retries.increment(1);
         tracing::warn!(
             forwarder = %self.forwarder,
             attempt = self.attempts,

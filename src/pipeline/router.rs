@@ -4,15 +4,16 @@
 //! routing holds, between two events, at a sequence number the caller learns.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use prost::Message;
 use tokio::time::Instant;
 
 use super::QueueFull;
 use super::health::Health;
+use super::meters::LazyCounter;
 use super::queue::{Pushed, Queue};
 use super::route::RouteState;
-use super::worker::DropLog;
 use crate::event::Event;
 use crate::filter::Filter;
 
@@ -22,15 +23,53 @@ pub(super) struct Route {
     pub filter: Filter,
     pub queue: Arc<Queue>,
     pub state: Arc<RouteState>,
-    pub drops: DropLog,
     pub health: Arc<Health>,
-    /// Counted per event while the queue is full: looked up once, not per event.
-    pub spilled: metrics::Counter,
+    drops: DropLog,
+    meters: RouteMeters,
 }
 
-/// The counter behind [`Route::spilled`].
-pub(super) fn spilled_counter(name: &str) -> metrics::Counter {
-    metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => name.to_string())
+impl Route {
+    pub(super) fn new(
+        name: Arc<str>,
+        filter: Filter,
+        queue: Arc<Queue>,
+        state: Arc<RouteState>,
+        health: Arc<Health>,
+    ) -> Self {
+        let meters = RouteMeters::new(&name, &queue);
+        Self {
+            name,
+            filter,
+            queue,
+            state,
+            health,
+            drops: DropLog::default(),
+            meters,
+        }
+    }
+}
+
+/// The route's series, looked up once: routing runs under the exchange lock.
+struct RouteMeters {
+    /// Counted per event while the queue is full.
+    spilled: metrics::Counter,
+    blocked_timeouts: LazyCounter,
+    /// Dropped by the queue's `overflow` policy (its label is the reason).
+    overflowed: LazyCounter,
+    closed: LazyCounter,
+}
+
+impl RouteMeters {
+    fn new(name: &str, queue: &Queue) -> Self {
+        const DROPPED: &str = "eventgate_forwarder_dropped_total";
+        let policy = queue.settings().overflow.label();
+        Self {
+            spilled: metrics::counter!("eventgate_forwarder_spilled_total", "forwarder" => name.to_string()),
+            blocked_timeouts: LazyCounter::new("eventgate_forwarder_blocked_timeouts_total", name),
+            overflowed: LazyCounter::with_reason(DROPPED, name, policy),
+            closed: LazyCounter::with_reason(DROPPED, name, "closed"),
+        }
+    }
 }
 
 /// Hands accepted events to the forwarders' queues. Cheap to clone; clones share
@@ -77,8 +116,7 @@ impl Router {
             }
             let deadline = Instant::now() + settings.block_timeout;
             if !route.queue.wait_for_room(deadline).await {
-                metrics::counter!("eventgate_forwarder_blocked_timeouts_total", "forwarder" => route.name.to_string())
-                    .increment(1);
+                route.meters.blocked_timeouts.increment(1);
                 return Err(QueueFull {
                     forwarder: route.name.to_string(),
                     events: settings.events,
@@ -105,19 +143,17 @@ impl Router {
                 Pushed::Queued => {}
                 Pushed::Spilled => {
                     route.health.spilling();
-                    route.spilled.increment(1);
+                    route.meters.spilled.increment(1);
                 }
                 Pushed::Dropped(n) => {
                     let policy = route.queue.settings().overflow.label();
-                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => policy)
-                        .increment(n as u64);
+                    route.meters.overflowed.increment(n as u64);
                     route.health.dropped(n as u64);
                     route.drops.record(&route.name, policy, n, event.seq);
                 }
                 Pushed::Closed => {
                     route.health.dropped(1);
-                    metrics::counter!("eventgate_forwarder_dropped_total", "forwarder" => route.name.to_string(), "reason" => "closed")
-                        .increment(1);
+                    route.meters.closed.increment(1);
                 }
             }
         }
@@ -148,5 +184,34 @@ impl Router {
     /// Every route, for a pipeline shutting down.
     pub(super) fn all(&self) -> Arc<[Arc<Route>]> {
         self.snapshot()
+    }
+}
+
+/// Drop logging for one forwarder: at most one line a second, with the count since
+/// the last line. A flood of drops must not become a flood of log lines, but no drop
+/// goes unmentioned.
+#[derive(Default)]
+struct DropLog {
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl DropLog {
+    fn record(&self, forwarder: &str, policy: &'static str, dropped: usize, seq: u64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.1 += dropped as u64;
+        let now = Instant::now();
+        if state.0.is_some_and(|at| now - at < Duration::from_secs(1)) {
+            return;
+        }
+        let pending = std::mem::take(&mut state.1);
+        state.0 = Some(now);
+        drop(state);
+        tracing::warn!(
+            forwarder,
+            policy,
+            dropped = pending,
+            at_seq = seq,
+            "forwarder queue full: events dropped (counted in eventgate_forwarder_dropped_total)"
+        );
     }
 }

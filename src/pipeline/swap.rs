@@ -20,8 +20,7 @@ use tokio::sync::watch;
 use super::health::Health;
 use super::queue::Queue;
 use super::route::RouteState;
-use super::router::{self, Route};
-use super::worker::DropLog;
+use super::router::Route;
 use super::{ForwarderHandle, Parts, Pipeline, Report};
 use crate::filter::Filter;
 
@@ -133,15 +132,13 @@ impl Pipeline {
         let name: Arc<str> = name.into();
         let (_, state) = self.router.replace(&name, |first| {
             let state = Arc::new(RouteState::held(first));
-            let route = Arc::new(Route {
-                name: Arc::clone(&name),
-                filter: Filter::default(),
-                queue: Arc::new(Queue::with_backlog(settings, true)),
-                state: Arc::clone(&state),
-                drops: DropLog::default(),
-                health: Arc::clone(&health),
-                spilled: router::spilled_counter(&name),
-            });
+            let route = Arc::new(Route::new(
+                Arc::clone(&name),
+                Filter::default(),
+                Arc::new(Queue::with_backlog(settings, true)),
+                Arc::clone(&state),
+                Arc::clone(&health),
+            ));
             (Some(route), state)
         });
         let report = match worker {

@@ -3,7 +3,7 @@
 //! event at fault is alone, and that event goes to the dead letters (reason
 //! `panicked`, or `permanent` with the sink's error) while the rest is delivered;
 //! events the previous process died on go one at a time, and one it died on twice
-//! is buried (reason `crashed`, see [`super::inflight`]) without being handed over
+//! is buried (reason `crashed`, see [`crate::pipeline::inflight`]) without being handed over
 //! again. Each such event is counted and logged once.
 
 use std::any::Any;
@@ -14,17 +14,18 @@ use std::time::{Duration, SystemTime};
 
 use futures::FutureExt as _;
 
-use super::deadletter::reason_of;
-use super::retry::{self, Attempts, is_retryable};
-use super::worker::{Report, Worker};
+use super::{Delivery, Report};
 use crate::deadletter::Reason;
 use crate::event::Event;
 use crate::forward::Batch;
+use crate::pipeline::deadletter::reason_of;
+use crate::pipeline::meters::LazyHistogram;
+use crate::pipeline::retry::{self, Attempts, is_retryable};
 
 /// The pause after a panic before the forwarder is called again, doubling per panic
 /// in a row up to [`PANIC_BACKOFF_MAX`]: a forwarder that panics on everything must
 /// not spin.
-const PANIC_BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub(super) const PANIC_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const PANIC_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// How one piece of a batch went.
@@ -35,10 +36,14 @@ enum Outcome {
     Stopped,
 }
 
-impl Worker {
+impl Delivery {
     /// Delivers `batch`, isolating what cannot be delivered. `false`: the shutdown
     /// deadline passed first (what was not delivered is counted in `report`).
-    pub(super) async fn deliver_isolating(&mut self, batch: Batch, report: &mut Report) -> bool {
+    pub(in crate::pipeline) async fn deliver_isolating(
+        &mut self,
+        batch: Batch,
+        report: &mut Report,
+    ) -> bool {
         let mut pieces: VecDeque<Vec<Arc<Event>>> = VecDeque::new();
         pieces.push_back(batch.events().to_vec());
         while let Some(events) = pieces.pop_front() {
@@ -70,17 +75,15 @@ impl Worker {
                     self.panic_backoff = PANIC_BACKOFF_MIN;
                     report.delivered += piece.len() as u64;
                     self.health.delivered(piece.len() as u64);
-                    metrics::counter!("eventgate_events_forwarded_total", "forwarder" => self.name.to_string())
-                        .increment(piece.len() as u64);
-                    record_delivery_age(&self.name, &piece);
+                    self.meters.forwarded.increment(piece.len() as u64);
+                    record_delivery_age(&self.meters.delivery_seconds, &piece);
                 }
                 // The sink refused the batch for good, but perhaps for one event's
                 // sake: halves are tried until the refused events are alone, so
                 // only they become dead letters. Retryable failures are not split:
                 // a sink that is down fails every half.
                 Outcome::Failed(error, _) if events.len() > 1 && !is_retryable(&error) => {
-                    metrics::counter!("eventgate_forwarder_split_batches_total", "forwarder" => self.name.to_string())
-                        .increment(1);
+                    self.meters.split_batches.increment(1);
                     tracing::warn!(
                         forwarder = %self.name,
                         events = events.len(),
@@ -97,8 +100,7 @@ impl Worker {
                 Outcome::Failed(error, attempts) => {
                     self.panic_backoff = PANIC_BACKOFF_MIN;
                     let reason = reason_of(&error);
-                    metrics::counter!("eventgate_forwarder_failed_total", "forwarder" => self.name.to_string(), "reason" => reason.as_str())
-                        .increment(piece.len() as u64);
+                    self.meters.failed.get(reason).increment(piece.len() as u64);
                     tracing::error!(
                         forwarder = %self.name,
                         events = piece.len(),
@@ -130,8 +132,7 @@ impl Worker {
                     self.health.gave_up(piece.len() as u64);
                 }
                 Outcome::Panicked(message) => {
-                    metrics::counter!("eventgate_forwarder_panics_total", "forwarder" => self.name.to_string())
-                        .increment(1);
+                    self.meters.panics.increment(1);
                     tracing::error!(
                         forwarder = %self.name,
                         events = events.len(),
@@ -233,8 +234,7 @@ impl Worker {
     async fn bury_alone(&mut self, events: &[Arc<Event>], reason: Reason, error: &str) -> bool {
         let piece = batch_of(events);
         let (seq, _) = piece.seq_range();
-        metrics::counter!("eventgate_forwarder_poison_events_total", "forwarder" => self.name.to_string(), "reason" => reason.as_str())
-            .increment(piece.len() as u64);
+        self.meters.poison.get(reason).increment(piece.len() as u64);
         tracing::error!(
             forwarder = %self.name,
             seq,
@@ -275,11 +275,10 @@ fn batch_of(events: &[Arc<Event>]) -> Batch {
     Batch::new(events.to_vec(), bytes)
 }
 
-fn record_delivery_age(forwarder: &str, batch: &Batch) {
+fn record_delivery_age(histogram: &LazyHistogram, batch: &Batch) {
     let oldest = batch.events().first().map(|e| e.identity.received_at);
     if let Some(age) = oldest.and_then(|t| SystemTime::now().duration_since(t).ok()) {
-        metrics::histogram!("eventgate_forwarder_delivery_seconds", "forwarder" => forwarder.to_owned())
-            .record(age.as_secs_f64());
+        histogram.record(age.as_secs_f64());
     }
 }
 
