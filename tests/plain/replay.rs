@@ -460,7 +460,10 @@ async fn a_second_gateway_gets_the_envelopes_as_they_were() {
         let original = &originals[&container(&row.event)];
         assert_eq!(row.event.envelope, original.envelope);
         assert_eq!(row.source.as_deref(), Some("forward"));
-        assert_ne!(row.event.identity.id, original.identity.id, "the exchange gives its own ids");
+        assert_ne!(
+            row.event.identity.id, original.identity.id,
+            "the exchange gives its own ids"
+        );
         assert_eq!(original.node(), Some(NODE));
         assert_eq!(
             row.event.node(),
