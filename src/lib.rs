@@ -57,15 +57,14 @@
 
 mod admin;
 #[cfg(feature = "bench")]
-pub mod bench;
-#[doc(hidden)]
-pub mod cli;
+mod bench;
+mod cli;
 pub mod client;
 pub mod config;
 mod connections;
 mod correlate;
 mod cri;
-pub mod deadletter;
+mod deadletter;
 mod docker;
 pub mod errors;
 pub mod event;
@@ -78,26 +77,28 @@ mod fsmode;
 pub mod fuzzing;
 pub mod gateway;
 mod identifiers;
+#[doc(hidden)]
+pub mod internal;
 mod listen;
 mod lock;
 mod markers;
 mod metric;
 mod node;
-pub mod note;
+mod note;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;
-pub mod query;
-pub mod reconcile;
+mod query;
+mod reconcile;
 mod redact;
 mod reload;
-pub mod render;
+mod render;
 mod replay;
 mod resume;
 mod signer;
 mod source;
 mod spool;
-pub mod store;
+mod store;
 /// Builders and fixtures shared by the unit tests (events, temporary stores and
 /// spools, a scripted forwarder).
 #[cfg(test)]

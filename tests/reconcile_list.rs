@@ -9,7 +9,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use eventgate::reconcile::{NodeState, TaskStatus, list_node};
+use eventgate::internal::reconcile::{NodeState, TaskStatus, list_node};
 use support::containerd::{Containerd, IMAGE, Tasks, busybox_image, ctr_at};
 use support::*;
 

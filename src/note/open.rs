@@ -8,11 +8,11 @@ use super::{NoteError, Signer, Verifier, name_problem};
 
 /// The largest note `open` reads (and `sign` writes). A checkpoint is a few hundred
 /// bytes; the cap only bounds what a hostile file can make `open` scan.
-pub const MAX_NOTE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_NOTE_BYTES: usize = 1 << 20;
 
 /// The most signature lines `open` reads, Go's own limit: each known key's line
 /// costs a signature verification.
-pub const MAX_SIGNATURES: usize = 100;
+pub(crate) const MAX_SIGNATURES: usize = 100;
 
 /// What begins every signature line: U+2014 EM DASH and a space.
 const SIGNATURE_PREFIX: &str = "\u{2014} ";
@@ -60,7 +60,8 @@ impl Signer {
 }
 
 /// [`open`] for bytes as read from a file: they must be UTF-8.
-pub fn open_bytes(note: &[u8], verifiers: &[Verifier]) -> Result<Opened, NoteError> {
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn open_bytes(note: &[u8], verifiers: &[Verifier]) -> Result<Opened, NoteError> {
     check_size(note.len())?;
     let note = std::str::from_utf8(note).map_err(|e| {
         NoteError::Malformed(format!("not valid UTF-8 (at byte {})", e.valid_up_to()))

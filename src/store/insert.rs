@@ -203,7 +203,10 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
 /// here, next to the insert it is measured against, so a test holds the two to the
 /// same rows.
 #[cfg(any(test, feature = "bench"))]
-pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite::Result<()> {
+pub(crate) fn raw_insert_rows(
+    conn: &mut Connection,
+    rows: &[EventRow<'_>],
+) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
