@@ -60,8 +60,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-pub use budget::RegexBudget;
-pub use error::{INVALID_ARGUMENT_SUFFIX, ParseError};
+pub(crate) use budget::RegexBudget;
+pub use error::ParseError;
 use glob::TopicGlob;
 use parser::RawSelector;
 
@@ -158,7 +158,7 @@ impl Filter {
 
     /// Like [`Filter::parse_all`] for strings that need not be UTF-8 (Go
     /// strings are bytes; invalid UTF-8 is a parse error, `rune error`).
-    pub fn parse_all_bytes<'a>(
+    pub(crate) fn parse_all_bytes<'a>(
         filters: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Filter, ParseError> {
         Self::parse_all_bytes_within(filters, RegexBudget::UNLIMITED).map_err(|e| match e {
@@ -173,7 +173,7 @@ impl Filter {
 
     /// Like [`Filter::parse_all`], with the `~=` expressions of all strings held to
     /// `budget` together: for filters a client sends.
-    pub fn parse_all_within<S: AsRef<str>>(
+    pub(crate) fn parse_all_within<S: AsRef<str>>(
         filters: &[S],
         budget: RegexBudget,
     ) -> Result<Filter, FilterError> {
@@ -262,7 +262,7 @@ impl Filter {
 
 /// `text` as a quoted literal the parser reads back exactly, for a value or a
 /// field path component built from data (a pod name) rather than typed.
-pub fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {
