@@ -33,7 +33,7 @@ pub enum ConfigError {
     },
     /// The TOML parser's error is not kept as the source: its text quotes the
     /// offending line, which may hold a secret (`"sasl.password" = "...`). `detail`
-    /// says where and what, with secret values masked (see [`describe_toml_error`]).
+    /// says where and what, with secret values masked (see `describe_toml_error`).
     #[error("invalid config {origin}: {detail}")]
     Parse { origin: String, detail: String },
     #[error("invalid config: `{key}` {problem}")]

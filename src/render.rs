@@ -115,7 +115,7 @@ impl<'a> Identity<'a> {
     }
 }
 
-/// [`write_event_json`] as a string.
+/// `write_event_json` as a string.
 pub fn event_json(event: &Event) -> String {
     let mut out = Vec::with_capacity(256);
     write_event_json(&mut out, event);

@@ -61,7 +61,7 @@ impl ParseError {
     }
 
     /// containerd's complete `ParseAll` error text, with
-    /// [`INVALID_ARGUMENT_SUFFIX`].
+    /// `INVALID_ARGUMENT_SUFFIX`.
     pub fn invalid_argument_message(&self) -> String {
         format!("{self}{INVALID_ARGUMENT_SUFFIX}")
     }

@@ -34,7 +34,7 @@
 //!   versions differ slightly; Rust accepts some property names Go does not
 //!   (binary properties such as `\p{Alphabetic}`, script extensions);
 //!   Rust limits nesting to 250 levels and compiled size to 10 MiB (a
-//!   [`RegexBudget`] can lower that for all expressions of a filter
+//!   `RegexBudget` can lower that for all expressions of a filter
 //!   together), while Go has its own (different) nesting and size limits.
 //! * Which non-ASCII characters may continue an unquoted value depends on
 //!   Unicode general categories; Go's and the regex crate's tables may
@@ -128,7 +128,7 @@ enum Test {
     Always,
 }
 
-/// Why a filter was refused under a [`RegexBudget`].
+/// Why a filter was refused under a `RegexBudget`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FilterError {
     #[error(transparent)]
@@ -146,7 +146,7 @@ impl Filter {
     /// containerd's `ParseAll`: matches when any string matches; an empty
     /// slice matches everything. On failure, [`ParseError::index`] names the
     /// string; containerd's own message additionally ends in
-    /// [`INVALID_ARGUMENT_SUFFIX`].
+    /// `INVALID_ARGUMENT_SUFFIX`.
     pub fn parse_all<S: AsRef<str>>(filters: &[S]) -> Result<Filter, ParseError> {
         Self::parse_all_bytes(filters.iter().map(|f| f.as_ref().as_bytes()))
     }

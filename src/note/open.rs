@@ -69,8 +69,8 @@ pub(crate) fn open_bytes(note: &[u8], verifiers: &[Verifier]) -> Result<Opened, 
     open(note, verifiers)
 }
 
-/// Opens a signed note: parses it (refusing notes over [`MAX_NOTE_BYTES`] or with
-/// more than [`MAX_SIGNATURES`] signature lines), checks every signature line of a
+/// Opens a signed note: parses it (refusing notes over `MAX_NOTE_BYTES` or with
+/// more than `MAX_SIGNATURES` signature lines), checks every signature line of a
 /// known key (name and key id both match one of `verifiers`) and ignores the lines of
 /// unknown keys, as the spec and Go do. Fails with [`NoteError::UnknownKey`] when no
 /// known key signed it, [`NoteError::BadSignature`] when a known key's signature does

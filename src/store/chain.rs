@@ -78,9 +78,9 @@ pub(crate) type Hash = [u8; HASH_LEN];
 /// What the first chained row links to when nothing was pruned after the chain began.
 pub(crate) const ZERO: Hash = [0; HASH_LEN];
 
-/// The hashed columns, in hashing order; the publisher's [`PUBLISHER_COLUMNS`] only
-/// when one of them is not NULL, the [`ORIGIN_COLUMNS`] only when the row is not
-/// live, the [`WORKLOAD_COLUMNS`] only when one of them (or `node`) is not NULL,
+/// The hashed columns, in hashing order; the publisher's `PUBLISHER_COLUMNS` only
+/// when one of them is not NULL, the `ORIGIN_COLUMNS` only when the row is not
+/// live, the `WORKLOAD_COLUMNS` only when one of them (or `node`) is not NULL,
 /// `node` only when not NULL; `node_seq` makes every one of the first 25 hashed, and
 /// `reconciled_from` or `reason` every one of the 27.
 pub const COLUMNS: [&str; 27] = [

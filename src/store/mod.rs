@@ -141,7 +141,7 @@ pub(crate) const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(3600);
 pub struct WriterOptions {
     pub synchronous: Synchronous,
     /// How long a statement waits for another connection's lock before failing
-    /// with SQLITE_BUSY. At most [`MAX_BUSY_TIMEOUT`].
+    /// with SQLITE_BUSY. At most `MAX_BUSY_TIMEOUT`.
     pub busy_timeout: Duration,
 }
 

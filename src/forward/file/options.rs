@@ -11,7 +11,7 @@ use crate::units::ByteSize;
 /// The line shape written to the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// One JSON object per event (see [`crate::render::write_event_json`]).
+    /// One JSON object per event (see `crate::render::write_event_json`).
     Jsonl,
     /// The `ctr events` line; undecodable payloads are kept as base64 (see
     /// [`crate::render::ctr_raw_line`]).
