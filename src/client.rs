@@ -67,7 +67,7 @@ impl TlsArgs {
 
 /// Where an Events endpoint listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Address {
+pub(crate) enum Address {
     Unix(PathBuf),
     /// An `http://host:port` URI.
     Tcp(String),
@@ -76,7 +76,7 @@ pub enum Address {
 impl Address {
     /// Accepts what containerd's tools accept (a socket path, `unix://PATH`) and TCP
     /// forms (`HOST:PORT`, `tcp://HOST:PORT`, `http://HOST:PORT`).
-    pub fn parse(text: &str) -> Result<Self, ConnectError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, ConnectError> {
         if text.is_empty() {
             return Err(ConnectError::BadAddress {
                 address: text.to_owned(),

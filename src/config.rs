@@ -33,7 +33,7 @@ pub enum ConfigError {
     },
     /// The TOML parser's error is not kept as the source: its text quotes the
     /// offending line, which may hold a secret (`"sasl.password" = "...`). `detail`
-    /// says where and what, with secret values masked (see [`describe_toml_error`]).
+    /// says where and what, with secret values masked (see `describe_toml_error`).
     #[error("invalid config {origin}: {detail}")]
     Parse { origin: String, detail: String },
     #[error("invalid config: `{key}` {problem}")]
@@ -254,7 +254,7 @@ fn invalid(key: &'static str, problem: impl Into<String>) -> ConfigError {
 /// (with the values of secret keys masked), its key (`[table]` headers included),
 /// and the parser's message with any value assigned to a secret key anywhere in the
 /// file masked too (a type error quotes the value it did not expect).
-pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+pub(crate) fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim_end();
     let detail = match error.span() {
         Some(span) => {

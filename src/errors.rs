@@ -10,7 +10,7 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
 
 /// `head` followed by each cause in `source`'s chain that it does not already say
 /// (tonic, hyper and librdkafka often repeat their cause in their own message).
-pub fn with_sources(mut head: String, mut source: Option<&(dyn Error + 'static)>) -> String {
+pub(crate) fn with_sources(mut head: String, mut source: Option<&(dyn Error + 'static)>) -> String {
     while let Some(cause) = source {
         let text = cause.to_string();
         if !head.contains(&text) {

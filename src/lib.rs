@@ -3,7 +3,7 @@
 //! The map of the crate, in the order an event travels:
 //! - `upstream`: subscriptions to containerd sockets, feeding the exchange, each event
 //!   enriched with its pod and container (`upstream/enrich.rs`).
-//! - [`reconcile`]: after a gap, the daemon's state compared with what was recorded,
+//! - `reconcile`: after a gap, the daemon's state compared with what was recorded,
 //!   the differences recorded as events.
 //! - `node`: the node name kept with every event (default: the host name).
 //! - `source`: `[[source]]`, events other gateways produced, taken in from Kafka
@@ -26,22 +26,23 @@
 //!   SQLite and Kafka kinds.
 //! - `correlate`: a forwarder's optional stage that holds back an event storm's
 //!   repeats and sends one aggregate in their place.
-//! - [`deadletter`]: events forwarders gave up on, kept for `eventgate dlq`.
-//! - [`store`]: the SQLite audit store (schema, migrations, writer and reader
+//! - `deadletter`: events forwarders gave up on, kept for `eventgate dlq`.
+//! - `store`: the SQLite audit store (schema, migrations, writer and reader
 //!   connections), written by the `sqlite` forwarder and read by queries.
-//! - [`note`]: signed notes (C2SP signed-note, Go's sumdb note format): the keys that
+//! - `note`: signed notes (C2SP signed-note, Go's sumdb note format): the keys that
 //!   sign checkpoints of the audit store's chain head, and opening what they signed.
-//! - [`query`]: `eventgate query` and `stats`: filters as SQL over the audit store.
+//! - `query`: `eventgate query` and `stats`: filters as SQL over the audit store.
 //! - `replay`: `eventgate replay`: stored events sent again, resumable.
 //! - `resume`: the resumable Subscribe (`eventgate events --since/--after`): stored
 //!   events from a position, then live ones, handed over at an exact seq.
 //! - [`proto`]: generated wire types, the registry of known event types, JSON shapes.
-//! - [`render`]: `ctr events` lines and JSON lines.
+//! - `render`: `ctr events` lines and JSON lines.
 //! - [`gateway`]: wiring and graceful shutdown (`listen`: sockets; `lock`: one gateway
 //!   per data directory; `connections`: the cap on client connections per listener).
 //! - `admin`: the HTTP endpoint for Prometheus metrics, health, readiness and status.
 //!   Each module names and describes the metrics it records in a table (`metric`).
 //! - [`client`] and [`tls`]: connecting to an Events endpoint (eventgate or containerd).
+//! - [`errors`]: an error and its causes on one line, for logs and markers.
 //! - [`config`]: assembles the tables each module owns, from defaults, the TOML file
 //!   and flags, and validates them; [`units`]: sizes and durations; `reload`: applying
 //!   a new configuration to a running gateway; `redact`: secrets out of logs and errors.
@@ -50,22 +51,24 @@
 //!   fuzz targets in `tests/fuzz`.
 //!
 //! Linked modules are the library's surface, what an embedder needs (see
-//! `examples/custom_forwarder.rs`); the rest is crate-private.
+//! `examples/custom_forwarder.rs` and docs/architecture.md, "Embedding"); the rest is
+//! crate-private. `pipeline` is public only until its split lands. `internal`
+//! (hidden) re-exports what the `eventgate` binary, its integration tests and its
+//! benchmarks reach inside the crate: not a supported API.
 
 // Crate-private items say so: `pub` is the library's surface (see above).
 #![cfg_attr(not(test), warn(unreachable_pub))]
 
 mod admin;
 #[cfg(feature = "bench")]
-pub mod bench;
-#[doc(hidden)]
-pub mod cli;
+mod bench;
+mod cli;
 pub mod client;
 pub mod config;
 mod connections;
 mod correlate;
 mod cri;
-pub mod deadletter;
+mod deadletter;
 mod docker;
 pub mod errors;
 pub mod event;
@@ -78,26 +81,28 @@ mod fsmode;
 pub mod fuzzing;
 pub mod gateway;
 mod identifiers;
+#[doc(hidden)]
+pub mod internal;
 mod listen;
 mod lock;
 mod markers;
 mod metric;
 mod node;
-pub mod note;
+mod note;
 pub mod pipeline;
 pub mod proto;
 pub mod publisher;
-pub mod query;
-pub mod reconcile;
+mod query;
+mod reconcile;
 mod redact;
 mod reload;
-pub mod render;
+mod render;
 mod replay;
 mod resume;
 mod signer;
 mod source;
 mod spool;
-pub mod store;
+mod store;
 /// Builders and fixtures shared by the unit tests (events, temporary stores and
 /// spools, a scripted forwarder).
 #[cfg(test)]

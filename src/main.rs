@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use eventgate::cli::{self, Cli};
+use eventgate::internal::cli::{self, Cli};
 
 // glibc's malloc showed up as a tenth of the gateway's CPU on the publish path (every
 // HTTP/2 stream, frame and event allocates); mimalloc's thread-local free lists are

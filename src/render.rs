@@ -65,7 +65,7 @@ pub fn envelope_json(envelope: &Envelope) -> String {
 /// [`envelope_json`] for an accepted event, plus the gateway's `id` and `seq`, written
 /// into `out`. The payload's JSON is the one cached on the event, so every forwarder
 /// shares one rendering.
-pub fn write_event_json(out: &mut Vec<u8>, event: &Event) {
+pub(crate) fn write_event_json(out: &mut Vec<u8>, event: &Event) {
     let source = event.identity.source.describe();
     write_object(
         out,
@@ -77,7 +77,7 @@ pub fn write_event_json(out: &mut Vec<u8>, event: &Event) {
 
 /// [`write_event_json`] for an event read back from the audit store, whose `source`
 /// is NULL (written as `null`) in rows stored before the column existed.
-pub fn stored_event_json(event: &Event, source: Option<&str>) -> String {
+pub(crate) fn stored_event_json(event: &Event, source: Option<&str>) -> String {
     let mut out = Vec::with_capacity(256);
     write_object(
         &mut out,
@@ -128,7 +128,7 @@ impl<'a> Known<'a> {
     }
 }
 
-/// [`write_event_json`] as a string.
+/// `write_event_json` as a string.
 pub fn event_json(event: &Event) -> String {
     let mut out = Vec::with_capacity(256);
     write_event_json(&mut out, event);

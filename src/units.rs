@@ -11,10 +11,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// The longest duration any setting or flag takes. Longer ones are surely a mistake,
 /// and would overflow the clocks they are added to.
 /// (humantime's year: 365.25 days.)
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
 
 /// Parses "250ms", "10s", "5m", "1h 30m" (humantime syntax), at most 100 years.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text).map_err(|e| {
         format!("{text:?} is not a duration like \"500ms\", \"10s\" or \"5m\": {e}")
     })?;
@@ -27,17 +27,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Durations as humantime text ("250ms", "30s", "5m") in both directions.
-pub mod duration_text {
+pub(crate) mod duration_text {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         super::parse_duration(&text).map_err(serde::de::Error::custom)
     }
 
-    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*value).to_string())
     }
 }
@@ -115,7 +115,7 @@ impl Serialize for ByteSize {
 }
 
 /// Whole seconds (milliseconds below one second), as humantime writes them.
-pub fn human_duration(d: Duration) -> String {
+pub(crate) fn human_duration(d: Duration) -> String {
     let d = if d >= Duration::from_secs(1) {
         Duration::from_secs(d.as_secs())
     } else {
@@ -125,7 +125,7 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 /// Bytes with a binary unit, one decimal.
-pub fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, size) in units {
         if n >= size {

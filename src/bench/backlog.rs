@@ -15,11 +15,11 @@ use super::daemon::{Daemon, free_port};
 use super::load::{lifecycle, publish_all};
 
 /// The forwarder the backlog builds up for.
-pub const FORWARDER: &str = "kafka";
+pub(crate) const FORWARDER: &str = "kafka";
 
 /// Which forwarders the gateway runs besides the dead one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Forwarders {
+pub(crate) enum Forwarders {
     /// The kafka forwarder alone.
     Kafka,
     /// The embedded defaults (the `log` file and the `audit` SQLite store), which
@@ -28,7 +28,7 @@ pub enum Forwarders {
 }
 
 impl Forwarders {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Forwarders::Kafka => "kafka",
             Forwarders::DefaultsAndKafka => "defaults + kafka",
@@ -37,7 +37,7 @@ impl Forwarders {
 }
 
 #[derive(Clone, Debug)]
-pub struct BacklogBench {
+pub(crate) struct BacklogBench {
     /// Events published while the broker is down.
     pub events: usize,
     pub publishers: usize,
@@ -55,7 +55,7 @@ pub struct BacklogBench {
 
 /// Resident memory of one phase, in bytes.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Memory {
+pub(crate) struct Memory {
     /// The most the process held during the phase (VmHWM).
     pub peak: Option<u64>,
     /// What it held at the end of the phase (VmRSS).
@@ -63,7 +63,7 @@ pub struct Memory {
 }
 
 #[derive(Clone, Debug)]
-pub struct Drain {
+pub(crate) struct Drain {
     /// From the broker accepting connections until every event was delivered.
     pub took: Duration,
     pub delivered: u64,
@@ -71,7 +71,7 @@ pub struct Drain {
 }
 
 #[derive(Clone, Debug)]
-pub struct Report {
+pub(crate) struct Report {
     pub fill: Duration,
     pub filling: Memory,
     /// Spool segments on disk once filled.
@@ -94,7 +94,11 @@ pub struct Report {
 }
 
 /// Runs the whole benchmark in `dir`.
-pub async fn run(eventgate: &Path, dir: &Path, bench: &BacklogBench) -> Result<Report, BenchError> {
+pub(crate) async fn run(
+    eventgate: &Path,
+    dir: &Path,
+    bench: &BacklogBench,
+) -> Result<Report, BenchError> {
     let broker_port = free_port()?;
     let admin = format!("127.0.0.1:{}", free_port()?);
     let config = dir.join("eventgate.toml");
@@ -271,7 +275,7 @@ async fn drain(
 
 /// The gateway's config: the kafka forwarder pointing at `port` (nothing listens
 /// there yet), creating its topic once it can; everything else is the default.
-pub fn config_text(forwarders: Forwarders, port: u16) -> String {
+pub(crate) fn config_text(forwarders: Forwarders, port: u16) -> String {
     let defaults = match forwarders {
         Forwarders::Kafka => "",
         Forwarders::DefaultsAndKafka => {
@@ -337,6 +341,6 @@ fn write(path: &Path, text: &str) -> Result<(), BenchError> {
 }
 
 /// "63.2 MiB", or "?" when unknown.
-pub fn mib(bytes: Option<u64>) -> String {
+pub(crate) fn mib(bytes: Option<u64>) -> String {
     bytes.map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// A containerd config (version 2, understood by 1.6 through 2.x) that keeps
 /// everything under `dir` and leaves the host's containerd alone.
-pub fn containerd_config(dir: &Path, socket: &Path) -> String {
+pub(crate) fn containerd_config(dir: &Path, socket: &Path) -> String {
     format!(
         "{}disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n{}",
         head(dir),
@@ -22,7 +22,7 @@ pub fn containerd_config(dir: &Path, socket: &Path) -> String {
 /// directory under the daemon's (`root/io.containerd.grpc.v1.cri`,
 /// `state/io.containerd.grpc.v1.cri`). Its streaming server (exec, attach) listens on
 /// a free loopback port.
-pub fn containerd_cri_config(dir: &Path, socket: &Path, sandbox_image: &str) -> String {
+pub(crate) fn containerd_cri_config(dir: &Path, socket: &Path, sandbox_image: &str) -> String {
     let d = dir.display();
     format!(
         r#"{head}{daemon}

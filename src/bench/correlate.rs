@@ -15,7 +15,7 @@ use crate::forward::{Batch, ForwardError, Forwarder};
 
 /// The events the stage sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Load {
+pub(crate) enum Load {
     /// Containers going through their lifecycle once each: every object new, so the
     /// stage tracks `max_objects` keys and forgets the oldest all along.
     Lifecycle,
@@ -24,7 +24,7 @@ pub enum Load {
 }
 
 impl Load {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Load::Lifecycle => "many containers, each once",
             Load::Storm => "one container crash-looping",
@@ -73,7 +73,7 @@ fn events(load: Load, count: usize) -> Vec<Arc<Event>> {
 
 /// `count` events in batches of 1000 through the stage with its defaults; then the
 /// same events rendered as JSON lines.
-pub async fn measure(
+pub(crate) async fn measure(
     dir: &std::path::Path,
     load: Load,
     count: usize,

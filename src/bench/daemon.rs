@@ -11,7 +11,7 @@ use super::BenchError;
 use super::containerd_config::{containerd_config, containerd_cri_config};
 
 /// A daemon process that is stopped (SIGTERM, then SIGKILL) when dropped.
-pub struct Daemon {
+pub(crate) struct Daemon {
     name: &'static str,
     child: Child,
     socket: PathBuf,
@@ -23,13 +23,13 @@ pub struct Daemon {
 impl Daemon {
     /// Starts containerd with a private root, state and socket under `dir`, the CRI
     /// plugin disabled and no network configuration needed.
-    pub async fn containerd(binary: &Path, dir: &Path) -> Result<Self, BenchError> {
+    pub(crate) async fn containerd(binary: &Path, dir: &Path) -> Result<Self, BenchError> {
         Self::containerd_with(binary, dir, containerd_config).await
     }
 
     /// [`Daemon::containerd`] with its CRI plugin enabled: pods run `sandbox_image` (a
     /// name in namespace `k8s.io`) as their sandbox and use the host network.
-    pub async fn containerd_cri(
+    pub(crate) async fn containerd_cri(
         binary: &Path,
         dir: &Path,
         sandbox_image: &str,
@@ -61,13 +61,17 @@ impl Daemon {
     }
 
     /// Starts `eventgate serve` with its data directory under `dir`.
-    pub async fn eventgate(binary: &Path, dir: &Path, extra: &[&str]) -> Result<Self, BenchError> {
+    pub(crate) async fn eventgate(
+        binary: &Path,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Result<Self, BenchError> {
         Self::eventgate_within(binary, dir, extra, Duration::from_secs(30)).await
     }
 
     /// [`Daemon::eventgate`], waiting up to `ready` for its socket (a gateway opening
     /// a large spool takes longer).
-    pub async fn eventgate_within(
+    pub(crate) async fn eventgate_within(
         binary: &Path,
         dir: &Path,
         extra: &[&str],
@@ -97,13 +101,13 @@ impl Daemon {
 
     /// Starts a tansu Kafka-protocol broker with in-memory storage on a free loopback
     /// port; returns it with its bootstrap address.
-    pub async fn tansu(binary: &Path, dir: &Path) -> Result<(Self, String), BenchError> {
+    pub(crate) async fn tansu(binary: &Path, dir: &Path) -> Result<(Self, String), BenchError> {
         Self::tansu_on(binary, dir, free_port()?).await
     }
 
     /// [`Daemon::tansu`] on a given loopback port (one a gateway was already told to
     /// use while nothing listened there).
-    pub async fn tansu_on(
+    pub(crate) async fn tansu_on(
         binary: &Path,
         dir: &Path,
         port: u16,
@@ -175,33 +179,33 @@ impl Daemon {
         Ok(daemon)
     }
 
-    pub fn socket(&self) -> &Path {
+    pub(crate) fn socket(&self) -> &Path {
         &self.socket
     }
 
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.id()
     }
 
     /// Peak resident memory so far (VmHWM), in bytes.
-    pub fn peak_rss(&self) -> Option<u64> {
+    pub(crate) fn peak_rss(&self) -> Option<u64> {
         memory(&self.pid()?.to_string(), "VmHWM")
     }
 
     /// Resident memory now (VmRSS), in bytes.
-    pub fn rss(&self) -> Option<u64> {
+    pub(crate) fn rss(&self) -> Option<u64> {
         memory(&self.pid()?.to_string(), "VmRSS")
     }
 
     /// Makes the peak (VmHWM) start again from the current RSS, so that
     /// [`Daemon::peak_rss`] is the peak from now on. Needs root or the process's
     /// owner; false when it could not be done (the peak then counts from the start).
-    pub fn reset_peak_rss(&self) -> bool {
+    pub(crate) fn reset_peak_rss(&self) -> bool {
         self.pid().is_some_and(|pid| reset_peak(&pid.to_string()))
     }
 
     /// CPU time (user + system) the daemon has used so far.
-    pub fn cpu_time(&self) -> Option<Duration> {
+    pub(crate) fn cpu_time(&self) -> Option<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
         // Fields after the parenthesised command name; utime and stime are 14 and 15.
         let rest = stat.rsplit_once(')')?.1;
@@ -241,7 +245,7 @@ impl Daemon {
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within `grace`.
-    pub async fn stop(mut self, grace: Duration) {
+    pub(crate) async fn stop(mut self, grace: Duration) {
         if let Some(pid) = self.child.id() {
             // SAFETY: plain syscall on a pid we own; a stale pid only yields ESRCH.
             unsafe {
@@ -258,7 +262,7 @@ impl Daemon {
 }
 
 /// A loopback TCP port nothing listens on right now.
-pub fn free_port() -> Result<u16, BenchError> {
+pub(crate) fn free_port() -> Result<u16, BenchError> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|addr| addr.port())
@@ -275,7 +279,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// CPU time (user + system) this process has used so far.
-pub fn own_cpu_time() -> Duration {
+pub(crate) fn own_cpu_time() -> Duration {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
@@ -287,7 +291,7 @@ pub fn own_cpu_time() -> Duration {
 
 /// A memory figure of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in bytes; `pid` may
 /// be `self`.
-pub fn memory(pid: &str, field: &str) -> Option<u64> {
+pub(crate) fn memory(pid: &str, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let rest = status
         .lines()
@@ -297,7 +301,7 @@ pub fn memory(pid: &str, field: &str) -> Option<u64> {
 }
 
 /// Resets a process's VmHWM to its current RSS (`clear_refs` mode 5).
-pub fn reset_peak(pid: &str) -> bool {
+pub(crate) fn reset_peak(pid: &str) -> bool {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 

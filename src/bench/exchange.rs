@@ -21,7 +21,7 @@ use crate::publisher::Publisher;
 const WARMUP_PREFIX: &str = "warmup";
 
 #[derive(Debug, Clone)]
-pub struct ExchangeBench {
+pub(crate) struct ExchangeBench {
     pub publishers: usize,
     pub subscribers: usize,
     /// Events each publisher sends.
@@ -34,7 +34,7 @@ pub struct ExchangeBench {
 
 /// One system's result.
 #[derive(Debug)]
-pub struct Measurement {
+pub(crate) struct Measurement {
     pub published: u64,
     pub delivered: u64,
     pub expected: u64,
@@ -50,26 +50,29 @@ pub struct Measurement {
 }
 
 impl Measurement {
-    pub fn delivered_per_sec(&self) -> f64 {
+    pub(crate) fn delivered_per_sec(&self) -> f64 {
         self.delivered as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    pub fn published_per_sec(&self) -> f64 {
+    pub(crate) fn published_per_sec(&self) -> f64 {
         self.published as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    pub fn lost(&self) -> u64 {
+    pub(crate) fn lost(&self) -> u64 {
         self.expected.saturating_sub(self.delivered)
     }
 
-    pub fn quantile(&self, q: f64) -> u64 {
+    pub(crate) fn quantile(&self, q: f64) -> u64 {
         self.latency.value_at_quantile(q)
     }
 }
 
 /// Drives the Events endpoint at `address`. Subscriptions are proven live with warm-up
 /// events first, because containerd sends nothing (not even headers) until an event.
-pub async fn measure(address: &str, bench: &ExchangeBench) -> Result<Measurement, BenchError> {
+pub(crate) async fn measure(
+    address: &str,
+    bench: &ExchangeBench,
+) -> Result<Measurement, BenchError> {
     let timeout = Duration::from_secs(5);
     let expected_each = (bench.publishers * bench.events) as u64;
     let live = Arc::new(AtomicUsize::new(0));
@@ -199,7 +202,7 @@ async fn publish(
 /// The events one round publishes, as the gateway keeps them (namespace from the
 /// header, a receive timestamp, the publishing process): a disk baseline writing
 /// their spool records writes the gateway's bytes.
-pub fn published_events(bench: &ExchangeBench) -> Vec<Event> {
+pub(crate) fn published_events(bench: &ExchangeBench) -> Vec<Event> {
     let lanes = bench.in_flight.max(1);
     let me = Publisher::Process {
         uid: 0,

@@ -29,7 +29,7 @@ const DEADLINE: Duration = Duration::from_secs(600);
 
 /// What the central gateway runs besides its source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Setup {
+pub(crate) enum Setup {
     /// The defaults: durable spool, the file and sqlite forwarders.
     Defaults,
     /// No forwarder: the source and the spool alone.
@@ -37,7 +37,7 @@ pub enum Setup {
 }
 
 impl Setup {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Setup::Defaults => "defaults (spool, file, sqlite)",
             Setup::SpoolOnly => "spool only, no forwarder",
@@ -47,9 +47,7 @@ impl Setup {
 
 /// One round's figures.
 #[derive(Clone, Debug)]
-pub struct Measured {
-    /// The plain consumer: subscribe to the last message.
-    pub raw: Duration,
+pub(crate) struct Measured {
     /// The gateway: start to the last event appended to its exchange.
     pub ingest: Duration,
     /// With the defaults: start to the last row in the audit store.
@@ -57,7 +55,7 @@ pub struct Measured {
 }
 
 /// Produces `events` forwarder-shaped messages into a new topic on `brokers`.
-pub async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
+pub(crate) async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
     let failed = |what: String| BenchError::Failed { what };
     let admin: rdkafka::admin::AdminClient<_> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -120,7 +118,7 @@ pub async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
 }
 
 /// A plain consumer in a fresh group reads every message, touching each value.
-pub async fn raw(brokers: &str, group: &str, events: usize) -> Result<Duration, BenchError> {
+pub(crate) async fn raw(brokers: &str, group: &str, events: usize) -> Result<Duration, BenchError> {
     let failed = |what: String| BenchError::Failed { what };
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -149,7 +147,7 @@ pub async fn raw(brokers: &str, group: &str, events: usize) -> Result<Duration, 
 }
 
 /// A gateway in `dir` with one Kafka source in a fresh group takes every message in.
-pub async fn ingest(
+pub(crate) async fn ingest(
     brokers: &str,
     group: &str,
     dir: &Path,
@@ -197,11 +195,7 @@ pub async fn ingest(
         }
     };
     gateway.stop().await;
-    Ok(Measured {
-        raw: Duration::ZERO,
-        ingest,
-        stored,
-    })
+    Ok(Measured { ingest, stored })
 }
 
 async fn wait(start: Instant, what: &str, done: impl Fn() -> bool) -> Result<(), BenchError> {

@@ -13,7 +13,7 @@ use super::{BenchError, sink_count, sinks};
 
 /// Which sink to measure.
 #[derive(Clone, Debug)]
-pub enum Sink {
+pub(crate) enum Sink {
     /// The exchange with no forwarder: the ceiling of the publish path itself.
     None,
     File,
@@ -24,7 +24,7 @@ pub enum Sink {
 }
 
 impl Sink {
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Sink::None => "none",
             Sink::File => "file",
@@ -35,7 +35,7 @@ impl Sink {
 }
 
 #[derive(Clone, Debug)]
-pub struct ForwarderBench {
+pub(crate) struct ForwarderBench {
     pub events: usize,
     pub publishers: usize,
     pub in_flight: usize,
@@ -51,7 +51,7 @@ pub struct ForwarderBench {
 
 /// One round's figures.
 #[derive(Debug, Clone)]
-pub struct Round {
+pub(crate) struct Round {
     /// First publish until the sink held every event.
     pub gateway: Duration,
     /// Publishing alone (every call answered).
@@ -64,7 +64,7 @@ pub struct Round {
 }
 
 /// Runs one round in `dir` for `sink`.
-pub async fn round(
+pub(crate) async fn round(
     eventgate: &Path,
     dir: &Path,
     sink: &Sink,

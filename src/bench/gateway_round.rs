@@ -12,9 +12,7 @@ use crate::store::checkpoint::TOPIC;
 
 /// The disk figures of one gateway's whole life (warm-up included).
 #[derive(Clone, Debug, Default)]
-pub struct DiskFigures {
-    /// fdatasync calls on spool segments.
-    pub spool_fsyncs: f64,
+pub(crate) struct DiskFigures {
     /// Mean time of one spool fdatasync.
     pub spool_fsync_mean: Option<Duration>,
     /// Mean records per spool write group.
@@ -28,7 +26,7 @@ pub struct DiskFigures {
 /// A loopback address with a free port for a gateway's admin endpoint, so the
 /// benchmark can read its metrics (two processes could race for it; the gateway
 /// then fails to start and the benchmark says so).
-pub fn free_admin_address() -> Result<String, BenchError> {
+pub(crate) fn free_admin_address() -> Result<String, BenchError> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|source| BenchError::Io {
@@ -40,7 +38,7 @@ pub fn free_admin_address() -> Result<String, BenchError> {
 }
 
 /// Reads the gateway's disk figures from its admin endpoint.
-pub async fn disk_figures(admin: &str) -> Result<DiskFigures, BenchError> {
+pub(crate) async fn disk_figures(admin: &str) -> Result<DiskFigures, BenchError> {
     let (status, body) = crate::admin::client::get(admin, "/metrics", Duration::from_secs(5))
         .await
         .map_err(|e| BenchError::Failed {
@@ -56,7 +54,6 @@ pub async fn disk_figures(admin: &str) -> Result<DiskFigures, BenchError> {
         (count > 0.0).then(|| sum(&body, &format!("{name}_sum")) / count)
     };
     Ok(DiskFigures {
-        spool_fsyncs: sum(&body, "eventgate_spool_fsyncs_total"),
         spool_fsync_mean: mean("eventgate_spool_fsync_seconds").map(Duration::from_secs_f64),
         spool_group_mean: mean("eventgate_spool_group_records"),
         file_fsyncs: sum(&body, "eventgate_file_fsync_seconds_count"),
@@ -87,7 +84,7 @@ pub(super) fn sum(text: &str, name: &str) -> f64 {
 /// checkpoints (a gateway with signing on stores them too); returns when they did,
 /// or `None` if they had not within `timeout` (a row that does not keep up says so
 /// instead of failing the run).
-pub async fn defaults_hold(
+pub(crate) async fn defaults_hold(
     data_dir: &Path,
     expected: u64,
     timeout: Duration,

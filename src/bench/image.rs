@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 /// Where Debian's busybox-static puts its binary.
-pub const BUSYBOX: &str = "/bin/busybox";
+pub(crate) const BUSYBOX: &str = "/bin/busybox";
 
 fn sha256(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
@@ -69,7 +69,7 @@ pub enum ImageError {
 }
 
 /// The OCI layout tarball of the image, named `name`.
-pub fn busybox_oci_tar(name: &str) -> Result<Vec<u8>, ImageError> {
+pub(crate) fn busybox_oci_tar(name: &str) -> Result<Vec<u8>, ImageError> {
     let busybox = std::fs::read(BUSYBOX).map_err(ImageError::Read)?;
     pack(name, &busybox).map_err(ImageError::Pack)
 }

@@ -126,7 +126,7 @@ pub fn lifecycle(count: usize) -> Vec<Item> {
 }
 
 /// The same items as accepted events (what a forwarder receives), for raw baselines.
-pub fn as_events(items: &[Item]) -> Vec<Arc<Event>> {
+pub(crate) fn as_events(items: &[Item]) -> Vec<Arc<Event>> {
     items
         .iter()
         .enumerate()
@@ -148,7 +148,7 @@ fn accepted(i: usize, item: &Item) -> Event {
 /// upstream's enrichment attaches it): its pod's name, namespace and uid, the
 /// container's name and kind, its image and three labels. One pod per container of
 /// the lifecycle, sandbox and container alternating.
-pub fn as_pod_events(items: &[Item]) -> Vec<Arc<Event>> {
+pub(crate) fn as_pod_events(items: &[Item]) -> Vec<Arc<Event>> {
     items
         .iter()
         .enumerate()
@@ -222,7 +222,7 @@ pub async fn publish_all(
 }
 
 /// Polls `done` every few milliseconds until it is true or `timeout` passes.
-pub async fn wait_until(
+pub(crate) async fn wait_until(
     what: &str,
     timeout: Duration,
     mut done: impl FnMut() -> Result<bool, BenchError>,

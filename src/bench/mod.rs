@@ -1,28 +1,28 @@
 //! Rerunnable benchmarks. Every figure is measured next to its peer in the same run
 //! (eventgate next to a real containerd), and reported as a ratio.
 
-pub mod backlog;
-pub mod containerd_config;
-pub mod correlate;
-pub mod daemon;
-pub mod exchange;
-pub mod fleet;
-pub mod forwarder;
-pub mod gateway_round;
-pub mod image;
-pub mod load;
-pub mod node;
-pub mod query;
-pub mod reconcile;
-pub mod replay;
-pub mod resume;
-pub mod signing;
+pub(crate) mod backlog;
+pub(crate) mod containerd_config;
+pub(crate) mod correlate;
+pub(crate) mod daemon;
+pub(crate) mod exchange;
+pub(crate) mod fleet;
+pub(crate) mod forwarder;
+pub(crate) mod gateway_round;
+pub(crate) mod image;
+pub(crate) mod load;
+pub(crate) mod node;
+pub(crate) mod query;
+pub(crate) mod reconcile;
+pub(crate) mod replay;
+pub(crate) mod resume;
+pub(crate) mod signing;
 mod sink_count;
 mod sinks;
-pub mod soak;
-pub mod spool;
-pub mod upstream;
-pub mod wire;
+pub(crate) mod soak;
+pub(crate) mod spool;
+pub(crate) mod upstream;
+pub(crate) mod wire;
 
 use std::time::Duration;
 
@@ -85,7 +85,7 @@ pub enum BenchError {
 }
 
 /// Formats microseconds for a table: "85 µs", "1.24 ms".
-pub fn micros(us: u64) -> String {
+pub(crate) fn micros(us: u64) -> String {
     if us < 1000 {
         format!("{us} µs")
     } else {

@@ -18,15 +18,15 @@ use super::BenchError;
 use super::daemon::Daemon;
 
 /// The image every container is made from.
-pub const IMAGE: &str = "eventgate.bench/busybox:1";
+pub(crate) const IMAGE: &str = "eventgate.bench/busybox:1";
 
 /// The containerd namespace of the CRI plugin's pods, containers and images.
-pub const CRI_NAMESPACE: &str = "k8s.io";
+pub(crate) const CRI_NAMESPACE: &str = "k8s.io";
 
 /// How long a `ctr` call may take: a busy 2-core machine runs 8 at once.
 const CTR_TIMEOUT: Duration = Duration::from_secs(120);
 
-pub struct Node {
+pub(crate) struct Node {
     containerd: Option<Daemon>,
     ctr: PathBuf,
     socket: PathBuf,
@@ -35,7 +35,7 @@ pub struct Node {
 
 impl Node {
     /// Starts containerd in `dir` and imports the busybox image into `namespace`.
-    pub async fn start(
+    pub(crate) async fn start(
         containerd: &Path,
         ctr: &Path,
         dir: &Path,
@@ -52,7 +52,11 @@ impl Node {
     /// [`Node::start`] with containerd's CRI plugin enabled, [`IMAGE`] as its pods'
     /// sandbox image, imported into the CRI's namespace `k8s.io` (where the plugin
     /// learns of it from containerd's image events, a moment after the import).
-    pub async fn start_cri(containerd: &Path, ctr: &Path, dir: &Path) -> Result<Node, BenchError> {
+    pub(crate) async fn start_cri(
+        containerd: &Path,
+        ctr: &Path,
+        dir: &Path,
+    ) -> Result<Node, BenchError> {
         std::fs::create_dir_all(dir).map_err(|source| BenchError::Io {
             context: format!("cannot create {}", dir.display()),
             source,
@@ -85,17 +89,21 @@ impl Node {
     }
 
     /// containerd's socket.
-    pub fn socket(&self) -> &Path {
+    pub(crate) fn socket(&self) -> &Path {
         &self.socket
     }
 
     /// `ctr --address SOCKET --namespace NAMESPACE ARGS...` in the node's namespace:
     /// its stdout once it succeeded.
-    pub async fn ctr(&self, args: &[&str]) -> Result<String, BenchError> {
+    pub(crate) async fn ctr(&self, args: &[&str]) -> Result<String, BenchError> {
         self.ctr_in(&self.namespace, args).await
     }
 
-    pub async fn ctr_in(&self, namespace: &str, args: &[&str]) -> Result<String, BenchError> {
+    pub(crate) async fn ctr_in(
+        &self,
+        namespace: &str,
+        args: &[&str],
+    ) -> Result<String, BenchError> {
         let mut command = Command::new(&self.ctr);
         command
             .arg("--address")
@@ -127,7 +135,12 @@ impl Node {
     }
 
     /// Runs `ctr` once per item in the node's namespace, `at_once` at a time.
-    pub async fn each<T, F>(&self, items: &[T], at_once: usize, args: F) -> Result<(), BenchError>
+    pub(crate) async fn each<T, F>(
+        &self,
+        items: &[T],
+        at_once: usize,
+        args: F,
+    ) -> Result<(), BenchError>
     where
         F: Fn(&T) -> Vec<String>,
     {
@@ -157,7 +170,7 @@ impl Node {
     }
 
     /// `ctr container create` for each id, labelled with its number.
-    pub async fn create_containers(
+    pub(crate) async fn create_containers(
         &self,
         ids: &[String],
         at_once: usize,
@@ -170,7 +183,7 @@ impl Node {
     }
 
     /// `ctr run -d` of a `sleep` for each id: a container and its running task.
-    pub async fn run_tasks(&self, ids: &[String], at_once: usize) -> Result<(), BenchError> {
+    pub(crate) async fn run_tasks(&self, ids: &[String], at_once: usize) -> Result<(), BenchError> {
         self.each(ids, at_once, |id| {
             strings(&[
                 "run",
@@ -187,7 +200,11 @@ impl Node {
     }
 
     /// SIGKILL to each task; returns once `ctr task ls` shows them all stopped.
-    pub async fn kill_tasks(&self, ids: &[String], at_once: usize) -> Result<(), BenchError> {
+    pub(crate) async fn kill_tasks(
+        &self,
+        ids: &[String],
+        at_once: usize,
+    ) -> Result<(), BenchError> {
         self.each(ids, at_once, |id| {
             strings(&["task", "kill", "-s", "SIGKILL", id])
         })
@@ -217,7 +234,11 @@ impl Node {
     }
 
     /// Deletes each stopped task and starts its container's task again.
-    pub async fn restart_tasks(&self, ids: &[String], at_once: usize) -> Result<(), BenchError> {
+    pub(crate) async fn restart_tasks(
+        &self,
+        ids: &[String],
+        at_once: usize,
+    ) -> Result<(), BenchError> {
         self.each(ids, at_once, |id| strings(&["task", "rm", id]))
             .await?;
         self.each(ids, at_once, |id| {
@@ -228,7 +249,7 @@ impl Node {
 
     /// Removes every task in every namespace (killing it first), then stops
     /// containerd.
-    pub async fn shutdown(mut self, at_once: usize) -> Result<(), BenchError> {
+    pub(crate) async fn shutdown(mut self, at_once: usize) -> Result<(), BenchError> {
         let removed = self.remove_all_tasks(at_once).await;
         if let Some(daemon) = self.containerd.take() {
             daemon.stop(Duration::from_secs(10)).await;

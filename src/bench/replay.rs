@@ -20,7 +20,7 @@ use crate::store::{EventRow, WriterOptions, insert_rows, open_writer};
 use crate::tls::ClientTls;
 
 #[derive(Clone, Debug)]
-pub struct ReplayBench {
+pub(crate) struct ReplayBench {
     pub events: usize,
     /// Events per replay batch (`--batch`); `None`: replay's default.
     pub batch: Option<usize>,
@@ -30,7 +30,7 @@ pub struct ReplayBench {
 
 /// One window size's figures in one round.
 #[derive(Clone, Debug)]
-pub struct Round {
+pub(crate) struct Round {
     pub in_flight: usize,
     /// `replay --to-address --in-flight N`, from start to summary.
     pub replay: Duration,
@@ -40,7 +40,7 @@ pub struct Round {
 
 /// Writes the store every round replays: container lifecycles (six events per
 /// container, in order, three namespaces), as the `sqlite` forwarder stores them.
-pub fn write_store(path: &Path, events: usize) -> Result<Vec<Arc<Event>>, BenchError> {
+pub(crate) fn write_store(path: &Path, events: usize) -> Result<Vec<Arc<Event>>, BenchError> {
     let events = as_events(&lifecycle(events));
     let mut conn = open_writer(path, &WriterOptions::default())?;
     let rows: Vec<EventRow<'_>> = events.iter().map(|e| EventRow::from_event(e)).collect();
@@ -55,7 +55,7 @@ pub fn write_store(path: &Path, events: usize) -> Result<Vec<Arc<Event>>, BenchE
 
 /// Replays the whole store into a fresh gateway with `in_flight` calls at once, and sends the
 /// same envelopes with plain Forward calls into another fresh gateway.
-pub async fn round(
+pub(crate) async fn round(
     eventgate: &Path,
     dir: &Path,
     store: &Path,

@@ -18,7 +18,7 @@ use crate::spool::{Spool, SpoolSettings};
 
 /// Where the resumer's history comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum From {
+pub(crate) enum From {
     /// Small segments that the sqlite forwarder's cursor releases: the store.
     Store,
     /// One large segment and no forwarder: the spool keeps everything.
@@ -26,7 +26,7 @@ pub enum From {
 }
 
 impl From {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             From::Store => "audit store",
             From::Spool => "spool",
@@ -46,9 +46,8 @@ impl From {
 
 /// One source's figures.
 #[derive(Clone, Debug)]
-pub struct Measured {
+pub(crate) struct Measured {
     pub from: From,
-    pub events: usize,
     /// The resumer, from Subscribe to the last record received.
     pub resume: Duration,
     /// The peer: the same rows or records read raw.
@@ -58,7 +57,7 @@ pub struct Measured {
 /// Publishes `events` into a fresh gateway, waits until history is where `from`
 /// says, resumes from the first event, then stops the gateway and reads the same
 /// history raw.
-pub async fn measure(
+pub(crate) async fn measure(
     eventgate: &Path,
     dir: &Path,
     from: From,
@@ -90,12 +89,7 @@ pub async fn measure(
         From::Spool => raw_spool(&gateway_data.join("spool"), events).await?,
     };
     let _ = std::fs::remove_dir_all(&data);
-    Ok(Measured {
-        from,
-        events,
-        resume,
-        raw,
-    })
+    Ok(Measured { from, resume, raw })
 }
 
 /// Until the spool's oldest segment starts at `seq` or later: what comes before is

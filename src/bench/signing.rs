@@ -13,10 +13,10 @@ use crate::store::checkpoint::TOPIC;
 /// `signing.interval` in the benchmarks: far more often than the default ("1m"), so
 /// a round of a few seconds signs a checkpoint each time the signer looks at the
 /// store's head (once a second) while rows are added.
-pub const INTERVAL: &str = "1s";
+pub(crate) const INTERVAL: &str = "1s";
 
 /// `signing.every_rows` in the benchmarks (the default is 100000).
-pub const EVERY_ROWS: u64 = 10_000;
+pub(crate) const EVERY_ROWS: u64 = 10_000;
 
 /// How long, after a round's events are all stored, a row with signing on may take
 /// to show its first checkpoint (a tiny round can be over before the signer's first
@@ -24,14 +24,14 @@ pub const EVERY_ROWS: u64 = 10_000;
 const FIRST_CHECKPOINT: Duration = Duration::from_secs(15);
 
 /// A signer key written for one gateway.
-pub struct SigningKey {
+pub(crate) struct SigningKey {
     pub path: PathBuf,
     pub verifier: Verifier,
 }
 
 impl SigningKey {
     /// Writes a new key (`note::write_new_key`, mode 0600) to `dir/signer.key`.
-    pub fn write(dir: &Path) -> Result<SigningKey, BenchError> {
+    pub(crate) fn write(dir: &Path) -> Result<SigningKey, BenchError> {
         let path = dir.join("signer.key");
         let signer =
             note::write_new_key(&path, "eventgate-bench").map_err(|e| BenchError::Failed {
@@ -44,7 +44,7 @@ impl SigningKey {
     }
 
     /// The `[signing]` table of the gateway's config file.
-    pub fn config_table(&self) -> String {
+    pub(crate) fn config_table(&self) -> String {
         format!(
             "[signing]\nkey = {:?}\ninterval = \"{INTERVAL}\"\nevery_rows = {EVERY_ROWS}\n",
             self.path.display().to_string()
@@ -54,7 +54,7 @@ impl SigningKey {
 
 /// What a gateway with signing on had signed by the end of its round.
 #[derive(Clone, Debug)]
-pub struct Signed {
+pub(crate) struct Signed {
     /// Checkpoints the audit store held (each published as an event and stored like
     /// any other).
     pub stored: u64,
@@ -65,7 +65,7 @@ pub struct Signed {
 /// Waits until the audit store in `data_dir` holds a signed checkpoint, and checks
 /// that the newest one opens with `key`'s verifier; fails when none came within
 /// [`FIRST_CHECKPOINT`]. `published` reads the gateway's checkpoint counter.
-pub async fn checkpoints(
+pub(crate) async fn checkpoints(
     data_dir: &Path,
     key: &SigningKey,
     admin: Option<&str>,

@@ -117,7 +117,7 @@ fn build_error(error: crate::forward::BuildError) -> BenchError {
 
 /// A raw baseline's figures.
 #[derive(Clone, Copy, Debug)]
-pub struct Raw {
+pub(crate) struct Raw {
     /// The clock: writing to the sink (and, for the file, rendering each line).
     pub elapsed: Duration,
     /// Preparing what is written, before the clock started: SQLite rows (their JSON

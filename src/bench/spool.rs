@@ -19,7 +19,7 @@ use crate::spool::{Fsync, FullPolicy, Spool, SpoolSettings, record};
 use crate::units::ByteSize;
 
 #[derive(Clone, Debug)]
-pub struct SpoolBench {
+pub(crate) struct SpoolBench {
     pub publishers: usize,
     pub events: usize,
     /// Bytes per record on disk (header, ids and envelope).
@@ -28,7 +28,7 @@ pub struct SpoolBench {
 
 /// One measured run.
 #[derive(Clone, Debug)]
-pub struct Figures {
+pub(crate) struct Figures {
     pub events: usize,
     pub bytes: u64,
     pub elapsed: Duration,
@@ -40,17 +40,17 @@ pub struct Figures {
 }
 
 impl Figures {
-    pub fn events_per_sec(&self) -> f64 {
+    pub(crate) fn events_per_sec(&self) -> f64 {
         self.events as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    pub fn mib_per_sec(&self) -> f64 {
+    pub(crate) fn mib_per_sec(&self) -> f64 {
         self.bytes as f64 / 1048576.0 / self.elapsed.as_secs_f64().max(1e-9)
     }
 }
 
 /// `events` events whose records are `size` bytes each.
-pub fn events(count: usize, size: usize) -> Vec<Event> {
+pub(crate) fn events(count: usize, size: usize) -> Vec<Event> {
     let base = record_len(&event(1, 0));
     let payload = size.saturating_sub(base);
     (0..count).map(|i| event(i as u64 + 1, payload)).collect()
@@ -82,7 +82,7 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> BenchError {
 }
 
 /// The spool in `dir` with `fsync`, fed by `bench.publishers` tasks.
-pub async fn spool(
+pub(crate) async fn spool(
     dir: &Path,
     fsync: Fsync,
     bench: &SpoolBench,
@@ -163,7 +163,7 @@ pub async fn spool(
 
 /// One thread writing the same records to one file, one write and (unless
 /// `sync` is false) one fdatasync per `group` records.
-pub async fn raw(
+pub(crate) async fn raw(
     path: PathBuf,
     events: Arc<Vec<Event>>,
     group: usize,
@@ -212,7 +212,7 @@ pub async fn raw(
 
 /// The same records as rows of a SQLite table (WAL, synchronous=FULL), one
 /// transaction per `group` rows.
-pub async fn sqlite(
+pub(crate) async fn sqlite(
     path: PathBuf,
     events: Arc<Vec<Event>>,
     group: usize,

@@ -26,7 +26,7 @@ const UPSTREAM: &str = "node";
 const WARMUP_NAMESPACE: &str = "warmup";
 
 #[derive(Clone, Debug)]
-pub struct UpstreamBench {
+pub(crate) struct UpstreamBench {
     pub events: usize,
     pub publishers: usize,
     /// Publish calls each publisher keeps outstanding.
@@ -45,7 +45,7 @@ pub struct UpstreamBench {
 
 /// One round's figures.
 #[derive(Debug, Clone)]
-pub struct Round {
+pub(crate) struct Round {
     /// First publish until containerd had answered every call.
     pub accepted: Duration,
     /// First publish until the audit store held every event (to within one look at
@@ -65,28 +65,28 @@ pub struct Round {
 impl Round {
     /// The store's rate: every event over the time to the last one, or what it held
     /// at the timeout over the timeout.
-    pub fn stored_per_sec(&self) -> f64 {
+    pub(crate) fn stored_per_sec(&self) -> f64 {
         self.stored_events as f64 / self.watched.as_secs_f64().max(1e-9)
     }
 
-    pub fn accepted_per_sec(&self, events: usize) -> f64 {
+    pub(crate) fn accepted_per_sec(&self, events: usize) -> f64 {
         events as f64 / self.accepted.as_secs_f64().max(1e-9)
     }
 
     /// eventgate's rate over containerd's, in the same round: 1.0 when the store had
     /// every event as soon as containerd had answered every call.
-    pub fn ratio(&self, events: usize) -> f64 {
+    pub(crate) fn ratio(&self, events: usize) -> f64 {
         self.stored_per_sec() / self.accepted_per_sec(events).max(1e-9)
     }
 
     /// From containerd's answer to the last call until the store held every event.
-    pub fn lag(&self) -> Option<Duration> {
+    pub(crate) fn lag(&self) -> Option<Duration> {
         self.stored.map(|s| s.saturating_sub(self.accepted))
     }
 }
 
 /// Runs one round in `dir/round-N`: a fresh containerd and a fresh eventgate.
-pub async fn round(
+pub(crate) async fn round(
     eventgate: &Path,
     dir: &Path,
     bench: &UpstreamBench,

@@ -34,7 +34,7 @@ const SUBSCRIBE: &str = "/containerd.services.events.v1.Events/Subscribe";
 
 /// An encoded `PublishRequest{topic, event: Any{type_url, value}}`, exactly what
 /// prost would produce for the same message.
-pub fn publish_request(topic: &str, type_url: &str, value: &[u8]) -> Bytes {
+pub(crate) fn publish_request(topic: &str, type_url: &str, value: &[u8]) -> Bytes {
     let any_len = field_len(1, type_url.len()) + field_len(2, value.len());
     let mut out = Vec::with_capacity(field_len(1, topic.len()) + field_len(2, any_len));
     put_bytes_field(&mut out, 1, topic.as_bytes());
@@ -57,7 +57,7 @@ fn put_bytes_field(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
 
 /// A delivered envelope the benchmark cannot read.
 #[derive(Debug, thiserror::Error)]
-pub enum WireError {
+pub(crate) enum WireError {
     #[error("malformed protobuf")]
     Decode(#[from] prost::DecodeError),
     #[error("a field's length runs past the end of its message")]
@@ -66,7 +66,7 @@ pub enum WireError {
 
 /// The parts of a delivered `TaskExit` the benchmark reads.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct DeliveredExit {
+pub(crate) struct DeliveredExit {
     pub container_id: Bytes,
     pub exited_at: Option<Timestamp>,
 }
@@ -77,13 +77,13 @@ pub struct DeliveredExit {
 /// `Channel` queues every call through a buffer task (one more task hop and wake-up
 /// per call), which matters when the client shares two cores with the server.
 #[derive(Clone)]
-pub struct WireClient {
+pub(crate) struct WireClient {
     grpc: Grpc<H2Connection>,
 }
 
 impl WireClient {
     /// Connects to a socket path or `HOST:PORT`, as [`client::connect_channel`] does.
-    pub async fn connect(address: &str, timeout: Duration) -> Result<Self, BenchError> {
+    pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<Self, BenchError> {
         let failed = |source: std::io::Error| BenchError::Io {
             context: format!("cannot connect to {address}"),
             source,
@@ -116,7 +116,7 @@ impl WireClient {
     }
 
     /// One Publish call with an already encoded request.
-    pub async fn publish(
+    pub(crate) async fn publish(
         &mut self,
         namespace: &MetadataValue<tonic::metadata::Ascii>,
         request: Bytes,
@@ -143,7 +143,9 @@ impl WireClient {
 
     /// Subscribes with no filters; each item is the delivered envelope's TaskExit
     /// payload (`None` for other payloads).
-    pub async fn subscribe(&mut self) -> Result<Streaming<Option<DeliveredExit>>, BenchError> {
+    pub(crate) async fn subscribe(
+        &mut self,
+    ) -> Result<Streaming<Option<DeliveredExit>>, BenchError> {
         let rpc = |source| BenchError::Rpc {
             what: "subscribe",
             source,
@@ -284,7 +286,7 @@ impl<E, D: WireDecode> Decoder for WireCodec<E, D> {
 /// names a TaskExit, its field 2 (`value`), read as a TaskExit's fields 1
 /// (`container_id`) and 5 (`exited_at`). Slices, never copies. Other payloads (the
 /// gateway's own events, such as its signed checkpoints) are `None`.
-pub fn delivered_exit(envelope: Bytes) -> Result<Option<DeliveredExit>, WireError> {
+pub(crate) fn delivered_exit(envelope: Bytes) -> Result<Option<DeliveredExit>, WireError> {
     let Some(mut any) = length_delimited_field(envelope, 4)? else {
         return Ok(None);
     };

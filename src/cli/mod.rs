@@ -28,7 +28,7 @@ use crate::gateway::GatewayError;
 use crate::proto::EncodeError;
 
 /// Where `serve` listens by default, and so where the clients look by default.
-pub const DEFAULT_ADDRESS: &str = "./data/eventgate.sock";
+pub(crate) const DEFAULT_ADDRESS: &str = "./data/eventgate.sock";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -180,17 +180,8 @@ impl CliError {
     }
 }
 
-/// Log lines and console messages that could not be written to stderr (its disk full,
-/// its pipe closed), since the start.
-static STDERR_WRITE_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many writes to stderr failed and were dropped.
-pub fn stderr_write_failures() -> u64 {
-    STDERR_WRITE_FAILURES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// stderr for the log and console messages: a write that fails (ENOSPC when stderr is
-/// a file on the disk that filled, EPIPE) is dropped and counted, never an error or a
+/// a file on the disk that filled, EPIPE) is dropped, never an error or a
 /// panic. Losing a log line must not take the gateway down, least of all in the fault
 /// the line reports.
 pub struct LossyStderr;
@@ -204,9 +195,7 @@ impl std::io::Write for LossyStderr {
     fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
         // One locked write_all per line, as `std::io::Stderr` does: lines from
         // several threads do not interleave.
-        if std::io::Write::write_all(&mut std::io::stderr().lock(), buf).is_err() {
-            STDERR_WRITE_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), buf);
         Ok(())
     }
 
@@ -216,13 +205,13 @@ impl std::io::Write for LossyStderr {
     }
 }
 
-/// `eprintln!` that never panics: the line is dropped (and counted) when stderr cannot
+/// `eprintln!` that never panics: the line is dropped when stderr cannot
 /// be written. For messages on the `serve` path.
 #[macro_export]
 macro_rules! console_error {
     ($($arg:tt)*) => {{
         let _ = ::std::io::Write::write_all(
-            &mut $crate::cli::LossyStderr,
+            &mut $crate::internal::cli::LossyStderr,
             format!("{}\n", format_args!($($arg)*)).as_bytes(),
         );
     }};

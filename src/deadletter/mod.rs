@@ -25,8 +25,8 @@ use crate::event::{Event, EventId, Identity, Origin, Source, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::rfc3339_nanos;
 use crate::publisher::Publisher;
+pub use schema::LATEST;
 pub(crate) use schema::check as check_schema;
-pub use schema::{APPLICATION_ID, LATEST};
 pub use settings::DeadLetterSettings;
 
 #[derive(Debug, Error)]
@@ -246,7 +246,7 @@ impl Entry {
 }
 
 /// A wall-clock time as stored.
-pub fn timestamp(time: SystemTime) -> String {
+pub(crate) fn timestamp(time: SystemTime) -> String {
     rfc3339_nanos(&prost_types::Timestamp::from(time))
 }
 

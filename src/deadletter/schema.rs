@@ -12,7 +12,7 @@ use super::DeadLetterError;
 use crate::store::migrate::{self, Migration, Schema, SchemaError};
 
 /// "EvDl": written into the database header by the first migration.
-pub const APPLICATION_ID: i32 = 0x4576_446c;
+pub(crate) const APPLICATION_ID: i32 = 0x4576_446c;
 
 /// How long a statement waits for the other process (gateway or CLI) to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

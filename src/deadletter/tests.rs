@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use super::schema::APPLICATION_ID;
 use super::*;
 use crate::testing::{self, T0};
 

@@ -12,7 +12,7 @@ const CRATE_CACHE: usize = 2 << 20;
 
 /// Limits for compiling the `~=` expressions of one filter (all of its strings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RegexBudget {
+pub(crate) struct RegexBudget {
     /// What all expressions together may take: each one's compiled size plus the
     /// matching cache it may grow to. `None`: no total; each expression alone is
     /// held to the regex crate's default limit (for trusted filters: configuration,
@@ -26,16 +26,16 @@ pub struct RegexBudget {
 impl RegexBudget {
     /// Per-expression cache under a total budget: enough for the lazy DFA of
     /// ordinary patterns on topic-length text.
-    pub const CACHE: usize = 64 << 10;
+    pub(crate) const CACHE: usize = 64 << 10;
 
     /// The regex crate's own limits, per expression, and no total.
-    pub const UNLIMITED: RegexBudget = RegexBudget {
+    pub(crate) const UNLIMITED: RegexBudget = RegexBudget {
         total: None,
         cache: CRATE_CACHE,
     };
 
     /// At most `bytes` for all expressions together, [`Self::CACHE`] each for matching.
-    pub fn total(bytes: usize) -> Self {
+    pub(crate) fn total(bytes: usize) -> Self {
         RegexBudget {
             total: Some(bytes),
             cache: Self::CACHE,

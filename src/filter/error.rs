@@ -7,7 +7,7 @@ use std::fmt;
 /// `errdefs.ErrInvalidArgument`). [`ParseError`]'s `Display` leaves it off;
 /// callers that mimic `ParseAll`'s message (e.g. a gRPC status) append it,
 /// or use [`ParseError::invalid_argument_message`].
-pub const INVALID_ARGUMENT_SUFFIX: &str = ": invalid argument";
+pub(super) const INVALID_ARGUMENT_SUFFIX: &str = ": invalid argument";
 
 /// A filter string that failed to parse.
 ///
@@ -61,7 +61,7 @@ impl ParseError {
     }
 
     /// containerd's complete `ParseAll` error text, with
-    /// [`INVALID_ARGUMENT_SUFFIX`].
+    /// `INVALID_ARGUMENT_SUFFIX`.
     pub fn invalid_argument_message(&self) -> String {
         format!("{self}{INVALID_ARGUMENT_SUFFIX}")
     }

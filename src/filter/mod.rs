@@ -34,7 +34,7 @@
 //!   versions differ slightly; Rust accepts some property names Go does not
 //!   (binary properties such as `\p{Alphabetic}`, script extensions);
 //!   Rust limits nesting to 250 levels and compiled size to 10 MiB (a
-//!   [`RegexBudget`] can lower that for all expressions of a filter
+//!   `RegexBudget` can lower that for all expressions of a filter
 //!   together), while Go has its own (different) nesting and size limits.
 //! * Which non-ASCII characters may continue an unquoted value depends on
 //!   Unicode general categories; Go's and the regex crate's tables may
@@ -60,8 +60,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-pub use budget::RegexBudget;
-pub use error::{INVALID_ARGUMENT_SUFFIX, ParseError};
+pub(crate) use budget::RegexBudget;
+pub use error::ParseError;
 use glob::TopicGlob;
 use parser::RawSelector;
 
@@ -128,7 +128,7 @@ enum Test {
     Always,
 }
 
-/// Why a filter was refused under a [`RegexBudget`].
+/// Why a filter was refused under a `RegexBudget`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FilterError {
     #[error(transparent)]
@@ -146,7 +146,7 @@ impl Filter {
     /// containerd's `ParseAll`: matches when any string matches; an empty
     /// slice matches everything. On failure, [`ParseError::index`] names the
     /// string; containerd's own message additionally ends in
-    /// [`INVALID_ARGUMENT_SUFFIX`].
+    /// `INVALID_ARGUMENT_SUFFIX`.
     pub fn parse_all<S: AsRef<str>>(filters: &[S]) -> Result<Filter, ParseError> {
         Self::parse_all_bytes(filters.iter().map(|f| f.as_ref().as_bytes()))
     }
@@ -158,7 +158,7 @@ impl Filter {
 
     /// Like [`Filter::parse_all`] for strings that need not be UTF-8 (Go
     /// strings are bytes; invalid UTF-8 is a parse error, `rune error`).
-    pub fn parse_all_bytes<'a>(
+    pub(crate) fn parse_all_bytes<'a>(
         filters: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<Filter, ParseError> {
         Self::parse_all_bytes_within(filters, RegexBudget::UNLIMITED).map_err(|e| match e {
@@ -173,7 +173,7 @@ impl Filter {
 
     /// Like [`Filter::parse_all`], with the `~=` expressions of all strings held to
     /// `budget` together: for filters a client sends.
-    pub fn parse_all_within<S: AsRef<str>>(
+    pub(crate) fn parse_all_within<S: AsRef<str>>(
         filters: &[S],
         budget: RegexBudget,
     ) -> Result<Filter, FilterError> {
@@ -262,7 +262,7 @@ impl Filter {
 
 /// `text` as a quoted literal the parser reads back exactly, for a value or a
 /// field path component built from data (a pod name) rather than typed.
-pub fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

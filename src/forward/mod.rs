@@ -6,9 +6,9 @@
 //! registry: a library user adds a kind with [`Kinds::register`] and passes the
 //! registry to [`crate::gateway::Gateway::start_with`], without touching the pipeline.
 
-pub mod file;
-pub mod kafka;
-pub mod sqlite;
+pub(crate) mod file;
+pub(crate) mod kafka;
+pub(crate) mod sqlite;
 
 use std::collections::BTreeMap;
 use std::fmt;

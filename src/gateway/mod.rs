@@ -161,16 +161,8 @@ impl Gateway {
 
     /// Applies a new configuration while running (what SIGHUP does); see
     /// `crate::reload`.
-    pub fn reloader(&self) -> &std::sync::Arc<Reloader> {
+    pub(crate) fn reloader(&self) -> &std::sync::Arc<Reloader> {
         &self.reloader
-    }
-
-    pub fn spool(&self) -> &Spool {
-        &self.spool
-    }
-
-    pub fn upstreams(&self) -> &Upstreams {
-        &self.upstreams
     }
 
     pub fn socket_path(&self) -> &Path {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use super::{NoteError, Signer, Verifier};
 
 /// The largest key file read: a key is under 100 bytes plus its name.
-pub const MAX_KEY_FILE_BYTES: u64 = 1024;
+pub(crate) const MAX_KEY_FILE_BYTES: u64 = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileError {
@@ -85,7 +85,7 @@ pub enum KeyFileError {
 
 /// Generates a key named `name` and writes its signer text and a newline to `path`,
 /// a new file of mode 0600 (never an existing one), synced with its directory entry.
-pub fn write_new_key(path: &Path, name: &str) -> Result<Signer, KeyFileError> {
+pub(crate) fn write_new_key(path: &Path, name: &str) -> Result<Signer, KeyFileError> {
     let signer = Signer::generate(name).map_err(|source| KeyFileError::Generate {
         name: name.to_owned(),
         source,

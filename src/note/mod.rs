@@ -26,9 +26,13 @@ mod keys;
 mod open;
 mod settings;
 
-pub use keyfile::{KeyFileError, MAX_KEY_FILE_BYTES, load_key, write_new_key};
+pub use keyfile::load_key;
+pub(crate) use keyfile::{KeyFileError, write_new_key};
 pub use keys::{Signer, Verifier};
-pub use open::{MAX_NOTE_BYTES, MAX_SIGNATURES, Opened, open, open_bytes};
+pub(crate) use open::MAX_NOTE_BYTES;
+pub use open::open;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use open::open_bytes;
 pub use settings::SigningSettings;
 
 /// Everything keys, signing and opening notes can fail with. Messages never quote a

@@ -8,11 +8,11 @@ use super::{NoteError, Signer, Verifier, name_problem};
 
 /// The largest note `open` reads (and `sign` writes). A checkpoint is a few hundred
 /// bytes; the cap only bounds what a hostile file can make `open` scan.
-pub const MAX_NOTE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_NOTE_BYTES: usize = 1 << 20;
 
 /// The most signature lines `open` reads, Go's own limit: each known key's line
 /// costs a signature verification.
-pub const MAX_SIGNATURES: usize = 100;
+pub(crate) const MAX_SIGNATURES: usize = 100;
 
 /// What begins every signature line: U+2014 EM DASH and a space.
 const SIGNATURE_PREFIX: &str = "\u{2014} ";
@@ -60,7 +60,8 @@ impl Signer {
 }
 
 /// [`open`] for bytes as read from a file: they must be UTF-8.
-pub fn open_bytes(note: &[u8], verifiers: &[Verifier]) -> Result<Opened, NoteError> {
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn open_bytes(note: &[u8], verifiers: &[Verifier]) -> Result<Opened, NoteError> {
     check_size(note.len())?;
     let note = std::str::from_utf8(note).map_err(|e| {
         NoteError::Malformed(format!("not valid UTF-8 (at byte {})", e.valid_up_to()))
@@ -68,8 +69,8 @@ pub fn open_bytes(note: &[u8], verifiers: &[Verifier]) -> Result<Opened, NoteErr
     open(note, verifiers)
 }
 
-/// Opens a signed note: parses it (refusing notes over [`MAX_NOTE_BYTES`] or with
-/// more than [`MAX_SIGNATURES`] signature lines), checks every signature line of a
+/// Opens a signed note: parses it (refusing notes over `MAX_NOTE_BYTES` or with
+/// more than `MAX_SIGNATURES` signature lines), checks every signature line of a
 /// known key (name and key id both match one of `verifiers`) and ignores the lines of
 /// unknown keys, as the spec and Go do. Fails with [`NoteError::UnknownKey`] when no
 /// known key signed it, [`NoteError::BadSignature`] when a known key's signature does

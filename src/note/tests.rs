@@ -6,6 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};
 
+use super::open::Opened;
 use super::*;
 
 // The example of Go's sumdb/note documentation: a signer key, its verifier key, and

@@ -10,7 +10,7 @@ use super::registry::Registry;
 /// The value of `path` inside an event, or `None` when containerd would report the
 /// field as not present. Only types that have containerd adaptors answer at all:
 /// for any other payload the envelope adaptor finds no `Field` method.
-pub fn event_field(msg: &DynamicMessage, path: &[String]) -> Option<String> {
+pub(crate) fn event_field(msg: &DynamicMessage, path: &[String]) -> Option<String> {
     adapted_field(msg, path, Depth::default())
 }
 
@@ -24,7 +24,7 @@ fn adapted_field(msg: &DynamicMessage, path: &[String], depth: Depth) -> Option<
 /// containerd generates adaptors for every message in api/events/*.proto, our
 /// `containerd/events/`. Decided by file, not package: image.proto lives there in the
 /// images package, which the images service's own messages (no adaptors) share.
-pub fn has_adaptor(desc: &MessageDescriptor) -> bool {
+pub(crate) fn has_adaptor(desc: &MessageDescriptor) -> bool {
     desc.parent_file().name().starts_with("containerd/events/")
 }
 

@@ -24,10 +24,13 @@ const RAW_CARRIER: &str = "eventgate.events.v1.RawPayload";
 /// A problem with the JSON, said as the parser or the walk found it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct FromJsonError(String);
+pub(crate) struct FromJsonError(String);
 
 /// `json` (what `write_json` wrote for a `desc` message) as that message's bytes.
-pub fn encode_json_value(desc: MessageDescriptor, json: &Value) -> Result<Vec<u8>, FromJsonError> {
+pub(crate) fn encode_json_value(
+    desc: MessageDescriptor,
+    json: &Value,
+) -> Result<Vec<u8>, FromJsonError> {
     let registry = Registry::global();
     let mut names = Vec::new();
     let mut json = json.clone();

@@ -10,7 +10,7 @@ use prost_reflect::{DynamicMessage, Kind, ReflectMessage, Value};
 use super::declared_fields;
 use super::json::{base64, map_key_string};
 
-pub fn to_go_json(msg: &DynamicMessage) -> String {
+pub(crate) fn to_go_json(msg: &DynamicMessage) -> String {
     let mut out = String::new();
     write_message(&mut out, msg);
     out

@@ -32,7 +32,7 @@ use super::time::rfc3339_nanos;
 /// `super::limits`): Anys are expanded [`MAX_ANY_NESTING`] deep and messages are
 /// written [`MAX_DEPTH`] levels deep; beyond either, the inner bytes are kept as
 /// base64 under `"@type"`/`"value"`, the form unknown types already take.
-pub fn write_json(out: &mut Vec<u8>, msg: &DynamicMessage) {
+pub(crate) fn write_json(out: &mut Vec<u8>, msg: &DynamicMessage) {
     write_message(out, msg, Depth::default());
 }
 
@@ -49,7 +49,7 @@ fn write_message(out: &mut Vec<u8>, msg: &DynamicMessage, depth: Depth) {
 }
 
 /// [`write_json`] as a string.
-pub fn to_json_string(msg: &DynamicMessage) -> String {
+pub(crate) fn to_json_string(msg: &DynamicMessage) -> String {
     let mut out = Vec::with_capacity(256);
     write_json(&mut out, msg);
     // Everything written is either ASCII punctuation or serde_json's (UTF-8) output.

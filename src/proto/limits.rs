@@ -10,11 +10,11 @@ use prost_reflect::{Kind, MessageDescriptor};
 
 /// Anys expanded inside Anys. containerd nests one (a container's runtime options);
 /// beyond this many, an Any is kept as its type_url and base64 bytes.
-pub const MAX_ANY_NESTING: u32 = 8;
+pub(crate) const MAX_ANY_NESTING: u32 = 8;
 
 /// Message levels written into one JSON rendering. containerd's event types are at
 /// most four deep; a deeper message is kept as its type and base64 bytes.
-pub const MAX_DEPTH: u32 = 64;
+pub(crate) const MAX_DEPTH: u32 = 64;
 
 /// The budget left at one point of a walk. Copy: each branch of the walk carries
 /// its own, so siblings do not share a budget, only ancestors count.

@@ -18,13 +18,14 @@ mod time;
 
 use prost_reflect::{FieldDescriptor, MessageDescriptor};
 
-pub use fieldpath::{event_field, has_adaptor};
-pub use from_json::{FromJsonError, encode_json_value};
-pub use go::to_go_json;
-pub use json::{to_json_string, write_json};
-pub use limits::{MAX_ANY_NESTING, MAX_DEPTH};
-pub use registry::{DecodeError, EncodeError, Registry, STANDARD_EVENTS};
-pub use time::{go_time_string, rfc3339_nanos};
+pub(crate) use fieldpath::{event_field, has_adaptor};
+pub(crate) use from_json::encode_json_value;
+pub(crate) use go::to_go_json;
+pub(crate) use json::to_json_string;
+#[cfg(test)]
+pub(crate) use registry::STANDARD_EVENTS;
+pub use registry::{DecodeError, EncodeError, Registry};
+pub(crate) use time::{go_time_string, rfc3339_nanos};
 
 #[allow(clippy::all, missing_docs)]
 pub mod containerd {
@@ -104,7 +105,7 @@ pub mod runtime {
 }
 
 /// The encoded `FileDescriptorSet` of everything under `proto/`.
-pub const DESCRIPTOR_SET: &[u8] =
+pub(crate) const DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/eventgate_descriptor.bin"));
 
 /// Fields in `.proto` declaration order, which is the order Go's generated structs

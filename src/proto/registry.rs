@@ -12,7 +12,7 @@ use super::DESCRIPTOR_SET;
 use super::limits::within_value_budget;
 
 /// containerd's standard topics and the bare type_url each carries (spec 3.2).
-pub const STANDARD_EVENTS: &[(&str, &str)] = &[
+pub(crate) const STANDARD_EVENTS: &[(&str, &str)] = &[
     ("/tasks/create", "containerd.events.TaskCreate"),
     ("/tasks/start", "containerd.events.TaskStart"),
     ("/tasks/delete", "containerd.events.TaskDelete"),

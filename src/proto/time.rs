@@ -60,7 +60,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 /// Go's `time.Time.String()` for a UTC time, which is how `ctr events` prints the
 /// envelope timestamp: "2017-07-28 22:19:51.78944874 +0000 UTC".
-pub fn go_time_string(ts: &Timestamp) -> String {
+pub(crate) fn go_time_string(ts: &Timestamp) -> String {
     let c = Civil::from_timestamp(ts);
     let mut out = format!(
         "{}-{:02}-{:02} {:02}:{:02}:{:02}",
@@ -80,7 +80,7 @@ pub fn go_time_string(ts: &Timestamp) -> String {
 }
 
 /// RFC 3339 in UTC with a fixed nine-digit fraction, so stored values sort as text.
-pub fn rfc3339_nanos(ts: &Timestamp) -> String {
+pub(crate) fn rfc3339_nanos(ts: &Timestamp) -> String {
     let c = Civil::from_timestamp(ts);
     format!(
         "{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",

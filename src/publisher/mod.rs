@@ -16,7 +16,7 @@ use std::sync::Arc;
 use rustls_pki_types::CertificateDer;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
 
-pub use subject::{certificate_subject, format_name};
+pub(crate) use subject::certificate_subject;
 
 /// The identity of the client that published (or forwarded) an event.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -36,12 +36,12 @@ pub enum Publisher {
 
 /// The publisher as stored in the four `publisher_*` columns (audit store and
 /// dead-letter store): `uid`, `gid`, `pid`, `subject`, each NULL when absent.
-pub type Columns<'a> = (Option<i64>, Option<i64>, Option<i64>, Option<&'a str>);
+pub(crate) type Columns<'a> = (Option<i64>, Option<i64>, Option<i64>, Option<&'a str>);
 
 impl Publisher {
     /// The publisher of a request, from the connection information tonic puts in its
     /// extensions: the unix peer's credentials, or the verified client certificate.
-    pub fn of_request(extensions: &http::Extensions) -> Option<Self> {
+    pub(crate) fn of_request(extensions: &http::Extensions) -> Option<Self> {
         if let Some(unix) = extensions.get::<UdsConnectInfo>() {
             let cred = unix.peer_cred?;
             return Some(Publisher::Process {
@@ -57,7 +57,7 @@ impl Publisher {
     /// The publisher a client certificate (already verified by the TLS handshake)
     /// names. `None` when its subject cannot be read, which a certificate that
     /// passed verification does not do in practice.
-    pub fn of_certificate(leaf: &CertificateDer<'_>) -> Option<Self> {
+    pub(crate) fn of_certificate(leaf: &CertificateDer<'_>) -> Option<Self> {
         match certificate_subject(leaf) {
             Some(subject) => Some(Publisher::Certificate {
                 subject: subject.into(),
@@ -104,7 +104,7 @@ impl Publisher {
 
     /// The values of the `publisher_uid`, `publisher_gid`, `publisher_pid` and
     /// `publisher_subject` columns.
-    pub fn columns(publisher: Option<&Self>) -> Columns<'_> {
+    pub(crate) fn columns(publisher: Option<&Self>) -> Columns<'_> {
         match publisher {
             None => (None, None, None, None),
             Some(Publisher::Process { uid, gid, pid }) => (
@@ -119,7 +119,7 @@ impl Publisher {
 
     /// The inverse of [`Publisher::columns`]; an error says what does not fit (a row
     /// edited by hand, or written by something else).
-    pub fn from_columns(
+    pub(crate) fn from_columns(
         uid: Option<i64>,
         gid: Option<i64>,
         pid: Option<i64>,

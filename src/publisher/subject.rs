@@ -17,14 +17,14 @@ const OID: u8 = 0x06;
 
 /// The RFC 4514 string of a DER certificate's subject; `None` if the certificate or
 /// its subject cannot be parsed.
-pub fn certificate_subject(certificate: &CertificateDer<'_>) -> Option<String> {
+pub(crate) fn certificate_subject(certificate: &CertificateDer<'_>) -> Option<String> {
     let parsed = webpki::EndEntityCert::try_from(certificate).ok()?;
     format_name(parsed.subject())
 }
 
 /// The RFC 4514 string of a Name's contents (the RDNSequence without its outer
 /// SEQUENCE header, as webpki hands it over).
-pub fn format_name(mut rdns: &[u8]) -> Option<String> {
+pub(crate) fn format_name(mut rdns: &[u8]) -> Option<String> {
     let mut parts = Vec::new();
     while !rdns.is_empty() {
         let (set, rest) = element(rdns, SET)?;

@@ -1,3 +1,4 @@
+use super::subject::format_name;
 use super::*;
 
 /// DER of one element with a short length.

@@ -36,10 +36,10 @@ use crate::proto::containerd::v1::types::Process;
 /// daemon without ListStream answers only that way; a large Tasks or Images list
 /// may pass 4 MiB too. Anything the daemon can send is taken; past 16 MiB the
 /// daemon itself refuses, which is why containers are streamed where possible.
-pub const MAX_LIST_MESSAGE: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_LIST_MESSAGE: usize = 16 * 1024 * 1024;
 
 /// The request header containerd takes a call's namespace from.
-pub const NAMESPACE_HEADER: &str = "containerd-namespace";
+pub(crate) const NAMESPACE_HEADER: &str = "containerd-namespace";
 
 /// Go's zero `time.Time` (0001-01-01T00:00:00Z) as a protobuf timestamp: what
 /// containerd sends for a time it does not have, e.g. a running task's `exited_at`.
@@ -296,7 +296,7 @@ fn labels(map: impl IntoIterator<Item = (String, String)>) -> Labels {
 /// A daemon timestamp, or `None` for the absent, the zero (Unix 0, as an unset
 /// proto3 field decodes) and Go's zero `time.Time`, all of which containerd sends
 /// for "no such time", and for one `SystemTime` cannot hold.
-pub fn daemon_time(timestamp: Option<prost_types::Timestamp>) -> Option<SystemTime> {
+pub(crate) fn daemon_time(timestamp: Option<prost_types::Timestamp>) -> Option<SystemTime> {
     let timestamp = timestamp?;
     if timestamp.nanos == 0 && (timestamp.seconds == 0 || timestamp.seconds == GO_ZERO_SECONDS) {
         return None;

@@ -25,11 +25,11 @@ use crate::event::{Witness, Workload};
 
 /// The containerd namespace dockerd keeps its containers in (its default
 /// `--containerd-namespace`).
-pub const DOCKER_NAMESPACE: &str = "moby";
+pub(crate) const DOCKER_NAMESPACE: &str = "moby";
 
 /// What a manager says of one container's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ManagedStatus {
+pub(crate) enum ManagedStatus {
     Created,
     Running,
     Exited,
@@ -40,7 +40,7 @@ pub enum ManagedStatus {
 /// times, exit code and reason come from a per-container status call, made only
 /// when [`needs_status`] says so (`None` until then).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManagedContainer {
+pub(crate) struct ManagedContainer {
     pub status: ManagedStatus,
     pub created_at: Option<SystemTime>,
     pub exit: Option<ManagedExit>,
@@ -53,7 +53,7 @@ pub struct ManagedContainer {
 
 /// The run that ended, from a manager's per-container status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManagedExit {
+pub(crate) struct ManagedExit {
     /// `None` for a container that never started (its start failed).
     pub started_at: Option<SystemTime>,
     pub finished_at: Option<SystemTime>,
@@ -63,7 +63,7 @@ pub struct ManagedExit {
 
 /// One manager's view at a reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManagerView {
+pub(crate) struct ManagerView {
     pub from: Witness,
     /// By container id; `None` when the manager could not be listed: what the
     /// record already took from it is kept, and nothing new is told.
@@ -72,7 +72,7 @@ pub struct ManagerView {
 
 /// The containers whose exit the record already has (a task stopped with its
 /// status, or deleted), by id: a manager is not asked about them again.
-pub fn recorded_exits(recorded: &NodeState) -> BTreeSet<String> {
+pub(crate) fn recorded_exits(recorded: &NodeState) -> BTreeSet<String> {
     recorded
         .namespaces
         .values()
@@ -91,7 +91,7 @@ fn exit_known(task: &TaskState) -> bool {
 
 /// Whether a container the manager lists needs its status read: it exited, and
 /// neither containerd (a stopped task it still has) nor the record knows that exit.
-pub fn needs_status(
+pub(crate) fn needs_status(
     id: &str,
     status: ManagedStatus,
     daemon: &NodeState,
@@ -108,7 +108,7 @@ pub fn needs_status(
 
 /// Folds `view` into `daemon` (containerd's lists), using `recorded` for what the
 /// record already took from the manager.
-pub fn fold(daemon: &mut NodeState, recorded: &NodeState, view: &ManagerView) {
+pub(crate) fn fold(daemon: &mut NodeState, recorded: &NodeState, view: &ManagerView) {
     match view.from {
         Witness::Docker => fold_docker(daemon, recorded, view),
         _ => fold_cri(daemon, recorded, view),

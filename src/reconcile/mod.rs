@@ -14,17 +14,20 @@
 
 pub(crate) mod apply;
 pub(crate) mod diff;
-pub mod list;
-pub mod managed;
+pub(crate) mod list;
+pub(crate) mod managed;
 pub(crate) mod merge;
 pub(crate) mod pending;
 pub(crate) mod snapshot;
 pub(crate) mod state;
 
-pub use list::{ListError, list_node};
-pub use state::{
-    ContainerState, ImageState, Labels, NamespaceState, NodeState, TaskState, TaskStatus,
-};
+pub use list::list_node;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use state::ContainerState;
+pub(crate) use state::NamespaceState;
+#[cfg(any(test, feature = "bench", feature = "fuzzing"))]
+pub(crate) use state::TaskState;
+pub use state::{NodeState, TaskStatus};
 
 #[cfg(test)]
 mod tests;

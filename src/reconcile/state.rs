@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::Witness;
 
-pub type Labels = BTreeMap<String, String>;
+pub(crate) type Labels = BTreeMap<String, String>;
 
 /// One daemon's state, by namespace name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

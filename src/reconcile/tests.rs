@@ -7,6 +7,7 @@ use prost::Message;
 use super::apply::Object;
 use super::diff::{Change, UNKNOWN_EXIT_STATUS, diff};
 use super::merge::merged;
+use super::state::{ImageState, Labels};
 use super::*;
 use crate::proto::containerd::events as ev;
 

@@ -31,14 +31,14 @@ pub(crate) type ConfigSource = Arc<dyn Fn() -> Result<Config, ConfigError> + Sen
 
 /// What a reload did, for the log, the admin endpoint and `eventgate reload`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub applied: bool,
     /// One line saying what happened (or why not), then the keys that need a restart.
     pub message: String,
 }
 
 /// Applies new configurations to a running pipeline, one reload at a time.
-pub struct Reloader {
+pub(crate) struct Reloader {
     pipeline: Arc<Pipeline>,
     kinds: Kinds,
     dead_letters: Option<DeadLetters>,
@@ -48,7 +48,7 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    pub fn new(
+    pub(crate) fn new(
         pipeline: Arc<Pipeline>,
         kinds: Kinds,
         dead_letters: Option<DeadLetters>,
@@ -65,12 +65,12 @@ impl Reloader {
 
     /// Where [`Reloader::reload`] reads the configuration; `origin` names it in
     /// messages (the file's path).
-    pub fn set_source(&self, origin: impl Into<String>, source: ConfigSource) {
+    pub(crate) fn set_source(&self, origin: impl Into<String>, source: ConfigSource) {
         *self.source.lock().unwrap_or_else(PoisonError::into_inner) = Some((origin.into(), source));
     }
 
     /// Reads the configuration from its source and applies it.
-    pub async fn reload(&self) -> Outcome {
+    pub(crate) async fn reload(&self) -> Outcome {
         let source = self
             .source
             .lock()
@@ -90,7 +90,7 @@ impl Reloader {
     }
 
     /// Applies `new` (from `origin`) to the running gateway, or rejects it whole.
-    pub async fn apply(&self, origin: &str, new: Config) -> Outcome {
+    pub(crate) async fn apply(&self, origin: &str, new: Config) -> Outcome {
         let mut guard = self.running.lock().await;
         let Some(running) = guard.as_mut() else {
             return self.rejected(origin, "the gateway is shutting down".into());
@@ -190,7 +190,7 @@ impl Reloader {
     }
 
     /// Stops reloads: the gateway is shutting down. Waits for a reload in progress.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.running.lock().await.take();
     }
 

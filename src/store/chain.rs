@@ -69,18 +69,18 @@ use super::EventRow;
 
 /// The domain tag hashed first: these hashes can never be confused with SHA-256
 /// hashes of anything else, and a future encoding gets a new tag.
-pub const DOMAIN: &[u8] = b"eventgate.audit.v1";
+pub(crate) const DOMAIN: &[u8] = b"eventgate.audit.v1";
 
-pub const HASH_LEN: usize = 32;
+pub(crate) const HASH_LEN: usize = 32;
 
-pub type Hash = [u8; HASH_LEN];
+pub(crate) type Hash = [u8; HASH_LEN];
 
 /// What the first chained row links to when nothing was pruned after the chain began.
-pub const ZERO: Hash = [0; HASH_LEN];
+pub(crate) const ZERO: Hash = [0; HASH_LEN];
 
-/// The hashed columns, in hashing order; the publisher's [`PUBLISHER_COLUMNS`] only
-/// when one of them is not NULL, the [`ORIGIN_COLUMNS`] only when the row is not
-/// live, the [`WORKLOAD_COLUMNS`] only when one of them (or `node`) is not NULL,
+/// The hashed columns, in hashing order; the publisher's `PUBLISHER_COLUMNS` only
+/// when one of them is not NULL, the `ORIGIN_COLUMNS` only when the row is not
+/// live, the `WORKLOAD_COLUMNS` only when one of them (or `node`) is not NULL,
 /// `node` only when not NULL; `node_seq` makes every one of the first 25 hashed, and
 /// `reconciled_from` or `reason` every one of the 27.
 pub const COLUMNS: [&str; 27] = [
@@ -114,27 +114,27 @@ pub const COLUMNS: [&str; 27] = [
 ];
 
 /// How many of [`COLUMNS`] are the publisher's, hashed only when not all NULL.
-pub const PUBLISHER_COLUMNS: usize = 4;
+pub(crate) const PUBLISHER_COLUMNS: usize = 4;
 
 /// How many of [`COLUMNS`] are the origin's (after the publisher's), hashed only when
 /// the row is not live.
-pub const ORIGIN_COLUMNS: usize = 2;
+pub(crate) const ORIGIN_COLUMNS: usize = 2;
 
 /// How many of [`COLUMNS`] are the workload's (after the origin's), hashed only when
 /// one of them, or the node, is not NULL.
-pub const WORKLOAD_COLUMNS: usize = super::workload::COLUMNS.len();
+pub(crate) const WORKLOAD_COLUMNS: usize = super::workload::COLUMNS.len();
 
 /// How many of [`COLUMNS`] are the node's (after the workload's), hashed only when
 /// not NULL.
-pub const NODE_COLUMNS: usize = 1;
+pub(crate) const NODE_COLUMNS: usize = 1;
 
 /// How many of [`COLUMNS`] are the node seq's (after the node's); when not NULL, every
 /// column before it is hashed too.
-pub const NODE_SEQ_COLUMNS: usize = 1;
+pub(crate) const NODE_SEQ_COLUMNS: usize = 1;
 
 /// How many of [`COLUMNS`] are schema version 12's, `reconciled_from` and `reason`
 /// (the last ones); when either is not NULL, every column is hashed.
-pub const RECONCILED_COLUMNS: usize = 2;
+pub(crate) const RECONCILED_COLUMNS: usize = 2;
 
 /// The columns before [`RECONCILED_COLUMNS`]: every row stored before version 12.
 const BEFORE_RECONCILED: usize = COLUMNS.len() - RECONCILED_COLUMNS;
@@ -148,7 +148,7 @@ const ALWAYS: usize = BEFORE_RECONCILED
     - NODE_SEQ_COLUMNS;
 
 /// One row's hashed columns as stored (or about to be stored).
-pub type RowValues<'a> = [ValueRef<'a>; 27];
+pub(crate) type RowValues<'a> = [ValueRef<'a>; 27];
 
 /// The hash of a row chained to `prev`.
 pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
@@ -159,12 +159,12 @@ pub fn row_hash(prev: &Hash, values: &RowValues<'_>) -> Hash {
 /// out first and hashed in one call, about twice as fast as feeding SHA-256 the
 /// thirty small pieces one by one.
 #[derive(Default)]
-pub struct RowHasher {
+pub(crate) struct RowHasher {
     buf: Vec<u8>,
 }
 
 impl RowHasher {
-    pub fn hash<'v>(&mut self, prev: &Hash, values: &'v RowValues<'v>) -> Hash {
+    pub(crate) fn hash<'v>(&mut self, prev: &Hash, values: &'v RowValues<'v>) -> Hash {
         let buf = &mut self.buf;
         buf.clear();
         buf.extend_from_slice(DOMAIN);
@@ -281,7 +281,7 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
 }
 
 /// Lower-case hex, as `eventgate audit` prints hashes.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -292,7 +292,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// Parses 64 hex digits (either case) into a hash.
-pub fn parse_hex(text: &str) -> Result<Hash, String> {
+pub(crate) fn parse_hex(text: &str) -> Result<Hash, String> {
     let text = text.trim();
     if text.len() != HASH_LEN * 2 || !text.is_ascii() {
         return Err(format!(

@@ -28,14 +28,14 @@ use thiserror::Error;
 use super::chain::{HASH_LEN, Hash, hex, parse_hex};
 
 /// The first line of every checkpoint's text: what it is, and its version.
-pub const HEADER: &str = "eventgate audit checkpoint v1";
+pub(crate) const HEADER: &str = "eventgate audit checkpoint v1";
 
 /// The topic checkpoints are published on, in namespace `eventgate`.
-pub const TOPIC: &str = "/eventgate/audit/checkpoint";
-pub const TYPE: &str = "eventgate.events.v1.AuditCheckpoint";
+pub(crate) const TOPIC: &str = "/eventgate/audit/checkpoint";
+pub(crate) const TYPE: &str = "eventgate.events.v1.AuditCheckpoint";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     pub node: String,
     pub store: String,
     /// The last chained row (0 before any).
@@ -71,7 +71,7 @@ const KEYS: [&str; 8] = [
 
 impl Checkpoint {
     /// The note text (every line ends in a newline, as the note format wants).
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let opt_int = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
         let opt_hash = |h: &Option<Hash>| h.as_ref().map_or("-".to_owned(), |h| hex(h));
         let time = chrono::DateTime::<chrono::Utc>::from(self.time)
@@ -89,7 +89,7 @@ impl Checkpoint {
     }
 
     /// Reads a checkpoint's text back (a note's text, as `note::open` returns it).
-    pub fn parse(text: &str) -> Result<Checkpoint, CheckpointError> {
+    pub(crate) fn parse(text: &str) -> Result<Checkpoint, CheckpointError> {
         let mut lines = text.lines();
         if lines.next() != Some(HEADER) {
             return Err(CheckpointError::NotACheckpoint);
@@ -147,7 +147,7 @@ impl Checkpoint {
 }
 
 /// The SHA-256 of a whole signed note: what the next checkpoint's `prev` names.
-pub fn note_hash(note: &str) -> Hash {
+pub(crate) fn note_hash(note: &str) -> Hash {
     let mut hash = [0u8; HASH_LEN];
     hash.copy_from_slice(&Sha256::digest(note.as_bytes()));
     hash
@@ -155,7 +155,7 @@ pub fn note_hash(note: &str) -> Hash {
 
 /// The store's id and its chain head as the writer left them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Head {
+pub(crate) struct Head {
     pub store: String,
     pub row_id: i64,
     pub seq: Option<i64>,
@@ -165,7 +165,7 @@ pub struct Head {
 
 /// Reads the head in one statement, so it is one consistent snapshot of the table
 /// the writer updates with every batch.
-pub fn head(conn: &Connection) -> rusqlite::Result<Head> {
+pub(crate) fn head(conn: &Connection) -> rusqlite::Result<Head> {
     conn.query_row(
         "SELECT s.store_id, c.head_row_id, c.head_seq, c.head_hash, c.pruned_rows \
          FROM audit_chain c, audit_store s WHERE c.id = 1 AND s.id = 1",
@@ -185,7 +185,7 @@ pub fn head(conn: &Connection) -> rusqlite::Result<Head> {
 
 /// The newest checkpoint note of `store` kept in the store itself (checkpoints are
 /// stored as the events they are published as).
-pub fn newest_note(conn: &Connection, store: &str) -> rusqlite::Result<Option<String>> {
+pub(crate) fn newest_note(conn: &Connection, store: &str) -> rusqlite::Result<Option<String>> {
     conn.query_row(
         "SELECT json_extract(event, '$.note') FROM events \
          WHERE topic = ?1 AND namespace = 'eventgate' AND json_extract(event, '$.store') = ?2 \

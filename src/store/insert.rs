@@ -98,7 +98,7 @@ fn taken_row_id(error: rusqlite::Error, row_id: i64) -> rusqlite::Error {
 }
 
 /// Inserts `rows` in one transaction with cached prepared statements, chaining each
-/// new row to the one before (see [`chain`]); rows whose id is already stored are
+/// new row to the one before (see `chain`); rows whose id is already stored are
 /// skipped. Returns how many rows were new. On error nothing of the batch is kept,
 /// so the same rows can simply be sent again.
 ///
@@ -224,7 +224,10 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
 /// here, next to the insert it is measured against, so a test holds the two to the
 /// same rows.
 #[cfg(any(test, feature = "bench"))]
-pub fn raw_insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> rusqlite::Result<()> {
+pub(crate) fn raw_insert_rows(
+    conn: &mut Connection,
+    rows: &[EventRow<'_>],
+) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(

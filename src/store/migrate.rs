@@ -92,26 +92,26 @@ pub const MIGRATIONS: &[Migration] = &[
 pub const LATEST: i64 = AUDIT.latest();
 
 /// The audit store's schema.
-pub const AUDIT: Schema = Schema {
+pub(crate) const AUDIT: Schema = Schema {
     application_id: APPLICATION_ID,
     migrations: MIGRATIONS,
 };
 
 /// One kind of eventgate SQLite file: its header mark and its migrations.
-pub struct Schema {
+pub(crate) struct Schema {
     pub application_id: i32,
     pub migrations: &'static [Migration],
 }
 
 impl Schema {
-    pub const fn latest(&self) -> i64 {
+    pub(crate) const fn latest(&self) -> i64 {
         self.migrations[self.migrations.len() - 1].version
     }
 }
 
 /// What a database file holds, judged from its header and schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// A new or empty file: nothing in it yet.
     Empty,
     /// A file of this schema at this version.
@@ -123,7 +123,7 @@ pub enum State {
 /// Why a file cannot be used or brought up to date; each store turns it into its
 /// own error, with the path.
 #[derive(Debug)]
-pub enum SchemaError {
+pub(crate) enum SchemaError {
     Sqlite {
         what: &'static str,
         source: rusqlite::Error,
@@ -144,7 +144,7 @@ pub enum SchemaError {
 
 impl SchemaError {
     /// The audit store's error for this, naming `path`.
-    pub fn for_store(self, path: &Path) -> StoreError {
+    pub(crate) fn for_store(self, path: &Path) -> StoreError {
         let path = path.to_path_buf();
         match self {
             SchemaError::Sqlite { what, source } => StoreError::from_open(&path, what, source),
@@ -168,7 +168,7 @@ fn sqlite(what: &'static str) -> impl Fn(rusqlite::Error) -> SchemaError {
 
 /// Reads the header and schema without writing. A file that is not SQLite at all
 /// fails here (SQLite reads the header lazily, on the first query).
-pub fn identify(conn: &Connection, schema: &Schema) -> Result<State, SchemaError> {
+pub(crate) fn identify(conn: &Connection, schema: &Schema) -> Result<State, SchemaError> {
     let read = sqlite("reading the database header");
     let application_id: i32 = conn
         .pragma_query_value(None, "application_id", |row| row.get(0))
@@ -190,7 +190,7 @@ pub fn identify(conn: &Connection, schema: &Schema) -> Result<State, SchemaError
 }
 
 /// Refuses what this binary must not touch; returns the current version (0: empty).
-pub fn usable_version(conn: &Connection, schema: &Schema) -> Result<i64, SchemaError> {
+pub(crate) fn usable_version(conn: &Connection, schema: &Schema) -> Result<i64, SchemaError> {
     match identify(conn, schema)? {
         State::Empty => Ok(0),
         State::Ours(found) if found > schema.latest() => Err(SchemaError::TooNew {
@@ -210,7 +210,7 @@ pub fn usable_version(conn: &Connection, schema: &Schema) -> Result<i64, SchemaE
 
 /// What `check-config` asks: would opening `path` be refused ([`usable_version`])?
 /// Opens read-only and changes nothing; a missing file is fine (it is created).
-pub fn check_file(path: &Path, schema: &Schema) -> Result<(), SchemaError> {
+pub(crate) fn check_file(path: &Path, schema: &Schema) -> Result<(), SchemaError> {
     if !path.exists() {
         return Ok(());
     }
@@ -223,7 +223,7 @@ pub fn check_file(path: &Path, schema: &Schema) -> Result<(), SchemaError> {
 /// Brings the schema to its latest version in one IMMEDIATE transaction: another
 /// process opening the same file at the same time waits, then finds the work done. A
 /// failed migration leaves the file as it was. Returns the version found before.
-pub fn migrate(conn: &mut Connection, schema: &Schema) -> Result<i64, SchemaError> {
+pub(crate) fn migrate(conn: &mut Connection, schema: &Schema) -> Result<i64, SchemaError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite("locking the database to migrate"))?;

@@ -7,10 +7,10 @@
 //! text, so `where timestamp >= '2024-05-01T10:00'` and `order by timestamp` work
 //! without conversions, and SQLite's date functions read them.
 
-pub mod chain;
-pub mod checkpoint;
+pub(crate) mod chain;
+pub(crate) mod checkpoint;
 mod insert;
-pub mod migrate;
+pub(crate) mod migrate;
 pub(crate) mod retention;
 pub(crate) mod verify;
 pub(crate) mod workload;
@@ -26,10 +26,10 @@ use thiserror::Error;
 use crate::event::{Clock, Event, Identity, Witness};
 use crate::proto::rfc3339_nanos;
 use crate::publisher::{Columns, Publisher};
+pub use insert::insert_rows;
 #[cfg(any(test, feature = "bench"))]
-pub use insert::raw_insert_rows;
-pub use insert::{InsertError, insert_rows};
-pub use workload::WorkloadColumns;
+pub(crate) use insert::raw_insert_rows;
+pub(crate) use workload::WorkloadColumns;
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -135,13 +135,13 @@ impl Synchronous {
 }
 
 /// The longest `busy_timeout` accepted (SQLite takes milliseconds as a C int).
-pub const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(3600);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriterOptions {
     pub synchronous: Synchronous,
     /// How long a statement waits for another connection's lock before failing
-    /// with SQLITE_BUSY. At most [`MAX_BUSY_TIMEOUT`].
+    /// with SQLITE_BUSY. At most `MAX_BUSY_TIMEOUT`.
     pub busy_timeout: Duration,
 }
 

@@ -43,7 +43,7 @@ pub(crate) struct Managers {
 
 /// How asking one manager went, for the marker, the log and `/readyz`'s detail.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ManagerReport {
+pub(crate) struct ManagerReport {
     /// `cri` or `docker`.
     pub name: &'static str,
     pub address: String,
@@ -52,7 +52,7 @@ pub struct ManagerReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Listed {
         sandboxes: u64,
         containers: u64,
@@ -64,7 +64,7 @@ pub enum Outcome {
 }
 
 impl ManagerReport {
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         matches!(self.outcome, Outcome::Failed(_))
     }
 

@@ -43,14 +43,14 @@ pub(crate) use status::{UpstreamState, UpstreamStatus, UpstreamWatch};
 use crate::exchange::Exchange;
 
 /// The running upstream tasks of one gateway.
-pub struct Upstreams {
+pub(crate) struct Upstreams {
     statuses: Vec<state::Receiver<UpstreamStatus>>,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
 }
 
 impl Upstreams {
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Self {
             statuses: Vec::new(),
             cancel: CancellationToken::new(),
@@ -60,7 +60,7 @@ impl Upstreams {
 
     /// Starts one task per spec. Specs are validated by the config beforehand; an
     /// unreachable upstream is not an error here, it is retried in the background.
-    pub fn start(
+    pub(crate) fn start(
         specs: &[UpstreamSpec],
         exchange: &Exchange,
         data_dir: &std::path::Path,
@@ -96,24 +96,27 @@ impl Upstreams {
         upstreams
     }
 
-    pub fn statuses(&self) -> Vec<UpstreamStatus> {
+    #[cfg(test)]
+    pub(crate) fn statuses(&self) -> Vec<UpstreamStatus> {
         self.watch().statuses()
     }
 
     /// Ready when every upstream is subscribed; otherwise what is not, one line each.
-    pub fn readiness(&self) -> Result<(), Vec<String>> {
+    #[cfg(test)]
+    pub(crate) fn readiness(&self) -> Result<(), Vec<String>> {
         self.watch().readiness()
     }
 
     /// A cheap, clonable view of every upstream's state, for the admin endpoint.
-    pub fn watch(&self) -> UpstreamWatch {
+    pub(crate) fn watch(&self) -> UpstreamWatch {
         UpstreamWatch {
             statuses: self.statuses.clone(),
         }
     }
 
     /// Waits until the named upstream's state satisfies `check`, or `timeout` passes.
-    pub async fn wait_for(
+    #[cfg(test)]
+    pub(crate) async fn wait_for(
         &self,
         name: &str,
         timeout: Duration,
@@ -133,7 +136,7 @@ impl Upstreams {
 
     /// Ends every subscription, recording a disconnected marker for each that was up.
     /// Must run before the exchange closes, or the markers have nowhere to go.
-    pub async fn stop(&mut self, timeout: Duration) {
+    pub(crate) async fn stop(&mut self, timeout: Duration) {
         self.cancel.cancel();
         let join = async { while self.tasks.join_next().await.is_some() {} };
         if tokio::time::timeout(timeout, join).await.is_err() {

@@ -10,17 +10,18 @@ use super::managers::ManagerReport;
 
 /// Every upstream's current state; cheap to clone.
 #[derive(Clone, Default)]
-pub struct UpstreamWatch {
+pub(crate) struct UpstreamWatch {
     pub(super) statuses: Vec<watch::Receiver<UpstreamStatus>>,
 }
 
 impl UpstreamWatch {
-    pub fn statuses(&self) -> Vec<UpstreamStatus> {
+    pub(crate) fn statuses(&self) -> Vec<UpstreamStatus> {
         self.statuses.iter().map(|rx| rx.borrow().clone()).collect()
     }
 
     /// Ready when every upstream is subscribed; otherwise what is not, one line each.
-    pub fn readiness(&self) -> Result<(), Vec<String>> {
+    #[cfg(test)]
+    pub(crate) fn readiness(&self) -> Result<(), Vec<String>> {
         let problems: Vec<String> = self
             .statuses()
             .into_iter()
@@ -37,7 +38,7 @@ impl UpstreamWatch {
 
 /// Where an upstream's subscription stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UpstreamState {
+pub(crate) enum UpstreamState {
     /// Not subscribed since `since`; `attempts` connection attempts failed so far.
     Connecting {
         since: SystemTime,
@@ -51,7 +52,7 @@ pub enum UpstreamState {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpstreamStatus {
+pub(crate) struct UpstreamStatus {
     pub name: String,
     pub address: String,
     pub state: UpstreamState,
@@ -61,7 +62,7 @@ pub struct UpstreamStatus {
 }
 
 impl UpstreamStatus {
-    pub fn is_connected(&self) -> bool {
+    pub(crate) fn is_connected(&self) -> bool {
         matches!(self.state, UpstreamState::Connected { .. })
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use eventgate::bench::load::{lifecycle, publish_all};
+use eventgate::internal::bench::load::{lifecycle, publish_all};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::SubscribeRequest;
 use eventgate::proto::containerd::services::events::v1::events_client::EventsClient;
@@ -231,7 +231,7 @@ fn a_held_upstream_stays_subscribed_and_loses_nothing() {
     let oom = Registry::global()
         .encode_json("containerd.events.TaskOOM", r#"{"container_id":"c"}"#)
         .expect("encode");
-    let item = eventgate::bench::load::Item {
+    let item = eventgate::internal::bench::load::Item {
         namespace: "default".into(),
         topic: "/tasks/oom",
         event: oom,

@@ -7,7 +7,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use eventgate::reconcile::{NodeState, TaskStatus, list_node};
+use eventgate::internal::reconcile::{NodeState, TaskStatus, list_node};
 use support::containerd::{Containerd, IMAGE, Tasks, busybox_image, ctr_at};
 use support::*;
 

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 
 use eventgate::event::{Event, EventId, Source};
+use eventgate::internal::store::{EventRow, WriterOptions, insert_rows, open_writer};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::types::Envelope;
-use eventgate::store::{EventRow, WriterOptions, insert_rows, open_writer};
 use serde_json::Value;
 use support::*;
 

@@ -6,7 +6,7 @@ use crate::support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use eventgate::store;
+use eventgate::internal::store;
 use support::*;
 
 const EVENTS: i64 = 5;

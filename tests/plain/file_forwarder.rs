@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use eventgate::event::{Event, EventId, Source};
-use eventgate::forward::file::{FileKind, Format, render_line};
 use eventgate::forward::{Batch, Context, Forwarder, Kind, Options};
+use eventgate::internal::forward::file::{FileKind, Format, render_line};
+use eventgate::internal::render;
 use eventgate::proto::containerd::types::Envelope;
 use serde_json::Value;
 use support::config::Config;
@@ -475,7 +476,7 @@ async fn an_idle_file_is_rotated_once_its_first_line_is_max_age_old() {
     });
     let expected: String = events
         .iter()
-        .map(|e| format!("{}\n", eventgate::render::ctr_line(&e.envelope).unwrap()))
+        .map(|e| format!("{}\n", render::ctr_line(&e.envelope).unwrap()))
         .collect();
     assert_eq!(
         fs::read_to_string(dir.path().join(rotated)).unwrap(),

@@ -11,7 +11,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use eventgate::{deadletter, store};
+use eventgate::internal::{deadletter, store};
 use support::*;
 
 fn fixture(name: &str) -> PathBuf {

@@ -10,9 +10,9 @@ use crate::support;
 
 use eventgate::event::{Event, EventId, Source};
 use eventgate::filter::Filter;
+use eventgate::internal::render;
 use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::proto::containerd::types::Envelope;
-use eventgate::render;
 use proptest::prelude::*;
 use prost::Message as _;
 use prost_types::Any;

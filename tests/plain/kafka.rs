@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use eventgate::event::{Event, EventId, Source};
 use eventgate::filter::Filter;
-use eventgate::forward::kafka::KafkaKind;
 use eventgate::forward::{Batch, Context, ForwardError, Forwarder, Kind, Options};
+use eventgate::internal::forward::kafka::KafkaKind;
 use eventgate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
 use eventgate::pipeline::{Parts, Pipeline};
 use eventgate::proto::Registry;

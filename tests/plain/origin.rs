@@ -330,8 +330,8 @@ async fn reconciled_events_are_marked_in_every_record_and_selectable_by_origin()
 /// the real gateway redelivers the event to its forwarder still marked reconciled.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_letter_keeps_its_origin_through_list_and_retry() {
-    use eventgate::deadletter::{Failure, Reason, Store};
     use eventgate::event::{Event, EventId};
+    use eventgate::internal::deadletter::{Failure, Reason, Store};
     use std::sync::Arc;
     use std::time::SystemTime;
 

@@ -5,6 +5,8 @@ mod fake_daemon;
 
 use std::time::{Duration, Instant};
 
+use eventgate::internal::reconcile::list::ListError;
+use eventgate::internal::reconcile::{NodeState, TaskStatus, list_node};
 use eventgate::proto::containerd::services::containers::v1::container::Runtime;
 use eventgate::proto::containerd::services::containers::v1::{Container, ListContainersResponse};
 use eventgate::proto::containerd::services::images::v1::{Image, ListImagesResponse};
@@ -12,8 +14,6 @@ use eventgate::proto::containerd::services::namespaces::v1::{ListNamespacesRespo
 use eventgate::proto::containerd::services::tasks::v1::ListTasksResponse;
 use eventgate::proto::containerd::types::Descriptor;
 use eventgate::proto::containerd::v1::types::{Process, Status};
-use eventgate::reconcile::list::ListError;
-use eventgate::reconcile::{NodeState, TaskStatus, list_node};
 use prost::Message;
 use tonic::Code;
 

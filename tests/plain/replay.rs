@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use eventgate::event::{Event, EventId, Source};
+use eventgate::internal::query::{Query, Reader, RowRange, StoredEvent};
+use eventgate::internal::store::{EventRow, WriterOptions, insert_rows, open_writer};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::SubscribeRequest;
 use eventgate::proto::containerd::types::Envelope;
-use eventgate::query::{Query, Reader, RowRange, StoredEvent};
-use eventgate::store::{EventRow, WriterOptions, insert_rows, open_writer};
 use serde_json::Value;
 use support::config::Config;
 use support::*;

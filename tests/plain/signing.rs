@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use eventgate::note::{Verifier, load_key, open};
+use eventgate::internal::note::{Verifier, load_key, open};
 use support::*;
 
 fn run(cmd: &mut Command) -> (bool, String, String) {
@@ -283,7 +283,7 @@ fn copy_store(data: &Path, to: &Path) -> std::path::PathBuf {
 /// What an attacker who read migrations/README.md does after changing rows: every
 /// hash from `from` on recomputed with the store's own hashing, and the head's hash.
 fn rehash_from(db: &Path, from: i64) {
-    use eventgate::store::chain::{COLUMNS, row_hash};
+    use eventgate::internal::store::chain::{COLUMNS, row_hash};
     use rusqlite::types::ValueRef;
     let conn = rusqlite::Connection::open(db).expect("open");
     let mut prev: [u8; 32] = conn

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventgate::event::Event;
-use eventgate::forward::sqlite::SqliteForwarder;
 use eventgate::forward::{Batch, ErrorKind, Forwarder};
+use eventgate::internal::forward::sqlite::SqliteForwarder;
+use eventgate::internal::store::{self, Synchronous, WriterOptions};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::PublishRequest;
-use eventgate::store::{self, Synchronous, WriterOptions};
 use rusqlite::Connection;
 use support::config::Config;
 use support::*;

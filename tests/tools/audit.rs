@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use eventgate::store;
+use eventgate::internal::store;
 use support::*;
 
 const EVENTS: i64 = 5;

@@ -10,7 +10,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use eventgate::note::{NoteError, Signer, Verifier, load_key, open};
+use eventgate::internal::note::{NoteError, Signer, Verifier, load_key, open};
 use support::*;
 
 const GO_PROGRAM: &str = r#"package main

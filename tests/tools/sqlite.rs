@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use eventgate::store::{self};
+use eventgate::internal::store::{self};
 use rusqlite::Connection;
 use support::config::Config;
 use support::*;

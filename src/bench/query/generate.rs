@@ -35,10 +35,10 @@ use crate::proto::containerd::types::{Envelope, Mount};
 
 /// Bumped whenever the events generated for the same parameters change, so a store
 /// made by an older generator is not reused.
-pub const GENERATOR_VERSION: u32 = 1;
+pub(crate) const GENERATOR_VERSION: u32 = 1;
 
 /// 2024-05-01T00:00:00Z: stores are reproducible, so queries can name fixed times.
-pub const START_SECS: i64 = 1_714_521_600;
+pub(crate) const START_SECS: i64 = 1_714_521_600;
 
 /// Per-mille weights of the topics (see the module documentation).
 const TOPICS: &[(&str, u32)] = &[
@@ -83,7 +83,7 @@ const IMAGES: &[&str] = &[
 /// What a generated store is made of; equal parameters make equal stores (up to the
 /// random bits of the ids).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Params {
+pub(crate) struct Params {
     pub rows: u64,
     /// Timestamps run from [`START_SECS`] over this many seconds.
     pub span_secs: i64,
@@ -94,7 +94,7 @@ pub struct Params {
 
 impl Params {
     /// The `index`-th container id of the pool (what `event.container_id` queries name).
-    pub fn container_id(&self, index: u32) -> String {
+    pub(crate) fn container_id(&self, index: u32) -> String {
         let mut rng = StdRng::seed_from_u64(self.seed ^ 0xc0_47a1_4e45);
         let mut id = String::new();
         for _ in 0..=index.min(self.containers.saturating_sub(1)) {
@@ -112,7 +112,7 @@ struct Container {
 }
 
 /// Produces the store's events in order, in batches.
-pub struct Generator {
+pub(crate) struct Generator {
     params: Params,
     rng: StdRng,
     containers: Vec<Container>,
@@ -150,7 +150,7 @@ fn any<M: Message>(type_url: &str, message: &M) -> Any {
 }
 
 impl Generator {
-    pub fn new(params: &Params) -> Self {
+    pub(crate) fn new(params: &Params) -> Self {
         let mut pool_rng = StdRng::seed_from_u64(params.seed ^ 0xc0_47a1_4e45);
         let mut rng = StdRng::seed_from_u64(params.seed);
         let containers = (0..params.containers.max(1))
@@ -174,7 +174,7 @@ impl Generator {
     }
 
     /// Up to `count` more events (fewer at the end of the store).
-    pub fn batch(&mut self, count: usize) -> Vec<Event> {
+    pub(crate) fn batch(&mut self, count: usize) -> Vec<Event> {
         let left = self.params.rows + 1 - self.next_seq;
         let count = count.min(usize::try_from(left).unwrap_or(usize::MAX));
         (0..count).map(|_| self.next()).collect()

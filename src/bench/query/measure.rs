@@ -15,7 +15,7 @@ use crate::query::{Query, Reader, RowRange};
 
 /// One query of the table.
 #[derive(Clone, Debug)]
-pub struct Case {
+pub(crate) struct Case {
     pub name: &'static str,
     /// The filter as typed on the `eventgate query` command line.
     pub filter: String,
@@ -27,7 +27,7 @@ pub struct Case {
 }
 
 impl Case {
-    pub fn query(&self) -> Result<Query, BenchError> {
+    pub(crate) fn query(&self) -> Result<Query, BenchError> {
         let filter = Filter::parse(&self.filter).map_err(|e| BenchError::Failed {
             what: format!("filter {}: {e}", self.filter),
         })?;
@@ -40,7 +40,7 @@ impl Case {
     }
 
     /// The arguments of the equivalent `eventgate query` command.
-    pub fn command_line(&self) -> String {
+    pub(crate) fn command_line(&self) -> String {
         let mut out = format!("'{}'", self.filter);
         let time = |t: SystemTime| crate::query::time::stored_form(t).replace(".000000000", "");
         if let Some(since) = self.since {
@@ -57,13 +57,13 @@ impl Case {
 }
 
 /// The hour the range queries read: the one starting half-way through the store.
-pub fn measured_hour(params: &Params) -> (SystemTime, SystemTime) {
+pub(crate) fn measured_hour(params: &Params) -> (SystemTime, SystemTime) {
     let offset = (params.span_secs / 2) / 3600 * 3600;
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs((START_SECS + offset) as u64);
     (start, start + Duration::from_secs(3600))
 }
 
-pub fn cases(params: &Params) -> Vec<Case> {
+pub(crate) fn cases(params: &Params) -> Vec<Case> {
     let (from, to) = measured_hour(params);
     let case = |name, filter: &str, range: bool, limit: Option<u64>, full_scan| Case {
         name,
@@ -103,7 +103,7 @@ pub fn cases(params: &Params) -> Vec<Case> {
 
 /// What one case measured.
 #[derive(Clone, Debug)]
-pub struct Measured {
+pub(crate) struct Measured {
     pub case: Case,
     pub eventgate: Vec<Duration>,
     pub raw: Vec<Duration>,
@@ -115,18 +115,18 @@ pub struct Measured {
     pub plan: String,
 }
 
-pub fn median(durations: &[Duration]) -> Duration {
+pub(crate) fn median(durations: &[Duration]) -> Duration {
     let mut sorted = durations.to_vec();
     sorted.sort();
     sorted.get(sorted.len() / 2).copied().unwrap_or_default()
 }
 
-pub fn max(durations: &[Duration]) -> Duration {
+pub(crate) fn max(durations: &[Duration]) -> Duration {
     durations.iter().copied().max().unwrap_or_default()
 }
 
 /// A plain rusqlite program's read connection to the same file.
-pub fn raw_connection(db: &Path) -> Result<Connection, BenchError> {
+pub(crate) fn raw_connection(db: &Path) -> Result<Connection, BenchError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     Connection::open_with_flags(db, flags).map_err(|source| BenchError::Sqlite {
         what: "opening the store read-only",
@@ -139,7 +139,7 @@ fn sqlite(what: &'static str) -> impl Fn(rusqlite::Error) -> BenchError {
 }
 
 /// Runs the SQL `query` translates to, reading every column `Reader` reads.
-pub fn raw_run(conn: &Connection, query: &Query) -> Result<u64, BenchError> {
+pub(crate) fn raw_run(conn: &Connection, query: &Query) -> Result<u64, BenchError> {
     let plan = query.plan(RowRange::ALL);
     let mut stmt = conn
         .prepare_cached(&plan.sql)
@@ -172,7 +172,7 @@ pub fn raw_run(conn: &Connection, query: &Query) -> Result<u64, BenchError> {
 
 /// Runs the query through the reader `eventgate query` uses; the rows are decoded
 /// and dropped.
-pub fn eventgate_run(reader: &Reader, query: &Query) -> Result<u64, BenchError> {
+pub(crate) fn eventgate_run(reader: &Reader, query: &Query) -> Result<u64, BenchError> {
     let mut rows = 0u64;
     reader.each(query, RowRange::ALL, |stored| {
         std::hint::black_box(&stored);
@@ -182,7 +182,7 @@ pub fn eventgate_run(reader: &Reader, query: &Query) -> Result<u64, BenchError> 
     Ok(rows)
 }
 
-pub fn explain(conn: &Connection, query: &Query) -> Result<String, BenchError> {
+pub(crate) fn explain(conn: &Connection, query: &Query) -> Result<String, BenchError> {
     let plan = query.plan(RowRange::ALL);
     let mut stmt = conn
         .prepare(&format!("EXPLAIN QUERY PLAN {}", plan.sql))
@@ -199,7 +199,7 @@ pub fn explain(conn: &Connection, query: &Query) -> Result<String, BenchError> {
 
 /// One warm-up run of each side (so the file is in the page cache and statements are
 /// prepared), then `runs` timed runs alternating eventgate and raw.
-pub fn measure(db: &Path, case: &Case, runs: usize) -> Result<Measured, BenchError> {
+pub(crate) fn measure(db: &Path, case: &Case, runs: usize) -> Result<Measured, BenchError> {
     let query = case.query()?;
     let reader = Reader::open(db)?;
     let raw = raw_connection(db)?;

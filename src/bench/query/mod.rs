@@ -6,8 +6,8 @@
 //! the same parameters reuses it. The side file is written only once the store is
 //! complete, and a file without one is never overwritten.
 
-pub mod generate;
-pub mod measure;
+pub(crate) mod generate;
+pub(crate) mod measure;
 #[cfg(test)]
 mod tests;
 
@@ -28,7 +28,7 @@ const TRANSACTION_ROWS: usize = 50_000;
 
 /// How a store came to be there.
 #[derive(Clone, Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub path: PathBuf,
     pub rows: u64,
     pub bytes: u64,
@@ -75,7 +75,7 @@ fn file_size(path: &Path) -> u64 {
 /// Reuses the store at `db` if it was generated with `params`; otherwise generates
 /// it (replacing only a store this benchmark made). `progress` hears about every
 /// committed transaction with the rows written so far.
-pub fn prepare(
+pub(crate) fn prepare(
     db: &Path,
     params: &Params,
     progress: &mut dyn FnMut(u64, Duration),

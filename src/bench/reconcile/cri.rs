@@ -32,7 +32,7 @@ use crate::reconcile::managed::{needs_status, recorded_exits};
 use crate::reconcile::snapshot::Snapshot;
 
 /// The pods' Kubernetes namespace.
-pub const POD_NAMESPACE: &str = "bench";
+pub(crate) const POD_NAMESPACE: &str = "bench";
 
 /// What every container runs once started: it fails at once.
 const SCRIPT: &str = "exit 1";
@@ -48,7 +48,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Debug)]
-pub struct CriBench {
+pub(crate) struct CriBench {
     pub containerd: std::path::PathBuf,
     pub ctr: std::path::PathBuf,
     /// CRI containers (CreateContainer), the pods' sandboxes not counted.
@@ -65,7 +65,7 @@ pub struct CriBench {
 
 impl CriBench {
     /// Why these sizes cannot be run, if they cannot.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         if self.pods == 0 {
             return Some("--pods must be at least 1".into());
         }
@@ -81,7 +81,7 @@ impl CriBench {
 
     /// The events a reconcile must record for `n` containers that started and exited
     /// while the gateway was down: each one's run, as the CRI kept it.
-    pub fn expected_changed(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn expected_changed(&self) -> BTreeMap<String, u64> {
         let n = self.exited_while_down as u64;
         if n == 0 {
             return BTreeMap::new();
@@ -95,7 +95,7 @@ impl CriBench {
 
 /// The kubelet's relist in one round (the median of [`REPEATS`]).
 #[derive(Clone, Debug)]
-pub struct Relist {
+pub(crate) struct Relist {
     pub time: Duration,
     pub sandboxes: usize,
     pub containers: usize,
@@ -104,7 +104,7 @@ pub struct Relist {
 
 /// eventgate's `CriClient::list` in one round (the median of [`REPEATS`]).
 #[derive(Clone, Debug)]
-pub struct CriPass {
+pub(crate) struct CriPass {
     pub time: Duration,
     pub sandboxes: usize,
     pub containers: usize,
@@ -113,7 +113,7 @@ pub struct CriPass {
 }
 
 #[derive(Clone, Debug)]
-pub struct CriRound {
+pub(crate) struct CriRound {
     pub relist: Relist,
     /// containerd's `list_node` on a fresh connection.
     pub list_node: Listing,
@@ -135,7 +135,7 @@ pub struct CriRound {
 impl CriRound {
     /// What did not add up, if anything. Above all: a status call on an unchanged
     /// node, by eventgate's CRI client or by the gateway's reconcile.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if (self.relist.sandboxes, self.relist.containers) != (self.pods, self.containers) {
             problems.push(format!(
@@ -244,14 +244,18 @@ impl CriRound {
 }
 
 #[derive(Clone, Debug)]
-pub struct CriResults {
+pub(crate) struct CriResults {
     pub filled_in: Duration,
     pub rounds: Vec<CriRound>,
 }
 
 /// Fills a CRI node, runs the rounds, and stops its pods and containerd again (also
 /// when a round fails).
-pub async fn run(eventgate: &Path, dir: &Path, bench: &CriBench) -> Result<CriResults, BenchError> {
+pub(crate) async fn run(
+    eventgate: &Path,
+    dir: &Path,
+    bench: &CriBench,
+) -> Result<CriResults, BenchError> {
     if let Some(problem) = bench.problem() {
         return Err(BenchError::Failed { what: problem });
     }

@@ -21,7 +21,7 @@ use super::super::daemon::Daemon;
 use crate::markers::{CONNECTED_TOPIC, RECONCILED_TOPIC};
 
 /// The upstream's name in the gateway (and its snapshot's file name).
-pub const UPSTREAM: &str = "node";
+pub(crate) const UPSTREAM: &str = "node";
 
 /// How long a reconcile of a large node may take on a loaded machine before the
 /// benchmark gives up.
@@ -29,7 +29,7 @@ const RECONCILE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// What one gateway start recorded and cost.
 #[derive(Clone, Debug)]
-pub struct GatewayRun {
+pub(crate) struct GatewayRun {
     /// `received_at` of the connected marker to that of the reconciled marker: the
     /// lists, the settle, the diff and recording its events.
     pub to_marker: Duration,
@@ -42,9 +42,6 @@ pub struct GatewayRun {
     pub baseline: bool,
     /// Whether the state snapshot was saved after the marker, as a reconcile ends.
     pub saved: bool,
-    /// What the daemon held, per the marker.
-    pub containers: u64,
-    pub tasks: u64,
     /// The managers above containerd the reconcile asked (the marker's `managers`).
     pub managers: Vec<ManagerSeen>,
     /// The gateway's RSS once started, before its upstream appeared.
@@ -58,19 +55,19 @@ pub struct GatewayRun {
 }
 
 impl GatewayRun {
-    pub fn events(&self) -> u64 {
+    pub(crate) fn events(&self) -> u64 {
         self.recorded.values().sum()
     }
 
     /// The marker's entry for manager `name` (`cri`, `docker`).
-    pub fn manager(&self, name: &str) -> Option<&ManagerSeen> {
+    pub(crate) fn manager(&self, name: &str) -> Option<&ManagerSeen> {
         self.managers.iter().find(|m| m.name == name)
     }
 }
 
 /// One entry of the reconciled marker's `managers`: how asking a manager went.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ManagerSeen {
+pub(crate) struct ManagerSeen {
     pub name: String,
     /// `listed`, `absent` or `failed`.
     pub state: String,
@@ -83,7 +80,7 @@ pub struct ManagerSeen {
 
 /// Starts a gateway on `dir` (its data directory kept between calls), lets it
 /// reconcile with the containerd at `containerd_socket` through `link`, and stops it.
-pub async fn reconcile_once(
+pub(crate) async fn reconcile_once(
     eventgate: &Path,
     dir: &Path,
     link: &Path,
@@ -130,8 +127,6 @@ pub async fn reconcile_once(
         stored: found.stored,
         baseline: found.baseline,
         saved,
-        containers: found.containers,
-        tasks: found.tasks,
         managers: found.managers,
         rss_before,
         peak_rss,
@@ -158,8 +153,6 @@ struct Found {
     recorded: BTreeMap<String, u64>,
     stored: u64,
     baseline: bool,
-    containers: u64,
-    tasks: u64,
     managers: Vec<ManagerSeen>,
 }
 
@@ -247,8 +240,6 @@ fn markers(conn: &Connection, since: i64) -> Result<Option<Found>, BenchError> {
             .unwrap_or_default(),
         stored: stored.max(0) as u64,
         baseline: event["baseline"].as_bool().unwrap_or(false),
-        containers: number(&event["containers"]),
-        tasks: number(&event["tasks"]),
         managers: event["managers"]
             .as_array()
             .map(|managers| managers.iter().map(manager).collect())

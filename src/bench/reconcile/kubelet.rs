@@ -40,21 +40,21 @@ const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// A pod as the kubelet ran it: its sandbox id and the config every CreateContainer
 /// of the pod repeats.
 #[derive(Clone, Debug)]
-pub struct Pod {
+pub(crate) struct Pod {
     pub id: String,
     pub config: PodSandboxConfig,
 }
 
 /// One relist: what the CRI holds.
 #[derive(Clone, Debug)]
-pub struct Relisted {
+pub(crate) struct Relisted {
     pub sandboxes: Vec<PodSandbox>,
     pub containers: Vec<Container>,
 }
 
 impl Relisted {
     /// Containers in state EXITED.
-    pub fn exited(&self) -> usize {
+    pub(crate) fn exited(&self) -> usize {
         self.containers
             .iter()
             .filter(|c| c.state == ContainerState::ContainerExited as i32)
@@ -63,7 +63,7 @@ impl Relisted {
 }
 
 #[derive(Clone)]
-pub struct Kubelet {
+pub(crate) struct Kubelet {
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
     /// Where the pods' log directories go (`/var/log/pods` on a node).
@@ -73,7 +73,7 @@ pub struct Kubelet {
 impl Kubelet {
     /// Connects to containerd's socket and waits until its CRI plugin serves (it
     /// refuses calls while it initialises, after the socket accepts).
-    pub async fn connect(socket: &Path, logs: PathBuf) -> Result<Kubelet, BenchError> {
+    pub(crate) async fn connect(socket: &Path, logs: PathBuf) -> Result<Kubelet, BenchError> {
         let channel =
             crate::client::connect_channel(&socket.display().to_string(), CALL_TIMEOUT).await?;
         let kubelet = Kubelet {
@@ -98,7 +98,7 @@ impl Kubelet {
 
     /// Waits until the CRI plugin knows `image` by name: it learns of an image
     /// imported into `k8s.io` from containerd's events, after the import returned.
-    pub async fn wait_image(&self, image: &str) -> Result<(), BenchError> {
+    pub(crate) async fn wait_image(&self, image: &str) -> Result<(), BenchError> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let mut client = self.images.clone();
@@ -128,7 +128,12 @@ impl Kubelet {
     /// hostname, a log directory `NAMESPACE_NAME_UID` (created, as the kubelet does),
     /// the `io.kubernetes.pod.*` labels, the config source and first-seen annotations,
     /// network NODE, PID CONTAINER, IPC POD. The sandbox is ready when this returns.
-    pub async fn run_pod(&self, name: &str, namespace: &str, uid: &str) -> Result<Pod, BenchError> {
+    pub(crate) async fn run_pod(
+        &self,
+        name: &str,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<Pod, BenchError> {
         let log_directory = self.logs.join(format!("{namespace}_{name}_{uid}"));
         create_dir(&log_directory)?;
         let config = PodSandboxConfig {
@@ -178,7 +183,12 @@ impl Kubelet {
     /// `io.kubernetes.container.name` and `io.kubernetes.pod.*` labels, the hash,
     /// restart count, termination message and grace period annotations, log path
     /// `NAME/0.log` (its directory created), the pod's namespace modes.
-    pub async fn create(&self, pod: &Pod, name: &str, script: &str) -> Result<String, BenchError> {
+    pub(crate) async fn create(
+        &self,
+        pod: &Pod,
+        name: &str,
+        script: &str,
+    ) -> Result<String, BenchError> {
         let meta = pod.config.metadata.clone().unwrap_or_default();
         create_dir(&Path::new(&pod.config.log_directory).join(name))?;
         let command: Vec<String> = ["/bin/busybox", "sh", "-c", script]
@@ -228,7 +238,7 @@ impl Kubelet {
             .container_id)
     }
 
-    pub async fn start(&self, id: &str) -> Result<(), BenchError> {
+    pub(crate) async fn start(&self, id: &str) -> Result<(), BenchError> {
         let mut client = self.runtime.clone();
         let request = StartContainerRequest {
             container_id: id.into(),
@@ -239,7 +249,7 @@ impl Kubelet {
     }
 
     /// The kubelet's relist: every pod sandbox, then every container.
-    pub async fn relist(&self) -> Result<Relisted, BenchError> {
+    pub(crate) async fn relist(&self) -> Result<Relisted, BenchError> {
         let mut client = self.runtime.clone();
         let sandboxes = bounded(
             "ListPodSandbox",
@@ -260,7 +270,11 @@ impl Kubelet {
     }
 
     /// Polls ListContainers until every one of `ids` has exited.
-    pub async fn wait_exited(&self, ids: &[String], within: Duration) -> Result<(), BenchError> {
+    pub(crate) async fn wait_exited(
+        &self,
+        ids: &[String],
+        within: Duration,
+    ) -> Result<(), BenchError> {
         let deadline = Instant::now() + within;
         loop {
             let mut client = self.runtime.clone();
@@ -293,7 +307,7 @@ impl Kubelet {
 
     /// StopPodSandbox: every container of the pod killed, the sandbox stopped and
     /// its shm unmounted (the pod is not removed: its containerd goes as a whole).
-    pub async fn stop_pod(&self, id: &str) -> Result<(), BenchError> {
+    pub(crate) async fn stop_pod(&self, id: &str) -> Result<(), BenchError> {
         let mut client = self.runtime.clone();
         bounded(
             "StopPodSandbox",

@@ -16,7 +16,7 @@ use crate::reconcile::{NodeState, TaskState, TaskStatus};
 
 /// One pass: the three steps' times, what the diff found, what it cost in memory.
 #[derive(Clone, Debug)]
-pub struct Pass {
+pub(crate) struct Pass {
     pub diff: Duration,
     pub merged: Duration,
     pub save: Duration,
@@ -28,13 +28,13 @@ pub struct Pass {
 }
 
 impl Pass {
-    pub fn total(&self) -> Duration {
+    pub(crate) fn total(&self) -> Duration {
         self.diff + self.merged + self.save
     }
 }
 
 /// `recorded` compared with `daemon`, merged and saved under `dir`.
-pub async fn pass(
+pub(crate) async fn pass(
     recorded: &NodeState,
     daemon: &NodeState,
     dir: &Path,
@@ -82,7 +82,7 @@ pub async fn pass(
 
 /// `listed` as the daemon would list it after `changes`: the same containers
 /// relabelled, removed and created, the same tasks killed.
-pub fn after(listed: &NodeState, namespace: &str, changes: &Changes) -> NodeState {
+pub(crate) fn after(listed: &NodeState, namespace: &str, changes: &Changes) -> NodeState {
     let mut node = listed.clone();
     let Some(ns) = node.namespaces.get_mut(namespace) else {
         return node;

@@ -13,10 +13,10 @@
 //! [`cri`] does the same for a Kubernetes node (containerd with its CRI plugin,
 //! filled through the CRI), next to the kubelet's relist.
 
-pub mod cri;
-pub mod gateway;
-pub mod kubelet;
-pub mod library;
+pub(crate) mod cri;
+pub(crate) mod gateway;
+pub(crate) mod kubelet;
+pub(crate) mod library;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,16 +30,16 @@ use gateway::GatewayRun;
 use library::Pass;
 
 /// The label each round sets on the containers it relabels.
-pub const ROUND_LABEL: &str = "bench.round";
+pub(crate) const ROUND_LABEL: &str = "bench.round";
 
 /// The namespace the node's containers live in.
-pub const NAMESPACE: &str = "bench";
+pub(crate) const NAMESPACE: &str = "bench";
 
 /// Each list call's limit, as the gateway's own.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
-pub struct ReconcileBench {
+pub(crate) struct ReconcileBench {
     pub containerd: PathBuf,
     pub ctr: PathBuf,
     /// Containers on the node, those with tasks included.
@@ -66,7 +66,7 @@ impl ReconcileBench {
     }
 
     /// Why these sizes cannot be run, if they cannot.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         let Some(idle) = self.containers.checked_sub(self.tasks) else {
             return Some(format!(
                 "--tasks {} is more than --containers {}",
@@ -91,7 +91,7 @@ impl ReconcileBench {
 
 /// What a round changes while the gateway is down.
 #[derive(Clone, Debug, Default)]
-pub struct Changes {
+pub(crate) struct Changes {
     pub round: usize,
     pub relabeled: Vec<String>,
     pub removed: Vec<String>,
@@ -101,7 +101,7 @@ pub struct Changes {
 
 impl Changes {
     /// The events a reconcile must record for them, by topic.
-    pub fn expected(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn expected(&self) -> BTreeMap<String, u64> {
         [
             ("/containers/create", self.created.len()),
             ("/containers/update", self.relabeled.len()),
@@ -117,7 +117,7 @@ impl Changes {
 
 /// The raw peer's figures in one round.
 #[derive(Clone, Debug)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// Connecting and `list_node`, as the gateway's own listing does.
     pub time: Duration,
     /// This process's peak RSS while listing, over its RSS before.
@@ -127,7 +127,7 @@ pub struct Listing {
 }
 
 #[derive(Clone, Debug)]
-pub struct Round {
+pub(crate) struct Round {
     pub list: Listing,
     /// `ctr container ls` + `task ls` + `image ls`, per namespace, one after the other.
     pub ctr: Duration,
@@ -141,7 +141,7 @@ pub struct Round {
 impl Round {
     /// What did not add up, if anything: a reconcile that did not record what
     /// changed is not one to time.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if !self.baseline.baseline || self.baseline.events() != 0 {
             problems.push(format!(
@@ -181,14 +181,14 @@ impl Round {
 }
 
 #[derive(Clone, Debug)]
-pub struct Results {
+pub(crate) struct Results {
     pub filled_in: Duration,
     pub rounds: Vec<Round>,
 }
 
 /// Fills a node, runs the rounds, and empties the node again (also when a round
 /// fails).
-pub async fn run(
+pub(crate) async fn run(
     eventgate: &Path,
     dir: &Path,
     bench: &ReconcileBench,

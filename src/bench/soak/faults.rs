@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::super::BenchError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// SIGKILL of the gateway, started again at once.
     KillGateway,
     /// containerd (the gateway's upstream) stopped with SIGTERM and started again
@@ -25,7 +25,7 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 6] = [
+    pub(crate) const ALL: [Fault; 6] = [
         Fault::KillGateway,
         Fault::RestartContainerd,
         Fault::RestartBroker,
@@ -34,7 +34,7 @@ impl Fault {
         Fault::Reload,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Fault::KillGateway => "SIGKILL of eventgate",
             Fault::RestartContainerd => "containerd restart",

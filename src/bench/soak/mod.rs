@@ -8,7 +8,7 @@ mod check;
 mod faults;
 mod gateway;
 mod load;
-pub mod report;
+pub(crate) mod report;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,12 +22,12 @@ use rand::{Rng, SeedableRng};
 use super::BenchError;
 use super::daemon::Daemon;
 use broker::{Broker, KafkaTally};
-pub use faults::Fault;
+pub(crate) use faults::Fault;
 use gateway::Gateway;
-pub use report::Report;
+pub(crate) use report::Report;
 
 #[derive(Clone, Debug)]
-pub struct Soak {
+pub(crate) struct Soak {
     pub duration: Duration,
     pub fault_every: Duration,
     pub seed: u64,
@@ -132,7 +132,7 @@ fn write(path: &Path, text: &str) -> Result<(), BenchError> {
 }
 
 /// How long the end check waits for the sinks to catch up after the last fault.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Everything the soak runs, owned by its one control loop.
 struct Rig {
@@ -148,7 +148,7 @@ struct Rig {
     notes: Vec<String>,
 }
 
-pub async fn run(soak: Soak) -> Result<Report, BenchError> {
+pub(crate) async fn run(soak: Soak) -> Result<Report, BenchError> {
     create_dir(&soak.out)?;
     let work = tempfile::Builder::new()
         .prefix("eg-soak")

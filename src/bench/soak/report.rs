@@ -10,7 +10,7 @@ use super::faults::Fault;
 use super::gateway::{Exits, Sample};
 
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     /// The faulted part of the run.
     pub(super) duration: Duration,
     pub(super) seed: u64,
@@ -87,7 +87,7 @@ impl Report {
 
     /// Resource growth found: over the whole run (last third against second third
     /// of all samples), and within each process that lived three minutes or more.
-    pub fn growth(&self) -> Vec<String> {
+    pub(crate) fn growth(&self) -> Vec<String> {
         let all: Vec<&Sample> = self.samples.iter().collect();
         let mut found: Vec<String> = grew(&all)
             .unwrap_or_default()
@@ -102,7 +102,7 @@ impl Report {
         found
     }
 
-    pub fn failures(&self) -> Vec<String> {
+    pub(crate) fn failures(&self) -> Vec<String> {
         let mut failures = Vec::new();
         if self.acked == 0 {
             failures.push("no event was acknowledged".into());
@@ -142,7 +142,7 @@ impl Report {
         failures
     }
 
-    pub fn csv(&self) -> String {
+    pub(crate) fn csv(&self) -> String {
         let mut out = String::from("at_s,process,age_s,rss_kib,fds,threads\n");
         for s in &self.samples {
             let _ = writeln!(
@@ -154,7 +154,7 @@ impl Report {
         out
     }
 
-    pub fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         let mut out = String::new();
         let minutes = self.duration.as_secs_f64() / 60.0;
         let _ = writeln!(

@@ -45,7 +45,8 @@ use crate::errors::chain;
 use crate::event::Event;
 use crate::render;
 use archive::{Archive, Housekeeper};
-pub use options::{FileOptions, Format, Fsync};
+pub use options::Format;
+pub(crate) use options::{FileOptions, Fsync};
 use writer::{SystemClock, Writer};
 
 pub struct FileKind;
@@ -75,7 +76,7 @@ impl Kind for FileKind {
 
 /// Where a file forwarder keeps its checkpoint record: with the gateway's state, not
 /// next to the file, where pruning and readers of the directory would see it.
-pub fn record_path(context: &Context) -> PathBuf {
+pub(crate) fn record_path(context: &Context) -> PathBuf {
     context
         .data_dir
         .join("checkpoints")
@@ -84,7 +85,7 @@ pub fn record_path(context: &Context) -> PathBuf {
 
 /// Renders one event as the line the forwarder writes, newline included. Returns
 /// `false` when the payload could not be decoded (the line then carries it as base64).
-pub fn render_into(out: &mut Vec<u8>, event: &Event, format: Format) -> bool {
+pub(crate) fn render_into(out: &mut Vec<u8>, event: &Event, format: Format) -> bool {
     // Through what the format renders, so that a JSON line keeps no decoded message
     // on the event (see `Event::payload_json`).
     let decoded = event.envelope.event.is_none()
@@ -113,7 +114,7 @@ pub fn render_line(event: &Event, format: Format) -> Vec<u8> {
 
 /// The forwarder the `file` kind builds. Stops its periodic tick when dropped; `close`
 /// also syncs and waits for pending compression.
-pub struct FileForwarder {
+pub(crate) struct FileForwarder {
     name: Arc<str>,
     writer: Arc<Mutex<Writer>>,
     housekeeper: Arc<Housekeeper>,

@@ -11,7 +11,7 @@ use crate::units::ByteSize;
 /// The line shape written to the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// One JSON object per event (see [`crate::render::write_event_json`]).
+    /// One JSON object per event (see `crate::render::write_event_json`).
     Jsonl,
     /// The `ctr events` line; undecodable payloads are kept as base64 (see
     /// [`crate::render::ctr_raw_line`]).
@@ -22,7 +22,7 @@ pub enum Format {
 /// forwarder's spool cursor moves only at the pipeline's checkpoints (`checkpoint`
 /// in the forwarder's table), after what they cover is synced (except with `never`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fsync {
+pub(crate) enum Fsync {
     /// At the pipeline's checkpoints only: one fdatasync for many batches.
     Checkpoint,
     /// After every line.
@@ -37,7 +37,7 @@ pub enum Fsync {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct FileOptions {
+pub(crate) struct FileOptions {
     /// As configured; relative paths are resolved under the data directory.
     pub path: PathBuf,
     pub format: Format,
@@ -70,7 +70,7 @@ impl Default for FileOptions {
 const KEYS: &str = "path, format, max_size, max_age, keep, compress, fsync, fsync_interval";
 
 impl FileOptions {
-    pub fn parse(options: &Options) -> Result<Self, BuildError> {
+    pub(crate) fn parse(options: &Options) -> Result<Self, BuildError> {
         let mut parsed = Self::default();
         for (key, value) in options {
             let bad = |problem: String| BuildError::Options(format!("`{key}`: {problem}"));

@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use super::*;
 use crate::event::{Clock, Origin, Witness};
-use crate::forward::kafka::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat};
+use crate::forward::kafka::record::KeyMode;
+use crate::forward::kafka::{Record, RecordEncoder, TopicTemplate, ValueFormat};
 use crate::testing::{self, T0};
 
 /// Nanoseconds every timestamp below carries, so that CloudEvents' `time` shows them.

@@ -13,7 +13,7 @@ use crate::forward::{BuildError, Options, parse_options};
 /// `[[forwarder]]` keys of kind `kafka`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct KafkaOptions {
+pub(crate) struct KafkaOptions {
     /// `"host:port,host:port"` or a list of `host:port`.
     pub brokers: Brokers,
     /// A topic name, or a template using `{namespace}` and `{topic}`.
@@ -73,7 +73,7 @@ fn default_message_timeout() -> Duration {
 }
 
 #[derive(Debug)]
-pub enum Brokers {
+pub(crate) enum Brokers {
     List(Vec<String>),
     Text(String),
 }
@@ -99,7 +99,7 @@ impl<'de> Deserialize<'de> for Brokers {
 }
 
 impl Brokers {
-    pub fn joined(&self) -> String {
+    pub(crate) fn joined(&self) -> String {
         match self {
             Brokers::Text(text) => text.trim().to_owned(),
             Brokers::List(list) => list.iter().map(|b| b.trim()).collect::<Vec<_>>().join(","),
@@ -109,7 +109,7 @@ impl Brokers {
 
 /// `acks`: "all" (or -1), 1 or 0, as text or number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Acks {
+pub(crate) enum Acks {
     #[default]
     All,
     Leader,
@@ -199,7 +199,7 @@ fn field_error(key: &str, value: &toml::Value) -> Option<String> {
 }
 
 impl KafkaOptions {
-    pub fn parse(options: &Options) -> Result<Self, BuildError> {
+    pub(crate) fn parse(options: &Options) -> Result<Self, BuildError> {
         let mut parsed: KafkaOptions = parse_options(options).map_err(|error| {
             options
                 .iter()
@@ -257,7 +257,7 @@ impl KafkaOptions {
 
     /// The producer's librdkafka configuration: passthrough properties first, then
     /// the typed keys over them (each override logged at warn, without values).
-    pub fn client_config(&self, forwarder: &str) -> ClientConfig {
+    pub(crate) fn client_config(&self, forwarder: &str) -> ClientConfig {
         let mut config = ClientConfig::new();
         // One client id per forwarder makes broker-side quotas and logs attributable.
         config.set("client.id", format!("eventgate-{forwarder}"));
@@ -316,19 +316,19 @@ impl KafkaOptions {
     /// (no bootstrap servers): everything librdkafka would refuse when `serve` starts
     /// the forwarder (an unknown or invalid property, a mechanism or codec the build
     /// lacks, a CA file OpenSSL cannot load) is refused here, with the property named.
-    pub fn probe(&self) -> Result<(), BuildError> {
+    pub(crate) fn probe(&self) -> Result<(), BuildError> {
         probe::<rdkafka::producer::BaseProducer>(self.client_config("check"), |error| {
             self.describe(error)
         })
     }
 
     /// A librdkafka error made safe to show (see `Properties::describe`).
-    pub fn describe(&self, error: &rdkafka::error::KafkaError) -> String {
+    pub(crate) fn describe(&self, error: &rdkafka::error::KafkaError) -> String {
         describe(&self.properties, &self.security, error)
     }
 
     /// Every configured secret value (passthrough and typed), for the log scrubber.
-    pub fn secrets(&self) -> Vec<String> {
+    pub(crate) fn secrets(&self) -> Vec<String> {
         secrets(&self.properties, &self.security)
     }
 }

@@ -39,12 +39,14 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, Producer as _, PurgeConfig};
 use tokio::time::Instant;
 
-pub use config::KafkaOptions;
+pub(crate) use config::KafkaOptions;
 // What a Kafka source shares with the forwarder: brokers, TLS, SASL, passthrough
 // properties, read and checked the same way.
 pub(crate) use config::{Brokers, describe, probe, secrets};
 pub(crate) use properties::Properties;
-pub use record::{KeyMode, Record, RecordEncoder, TopicTemplate, ValueFormat, message_key};
+pub(crate) use record::{Record, RecordEncoder};
+#[cfg(any(test, feature = "bench"))]
+pub(crate) use record::{TopicTemplate, ValueFormat};
 pub(crate) use security::{OWNED as SECURITY_OWNED, Sasl, Security, Tls};
 
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options};
@@ -81,11 +83,14 @@ impl Kind for KafkaKind {
 /// The librdkafka configuration a `kafka` forwarder table produces with (for a
 /// benchmark's plain producer to match it).
 #[cfg(feature = "bench")]
-pub fn client_config(forwarder: &str, options: &Options) -> Result<ClientConfig, BuildError> {
+pub(crate) fn client_config(
+    forwarder: &str,
+    options: &Options,
+) -> Result<ClientConfig, BuildError> {
     Ok(KafkaOptions::parse(options)?.client_config(forwarder))
 }
 
-pub struct KafkaForwarder {
+pub(crate) struct KafkaForwarder {
     name: Arc<str>,
     options: KafkaOptions,
     /// Kept to recreate the producer after a fatal error. Never printed: it holds
@@ -101,7 +106,7 @@ pub struct KafkaForwarder {
 impl KafkaForwarder {
     /// Connects, and checks (or creates) a fixed topic. Fails with a message that
     /// says what to fix when the topic is missing; unreachable brokers only warn.
-    pub async fn start(context: &Context, options: &Options) -> Result<Self, BuildError> {
+    pub(crate) async fn start(context: &Context, options: &Options) -> Result<Self, BuildError> {
         let options = KafkaOptions::parse(options)?;
         let encoder = RecordEncoder::from_parsed(&options)?;
         let template = encoder.template().clone();

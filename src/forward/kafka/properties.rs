@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 /// librdkafka properties from `properties = { ... }`, as the strings librdkafka takes.
 #[derive(Default)]
-pub struct Properties(BTreeMap<String, String>);
+pub(crate) struct Properties(BTreeMap<String, String>);
 
 impl<'de> Deserialize<'de> for Properties {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -47,12 +47,12 @@ impl fmt::Debug for Properties {
 use crate::redact::is_secret;
 
 impl Properties {
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// The values of the secret properties (non-empty ones).
-    pub fn secrets(&self) -> Vec<String> {
+    pub(crate) fn secrets(&self) -> Vec<String> {
         self.0
             .iter()
             .filter(|(k, v)| is_secret(k) && !v.is_empty())
@@ -62,13 +62,13 @@ impl Properties {
 
     /// `text` with the values of secret keys masked, by key (`sasl.password = ...`)
     /// and where a configured secret stands alone (see [`crate::redact`]).
-    pub fn scrub(&self, text: &str) -> String {
+    pub(crate) fn scrub(&self, text: &str) -> String {
         crate::redact::text(text, &self.secrets())
     }
 
     /// A librdkafka error made safe to show: config errors are rebuilt without the
     /// offending value (librdkafka quotes it), anything else has secrets masked.
-    pub fn describe(&self, error: &KafkaError) -> String {
+    pub(crate) fn describe(&self, error: &KafkaError) -> String {
         match error {
             KafkaError::ClientConfig(_, description, key, _) => self.scrub(&format!(
                 "invalid librdkafka property {key:?}: {description}"

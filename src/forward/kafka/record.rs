@@ -15,7 +15,7 @@ const MAX_TOPIC_LEN: usize = 249;
 /// `value_format`: how the message value is encoded.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub enum ValueFormat {
+pub(crate) enum ValueFormat {
     /// The containerd `Envelope`, protobuf-encoded exactly as accepted.
     #[default]
     Protobuf,
@@ -32,7 +32,7 @@ pub enum ValueFormat {
 /// partition, and Kafka keeps order only within a partition.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub enum KeyMode {
+pub(crate) enum KeyMode {
     /// `namespace/object id` ([`message_key`]): one container's (image's,
     /// snapshot's...) events stay in order on one partition.
     #[default]
@@ -60,12 +60,12 @@ enum Part {
 /// outside `[a-zA-Z0-9._-]` becomes `_`, an empty value becomes `_`, and the result
 /// is cut to 249 characters. The literal parts must already be legal.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicTemplate {
+pub(crate) struct TopicTemplate {
     parts: Vec<Part>,
 }
 
 impl TopicTemplate {
-    pub fn parse(text: &str) -> Result<Self, BuildError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, BuildError> {
         let bad = |problem: String| BuildError::Options(format!("`topic` {text:?}: {problem}"));
         let mut parts = Vec::new();
         let mut rest = text;
@@ -135,7 +135,7 @@ impl TopicTemplate {
     }
 
     /// The topic name when the template has no placeholders.
-    pub fn fixed(&self) -> Option<&str> {
+    pub(crate) fn fixed(&self) -> Option<&str> {
         match self.parts.as_slice() {
             [] => Some(""),
             [Part::Literal(name)] => Some(name),
@@ -143,7 +143,7 @@ impl TopicTemplate {
         }
     }
 
-    pub fn resolve(&self, namespace: &str, event_topic: &str) -> String {
+    pub(crate) fn resolve(&self, namespace: &str, event_topic: &str) -> String {
         if let Some(fixed) = self.fixed() {
             return fixed.to_owned();
         }
@@ -181,7 +181,7 @@ fn first_component(topic: &str) -> &str {
 
 /// `namespace/object-id`, or the namespace alone for events about no object: the
 /// partitioner keeps one key in one partition, so one object's events stay in order.
-pub fn message_key(event: &Event) -> String {
+pub(crate) fn message_key(event: &Event) -> String {
     subject(event, event.object_id().as_deref())
 }
 
@@ -194,7 +194,7 @@ fn subject(event: &Event, object: Option<&str>) -> String {
 
 /// One Kafka message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     pub topic: String,
     /// `None` with `key = "none"`.
     pub key: Option<String>,
@@ -216,7 +216,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn owned_headers(&self) -> OwnedHeaders {
+    pub(crate) fn owned_headers(&self) -> OwnedHeaders {
         self.headers.iter().fold(
             OwnedHeaders::new_with_capacity(self.headers.len()),
             |h, (k, v)| {
@@ -229,7 +229,7 @@ impl Record {
     }
 
     /// The record as librdkafka takes it (partitioned by key; spread when unkeyed).
-    pub fn future_record(&self) -> FutureRecord<'_, str, [u8]> {
+    pub(crate) fn future_record(&self) -> FutureRecord<'_, str, [u8]> {
         let mut record = FutureRecord::to(&self.topic).headers(self.owned_headers());
         if let Some(key) = &self.key {
             record = record.key(key.as_str());
@@ -241,7 +241,8 @@ impl Record {
     }
 
     /// The value of header `name`, if the record has one.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(key, _)| *key == name)
@@ -251,7 +252,7 @@ impl Record {
 
 /// Turns events into records the way a configured `kafka` forwarder does.
 #[derive(Clone, Debug)]
-pub struct RecordEncoder {
+pub(crate) struct RecordEncoder {
     topic: TopicTemplate,
     format: ValueFormat,
     key: KeyMode,
@@ -261,7 +262,7 @@ pub struct RecordEncoder {
 
 impl RecordEncoder {
     /// With the default key (`object`) and this machine's hostname as `node`.
-    pub fn new(topic: TopicTemplate, format: ValueFormat) -> Self {
+    pub(crate) fn new(topic: TopicTemplate, format: ValueFormat) -> Self {
         Self {
             topic,
             format,
@@ -270,12 +271,12 @@ impl RecordEncoder {
         }
     }
 
-    pub fn keyed_by(mut self, key: KeyMode) -> Self {
+    pub(crate) fn keyed_by(mut self, key: KeyMode) -> Self {
         self.key = key;
         self
     }
 
-    pub fn on_node(mut self, node: impl Into<String>) -> Self {
+    pub(crate) fn on_node(mut self, node: impl Into<String>) -> Self {
         self.node = node.into();
         self
     }
@@ -283,11 +284,11 @@ impl RecordEncoder {
     /// From a `[[forwarder]]` table of kind `kafka` (its other keys are checked too), for
     /// the benchmark's plain producer to encode as the forwarder does.
     #[cfg(feature = "bench")]
-    pub fn from_options(options: &crate::forward::Options) -> Result<Self, BuildError> {
+    pub(crate) fn from_options(options: &crate::forward::Options) -> Result<Self, BuildError> {
         Self::from_parsed(&super::config::KafkaOptions::parse(options)?)
     }
 
-    pub fn from_parsed(options: &super::config::KafkaOptions) -> Result<Self, BuildError> {
+    pub(crate) fn from_parsed(options: &super::config::KafkaOptions) -> Result<Self, BuildError> {
         Ok(
             Self::new(TopicTemplate::parse(&options.topic)?, options.value_format)
                 .keyed_by(options.key)
@@ -295,15 +296,15 @@ impl RecordEncoder {
         )
     }
 
-    pub fn template(&self) -> &TopicTemplate {
+    pub(crate) fn template(&self) -> &TopicTemplate {
         &self.topic
     }
 
-    pub fn topic_for(&self, event: &Event) -> String {
+    pub(crate) fn topic_for(&self, event: &Event) -> String {
         self.topic.resolve(event.namespace(), event.topic())
     }
 
-    pub fn encode(&self, event: &Event) -> Record {
+    pub(crate) fn encode(&self, event: &Event) -> Record {
         let Identity {
             id,
             received_at,
@@ -322,8 +323,7 @@ impl RecordEncoder {
         );
         // Before any value: finding the object decodes the payload and keeps it, and
         // a JSON value is then rendered from that, not decoded a second time.
-        let subject = (self.key == KeyMode::Object || cloudevents)
-            .then(|| subject(event, event.object_id().as_deref()));
+        let subject = (self.key == KeyMode::Object || cloudevents).then(|| message_key(event));
         let key = match self.key {
             KeyMode::Object => subject.clone(),
             KeyMode::Namespace => Some(event.namespace().to_owned()),

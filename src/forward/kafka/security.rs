@@ -20,7 +20,7 @@ use crate::forward::BuildError;
 /// means TLS with the system's CA certificates.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Tls {
+pub(crate) struct Tls {
     /// PEM file of the CA certificates that signed the brokers' certificates.
     pub ca: Option<PathBuf>,
     /// PEM client certificate, for clusters that authenticate clients by TLS.
@@ -40,7 +40,7 @@ fn default_true() -> bool {
 
 /// `sasl.mechanism`, as Kafka spells them.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-pub enum Mechanism {
+pub(crate) enum Mechanism {
     #[serde(rename = "PLAIN")]
     Plain,
     #[serde(rename = "SCRAM-SHA-256")]
@@ -54,7 +54,7 @@ pub enum Mechanism {
 }
 
 impl Mechanism {
-    pub const NAMES: &'static str =
+    pub(crate) const NAMES: &'static str =
         "\"PLAIN\", \"SCRAM-SHA-256\", \"SCRAM-SHA-512\", \"OAUTHBEARER\" or \"GSSAPI\"";
 
     fn name(self) -> &'static str {
@@ -71,7 +71,7 @@ impl Mechanism {
 /// `sasl = { mechanism, username, password_file, oidc, kerberos }`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Sasl {
+pub(crate) struct Sasl {
     pub mechanism: Mechanism,
     /// For PLAIN and SCRAM.
     pub username: Option<String>,
@@ -86,7 +86,7 @@ pub struct Sasl {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Oidc {
+pub(crate) struct Oidc {
     pub token_endpoint: String,
     pub client_id: String,
     pub client_secret_file: PathBuf,
@@ -95,7 +95,7 @@ pub struct Oidc {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Kerberos {
+pub(crate) struct Kerberos {
     /// The brokers' Kerberos service name (librdkafka's default: "kafka").
     pub service_name: Option<String>,
     pub principal: Option<String>,
@@ -104,7 +104,7 @@ pub struct Kerberos {
 
 /// The librdkafka properties the typed keys set, and the secrets among them.
 #[derive(Default)]
-pub struct Security {
+pub(crate) struct Security {
     pub properties: Vec<(&'static str, String)>,
     secrets: Vec<String>,
 }
@@ -145,7 +145,7 @@ pub(crate) const OWNED: &[&str] = &[
 
 impl Security {
     /// Reads and checks every file the keys name.
-    pub fn resolve(tls: Option<&Tls>, sasl: Option<&Sasl>) -> Result<Self, BuildError> {
+    pub(crate) fn resolve(tls: Option<&Tls>, sasl: Option<&Sasl>) -> Result<Self, BuildError> {
         let mut out = Security::default();
         let protocol = match (tls.is_some(), sasl.is_some()) {
             (false, false) => return Ok(out),
@@ -174,12 +174,12 @@ impl Security {
         Ok(out)
     }
 
-    pub fn secrets(&self) -> &[String] {
+    pub(crate) fn secrets(&self) -> &[String] {
         &self.secrets
     }
 
     /// Whether the typed keys set anything (and so own [`OWNED`]).
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         !self.properties.is_empty()
     }
 

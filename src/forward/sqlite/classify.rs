@@ -7,7 +7,7 @@ use rusqlite::ErrorCode;
 
 use crate::forward::ErrorKind;
 
-pub fn classify(error: &rusqlite::Error) -> ErrorKind {
+pub(crate) fn classify(error: &rusqlite::Error) -> ErrorKind {
     let Some(code) = error.sqlite_error_code() else {
         // Binding failed before SQLite saw the row (a value out of SQLite's range).
         return ErrorKind::Permanent;

@@ -25,7 +25,7 @@ use serde::Deserialize;
 use super::{Batch, BuildError, Context, ForwardError, Forwarder, Kind, Options, parse_options};
 use crate::store::{self, EventRow, Synchronous, WriterOptions};
 use crate::units::duration_text;
-pub use classify::classify;
+pub(crate) use classify::classify;
 use retention::{Pruner, RetentionOptions};
 
 /// `[[forwarder]] kind = "sqlite"` keys.
@@ -71,7 +71,7 @@ impl SqliteOptions {
     }
 }
 
-pub struct SqliteKind;
+pub(crate) struct SqliteKind;
 
 impl Kind for SqliteKind {
     fn check(&self, options: &Options) -> Result<(), BuildError> {

@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use eventgate::event::{Event, EventId, Source};
-use eventgate::store::EventRow;
-use eventgate::store::chain;
-use eventgate::store::migrate::{APPLICATION_ID, MIGRATIONS};
+use eventgate::internal::store::EventRow;
+use eventgate::internal::store::chain;
+use eventgate::internal::store::migrate::{APPLICATION_ID, MIGRATIONS};
 use rusqlite::{Connection, params};
 use serde_json::Value;
 
