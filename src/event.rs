@@ -279,7 +279,7 @@ impl Event {
             .get_or_init(|| Bytes::from(self.envelope.encode_to_vec()))
     }
 
-    /// The decoded payload as canonical JSON ([`crate::proto::write_json`]); `None`
+    /// The decoded payload as canonical JSON (`proto::write_json`); `None`
     /// exactly when [`Event::decoded`] is.
     ///
     /// Rendering it does not keep the decoded message unless something already asked

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::tests::{event, spec, until};
 use super::*;
-use crate::testing::Scripted;
+use crate::testing::{MemoryBacklog, Scripted};
 
 fn parts(name: &'static str, sink: &Arc<Scripted>) -> Parts {
     let spec = spec(name);
