@@ -506,12 +506,4 @@ pub struct Parts {
 }
 
 #[cfg(test)]
-mod backlog_tests;
-#[cfg(test)]
-mod checkpoint_tests;
-#[cfg(test)]
-mod deadletter_tests;
-#[cfg(test)]
-mod swap_tests;
-#[cfg(test)]
 mod tests;

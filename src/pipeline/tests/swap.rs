@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::tests::{event, spec, until};
-use super::*;
+use super::{event, spec, until};
+use crate::pipeline::*;
 use crate::testing::{MemoryBacklog, Scripted};
 
 fn parts(name: &'static str, sink: &Arc<Scripted>) -> Parts {
