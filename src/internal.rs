@@ -40,6 +40,12 @@ pub mod note {
     pub use crate::note::{NoteError, Signer, Verifier, load_key, open};
 }
 
+/// A pipeline run without a gateway around it, and the type `Gateway::pipeline()`
+/// returns.
+pub mod pipeline {
+    pub use crate::pipeline::{ForwarderHandle, Parts, Pipeline};
+}
+
 pub mod query {
     pub use crate::query::{Query, Reader, RowRange, StoredEvent};
 }

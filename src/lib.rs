@@ -20,7 +20,7 @@
 //!   certificate's subject), kept with it everywhere.
 //! - `spool`: the durable on-disk log every accepted event is appended to before it
 //!   is acknowledged, with per-forwarder cursors.
-//! - [`pipeline`]: the `[[forwarder]]` table, route filters, bounded queues, batching,
+//! - `pipeline`: the `[[forwarder]]` table, route filters, bounded queues, batching,
 //!   retries, checkpoints.
 //! - [`forward`]: the [`forward::Forwarder`] and [`forward::Kind`] traits and the file,
 //!   SQLite and Kafka kinds.
@@ -52,7 +52,8 @@
 //!
 //! Linked modules are the library's surface, what an embedder needs (see
 //! `examples/custom_forwarder.rs` and docs/architecture.md, "Embedding"); the rest is
-//! crate-private. `pipeline` is public only until its split lands. `internal`
+//! crate-private: what an embedder needs of `pipeline` is re-exported where it is
+//! used (`config::ForwarderSpec` and the settings, `gateway::Report`). `internal`
 //! (hidden) re-exports what the `eventgate` binary, its integration tests and its
 //! benchmarks reach inside the crate: not a supported API.
 
@@ -89,7 +90,7 @@ mod markers;
 mod metric;
 mod node;
 mod note;
-pub mod pipeline;
+mod pipeline;
 pub mod proto;
 pub mod publisher;
 mod query;

@@ -1,7 +1,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::pipeline::Failing;
+use crate::pipeline::health::Failing;
 use crate::upstream::UpstreamState;
 
 fn now() -> SystemTime {

@@ -319,5 +319,4 @@ async fn flush_due(shared: Arc<Shared>, stop: CancellationToken) {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

@@ -401,10 +401,4 @@ impl Store {
 }
 
 #[cfg(test)]
-mod node_tests;
-#[cfg(test)]
-mod reconciled_tests;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod workload_tests;

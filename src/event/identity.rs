@@ -6,7 +6,7 @@
 //! builds it back with a literal that names each field, so a field added here is a
 //! compile error in every codec until that codec says what it does with it (writes
 //! it, or leaves it out on purpose, with the reason next to it). The round trip
-//! through each of them is `conformance_tests.rs`.
+//! through each of them is `tests/conformance.rs`.
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -33,7 +33,7 @@ enum Way {
         topic: String,
         event: Option<Any>,
     },
-    /// containerd's Forward: the envelope (required) as [`Exchange::check_envelope`]
+    /// containerd's Forward: the envelope (required) as `Exchange::check_envelope`
     /// checks it, and its size.
     Forward(Option<Envelope>),
     /// Captured or made by the gateway itself (an upstream's stream, a reconcile, a
@@ -64,14 +64,14 @@ impl Incoming {
     }
 
     /// An envelope from `source` that its sender validated (with
-    /// [`Exchange::check_envelope`] where it must be valid), or made itself.
+    /// `Exchange::check_envelope` where it must be valid), or made itself.
     pub fn checked(source: Source, envelope: Envelope) -> Self {
         Self::new(Way::Checked(envelope), source)
     }
 
     /// An event another gateway accepted first, with the identity it gave it there
     /// (id, node, node seq, received time, origin, publisher, workload) and its
-    /// envelope checked with [`Exchange::check_envelope`].
+    /// envelope checked with `Exchange::check_envelope`.
     pub fn taken_in(identity: Identity, envelope: Envelope) -> Self {
         Self {
             way: Way::TakenIn(envelope),

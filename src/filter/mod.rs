@@ -53,8 +53,6 @@ mod glob;
 mod goregex;
 mod parser;
 mod scanner;
-#[cfg(test)]
-mod tests;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -413,3 +411,6 @@ impl fmt::Display for Operator {
         f.write_str(self.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -120,6 +120,4 @@ fn name_problem(name: &str) -> Option<&'static str> {
 }
 
 #[cfg(test)]
-mod keyfile_tests;
-#[cfg(test)]
 mod tests;

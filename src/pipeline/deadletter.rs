@@ -307,7 +307,7 @@ impl ByReason {
 }
 
 #[cfg(test)]
-mod by_reason_tests {
+mod tests {
     use metrics::Label;
 
     use super::*;

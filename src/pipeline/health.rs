@@ -40,7 +40,7 @@ pub struct HealthSnapshot {
 }
 
 #[derive(Debug, Default)]
-pub struct Health {
+pub(crate) struct Health {
     inner: Mutex<Inner>,
     closed: AtomicBool,
     delivered: AtomicU64,
@@ -62,7 +62,7 @@ impl Health {
     }
 
     /// A retryable attempt failed; `attempt` counts the current batch's failures.
-    pub fn attempt_failed(&self, attempt: u32, error: String) {
+    pub(crate) fn attempt_failed(&self, attempt: u32, error: String) {
         self.retries.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
         let since = inner
@@ -77,12 +77,12 @@ impl Health {
     }
 
     /// A batch whose oldest event arrived at `oldest` is on its way to the sink.
-    pub fn batch_started(&self, oldest: Option<SystemTime>) {
+    pub(crate) fn batch_started(&self, oldest: Option<SystemTime>) {
         self.lock().in_flight_since = oldest;
     }
 
     /// The batch was delivered: the failure streak, if any, is over.
-    pub fn delivered(&self, events: u64) {
+    pub(crate) fn delivered(&self, events: u64) {
         self.delivered.fetch_add(events, Ordering::Relaxed);
         let mut inner = self.lock();
         inner.failing = None;
@@ -91,7 +91,7 @@ impl Health {
 
     /// The batch was given up on (dead-lettered). The forwarder moves on to the next
     /// batch, so it counts as able to deliver again until that one fails.
-    pub fn gave_up(&self, events: u64) {
+    pub(crate) fn gave_up(&self, events: u64) {
         self.dead_lettered.fetch_add(events, Ordering::Relaxed);
         let mut inner = self.lock();
         inner.failing = None;
@@ -99,7 +99,7 @@ impl Health {
     }
 
     /// Called for every spilled event; only the first of a spell records the time.
-    pub fn spilling(&self) {
+    pub(crate) fn spilling(&self) {
         let mut inner = self.lock();
         if inner.spilling_since.is_none() {
             inner.spilling_since = Some(SystemTime::now());
@@ -107,21 +107,21 @@ impl Health {
     }
 
     /// Back on the live queue.
-    pub fn rejoined(&self) {
+    pub(crate) fn rejoined(&self) {
         self.lock().spilling_since = None;
     }
 
-    pub fn dropped(&self, events: u64) {
+    pub(crate) fn dropped(&self, events: u64) {
         self.dropped.fetch_add(events, Ordering::Relaxed);
     }
 
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
     }
 
     /// `queue_front` is the receive time of the oldest queued event, used when no
     /// batch is in flight.
-    pub fn snapshot(&self, queue_front: Option<SystemTime>) -> HealthSnapshot {
+    pub(crate) fn snapshot(&self, queue_front: Option<SystemTime>) -> HealthSnapshot {
         let inner = self.lock();
         HealthSnapshot {
             failing: inner.failing.clone(),

@@ -42,7 +42,7 @@ pub(crate) mod queue;
 pub(crate) mod retry;
 mod route;
 mod router;
-pub mod settings;
+pub(crate) mod settings;
 mod spec;
 pub(crate) mod swap;
 mod worker;
@@ -57,17 +57,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::filter::Filter;
 use crate::forward::{BuildError, Context, Forwarder, Kinds};
-pub use backlog::{Backlog, MemoryBacklog};
+pub(crate) use backlog::Backlog;
 use cursor::Cursor;
-pub use deadletter::DeadLetters;
+pub(crate) use deadletter::DeadLetters;
 use delivery::Delivery;
 pub use delivery::Report;
-pub use health::{Failing, Health, HealthSnapshot};
+pub(crate) use health::{Health, HealthSnapshot};
 use intake::Intake;
 use queue::Queue;
 use route::RouteState;
 use router::Route;
-pub use router::Router;
+pub(crate) use router::Router;
 pub use spec::ForwarderSpec;
 pub(crate) use spec::check_name;
 use worker::Worker;
@@ -505,13 +505,5 @@ pub struct Parts {
     pub dead_letters: Option<DeadLetters>,
 }
 
-#[cfg(test)]
-mod backlog_tests;
-#[cfg(test)]
-mod checkpoint_tests;
-#[cfg(test)]
-mod deadletter_tests;
-#[cfg(test)]
-mod swap_tests;
 #[cfg(test)]
 mod tests;

@@ -121,7 +121,7 @@ impl Default for CheckpointSettings {
 
 /// The longest checkpoint interval accepted: the spool holds everything after the
 /// last checkpoint, and a sink's copy is only as old as this after a power loss.
-pub const MAX_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(3600);
 
 impl CheckpointSettings {
     pub fn validate(&self) -> Result<(), String> {

@@ -7,12 +7,8 @@ mod from_json;
 mod go;
 mod json;
 #[cfg(test)]
-mod json_equivalence;
-#[cfg(test)]
 pub(crate) mod json_reference;
 mod limits;
-#[cfg(test)]
-mod props;
 mod registry;
 mod time;
 
@@ -117,3 +113,6 @@ fn declared_fields(desc: &MessageDescriptor) -> Vec<FieldDescriptor> {
         .filter_map(|f| desc.get_field_by_name(f.name()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -448,9 +448,4 @@ fn hold_promotion(data_dir: &Path, upstream: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "snapshot_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "two_phase_tests.rs"]
-mod two_phase_tests;

@@ -16,8 +16,6 @@ pub(crate) mod metric_table;
 mod metrics;
 pub(crate) mod position;
 pub(crate) mod record;
-#[cfg(test)]
-mod tests;
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -225,3 +223,6 @@ impl Events for ResumeService {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests;

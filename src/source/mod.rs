@@ -242,5 +242,4 @@ impl Sources {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

@@ -36,9 +36,6 @@ pub(crate) mod space;
 mod window;
 mod writer;
 
-#[cfg(test)]
-mod tests;
-
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -503,3 +500,6 @@ fn report_dropped(lost: &[Dropped]) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

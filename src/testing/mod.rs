@@ -5,14 +5,17 @@
 //!   payload, [`Source::Publish`](crate::event::Source::Publish), live);
 //! - [`TempStore`] and [`TempSpool`]: an audit store or a spool in a temporary
 //!   directory that lives as long as they do;
-//! - [`Scripted`]: a forwarder that fails as a test tells it and records what it got.
+//! - [`Scripted`]: a forwarder that fails as a test tells it and records what it got;
+//! - [`MemoryBacklog`]: a forwarder's backlog in memory, without a spool.
 //!
 //! Integration tests have their own, `tests/support`.
 
+mod backlog;
 mod events;
 mod forwarder;
 mod stores;
 
+pub(crate) use backlog::MemoryBacklog;
 pub(crate) use events::{T0, envelope, event, json_any, workload};
 pub(crate) use forwarder::Scripted;
 pub(crate) use stores::{TempSpool, TempStore, insert, spool_settings};

@@ -147,6 +147,4 @@ impl Upstreams {
 }
 
 #[cfg(test)]
-mod durable_tests;
-#[cfg(test)]
 mod tests;

@@ -324,4 +324,5 @@ impl SocketWake {
 }
 
 #[cfg(test)]
+#[path = "watch_tests.rs"]
 mod tests;

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use eventgate::config::{BatchSettings, QueueSettings, RetrySettings};
 use eventgate::event::{Event, EventId, Source};
 use eventgate::filter::Filter;
 use eventgate::forward::{Batch, Context, ForwardError, Forwarder, Kind, Options};
 use eventgate::internal::forward::kafka::KafkaKind;
-use eventgate::pipeline::settings::{BatchSettings, QueueSettings, RetrySettings};
-use eventgate::pipeline::{Parts, Pipeline};
+use eventgate::internal::pipeline::{Parts, Pipeline};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::types::Envelope;
 use futures::future::BoxFuture;

@@ -8,8 +8,6 @@
 
 pub(crate) mod generate;
 pub(crate) mod measure;
-#[cfg(test)]
-mod tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -196,3 +194,6 @@ fn generate(
     drop(conn);
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests;

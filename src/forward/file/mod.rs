@@ -29,9 +29,6 @@ pub(crate) mod metric_table;
 mod options;
 mod writer;
 
-#[cfg(test)]
-mod tests;
-
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -284,3 +281,6 @@ fn lock(writer: &Mutex<Writer>) -> MutexGuard<'_, Writer> {
 fn create_dirs(dir: &Path) -> io::Result<()> {
     crate::fsmode::create_dir_all(dir)
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,9 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use super::tests::{event, pipeline_with, spec};
-use super::*;
+use super::{event, pipeline_with, spec};
 use crate::deadletter::{Entry, Reason, State, Store};
+use crate::pipeline::*;
 use crate::testing::Scripted;
 use tokio::time::Instant;
 

@@ -4,10 +4,10 @@
 use prost::Message as _;
 use prost_reflect::{DynamicMessage, Kind, MapKey, MessageDescriptor, Value};
 
-use super::json::to_json_string;
-use super::json_reference::to_json;
-use super::registry::Registry;
 use crate::proto::containerd::events::TaskExit;
+use crate::proto::json::to_json_string;
+use crate::proto::json_reference::to_json;
+use crate::proto::registry::Registry;
 
 fn any_value(type_url: &str, value: Vec<u8>) -> Value {
     let desc = Registry::global()
@@ -175,8 +175,8 @@ fn floats_render_as_before() {
     ];
     for f in values {
         let mut new = Vec::new();
-        super::json::write_float(&mut new, f);
-        let old = super::json_reference::float_json(f).to_string();
+        crate::proto::json::write_float(&mut new, f);
+        let old = crate::proto::json_reference::float_json(f).to_string();
         assert_eq!(String::from_utf8(new).unwrap(), old, "{f}");
     }
 }

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use super::*;
+use crate::note::*;
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777

@@ -1,3 +1,7 @@
+mod node;
+mod reconciled;
+mod workload;
+
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -456,7 +460,7 @@ async fn a_version_1_store_keeps_its_rows_and_takes_the_new_reasons() {
         // What a gateway before schema 2 left: one dead letter.
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch(include_str!(
-            "../../migrations/deadletter/0001_dead_letters.sql"
+            "../../../migrations/deadletter/0001_dead_letters.sql"
         ))
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::Connection;
 
-use super::*;
+use crate::deadletter::*;
 use crate::event::{Clock, Witness};
 use crate::testing::{self, T0};
 
@@ -121,13 +121,13 @@ async fn entries_from_before_the_witness_column_are_containerd_s() {
         conn.pragma_update(None, "application_id", schema::APPLICATION_ID)
             .unwrap();
         for sql in [
-            include_str!("../../migrations/deadletter/0001_dead_letters.sql"),
-            include_str!("../../migrations/deadletter/0002_crash_reasons.sql"),
-            include_str!("../../migrations/deadletter/0003_publisher.sql"),
-            include_str!("../../migrations/deadletter/0004_origin.sql"),
-            include_str!("../../migrations/deadletter/0005_workload.sql"),
-            include_str!("../../migrations/deadletter/0006_node.sql"),
-            include_str!("../../migrations/deadletter/0007_node_seq.sql"),
+            include_str!("../../../migrations/deadletter/0001_dead_letters.sql"),
+            include_str!("../../../migrations/deadletter/0002_crash_reasons.sql"),
+            include_str!("../../../migrations/deadletter/0003_publisher.sql"),
+            include_str!("../../../migrations/deadletter/0004_origin.sql"),
+            include_str!("../../../migrations/deadletter/0005_workload.sql"),
+            include_str!("../../../migrations/deadletter/0006_node.sql"),
+            include_str!("../../../migrations/deadletter/0007_node_seq.sql"),
         ] {
             conn.execute_batch(sql).unwrap();
         }

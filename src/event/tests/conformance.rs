@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{Clock, Event, EventId, Identity, Origin, Source, Witness, Workload};
+use crate::event::{Clock, Event, EventId, Identity, Origin, Source, Witness, Workload};
 use crate::proto::containerd::types::Envelope;
 use crate::publisher::Publisher;
 use crate::testing::{self, T0};

@@ -1,3 +1,5 @@
+mod two_phase;
+
 use std::sync::Arc;
 
 use super::*;

@@ -1,6 +1,8 @@
 //! Keys, signing and opening notes: known vectors, round trips, and every way a note
 //! can be wrong giving its own error without a panic.
 
+mod keyfile;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use proptest::prelude::*;

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::Connection;
 
-use super::*;
+use crate::deadletter::*;
 use crate::testing::{self, T0};
 
 /// An exit from upstream `node` in `k8s.io`, with what its container's record said.
@@ -100,10 +100,10 @@ async fn a_version_4_store_keeps_its_entries_without_a_workload_and_takes_new_on
         conn.pragma_update(None, "application_id", schema::APPLICATION_ID)
             .unwrap();
         for sql in [
-            include_str!("../../migrations/deadletter/0001_dead_letters.sql"),
-            include_str!("../../migrations/deadletter/0002_crash_reasons.sql"),
-            include_str!("../../migrations/deadletter/0003_publisher.sql"),
-            include_str!("../../migrations/deadletter/0004_origin.sql"),
+            include_str!("../../../migrations/deadletter/0001_dead_letters.sql"),
+            include_str!("../../../migrations/deadletter/0002_crash_reasons.sql"),
+            include_str!("../../../migrations/deadletter/0003_publisher.sql"),
+            include_str!("../../../migrations/deadletter/0004_origin.sql"),
         ] {
             conn.execute_batch(sql).unwrap();
         }

@@ -5,10 +5,10 @@
 use proptest::prelude::*;
 use prost::Message;
 
-use super::Registry;
-use super::containerd::types::Envelope;
 use crate::event::Source;
 use crate::filter::Filter;
+use crate::proto::Registry;
+use crate::proto::containerd::types::Envelope;
 use crate::render;
 use crate::testing;
 

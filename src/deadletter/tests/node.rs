@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::Connection;
 
-use super::*;
+use crate::deadletter::*;
 use crate::testing::{self, T0};
 
 fn event(seq: u64, node: Option<&str>) -> Arc<Event> {
@@ -70,11 +70,11 @@ async fn a_version_5_store_keeps_its_entries_with_an_unknown_node_and_takes_new_
         conn.pragma_update(None, "application_id", schema::APPLICATION_ID)
             .unwrap();
         for sql in [
-            include_str!("../../migrations/deadletter/0001_dead_letters.sql"),
-            include_str!("../../migrations/deadletter/0002_crash_reasons.sql"),
-            include_str!("../../migrations/deadletter/0003_publisher.sql"),
-            include_str!("../../migrations/deadletter/0004_origin.sql"),
-            include_str!("../../migrations/deadletter/0005_workload.sql"),
+            include_str!("../../../migrations/deadletter/0001_dead_letters.sql"),
+            include_str!("../../../migrations/deadletter/0002_crash_reasons.sql"),
+            include_str!("../../../migrations/deadletter/0003_publisher.sql"),
+            include_str!("../../../migrations/deadletter/0004_origin.sql"),
+            include_str!("../../../migrations/deadletter/0005_workload.sql"),
         ] {
             conn.execute_batch(sql).unwrap();
         }

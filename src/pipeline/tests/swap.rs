@@ -4,9 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::tests::{event, spec, until};
-use super::*;
-use crate::testing::Scripted;
+use super::{event, spec, until};
+use crate::pipeline::*;
+use crate::testing::{MemoryBacklog, Scripted};
 
 fn parts(name: &'static str, sink: &Arc<Scripted>) -> Parts {
     let spec = spec(name);

@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 
-use super::backlog::{BacklogReader, MemoryBacklog};
-use super::tests::{event, spec, until};
-use super::*;
+use super::{event, spec, until};
 use crate::forward::{Batch, ForwardError};
+use crate::pipeline::backlog::BacklogReader;
+use crate::pipeline::*;
+use crate::testing::MemoryBacklog;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Step {

@@ -4,10 +4,10 @@
 
 use prost_types::Timestamp;
 
-use super::tests::{containers, create, node};
-use super::*;
+use super::{containers, create, node};
 use crate::event::Source;
 use crate::proto::eventgate::events::v1::UpstreamReconciled;
+use crate::reconcile::snapshot::*;
 use crate::spool::Ticket;
 use crate::testing::{self, TempSpool};
 

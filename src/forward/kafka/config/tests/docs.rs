@@ -2,7 +2,7 @@
 //! forwarder are the ones the code applies: each documented value, set explicitly,
 //! parses to the same options as leaving the key out.
 
-use super::*;
+use crate::forward::kafka::config::*;
 
 const EXAMPLE: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -4,10 +4,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::settings::{Overflow, QueueSettings};
-use super::tests::{Spec, event, spec, until};
-use super::*;
-use crate::testing::Scripted;
+use super::{Spec, event, spec, until};
+use crate::pipeline::settings::{Overflow, QueueSettings};
+use crate::pipeline::*;
+use crate::testing::{MemoryBacklog, Scripted};
 
 /// Appends to the backlog, then routes: the order the exchange keeps.
 fn accept(backlog: &MemoryBacklog, router: &Router, seq: u64, topic: &str) {

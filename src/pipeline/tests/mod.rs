@@ -1,6 +1,11 @@
 //! The pipeline with in-memory forwarders: order, retries, isolation, overflow,
 //! batching and shutdown. Time is paused where backoff or linger is involved.
 
+mod backlog;
+mod checkpoint;
+mod deadletter;
+mod swap;
+
 use std::sync::atomic::Ordering;
 
 use super::settings::{BatchSettings, CheckpointSettings, Overflow, QueueSettings, RetrySettings};

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use prost::Message;
 
-use super::tests::{DEADLINE, Server_, connected, next, serve_exchange, socket, spec};
-use super::*;
+use super::{DEADLINE, Server_, connected, next, serve_exchange, socket, spec};
 use crate::event::Source;
 use crate::exchange::{ExchangeParts, ExchangeSettings, Incoming, Subscription};
 use crate::filter::Filter;
@@ -17,6 +16,7 @@ use crate::reconcile::NodeState;
 use crate::reconcile::snapshot;
 use crate::spool::{Gate, Spool, SpoolSettings};
 use crate::testing;
+use crate::upstream::*;
 
 /// Container `id` created now.
 fn create(id: &str) -> Envelope {

@@ -3,6 +3,8 @@
 //! headers until its first event. Tests against a real containerd live in
 //! tests/containerd/upstream.rs.
 
+mod durable;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
