@@ -4,115 +4,11 @@
 use crate::support;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
 
-use eventgate::event::{Event, EventId, Source};
-use eventgate::internal::query::{Query, Reader, RowRange, StoredEvent};
-use eventgate::internal::store::{EventRow, WriterOptions, insert_rows, open_writer};
-use eventgate::proto::Registry;
+use eventgate::event::Event;
 use eventgate::proto::containerd::types::Envelope;
-use serde_json::Value;
+use support::stores::*;
 use support::*;
-
-const T0: i64 = 1_714_557_600; // 2024-05-01T10:00:00Z
-
-/// The node the sample store's events were captured on.
-const NODE: &str = "host-a";
-
-/// Event `i` of a sample store: namespaces alternate, every third is a start, the
-/// rest exits; ten minutes apart; container `c<i>` so each is recognisable after a
-/// Forward gave it a new id; captured on node [`NODE`].
-fn sample_event(i: u64, namespace: &str) -> Event {
-    let (topic, type_name) = match i % 3 {
-        0 => ("/tasks/start", "containerd.events.TaskStart"),
-        _ => ("/tasks/exit", "containerd.events.TaskExit"),
-    };
-    let any = Registry::global()
-        .encode_json(
-            type_name,
-            &format!(r#"{{"container_id":"c{i}","pid":{i}}}"#),
-        )
-        .unwrap();
-    Event::new(
-        i,
-        EventId::generate(),
-        Source::Upstream("node-a".into()),
-        Envelope {
-            timestamp: Some(prost_types::Timestamp {
-                seconds: T0 + i as i64 * 600,
-                nanos: 123_456_789,
-            }),
-            namespace: namespace.into(),
-            topic: topic.into(),
-            event: Some(any),
-        },
-    )
-    .with_node(Some(NODE.into()))
-}
-
-fn write_store(path: &Path, events: &[Event]) {
-    let mut conn = open_writer(path, &WriterOptions::default()).unwrap();
-    let rows: Vec<EventRow<'_>> = events.iter().map(EventRow::from_event).collect();
-    insert_rows(&mut conn, &rows).unwrap();
-}
-
-/// `count` events in `dir/audit.db`, alternating between `default` and `k8s.io`.
-fn sample_store(dir: &Path, count: u64) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join("audit.db");
-    let events: Vec<Event> = (1..=count)
-        .map(|i| sample_event(i, ["default", "k8s.io"][i as usize % 2]))
-        .collect();
-    write_store(&path, &events);
-    path
-}
-
-fn run(args: &[&str]) -> Output {
-    eventgate()
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `eventgate query --format json` for the same selection: what a replay must send.
-fn query_json(db: &Path, selection: &[&str]) -> Vec<Value> {
-    let out = run(&[
-        &["query", "--db", path_str(db), "--format", "json"],
-        selection,
-    ]
-    .concat());
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn stored(db: &Path) -> Vec<StoredEvent> {
-    let Ok(reader) = Reader::open(db) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    reader
-        .each(&Query::default(), RowRange::ALL, |e| {
-            out.push(e);
-            true
-        })
-        .unwrap();
-    out
-}
-
-// ---------------------------------------------------------------- forwarder target
-
-// ---------------------------------------------------------------- exchange target
-
-// ---------------------------------------------------------------- kafka
 
 /// The backfill: a time range and a filter replayed into a real broker through the
 /// configured kafka forwarder; the messages are exactly the selected events, in

@@ -6,7 +6,12 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use super::{DEADLINE, wait_for};
+use std::process::Stdio;
+use std::time::Duration;
+
+use eventgate::internal::store;
+
+use super::{DEADLINE, Gateway, eventgate, path_str, publish_json, wait_for};
 
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -77,4 +82,62 @@ pub fn wait_stored(db: &Path, what: &str, found: impl Fn(&Row) -> bool) -> Vec<R
 
 pub fn markers<'a>(rows: &'a [Row], topic: &str) -> Vec<&'a Row> {
     rows.iter().filter(|r| r.topic == topic).collect()
+}
+
+/// Exits [`gateway_with_events`] publishes and waits to see stored.
+pub const EVENTS: i64 = 5;
+
+/// What an `eventgate audit` run said.
+pub struct Outcome {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `eventgate audit ARGS`, run to its end.
+pub fn audit(args: &[&str]) -> Outcome {
+    let out = eventgate()
+        .arg("audit")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run eventgate audit");
+    Outcome {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A gateway on its default configuration (the sqlite forwarder at
+/// <data>/audit.db) with `EVENTS` exits published and stored.
+pub fn gateway_with_events() -> Gateway {
+    let gw = Gateway::start(&[]);
+    for i in 1..=EVENTS {
+        let json = format!(r#"{{"container_id":"c{i}","exit_status":{i}}}"#);
+        let (ok, err) = publish_json(
+            &gw.address(),
+            "default",
+            "/tasks/exit",
+            "containerd.events.TaskExit",
+            &json,
+        );
+        assert!(ok, "{err}");
+    }
+    let db = gw.dir.path().join("data/audit.db");
+    let conn = wait_for("the audit store to exist", DEADLINE, || {
+        store::open_reader(&db, Duration::from_secs(1)).ok()
+    });
+    wait_for("every event stored", DEADLINE, || {
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .ok()?;
+        (n == EVENTS).then_some(())
+    });
+    gw
+}
+
+/// The gateway's data directory, as `--data-dir` takes it.
+pub fn data(gw: &Gateway) -> String {
+    path_str(&gw.dir.path().join("data")).to_owned()
 }

@@ -21,6 +21,7 @@ pub mod image;
 pub mod kubelet;
 pub mod prometheus;
 pub mod pyconsumer;
+pub mod stores;
 pub mod tansu;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);

@@ -4,65 +4,12 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use eventgate::internal::store;
+use support::audit::{audit, data, gateway_with_events};
 use support::*;
-
-const EVENTS: i64 = 5;
-
-struct Outcome {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-fn audit(args: &[&str]) -> Outcome {
-    let out = eventgate()
-        .arg("audit")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run eventgate audit");
-    Outcome {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// A gateway on its default configuration (the sqlite forwarder at
-/// <data>/audit.db) with `EVENTS` exits published and stored.
-fn gateway_with_events() -> Gateway {
-    let gw = Gateway::start(&[]);
-    for i in 1..=EVENTS {
-        let json = format!(r#"{{"container_id":"c{i}","exit_status":{i}}}"#);
-        let (ok, err) = publish_json(
-            &gw.address(),
-            "default",
-            "/tasks/exit",
-            "containerd.events.TaskExit",
-            &json,
-        );
-        assert!(ok, "{err}");
-    }
-    let db = gw.dir.path().join("data/audit.db");
-    let conn = wait_for("the audit store to exist", DEADLINE, || {
-        store::open_reader(&db, Duration::from_secs(1)).ok()
-    });
-    wait_for("every event stored", DEADLINE, || {
-        let n: i64 = conn
-            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
-            .ok()?;
-        (n == EVENTS).then_some(())
-    });
-    gw
-}
-
-fn data(gw: &Gateway) -> String {
-    path_str(&gw.dir.path().join("data")).to_owned()
-}
 
 /// The row_id and seq stored for the event with this container id.
 fn row_of(db: &Path, container: &str) -> (i64, i64) {
