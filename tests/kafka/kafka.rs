@@ -4,53 +4,20 @@
 
 use crate::support;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use eventgate::proto::containerd::types::Envelope;
 use prost::Message as _;
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::Message;
 use support::config::Config;
+use support::messages::{header, key, per_key, task_exit};
 use support::tansu::{Tansu, consume};
 use support::*;
 use tonic::Request;
 
 // ---------------------------------------------------------------- helpers
-
-fn task_exit(container: &str, pid: u32) -> prost_types::Any {
-    Registry::global()
-        .encode_json(
-            "containerd.events.TaskExit",
-            &format!(r#"{{"container_id":"{container}","pid":{pid}}}"#),
-        )
-        .expect("encode")
-}
-
-fn header(message: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = message.headers()?;
-    headers
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value)
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
-fn key(message: &OwnedMessage) -> String {
-    String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned()
-}
-
-/// For each key, the values of `field` in the order Kafka holds them.
-fn per_key(
-    messages: &[OwnedMessage],
-    field: impl Fn(&OwnedMessage) -> u64,
-) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for m in messages {
-        out.entry(key(m)).or_default().push(field(m));
-    }
-    out
-}
 
 fn write_config(dir: &std::path::Path, forwarder: &str) -> String {
     Config::new()

@@ -5,42 +5,13 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_yaml_ng::Value;
+use support::deploy::{deploy, service_keys, value};
 use support::{eventgate, wait_for};
-
-fn deploy(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("deploy")
-        .join(file)
-}
-
-/// `Key=Value` lines of the unit's `[Service]` section, in order.
-fn service_keys(unit: &str) -> Vec<(String, String)> {
-    let mut section = "";
-    let mut keys = Vec::new();
-    for line in unit.lines().map(str::trim) {
-        if line.starts_with('[') {
-            section = line;
-        } else if section == "[Service]"
-            && !line.starts_with('#')
-            && let Some((key, value)) = line.split_once('=')
-        {
-            keys.push((key.to_owned(), value.to_owned()));
-        }
-    }
-    keys
-}
-
-fn value<'a>(keys: &'a [(String, String)], key: &str) -> &'a str {
-    keys.iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-        .unwrap_or_else(|| panic!("the unit has no {key}="))
-}
 
 /// The unit's two command lines, with its paths moved into a temp dir: the check
 /// passes on the example config, and serve starts, answers and stops on SIGTERM.

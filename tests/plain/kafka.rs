@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -15,51 +15,17 @@ use eventgate::filter::Filter;
 use eventgate::forward::{Batch, Context, ForwardError, Forwarder, Kind, Options};
 use eventgate::internal::forward::kafka::KafkaKind;
 use eventgate::internal::pipeline::{Parts, Pipeline};
-use eventgate::proto::Registry;
 use eventgate::proto::containerd::types::Envelope;
 use futures::future::BoxFuture;
 use prost::Message as _;
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use support::messages::{header, per_key, task_exit};
 use support::tansu::consume;
 use support::*;
 
 // ---------------------------------------------------------------- helpers
-
-fn task_exit(container: &str, pid: u32) -> prost_types::Any {
-    Registry::global()
-        .encode_json(
-            "containerd.events.TaskExit",
-            &format!(r#"{{"container_id":"{container}","pid":{pid}}}"#),
-        )
-        .expect("encode")
-}
-
-fn header(message: &OwnedMessage, name: &str) -> Option<String> {
-    let headers = message.headers()?;
-    headers
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value)
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
-fn key(message: &OwnedMessage) -> String {
-    String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned()
-}
-
-/// For each key, the values of `field` in the order Kafka holds them.
-fn per_key(
-    messages: &[OwnedMessage],
-    field: impl Fn(&OwnedMessage) -> u64,
-) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for m in messages {
-        out.entry(key(m)).or_default().push(field(m));
-    }
-    out
-}
 
 // ---------------------------------------------------------------- tansu
 
