@@ -7,33 +7,12 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use eventgate::proto::containerd::services::events::v1::SubscribeRequest;
+use support::filters::{MAX_FILTERS, heavy_filter};
 use support::*;
 
 /// Sequential publishes per measurement: enough for a p99 of 20 samples.
 const SAMPLES: usize = 2000;
 const HEAVY_CLIENTS: usize = 100;
-/// `exchange.limits.max_filters`'s default.
-const MAX_FILTERS: usize = 64;
-
-/// One of the costliest filters the default limits allow: a `~=` expression of
-/// alternatives of character classes that topics never match (so every filter of
-/// the subscription is tried on every event), as large as the subscription's share
-/// of `max_regex_memory` (8 MiB for 64 expressions: 128 KiB each, 64 KiB of which is
-/// its matching cache) lets it be. Its text is far under `max_filter_bytes`
-/// (4096): the compiled size binds first.
-fn heavy_filter(i: usize) -> String {
-    let alternatives: Vec<String> = (0..150)
-        .map(|k| {
-            format!(
-                "[a-z/]{{{}}}{}",
-                (k + i) % 7 + 1,
-                (b'a' + (k % 26) as u8) as char
-            )
-        })
-        .collect();
-    format!("topic~=\"(?:{})+/{{3}}\"", alternatives.join("|"))
-}
-
 /// Publishes `n` events one after another; returns the 99th percentile latency.
 async fn p99_publish(
     client: &mut eventgate::proto::containerd::services::events::v1::events_client::EventsClient<

@@ -10,39 +10,9 @@ use eventgate::proto::Registry;
 use eventgate::proto::containerd::types::Envelope;
 use prost::Message as _;
 use rdkafka::message::Message;
-use rusqlite::{Connection, OpenFlags};
-use support::config::Config;
+use support::spooled::{stored, write_config};
 use support::tansu::{Tansu, consume};
 use support::*;
-
-fn write_config(path: &Path, brokers: &str, spool: &str) {
-    Config::new()
-        // The Kafka forwarder cannot deliver; its events are safe in the spool, so there
-        // is nothing to wait for at shutdown.
-        .toml("[pipeline]\ndrain_timeout = \"1s\"\n")
-        .toml(&format!("\n[spool]\n{spool}\n"))
-        .sqlite("audit", "audit.db", "")
-        .kafka("kafka", brokers, "events", 1, "")
-        .write_to(path);
-}
-
-/// (topic, container_id or forwarder) of every stored row, in storage order.
-fn stored(db: &Path) -> Vec<(String, String)> {
-    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
-        return Vec::new();
-    };
-    let Ok(mut statement) = conn.prepare(
-        "SELECT topic, coalesce(json_extract(event, '$.container_id'), json_extract(event, '$.forwarder'), '')
-         FROM events ORDER BY row_id",
-    ) else {
-        return Vec::new();
-    };
-    statement
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .unwrap_or_default()
-}
 
 fn segments(data: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(data.join("spool/segments"))

@@ -5,40 +5,8 @@
 
 use crate::support;
 
-use std::path::Path;
-
-use rusqlite::{Connection, OpenFlags};
-use support::config::Config;
+use support::spooled::{stored, write_config};
 use support::*;
-
-fn write_config(path: &Path, brokers: &str, spool: &str) {
-    Config::new()
-        // The Kafka forwarder cannot deliver; its events are safe in the spool, so there
-        // is nothing to wait for at shutdown.
-        .toml("[pipeline]\ndrain_timeout = \"1s\"\n")
-        .toml(&format!("\n[spool]\n{spool}\n"))
-        .sqlite("audit", "audit.db", "")
-        .kafka("kafka", brokers, "events", 1, "")
-        .write_to(path);
-}
-
-/// (topic, container_id or forwarder) of every stored row, in storage order.
-fn stored(db: &Path) -> Vec<(String, String)> {
-    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
-        return Vec::new();
-    };
-    let Ok(mut statement) = conn.prepare(
-        "SELECT topic, coalesce(json_extract(event, '$.container_id'), json_extract(event, '$.forwarder'), '')
-         FROM events ORDER BY row_id",
-    ) else {
-        return Vec::new();
-    };
-    statement
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .unwrap_or_default()
-}
 
 const SMALL_SPOOL: &str = r#"segment_bytes = "4KiB"
 max_bytes = "12KiB"

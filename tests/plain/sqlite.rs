@@ -2,7 +2,7 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use eventgate::internal::store::{self, Synchronous, WriterOptions};
 use eventgate::proto::Registry;
 use eventgate::proto::containerd::services::events::v1::PublishRequest;
 use rusqlite::Connection;
-use support::config::Config;
+use support::audit::{wait_rows, write_sqlite_config};
 use support::*;
 
 fn task_exit(seq: u64, container: &str, status: u32) -> Arc<Event> {
@@ -135,29 +135,13 @@ async fn a_busy_database_is_retryable_and_the_retried_batch_goes_in_once() {
     assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
 }
 
-fn write_config(dir: &Path, extra: &str) -> PathBuf {
-    Config::new()
-        .sqlite("audit", "audit.db", extra)
-        .write_to(&dir.join("eventgate.toml"))
-}
-
-fn wait_rows(path: &Path, n: i64) -> Connection {
-    let conn = wait_for("the audit store to exist", DEADLINE, || {
-        store::open_reader(path, Duration::from_secs(1)).ok()
-    });
-    wait_for(&format!("{n} rows in the audit store"), DEADLINE, || {
-        (count(&conn) >= n).then_some(())
-    });
-    conn
-}
-
 const EXIT_QUERY: &str =
     "select json_extract(event,'$.exit_status') from events where topic='/tasks/exit'";
 
 #[test]
 fn json_extract_reads_a_published_task_exit() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), "");
+    let config = write_sqlite_config(dir.path(), "");
     let gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
     let (ok, err) = publish_json(
         &gw.address(),
@@ -180,7 +164,7 @@ fn json_extract_reads_a_published_task_exit() {
 async fn every_published_event_is_one_row_in_gateway_order() {
     const N: u32 = 500;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
+    let config = write_sqlite_config(
         dir.path(),
         "synchronous = \"full\"\nbusy_timeout = \"2s\"\nbatch = { events = 64 }\n",
     );

@@ -1,16 +1,16 @@
 //! The SQLite audit store read as a user reads it: a second, read-only connection
 //! next to the gateway's writer.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use eventgate::internal::store;
 
+use super::config::Config;
 use super::{DEADLINE, Gateway, eventgate, path_str, publish_json, wait_for};
 
 #[derive(Debug, Clone)]
@@ -140,4 +140,26 @@ pub fn gateway_with_events() -> Gateway {
 /// The gateway's data directory, as `--data-dir` takes it.
 pub fn data(gw: &Gateway) -> String {
     path_str(&gw.dir.path().join("data")).to_owned()
+}
+
+/// A config of one `sqlite` forwarder, `audit` at `audit.db`, with `extra` keys.
+pub fn write_sqlite_config(dir: &Path, extra: &str) -> PathBuf {
+    Config::new()
+        .sqlite("audit", "audit.db", extra)
+        .write_to(&dir.join("eventgate.toml"))
+}
+
+/// A reader of the audit store at `path` once it holds at least `n` rows.
+pub fn wait_rows(path: &Path, n: i64) -> Connection {
+    let conn = wait_for("the audit store to exist", DEADLINE, || {
+        store::open_reader(path, Duration::from_secs(1)).ok()
+    });
+    wait_for(&format!("{n} rows in the audit store"), DEADLINE, || {
+        (conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+            .unwrap_or(0)
+            >= n)
+            .then_some(())
+    });
+    conn
 }

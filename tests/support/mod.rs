@@ -17,12 +17,14 @@ pub mod config;
 pub mod containerd;
 pub mod deploy;
 pub mod docker;
+pub mod filters;
 pub mod fronts;
 pub mod image;
 pub mod kubelet;
 pub mod messages;
 pub mod prometheus;
 pub mod pyconsumer;
+pub mod spooled;
 pub mod stores;
 pub mod tansu;
 

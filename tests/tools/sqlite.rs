@@ -3,35 +3,10 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
-use eventgate::internal::store::{self};
-use rusqlite::Connection;
-use support::config::Config;
+use support::audit::{wait_rows, write_sqlite_config};
 use support::*;
-
-fn count(conn: &Connection) -> i64 {
-    conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))
-        .expect("count")
-}
-
-fn write_config(dir: &Path, extra: &str) -> PathBuf {
-    Config::new()
-        .sqlite("audit", "audit.db", extra)
-        .write_to(&dir.join("eventgate.toml"))
-}
-
-fn wait_rows(path: &Path, n: i64) -> Connection {
-    let conn = wait_for("the audit store to exist", DEADLINE, || {
-        store::open_reader(path, Duration::from_secs(1)).ok()
-    });
-    wait_for(&format!("{n} rows in the audit store"), DEADLINE, || {
-        (count(&conn) >= n).then_some(())
-    });
-    conn
-}
 
 const EXIT_QUERY: &str =
     "select json_extract(event,'$.exit_status') from events where topic='/tasks/exit'";
@@ -40,7 +15,7 @@ const EXIT_QUERY: &str =
 fn the_sqlite3_shell_reads_the_store() {
     assert!(have("sqlite3"), "sqlite3 is not installed");
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), "");
+    let config = write_sqlite_config(dir.path(), "");
     let gw = Gateway::start_in(dir, &["--config", path_str(&config)]);
     let (ok, err) = publish_json(
         &gw.address(),
