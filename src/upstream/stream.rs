@@ -90,6 +90,9 @@ impl Task {
         let mut appending: Option<Appending<'_>> = None;
         // Once set, nothing more is read; what was read is recorded, then this returns.
         let mut ending: Option<Ended> = None;
+        // Looked up at the first event, not at each: a labelled `counter!` allocates
+        // its label and hashes its key on every call.
+        let mut events_total: Option<metrics::Counter> = None;
         loop {
             // Start the next append; it usually completes at once, without a round
             // through the select below. An event waiting for its container's record
@@ -176,7 +179,10 @@ impl Task {
                         }
                     };
                     *received += 1;
-                    metrics::counter!("eventgate_upstream_events_total", "upstream" => self.label())
+                    events_total
+                        .get_or_insert_with(|| {
+                            metrics::counter!("eventgate_upstream_events_total", "upstream" => self.label())
+                        })
                         .increment(1);
                     if let Err(error) = self.exchange.check_envelope(&envelope) {
                         // Kept out of the pipeline like an invalid Forward, but never silently.
