@@ -79,11 +79,11 @@ impl Incoming {
         }
     }
 
-    /// Received when it is admitted (see [`Incoming::admit`]).
+    /// Its received time is read once, when it is admitted (see [`Incoming::admit`]).
     fn new(way: Way, source: Source) -> Self {
         Self {
             way,
-            identity: Identity::new(EventId::unassigned(), SystemTime::now(), source),
+            identity: Identity::new(EventId::unassigned(), SystemTime::UNIX_EPOCH, source),
         }
     }
 
