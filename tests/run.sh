@@ -59,11 +59,8 @@ cargo clippy --locked --all-targets --all-features -- -D warnings
 features=bench,tools-tests,containerd-tests,kafka-tests,privileged-tests
 cargo build --all-targets --locked --features "$features"
 cargo test --lib --bins --examples --test plain --test tools --test kafka --test privileged \
-    --test bench --locked --features "$features" --no-fail-fast -- --include-ignored
-# The containerd group one test at a time: containerd's shim reports an OOM kill as an
-# exit and a /tasks/oom whose order is a race it loses more often on a loaded machine,
-# and the tests that drive its containers assert what the record says of that order.
-cargo test --test containerd --locked --features "$features" --no-fail-fast -- --test-threads=1
+    --test containerd --test bench --locked --features "$features" --no-fail-fast \
+    -- --include-ignored
 
 # A short fuzzing pass over every untrusted input (tests/fuzz; nightly only here).
 ./tests/fuzz.sh 20

@@ -42,7 +42,8 @@ pub enum By {
     (not an exec's, not the sandbox's)\n  \
     137       of those, status 137: killed by SIGKILL (an OOM kill, or a stop past its \
     grace period)\n  \
-    OOMKILLED of those, the ones after a /tasks/oom of the same container\n\n\
+    OOMKILLED of those, the ones with a /tasks/oom of the same container before \
+    its next start\n\n\
     Example: the pods that crash-looped in namespace shop today:\n  \
     eventgate stats --since 1d --by pod 'pod.namespace==shop'\n\n\
     Events per node per hour, and one node's events per topic:\n  \

@@ -86,11 +86,12 @@ pub(super) fn print(
             "no stored event of pod {pod} matches"
         )));
     }
+    let changes = revised(&mut tally, rows.iter().map(|s| &s.event));
     let mut timeline = Timeline::new(pod, utc, &rows);
     let stdout = std::io::stdout();
     let mut open = true;
-    for stored in &rows {
-        open = timeline.line(&mut stdout.lock(), &stored.event, &mut tally);
+    for (stored, change) in rows.iter().zip(changes) {
+        open = timeline.line(&mut stdout.lock(), &stored.event, change);
         if !open {
             break;
         }
@@ -98,7 +99,8 @@ pub(super) fn print(
     if follow {
         if open {
             reader.follow(query, up_to, FOLLOW_INTERVAL, &|| false, |stored| {
-                timeline.line(&mut stdout.lock(), &stored.event, &mut tally)
+                let change = tally.add(&stored.event);
+                timeline.line(&mut stdout.lock(), &stored.event, change)
             })?;
         }
         return Ok(ExitCode::SUCCESS);
@@ -111,6 +113,31 @@ pub(super) fn print(
     // A closed pipe (`| head`) is the reader saying it has enough.
     let _ = writeln!(stdout.lock(), "{summary}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What each event meant, with what a later event revealed written back: a status-137
+/// exit that a `/tasks/oom` after it explains reads as the OOM kill it was (the oom
+/// then needs no note). Only a followed timeline's new lines cannot be revised.
+pub(crate) fn revised<'a>(
+    tally: &mut Tally,
+    events: impl Iterator<Item = &'a Event>,
+) -> Vec<Change> {
+    let mut changes: Vec<Change> = events.map(|e| tally.add(e)).collect();
+    let base = tally.added() - changes.len() as u64;
+    for at in 0..changes.len() {
+        let Change::Oom {
+            explains: Some(exit),
+        } = changes[at]
+        else {
+            continue;
+        };
+        let exit = usize::try_from(exit - base).unwrap_or(usize::MAX);
+        if let Some(Change::Failed { oom_killed, .. }) = changes.get_mut(exit) {
+            *oom_killed = true;
+            changes[at] = Change::Oom { explains: None };
+        }
+    }
+    changes
 }
 
 struct Timeline {
@@ -139,7 +166,7 @@ impl Timeline {
     }
 
     /// False once the output is closed.
-    fn line(&mut self, out: &mut dyn Write, event: &Event, tally: &mut Tally) -> bool {
+    fn line(&mut self, out: &mut dyn Write, event: &Event, change: Change) -> bool {
         let mut text = String::new();
         let uid = event
             .identity
@@ -171,7 +198,6 @@ impl Timeline {
             Some(ts) => format_time(ts, self.utc),
             None => "-".to_owned(),
         };
-        let change = tally.add(event);
         text.push_str(&format!(
             "{when:time$}  {:width$}  {}",
             who(event),
@@ -248,6 +274,9 @@ fn what(event: &Event, change: Change) -> String {
             Some(exec) => format!("exec {exec} exited with status {status}"),
             None => format!("exited with status {status}"),
         },
+        ("/tasks/oom", Change::Oom { explains: Some(_) }) => {
+            "! out of memory (/tasks/oom): the status 137 exit before it was an OOM kill".to_owned()
+        }
         ("/tasks/oom", _) => "! out of memory (/tasks/oom)".to_owned(),
         ("/tasks/delete", _) => format!("task deleted (exit status {status})"),
         ("/tasks/paused", _) => "paused".to_owned(),

@@ -67,3 +67,35 @@ fn reconciled_events_say_whose_record_and_why() {
         assert_eq!(what(&exit(origin, reason), failed), expected);
     }
 }
+
+/// The timeline of a finished record reads an exit that a later `/tasks/oom` explains
+/// as the OOM kill it was; a followed timeline, which printed the exit already, says
+/// so on the oom's line.
+#[test]
+fn an_exit_before_its_oom_reads_as_an_oom_kill() {
+    let oom = testing::event(2)
+        .at(1)
+        .topic("/tasks/oom")
+        .json("containerd.events.TaskOOM", r#"{"container_id":"c1"}"#)
+        .workload(exit(Origin::Live, None).identity.workload.clone())
+        .build();
+    let events = [exit(Origin::Live, None), oom];
+    let mut tally = Tally::default();
+    let changes = revised(&mut tally, events.iter());
+    assert_eq!(
+        what(&events[0], changes[0]),
+        "! exited with status 137: OOM-killed"
+    );
+    assert_eq!(what(&events[1], changes[1]), "! out of memory (/tasks/oom)");
+    let followed = Tally::default().add(&events[0]);
+    let mut live = Tally::default();
+    live.add(&events[0]);
+    assert_eq!(
+        what(&events[0], followed),
+        "! exited with status 137: killed (SIGKILL)"
+    );
+    assert_eq!(
+        what(&events[1], live.add(&events[1])),
+        "! out of memory (/tasks/oom): the status 137 exit before it was an OOM kill"
+    );
+}

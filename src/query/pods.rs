@@ -13,7 +13,9 @@
 //!   container exiting), not the sandbox's (its pause process is killed whenever the
 //!   pod stops). Among them, status **137** is a SIGKILL: what the OOM killer sends,
 //!   and also what a stop whose grace period ran out ends with. It is counted as an
-//!   **OOM kill** when a `/tasks/oom` of the same container came after its last start.
+//!   **OOM kill** when a `/tasks/oom` of the same container came between its last
+//!   start and its next one, before the exit or after it: containerd's shim may
+//!   publish the exit of an OOM-killed task before its `/tasks/oom`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::SystemTime;
@@ -65,15 +67,13 @@ pub struct PodCounts {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
     /// A container's start: its `n`th restart, 0 for its first start.
-    Start {
-        restart: u64,
-    },
+    Start { restart: u64 },
     /// A container's main process exited with a non-zero status.
-    Failed {
-        status: u32,
-        oom_killed: bool,
-    },
-    Oom,
+    Failed { status: u32, oom_killed: bool },
+    /// A `/tasks/oom`; `explains` is the position (among the events fed to the
+    /// tally, from 0) of the status-137 exit of the same container it turns into an
+    /// OOM kill, when that exit came first.
+    Oom { explains: Option<u64> },
     /// Anything else (a sandbox's or an exec's exit, a zero exit, creates, deletes).
     Other,
 }
@@ -84,6 +84,11 @@ pub(crate) struct Tally {
     starts: HashMap<ContainerKey, u64>,
     /// Container ids with a `/tasks/oom` since their last start.
     oomed: HashSet<String>,
+    /// Container ids whose main process exited with status 137 since their last start,
+    /// no `/tasks/oom` seen yet, and the exit's position.
+    killed: HashMap<String, u64>,
+    /// Events fed so far.
+    added: u64,
     pub pods: BTreeMap<PodName, PodCounts>,
 }
 
@@ -93,8 +98,15 @@ impl Tally {
         self.starts.entry(key).or_insert(1);
     }
 
+    /// How many events were fed (the position the next one gets).
+    pub(crate) fn added(&self) -> u64 {
+        self.added
+    }
+
     /// Counts `event`, which must have a pod (events without one change nothing).
     pub(crate) fn add(&mut self, event: &Event) -> Change {
+        let position = self.added;
+        self.added += 1;
         let Some(workload) = event.identity.workload.as_deref() else {
             return Change::Other;
         };
@@ -119,26 +131,32 @@ impl Tally {
                 *seen += 1;
                 if let Some(id) = &container_id {
                     self.oomed.remove(id);
+                    self.killed.remove(id);
                 }
                 Change::Start { restart: *seen - 1 }
             }
             ("/tasks/oom", _) => {
-                self.oomed.extend(container_id);
-                Change::Oom
+                let explains = container_id.as_ref().and_then(|id| self.killed.remove(id));
+                if explains.is_none() {
+                    self.oomed.extend(container_id);
+                }
+                Change::Oom { explains }
             }
             ("/tasks/exit", _) if !sandbox => {
                 let exec = payload.and_then(|m| text(m, "id"));
                 let main = exec.is_none() || exec == container_id;
                 let status = payload.and_then(|m| uint(m, "exit_status")).unwrap_or(0);
-                match main && status != 0 {
-                    true => Change::Failed {
-                        status,
-                        oom_killed: status == SIGKILL_STATUS
-                            && container_id
-                                .as_ref()
-                                .is_some_and(|id| self.oomed.contains(id)),
-                    },
-                    false => Change::Other,
+                if !main || status == 0 {
+                    Change::Other
+                } else {
+                    let oom_killed = status == SIGKILL_STATUS
+                        && container_id
+                            .as_ref()
+                            .is_some_and(|id| self.oomed.contains(id));
+                    if status == SIGKILL_STATUS && !oom_killed {
+                        self.killed.extend(container_id.map(|id| (id, position)));
+                    }
+                    Change::Failed { status, oom_killed }
                 }
             }
             _ => Change::Other,
@@ -146,7 +164,10 @@ impl Tally {
         let counts = self.pods.entry(pod).or_default();
         match change {
             Change::Start { restart } => counts.restarts += u64::from(restart > 0),
-            Change::Oom => counts.ooms += 1,
+            Change::Oom { explains } => {
+                counts.ooms += 1;
+                counts.oom_killed += u64::from(explains.is_some());
+            }
             Change::Failed { status, oom_killed } => {
                 counts.nonzero_exits += 1;
                 counts.killed += u64::from(status == SIGKILL_STATUS);

@@ -224,7 +224,7 @@ fn the_tally_says_what_each_event_meant() {
                 oom_killed: false
             },
             Change::Start { restart: 1 },
-            Change::Oom,
+            Change::Oom { explains: None },
             Change::Failed {
                 status: 137,
                 oom_killed: true
@@ -232,5 +232,51 @@ fn the_tally_says_what_each_event_meant() {
             Change::Start { restart: 2 },
             Change::Start { restart: 0 },
         ]
+    );
+}
+
+/// containerd's shim may publish an OOM-killed task's exit before its `/tasks/oom`:
+/// the oom after the exit still makes it an OOM kill, and only until the container's
+/// next start (an oom of the next attempt explains nothing of the last one).
+#[test]
+fn an_oom_after_a_status_137_exit_makes_it_an_oom_kill() {
+    let nginx = || Some(workload("shop", "web-7", Some("nginx")));
+    let oom = |id: &str| format!(r#"{{"container_id":"{id}"}}"#);
+    let mut tally = Tally::default();
+    let changes: Vec<Change> = events(vec![
+        ("/tasks/start", start("c1"), nginx()),
+        ("/tasks/exit", exit("c1", "c1", 137), nginx()),
+        ("/tasks/oom", oom("c1"), nginx()),
+        ("/tasks/start", start("c2"), nginx()),
+        ("/tasks/exit", exit("c2", "c2", 137), nginx()),
+        ("/tasks/start", start("c2"), nginx()),
+        ("/tasks/oom", oom("c2"), nginx()),
+        ("/tasks/exit", exit("c2", "c2", 137), nginx()),
+    ])
+    .iter()
+    .map(|e| tally.add(e))
+    .collect();
+    let killed = |oom_killed| Change::Failed {
+        status: 137,
+        oom_killed,
+    };
+    assert_eq!(
+        changes,
+        [
+            Change::Start { restart: 0 },
+            killed(false),
+            Change::Oom { explains: Some(1) },
+            Change::Start { restart: 1 },
+            killed(false),
+            Change::Start { restart: 2 },
+            Change::Oom { explains: None },
+            killed(true),
+        ]
+    );
+    // Two status-137 exits, each an OOM kill: one by the oom after it, one by the oom
+    // before it; the exit of the attempt between was killed without one.
+    assert_eq!(
+        tally.pods.get(&pod("shop", "web-7")).copied(),
+        Some(counts(2, 2, 3, 3, 2))
     );
 }
