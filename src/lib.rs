@@ -109,5 +109,6 @@ mod store;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tls;
+mod ui;
 pub mod units;
 mod upstream;

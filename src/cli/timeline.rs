@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use super::CliError;
 use super::query::{FOLLOW_INTERVAL, format_time};
 use crate::event::{Event, Witness};
-use crate::query::pods::{Change, PodName, SIGKILL_STATUS, Tally, pod_filter, text, uint};
+use crate::query::pods::{Change, PodName, SIGKILL_STATUS, Tally, pod_filter, revised, text, uint};
 use crate::query::{Query, Reader, RowRange, StoredEvent};
 
 /// The pod `--pod NAME` (and `--pod-namespace`) names among the rows `query` selects.
@@ -113,31 +113,6 @@ pub(super) fn print(
     // A closed pipe (`| head`) is the reader saying it has enough.
     let _ = writeln!(stdout.lock(), "{summary}");
     Ok(ExitCode::SUCCESS)
-}
-
-/// What each event meant, with what a later event revealed written back: a status-137
-/// exit that a `/tasks/oom` after it explains reads as the OOM kill it was (the oom
-/// then needs no note). Only a followed timeline's new lines cannot be revised.
-pub(crate) fn revised<'a>(
-    tally: &mut Tally,
-    events: impl Iterator<Item = &'a Event>,
-) -> Vec<Change> {
-    let mut changes: Vec<Change> = events.map(|e| tally.add(e)).collect();
-    let base = tally.added() - changes.len() as u64;
-    for at in 0..changes.len() {
-        let Change::Oom {
-            explains: Some(exit),
-        } = changes[at]
-        else {
-            continue;
-        };
-        let exit = usize::try_from(exit - base).unwrap_or(usize::MAX);
-        if let Some(Change::Failed { oom_killed, .. }) = changes.get_mut(exit) {
-            *oom_killed = true;
-            changes[at] = Change::Oom { explains: None };
-        }
-    }
-    changes
 }
 
 struct Timeline {

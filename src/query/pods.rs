@@ -190,6 +190,31 @@ impl Tally {
     }
 }
 
+/// What each event meant, with what a later event revealed written back: a status-137
+/// exit that a `/tasks/oom` after it explains reads as the OOM kill it was (the oom
+/// then needs no note). Only a followed timeline's new lines cannot be revised.
+pub(crate) fn revised<'a>(
+    tally: &mut Tally,
+    events: impl Iterator<Item = &'a Event>,
+) -> Vec<Change> {
+    let mut changes: Vec<Change> = events.map(|e| tally.add(e)).collect();
+    let base = tally.added() - changes.len() as u64;
+    for at in 0..changes.len() {
+        let Change::Oom {
+            explains: Some(exit),
+        } = changes[at]
+        else {
+            continue;
+        };
+        let exit = usize::try_from(exit - base).unwrap_or(usize::MAX);
+        if let Some(Change::Failed { oom_killed, .. }) = changes.get_mut(exit) {
+            *oom_killed = true;
+            changes[at] = Change::Oom { explains: None };
+        }
+    }
+    changes
+}
+
 /// A string field, `None` when empty.
 pub(crate) fn text(message: &DynamicMessage, field: &str) -> Option<String> {
     match message.get_field_by_name(field).as_deref() {
