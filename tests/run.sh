@@ -22,9 +22,10 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # dockerd 20.10 and /usr/bin/docker for tests/containerd/docker.rs, which runs its own
 # dockerd; golang-go and golang-golang-x-mod-dev build Go's sumdb/note for
 # tests/tools/note_interop.rs; python3-venv lets Debian's python3 make the tests'
-# virtual environment (below).
+# virtual environment (below); chromium and chromium-driver are the browser
+# tests/browser drives through WebDriver.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
-  golang-go golang-golang-x-mod-dev python3-venv
+  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
@@ -56,10 +57,10 @@ cargo clippy --locked --all-targets --all-features -- -D warnings
 # Every test group (tests/<group>/main.rs), each behind the feature naming what it
 # needs (Cargo.toml): all of it is installed above. --include-ignored for the unit
 # tests the library itself marks (a broker in src/bench).
-features=bench,tools-tests,containerd-tests,kafka-tests,privileged-tests
+features=bench,tools-tests,containerd-tests,kafka-tests,privileged-tests,browser-tests
 cargo build --all-targets --locked --features "$features"
 cargo test --lib --bins --examples --test plain --test tools --test kafka --test privileged \
-    --test containerd --test bench --locked --features "$features" --no-fail-fast \
+    --test containerd --test browser --test bench --locked --features "$features" --no-fail-fast \
     -- --include-ignored
 
 # A short fuzzing pass over every untrusted input (tests/fuzz; nightly only here).

@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 
 pub mod audit;
 pub mod certs;
+pub mod chromium;
 pub mod config;
 pub mod containerd;
 pub mod deploy;
@@ -27,6 +28,7 @@ pub mod pyconsumer;
 pub mod spooled;
 pub mod stores;
 pub mod tansu;
+pub mod webdriver;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
