@@ -9,3 +9,6 @@
 mod support;
 
 mod client;
+mod recorded;
+mod scenario;
+mod ui;
