@@ -9,6 +9,11 @@
 mod support;
 
 mod client;
+mod export;
+mod hostile;
+mod live;
 mod recorded;
 mod scenario;
+mod search;
+mod timeline;
 mod ui;
