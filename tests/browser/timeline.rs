@@ -299,13 +299,19 @@ fn a_bad_filter_shows_containerds_message_under_the_filter() -> Result<()> {
     let s = ui.scenario;
     ui.timeline(&[("since", &s.since), ("until", &s.until)])?;
     let bad = "topic==";
-    // What the CLI says of the same filter (after its own `error: ` prefix).
+    // What the CLI says of the same filter.
     let out = crate::support::eventgate()
         .args(["query", "--db", path_str(&ui.db()), bad])
         .output()?;
     ensure!(!out.status.success(), "the CLI took {bad:?}");
     let said = String::from_utf8_lossy(&out.stderr);
-    let message = said.trim().trim_start_matches("error: ").to_owned();
+    // containerd's parser message: after the CLI's `error: ` and the `filters: ` it
+    // puts before any filter's error.
+    let message = said
+        .trim()
+        .trim_start_matches("error: ")
+        .trim_start_matches("filters: ")
+        .to_owned();
     ensure!(message.contains("parse error"), "{said}");
 
     let filter = ui.browser.find("#filter")?;
