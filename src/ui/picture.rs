@@ -204,7 +204,7 @@ pub(crate) fn build(reader: &Reader, q: &PictureQuery) -> Result<Picture, Pictur
     query.limit = Some(q.max_rows.max(1));
     reader.each(&query, range, |stored| {
         rows.push(stored);
-        late = rows.len() as u64 % DEADLINE_EVERY == 0 && Instant::now() > q.deadline;
+        late = (rows.len() as u64).is_multiple_of(DEADLINE_EVERY) && Instant::now() > q.deadline;
         !late
     })?;
     if late || Instant::now() > q.deadline {

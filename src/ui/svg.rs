@@ -263,23 +263,19 @@ fn draw_mark(out: &mut String, mark: &Mark, cx: f64, cy: f64) {
         mark.row,
         escape(&mark.topic)
     );
-    let mut what = mark.topic.clone();
     if let (Some(class), Some(status)) = (mark.exit, mark.status) {
-        let (name, words) = match class {
-            ExitClass::Zero => ("exit-zero", ""),
-            ExitClass::NonZero => ("exit-nonzero", " (non-zero)"),
-            ExitClass::Killed => ("exit-137", ": killed (SIGKILL)"),
-            ExitClass::OomKilled => ("exit-oom", ": OOM-killed"),
-        };
         classes.push(' ');
-        classes.push_str(name);
+        classes.push_str(match class {
+            ExitClass::Zero => "exit-zero",
+            ExitClass::NonZero => "exit-nonzero",
+            ExitClass::Killed => "exit-137",
+            ExitClass::OomKilled => "exit-oom",
+        });
         let _ = write!(data, r#" data-status="{status}""#);
-        let _ = write!(what, " status {status}{words}");
     }
     if let Some(n) = mark.restart {
         classes.push_str(" restart");
         let _ = write!(data, r#" data-restart="{n}""#);
-        let _ = write!(what, ": restart {n}");
     }
     if mark.reconciled {
         classes.push_str(" reconciled");
@@ -330,16 +326,38 @@ fn draw_mark(out: &mut String, mark: &Mark, cx: f64, cy: f64) {
             cy - 4.0
         ),
     };
-    let when = DateTime::<Utc>::from_timestamp_millis(mark.at)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
-        .unwrap_or_default();
     let _ = write!(
         out,
         r#"<g class="{classes}"{data}>{shape}<title>{} {} ({})</title></g>"#,
-        escape(&when),
-        escape(&what),
+        escape(&when(mark.at)),
+        escape(&what(mark)),
         escape(&mark.origin)
     );
+}
+
+/// A time in UTC to the millisecond.
+pub(crate) fn when(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
+        .unwrap_or_else(|| format!("{ms} ms"))
+}
+
+/// What a mark stands for: its topic, an exit's status and class, a restart's number.
+pub(crate) fn what(mark: &Mark) -> String {
+    let mut what = mark.topic.clone();
+    if let (Some(class), Some(status)) = (mark.exit, mark.status) {
+        let words = match class {
+            ExitClass::Zero => "",
+            ExitClass::NonZero => " (non-zero)",
+            ExitClass::Killed => ": killed (SIGKILL)",
+            ExitClass::OomKilled => ": OOM-killed",
+        };
+        let _ = write!(what, " status {status}{words}");
+    }
+    if let Some(n) = mark.restart {
+        let _ = write!(what, ": restart {n}");
+    }
+    what
 }
 
 fn kind_name(kind: Kind) -> &'static str {
@@ -355,28 +373,42 @@ fn kind_name(kind: Kind) -> &'static str {
 
 fn legend(out: &mut String, y: f64) {
     let _ = write!(out, r#"<g class="legend">"#);
-    let items: [(&str, &str, &str); 12] = [
+    let items: [(&str, &str, &str); 14] = [
         ("life", LIFE, "rect"),
         ("running", RUNNING, "rect"),
+        ("create", "#ffffff", "ring"),
         ("start", START, "dot"),
         ("restart", RESTART, "dot"),
         ("exit 0", EXIT_ZERO, "dot"),
         ("exit non-zero", EXIT_NONZERO, "dot"),
         ("exit 137", EXIT_137, "dot"),
         ("OOM kill", EXIT_OOM, "dot"),
-        ("OOM event", EXIT_OOM, "rect"),
+        ("OOM event", EXIT_OOM, "diamond"),
         ("delete", "#333333", "rect"),
         ("gap", GAP, "rect"),
         ("reconciled", RECONCILED, "rect"),
+        ("other", "#999999", "rect"),
     ];
     for (i, (label, fill, shape)) in items.iter().enumerate() {
-        let (col, row) = (i % 6, i / 6);
-        let lx = 20.0 + col as f64 * 190.0;
+        let (col, row) = (i % 7, i / 7);
+        let lx = 20.0 + col as f64 * 165.0;
         let ly = y + row as f64 * 18.0 + 10.0;
         let swatch = match *shape {
             "dot" => format!(
                 r#"<circle cx="{:.1}" cy="{ly:.1}" r="5" fill="{fill}"/>"#,
                 lx + 5.0
+            ),
+            "ring" => format!(
+                r##"<circle cx="{:.1}" cy="{ly:.1}" r="4" fill="{fill}" stroke="#555555"/>"##,
+                lx + 5.0
+            ),
+            "diamond" => format!(
+                r#"<polygon points="{0:.1},{1:.1} {2:.1},{ly:.1} {0:.1},{3:.1} {4:.1},{ly:.1}" fill="{fill}" stroke="{EXIT_137}"/>"#,
+                lx + 5.0,
+                ly - 6.0,
+                lx + 10.0,
+                ly + 6.0,
+                lx
             ),
             _ => format!(
                 r#"<rect x="{lx:.1}" y="{:.1}" width="12" height="10" fill="{fill}"/>"#,
