@@ -5,6 +5,7 @@
 //! read-only [`Reader`]; exits and restarts are classified by the rules `query --pod`
 //! and `stats --by pod` use ([`crate::query::pods`]), so the three always agree.
 
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::{Instant, SystemTime};
 
@@ -232,7 +233,8 @@ pub(crate) fn build(reader: &Reader, q: &PictureQuery) -> Result<Picture, Pictur
         truncated,
         ..Picture::default()
     };
-    picture.gaps = gaps(reader, &query, from, to, q.deadline)?;
+    let nodes: HashSet<Option<&str>> = rows.iter().map(|s| s.event.node()).collect();
+    picture.gaps = gaps(reader, &query, &nodes, (from, to), q.deadline)?;
     picture.reconciled = reconciled_spans(&picture.gaps, &rows, &times);
     picture.groups = lanes::lanes(&rows, &changes, &times, q.group, to);
     for group in &mut picture.groups {
@@ -274,13 +276,14 @@ fn axis(query: &Query, times: &[i64]) -> (i64, i64) {
     }
 }
 
-/// The gap markers whose gap overlaps the axis. They belong to no pod, so they are
-/// read on their own; a gap may have begun before the range.
+/// The gap markers whose gap overlaps the axis, of the gateways that captured the
+/// events drawn (all of them when any event's node is unknown). They belong to no
+/// pod, so they are read on their own; a gap may have begun before the range.
 fn gaps(
     reader: &Reader,
     query: &Query,
-    from: i64,
-    to: i64,
+    nodes: &HashSet<Option<&str>>,
+    (from, to): (i64, i64),
     deadline: Instant,
 ) -> Result<Vec<Span>, PictureError> {
     let markers = Query {
@@ -290,7 +293,12 @@ fn gaps(
         limit: Some(MAX_GAPS),
     };
     let mut gaps = Vec::new();
+    let every_node = nodes.is_empty() || nodes.contains(&None);
     reader.each(&markers, RowRange::ALL, |stored| {
+        let node = stored.event.node();
+        if !every_node && node.is_some() && !nodes.contains(&node) {
+            return Instant::now() <= deadline;
+        }
         let any = stored.event.envelope.event.as_ref();
         let marker = any
             .filter(|a| a.type_url.ends_with(CONNECTED_TYPE))

@@ -280,6 +280,21 @@ fn gaps_come_from_the_connected_markers_and_reconciled_events_shade_them() {
         attempts: 3,
     });
     life.events.push(testing::event(9).envelope(marker).build());
+    // Another gateway's gap is not this picture's: its events were all on node-a.
+    let elsewhere = markers::connected(&Connected {
+        upstream: "containerd",
+        address: "/run/containerd/containerd.sock",
+        filters: &[],
+        connected_at: at(4),
+        gap_started_at: at(3),
+        attempts: 1,
+    });
+    life.events.push(
+        testing::event(10)
+            .envelope(elsewhere)
+            .node("node-b")
+            .build(),
+    );
     let store = TempStore::with(&life.events);
     let reader = Reader::open(store.path()).unwrap();
     let picture = build(&reader, &web7_query()).unwrap();
