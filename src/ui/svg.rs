@@ -150,7 +150,8 @@ fn axis(out: &mut String, x: &Scale, bottom: f64) {
         .iter()
         .copied()
         .find(|s| span / s <= 10)
-        .unwrap_or(STEPS[STEPS.len() - 1]);
+        // Beyond years (events stamped centuries apart): ten ticks whatever the span.
+        .unwrap_or_else(|| (span / 10).max(1));
     let format = match step {
         s if s < 60_000 => "%H:%M:%S",
         s if s < 86_400_000 => "%m-%d %H:%M",
