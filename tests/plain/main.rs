@@ -38,3 +38,4 @@ mod signing;
 mod spool;
 mod sqlite;
 mod tls;
+mod ui;
