@@ -6,6 +6,7 @@ mod bench;
 mod check_config;
 mod dlq;
 mod events;
+mod picture;
 mod publish;
 mod query;
 mod reload;
@@ -67,6 +68,9 @@ pub enum Command {
     Query(query::QueryArgs),
     /// Event counts per topic or namespace per time bucket, from the audit store.
     Stats(stats::StatsArgs),
+    /// The timeline picture (one lane per container) from the audit store, as one
+    /// self-contained .html or .svg file.
+    Timeline(picture::TimelineArgs),
     /// Send stored events again: to a configured forwarder or to another exchange.
     Replay(replay::ReplayArgs),
     /// A running gateway's forwarders, upstreams, subscribers and spool, from its
@@ -247,6 +251,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dlq(args) => dlq::run(args).await,
         Command::Query(args) => query::run(args).await,
         Command::Stats(args) => stats::run(args).await,
+        Command::Timeline(args) => picture::run(args).await,
         Command::Replay(args) => replay::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Top(args) => top::run(args).await,

@@ -4,17 +4,20 @@
 //! ([`crate::query::Reader`]), with a deadline and a row cap.
 //!
 //! The server side: [`serve`] routes `/ui...` requests (GET only) to the embedded page
-//! ([`assets`]), the store's endpoints ([`api`], [`export`], [`fleet`]) and the live
-//! stream from the exchange ([`live`]). Every answer carries the same security headers
+//! ([`assets`]), the store's endpoints ([`api`], [`export`], [`fleet`])
+//! and the live stream from the exchange ([`live`]). Every answer carries the same security headers
 //! (a strict Content-Security-Policy among them): event content is hostile input.
 
 mod api;
 mod assets;
+pub(crate) mod document;
 mod export;
 mod fleet;
 mod live;
 mod params;
+pub(crate) mod picture;
 mod reads;
+pub(crate) mod svg;
 
 use std::convert::Infallible;
 use std::path::PathBuf;

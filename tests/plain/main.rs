@@ -25,6 +25,7 @@ mod layout;
 mod limits;
 mod node;
 mod origin;
+mod picture;
 mod pods;
 mod poison_pill;
 mod publisher;
