@@ -4,7 +4,7 @@
 //! ([`crate::query::Reader`]), with a deadline and a row cap.
 //!
 //! The server side: [`serve`] routes `/ui...` requests (GET only) to the embedded page
-//! ([`assets`]), the store's endpoints ([`api`], [`export`], [`fleet`])
+//! ([`assets`]), the store's endpoints ([`api`], [`export`], [`fleet`], [`timeline`])
 //! and the live stream from the exchange ([`live`]). Every answer carries the same security headers
 //! (a strict Content-Security-Policy among them): event content is hostile input.
 
@@ -18,6 +18,7 @@ mod params;
 pub(crate) mod picture;
 mod reads;
 pub(crate) mod svg;
+mod timeline;
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -151,6 +152,8 @@ async fn route<B>(
         "/ui/api/export" => export::export(&ui, query).await,
         "/ui/api/fleet" => fleet::fleet(&ui, query).await,
         "/ui/api/live" => live::live(&ui, query, connection).await,
+        "/ui/api/timeline.svg" => timeline::svg(&ui, query).await,
+        "/ui/api/timeline.html" => timeline::html(&ui, query).await,
         _ => match path.strip_prefix("/ui/api/event/") {
             Some(row) => api::event(&ui, row).await,
             None => Err(UiError::NotFound(format!(

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use crate::filter::{Filter, FilterError, RegexBudget};
 use crate::query::Query;
-use crate::query::pods::pod_filter;
+use crate::query::pods::{PodName, pod_filter};
 use crate::query::time::parse_bound;
 
 use super::UiError;
@@ -49,11 +49,26 @@ impl Params {
     /// `filter` (several are OR'd), `since`, `until`, and `pod` (with `ns`) AND'd as a
     /// pod's filter, as `eventgate query` takes them.
     pub(super) fn query(&self, regex_memory: usize) -> Result<Query, UiError> {
-        let filters = self.all("filter");
-        let mut filter = parse_filters(&filters, regex_memory)?;
-        if let Some(pod) = self.get("pod") {
-            filter = filter.and(&pod_filter(pod.trim(), self.get("ns").map(str::trim)));
+        let mut query = self.query_without_pod(regex_memory)?;
+        if let Some(pod) = self.pod() {
+            let namespace = (!pod.namespace.is_empty()).then_some(pod.namespace.as_str());
+            query.filter = query.filter.and(&pod_filter(&pod.name, namespace));
         }
+        Ok(query)
+    }
+
+    /// `pod` and `ns`: a pod's name, and its namespace (empty: any).
+    pub(super) fn pod(&self) -> Option<PodName> {
+        self.get("pod").map(|name| PodName {
+            namespace: self.get("ns").unwrap_or("").trim().to_owned(),
+            name: name.trim().to_owned(),
+        })
+    }
+
+    /// [`Params::query`] without the pod, for readers that narrow to it themselves.
+    pub(super) fn query_without_pod(&self, regex_memory: usize) -> Result<Query, UiError> {
+        let filters = self.all("filter");
+        let filter = parse_filters(&filters, regex_memory)?;
         let now = SystemTime::now();
         let bound = |param: &'static str| {
             self.get(param)

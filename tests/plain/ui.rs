@@ -718,3 +718,58 @@ fn a_named_store_is_the_one_read() {
     assert_eq!(reply.code, 200, "{}", reply.body);
     assert_eq!(reply.json()["events"].as_array().map(Vec::len), Some(0));
 }
+
+#[test]
+fn the_timeline_is_an_svg_of_the_view_and_a_file_to_download() {
+    let dir = tempfile::tempdir().unwrap();
+    hostile_store(&dir.path().join("data"));
+    let mut gw = Gateway::start_in(dir, &[]);
+    let admin = gw.admin_addr();
+
+    let svg = get(admin, "/ui/api/timeline.svg?since=1h&group=pod");
+    assert_eq!(svg.code, 200, "{}", svg.body);
+    assert!(
+        svg.header("content-type")
+            .unwrap_or("")
+            .starts_with("image/svg+xml")
+    );
+    assert_eq!(svg.header("content-security-policy"), Some(CSP));
+    assert!(svg.body.starts_with("<svg") && svg.body.contains("class=\"eg-timeline\""));
+    assert!(
+        !svg.body.contains("<script"),
+        "event text is escaped: {}",
+        svg.body
+    );
+    let row = svg
+        .body
+        .split("data-row=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a mark with its row");
+    let event = get(admin, &format!("/ui/api/event/{row}"));
+    assert_eq!(event.code, 200);
+    assert_eq!(event.json()["container"]["name"], "+web");
+
+    let html = get(admin, "/ui/api/timeline.html?pod=%40pod&ns=shop");
+    assert_eq!(html.code, 200, "{}", html.body);
+    assert!(
+        html.header("content-disposition")
+            .unwrap_or("")
+            .starts_with("attachment")
+    );
+    assert!(html.body.contains("<svg") && !html.body.contains("<script"));
+
+    let bad = get(admin, "/ui/api/timeline.svg?group=container");
+    assert_eq!(
+        (bad.code, bad.json()["param"].clone()),
+        (400, "group".into())
+    );
+    let empty = get(
+        admin,
+        "/ui/api/timeline.svg?since=2024-05-01T11:00:00Z&until=2024-05-01T10:00:00Z",
+    );
+    assert_eq!(
+        (empty.code, empty.json()["param"].clone()),
+        (400, "until".into())
+    );
+}
