@@ -5,7 +5,9 @@
 use http::{Response, header};
 use serde_json::Value;
 
-use crate::query::RowRange;
+use std::time::Instant;
+
+use crate::query::{Query, Reader, RowRange};
 use crate::render;
 
 use super::api::regex_memory;
@@ -55,41 +57,9 @@ pub(super) async fn export(ui: &Ui, query: &str) -> Result<Response<Body>, UiErr
             });
         }
     };
-    let mut query = params.query(regex_memory(ui))?;
-    query.limit = Some(MAX_ROWS + 1);
+    let query = params.query(regex_memory(ui))?;
     let (text, rows, truncated) = reads::read(ui, move |reader, deadline| {
-        let mut out = String::new();
-        if let Format::Csv = format {
-            let header: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
-            out.push_str(&header.join(","));
-            out.push_str("\r\n");
-        }
-        let (mut rows, mut truncated, mut late) = (0u64, false, false);
-        reader.each(&query, RowRange::ALL, |stored| {
-            if rows >= MAX_ROWS || out.len() >= MAX_BYTES {
-                truncated = true;
-                return false;
-            }
-            if expired(deadline) {
-                late = true;
-                return false;
-            }
-            let line = render::stored_event_json(&stored.event, stored.source.as_deref());
-            match format {
-                Format::Jsonl => out.push_str(&line),
-                Format::Csv => csv_row(&mut out, stored.row_id, &line),
-            }
-            out.push_str(match format {
-                Format::Jsonl => "\n",
-                Format::Csv => "\r\n",
-            });
-            rows += 1;
-            true
-        })?;
-        if late {
-            return Err(ReadError::Ui(too_long()));
-        }
-        Ok((out, rows, truncated))
+        collect(reader, &query, format, deadline, MAX_ROWS)
     })
     .await?;
     let (content_type, name) = match format {
@@ -102,17 +72,61 @@ pub(super) async fn export(ui: &Ui, query: &str) -> Result<Response<Body>, UiErr
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
     headers.insert("x-eventgate-rows", rows.into());
-    if truncated {
-        if let Ok(value) = format!(
-            "the export stops after {rows} rows (at most {MAX_ROWS}, {} MiB); narrow the time range or the filter for the rest",
-            MAX_BYTES >> 20
-        )
-        .parse()
-        {
-            headers.insert("x-eventgate-truncated", value);
-        }
+    let note = format!(
+        "the export stops after {rows} rows (at most {MAX_ROWS}, {} MiB); narrow the time range or the filter for the rest",
+        MAX_BYTES >> 20
+    );
+    if truncated && let Ok(value) = note.parse() {
+        headers.insert("x-eventgate-truncated", value);
     }
     Ok(response)
+}
+
+/// The export's text: at most `max_rows` rows (and about `MAX_BYTES`), how many it
+/// holds, and whether more matched.
+fn collect(
+    reader: &Reader,
+    query: &Query,
+    format: Format,
+    deadline: Instant,
+    max_rows: u64,
+) -> Result<(String, u64, bool), ReadError> {
+    let mut out = String::new();
+    if let Format::Csv = format {
+        let header: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
+        out.push_str(&header.join(","));
+        out.push_str("\r\n");
+    }
+    let query = Query {
+        limit: Some(max_rows + 1),
+        ..query.clone()
+    };
+    let (mut rows, mut truncated, mut late) = (0u64, false, false);
+    reader.each(&query, RowRange::ALL, |stored| {
+        if rows >= max_rows || out.len() >= MAX_BYTES {
+            truncated = true;
+            return false;
+        }
+        if expired(deadline) {
+            late = true;
+            return false;
+        }
+        let line = render::stored_event_json(&stored.event, stored.source.as_deref());
+        match format {
+            Format::Jsonl => out.push_str(&line),
+            Format::Csv => csv_row(&mut out, stored.row_id, &line),
+        }
+        out.push_str(match format {
+            Format::Jsonl => "\n",
+            Format::Csv => "\r\n",
+        });
+        rows += 1;
+        true
+    })?;
+    if late {
+        return Err(ReadError::Ui(too_long()));
+    }
+    Ok((out, rows, truncated))
 }
 
 /// One CSV record (without its line end) of an event's JSON line.
@@ -188,6 +202,21 @@ mod tests {
         assert_eq!(cell("@SUM(A1)"), "\"'@SUM(A1)\"");
         assert_eq!(cell("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
         assert_eq!(cell("a=1"), "a=1");
+    }
+
+    #[test]
+    fn an_export_stops_at_its_row_cap_and_says_so() {
+        let events: Vec<_> = (1..=3).map(|i| crate::testing::event(i).build()).collect();
+        let store = crate::testing::TempStore::with(&events);
+        let reader = Reader::open(store.path()).unwrap();
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        let all = Query::default();
+        let (text, rows, truncated) = collect(&reader, &all, Format::Jsonl, later, 2).unwrap();
+        assert_eq!((rows, truncated, text.lines().count()), (2, true, 2));
+        let (text, rows, truncated) = collect(&reader, &all, Format::Csv, later, 3).unwrap();
+        assert_eq!((rows, truncated, text.lines().count()), (3, false, 4));
+        let past = Instant::now();
+        assert!(collect(&reader, &all, Format::Jsonl, past, 3).is_err());
     }
 
     #[test]

@@ -41,6 +41,14 @@ pub(super) async fn read<T: Send + 'static>(
     ui: &Ui,
     work: impl FnOnce(&Reader, Instant) -> Result<T, ReadError> + Send + 'static,
 ) -> Result<T, UiError> {
+    read_within(ui, DEADLINE, work).await
+}
+
+async fn read_within<T: Send + 'static>(
+    ui: &Ui,
+    allowed: Duration,
+    work: impl FnOnce(&Reader, Instant) -> Result<T, ReadError> + Send + 'static,
+) -> Result<T, UiError> {
     let Some(path) = ui.store.clone() else {
         return Err(UiError::NoStore);
     };
@@ -54,7 +62,7 @@ pub(super) async fn read<T: Send + 'static>(
             )));
         }
     };
-    let deadline = Instant::now() + DEADLINE;
+    let deadline = Instant::now() + allowed;
     let (handle_tx, handle_rx) = tokio::sync::oneshot::channel();
     let task = tokio::task::spawn_blocking(move || {
         // Held until the read is over, interrupted or not.
@@ -107,5 +115,67 @@ fn store_error(error: &QueryError) -> UiError {
         // A missing file (nothing stored yet), a locked one: worth trying again.
         QueryError::Store(_) => UiError::Unavailable(message),
         _ => UiError::Internal(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::{Exchange, ExchangeParts, ExchangeSettings};
+    use crate::testing::TempStore;
+
+    fn ui(store: &TempStore) -> Ui {
+        let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
+        Ui::new(Some(store.path().to_path_buf()), exchange)
+    }
+
+    /// A query SQLite would run forever is interrupted at the deadline.
+    #[tokio::test]
+    async fn a_read_past_its_deadline_is_interrupted() {
+        let store = TempStore::with(&[]);
+        let ui = ui(&store);
+        let started = Instant::now();
+        let outcome = read_within(&ui, Duration::from_millis(200), |reader, _| {
+            let endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) \
+                           SELECT count(*) FROM c";
+            let n: i64 = reader
+                .conn()
+                .query_row(endless, [], |r| r.get(0))
+                .map_err(reader.sqlite("counting forever"))?;
+            Ok(n)
+        })
+        .await;
+        let error = outcome.unwrap_err();
+        assert!(error.to_string().contains("took longer than"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        // The permit came back with the interrupted read.
+        assert_eq!(ui.reads.available_permits(), super::super::MAX_READS);
+    }
+
+    #[tokio::test]
+    async fn reads_beyond_the_running_ones_wait_briefly_then_are_refused() {
+        let store = TempStore::with(&[]);
+        let ui = ui(&store);
+        let held = Arc::clone(&ui.reads)
+            .acquire_many_owned(super::super::MAX_READS as u32)
+            .await
+            .unwrap();
+        let error = read(&ui, |_, _| Ok(())).await.unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("reads of the audit store are running"),
+            "{error}"
+        );
+        drop(held);
+        read(&ui, |reader, _| Ok(reader.last_row_id()?))
+            .await
+            .unwrap();
+
+        let none = Ui::new(None, ui.exchange.clone());
+        assert!(matches!(
+            read(&none, |_, _| Ok(())).await,
+            Err(UiError::NoStore)
+        ));
     }
 }
