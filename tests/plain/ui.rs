@@ -411,6 +411,13 @@ fn exports_are_query_json_lines_and_csv_with_hostile_text_made_inert() {
 /// Reads an SSE response's raw bytes in the background.
 struct LiveStream {
     text: Arc<std::sync::Mutex<String>>,
+    stream: TcpStream,
+}
+
+impl Drop for LiveStream {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 impl LiveStream {
@@ -423,6 +430,7 @@ impl LiveStream {
         .unwrap();
         let text = Arc::new(std::sync::Mutex::new(String::new()));
         let shared = Arc::clone(&text);
+        let kept = stream.try_clone().unwrap();
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
             while let Ok(n) = stream.read(&mut buf) {
@@ -435,7 +443,7 @@ impl LiveStream {
                     .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let live = LiveStream { text };
+        let live = LiveStream { text, stream: kept };
         wait_for("the live stream to open", DEADLINE, || {
             live.has(": connected").then_some(())
         });
@@ -772,4 +780,27 @@ fn the_timeline_is_an_svg_of_the_view_and_a_file_to_download() {
         (empty.code, empty.json()["param"].clone()),
         (400, "until".into())
     );
+}
+
+#[test]
+fn at_most_sixteen_live_pages_are_open_at_once() {
+    let mut gw = Gateway::start(&[]);
+    let admin = gw.admin_addr();
+    let mut pages: Vec<LiveStream> = (0..16).map(|_| LiveStream::open(admin, "")).collect();
+    let refused = get(admin, "/ui/api/live");
+    assert_eq!(refused.code, 503, "{}", refused.body);
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("16 live pages")
+    );
+    pages.pop();
+    wait_for("a closed page's place to be free", DEADLINE, || {
+        let mut stream = TcpStream::connect(admin).ok()?;
+        write!(stream, "GET /ui/api/live HTTP/1.1\r\nHost: {admin}\r\n\r\n").ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).ok()?;
+        head.ends_with(b"200").then_some(())
+    });
 }
