@@ -35,7 +35,15 @@ pub(super) async fn live(
     connection: CancellationToken,
 ) -> Result<Response<Body>, UiError> {
     let params = Params::parse(query);
-    let filter = parse_filters(&params.all("filter"), regex_memory(ui))?;
+    let filters = params.all("filter");
+    // A live page is a subscription: it is held to the limits a Subscribe client is.
+    crate::exchange::limits::check_filters(ui.exchange.limits(), &filters).map_err(|status| {
+        UiError::BadParam {
+            param: "filter",
+            message: status.message().to_owned(),
+        }
+    })?;
+    let filter = parse_filters(&filters, regex_memory(ui))?;
     let permit = Arc::clone(&ui.live).try_acquire_owned().map_err(|_| {
         UiError::Unavailable(format!(
             "{} live pages are open, as many as /ui serves at once; close one or try again later",
