@@ -4,6 +4,9 @@
 
 use http::{Response, header};
 
+use crate::query::pods::PodName;
+use crate::query::{Query, Reader};
+
 use super::api::regex_memory;
 use super::params::Params;
 use super::picture::{self, Group, Picture, PictureError, PictureQuery};
@@ -62,6 +65,10 @@ async fn picture(ui: &Ui, query: &str) -> Result<(Picture, String), UiError> {
         None => filters.join(" or "),
     };
     let picture = reads::read(ui, move |reader, deadline| {
+        let pod = match pod {
+            Some(pod) if pod.namespace.is_empty() => Some(resolve(reader, pod.name, &query)?),
+            pod => pod,
+        };
         let request = PictureQuery {
             query,
             pod,
@@ -80,4 +87,36 @@ async fn picture(ui: &Ui, query: &str) -> Result<(Picture, String), UiError> {
     })
     .await?;
     Ok((picture, title))
+}
+
+/// The namespace of a pod named without one, as `eventgate timeline --pod` finds it:
+/// the only namespace with a pod of that name among the rows the view selects.
+fn resolve(reader: &Reader, name: String, query: &Query) -> Result<PodName, ReadError> {
+    let found = reader.pod_namespaces(&name, query)?;
+    let refuse = |message: String| {
+        ReadError::Ui(UiError::BadParam {
+            param: "pod",
+            message,
+        })
+    };
+    match found.as_slice() {
+        [] => Err(refuse(format!(
+            "no stored event of a pod named {name:?} matches the filter and time range"
+        ))),
+        [(namespace, _)] => Ok(PodName {
+            namespace: namespace.clone(),
+            name,
+        }),
+        many => {
+            let list: Vec<String> = many
+                .iter()
+                .map(|(ns, n)| format!("{ns} ({n} events)"))
+                .collect();
+            Err(refuse(format!(
+                "pods named {name:?} are in {} namespaces: {}; name one with ns",
+                many.len(),
+                list.join(", ")
+            )))
+        }
+    }
 }

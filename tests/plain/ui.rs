@@ -767,6 +767,42 @@ fn the_timeline_is_an_svg_of_the_view_and_a_file_to_download() {
     );
     assert!(html.body.contains("<svg") && !html.body.contains("<script"));
 
+    // A pod named alone is found in its namespace, as `eventgate timeline --pod` finds
+    // it, and the picture is the one that command writes.
+    let now = chrono::Utc::now();
+    let since = (now - chrono::Duration::hours(1)).to_rfc3339();
+    let until = (now + chrono::Duration::hours(1)).to_rfc3339();
+    let page = get(
+        admin,
+        &format!(
+            "/ui/api/timeline.svg?pod=%40pod&since={}&until={}",
+            enc(&since),
+            enc(&until)
+        ),
+    );
+    assert_eq!(page.code, 200, "{}", page.body);
+    let file = gw.dir.path().join("pod.svg");
+    let db = audit_db(&gw);
+    eventgate_stdout(&[
+        "timeline",
+        "--db",
+        path_str(&db),
+        "--pod",
+        "@pod",
+        "--since",
+        &since,
+        "--until",
+        &until,
+        "--out",
+        path_str(&file),
+    ]);
+    assert_eq!(page.body, std::fs::read_to_string(&file).unwrap());
+    let unknown = get(admin, "/ui/api/timeline.svg?pod=nobody");
+    assert_eq!(
+        (unknown.code, unknown.json()["param"].clone()),
+        (400, "pod".into())
+    );
+
     let bad = get(admin, "/ui/api/timeline.svg?group=container");
     assert_eq!(
         (bad.code, bad.json()["param"].clone()),
