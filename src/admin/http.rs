@@ -1,4 +1,4 @@
-//! The HTTP/1 server: four GET endpoints and `POST /reload`, 404 for anything else,
+//! The HTTP/1 server: four GET endpoints, `/ui` ([`crate::ui`]) and `POST /reload`, 404 for anything else,
 //! 405 for other methods, and a graceful stop (requests in flight finish, keep-alive connections
 //! are closed).
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -52,20 +52,35 @@ pub(super) async fn serve(
             }
         };
         let observed = Arc::clone(&observed);
+        // Cancelled to close this connection at once (a /ui live page that fell behind).
+        let close = CancellationToken::new();
+        let closer = close.clone();
         let service = service_fn(move |request| {
             let observed = Arc::clone(&observed);
+            let close = closer.clone();
             async move {
-                if request.uri().path() == "/reload" {
-                    return Ok::<_, Infallible>(reload(&observed, &request, peer).await);
+                let path = request.uri().path();
+                if path == "/reload" {
+                    return Ok::<_, Infallible>(
+                        reload(&observed, &request, peer).await.map(BodyExt::boxed),
+                    );
                 }
-                Ok(respond(&observed, &request))
+                if let Some(ui) = &observed.ui
+                    && (path == "/ui" || path.starts_with("/ui/"))
+                {
+                    return Ok(crate::ui::serve(Arc::clone(ui), &request, close).await);
+                }
+                Ok(respond(&observed, &request).map(BodyExt::boxed))
             }
         });
         let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "admin endpoint: connection ended with an error");
+            tokio::select! {
+                ended = connection => if let Err(error) = ended {
+                    tracing::debug!(%error, "admin endpoint: connection ended with an error");
+                },
+                () = close.cancelled() => {}
             }
         });
     }

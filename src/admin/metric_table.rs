@@ -7,6 +7,11 @@ use crate::metric::Metric;
 
 pub(crate) const METRICS: &[Metric] = &[
     Metric::counter(
+        "eventgate_ui_live_dropped_total",
+        Count,
+        "Live /ui pages (/ui/api/live streams) disconnected because they did not keep up: 256 messages were waiting to be sent to the page, or its exchange subscription was cut off.",
+    ),
+    Metric::counter(
         "eventgate_reload_refused_total",
         Count,
         "POST /reload requests refused, by reason: disabled (no admin.reload_token_file) or unauthorized (missing or wrong token).",

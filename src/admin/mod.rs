@@ -4,7 +4,8 @@
 //! - `/healthz`: 200 while the process runs its event loop;
 //! - `/readyz`: 200 when upstreams, forwarders and the spool are fine, else 503
 //!   naming each part that is not and why ([`readiness`]);
-//! - `/status`: a JSON summary for `eventgate status` and `top` ([`status`]).
+//! - `/status`: a JSON summary for `eventgate status` and `top` ([`status`]);
+//! - `/ui`: the read-only history page and its API ([`crate::ui`]).
 //!
 //! It binds before the gateway serves anything (a busy port stops the start) and
 //! stops last, so health and metrics stay visible while forwarders drain.
@@ -67,6 +68,8 @@ pub(crate) struct Observed {
     /// Open client connections per exchange listener.
     pub connections: Vec<crate::connections::OpenConnections>,
     pub started: SystemTime,
+    /// Serves `/ui`; `None` when `admin.ui` is off.
+    pub ui: Option<Arc<crate::ui::Ui>>,
 }
 
 /// A bound, not yet serving, admin listener.

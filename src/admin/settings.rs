@@ -32,6 +32,12 @@ pub struct AdminSettings {
     /// <token>`). Unset: `POST /reload` is refused, and only SIGHUP reloads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reload_token_file: Option<PathBuf>,
+    /// Serve the history page and its read-only API under `/ui`.
+    pub ui: bool,
+    /// The `sqlite` forwarder whose store `/ui` reads; unset: the only one, or with
+    /// several the first that takes every event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ui_store: Option<String>,
 }
 
 impl Default for AdminSettings {
@@ -42,6 +48,8 @@ impl Default for AdminSettings {
             max_spill: Duration::from_secs(60),
             max_failing: Duration::from_secs(10),
             reload_token_file: None,
+            ui: true,
+            ui_store: None,
         }
     }
 }
@@ -94,6 +102,51 @@ impl AdminSettings {
         }
         Ok(())
     }
+}
+
+/// The audit store `/ui` reads: the file of the `sqlite` forwarder `admin.ui_store`
+/// names, else of the only `sqlite` forwarder, else of the first one with no route
+/// filters (it holds every event), else of the first. `None` without any (or with
+/// `admin.ui = false`). Its path is resolved as the forwarder resolves it (relative to
+/// `data_dir`). Errors name the key.
+pub(crate) fn ui_store_path(
+    admin: &AdminSettings,
+    forwarders: &[crate::pipeline::ForwarderSpec],
+    data_dir: &std::path::Path,
+) -> Result<Option<PathBuf>, (&'static str, String)> {
+    let stores: Vec<_> = forwarders.iter().filter(|f| f.kind == "sqlite").collect();
+    let chosen = match &admin.ui_store {
+        Some(name) => match stores.iter().find(|f| &f.name == name) {
+            Some(spec) => Some(*spec),
+            None => {
+                let names: Vec<String> = stores.iter().map(|f| format!("{:?}", f.name)).collect();
+                let known = match names.is_empty() {
+                    true => "there is no sqlite forwarder".to_owned(),
+                    false => format!("the sqlite forwarders are {}", names.join(", ")),
+                };
+                return Err((
+                    "admin.ui_store",
+                    format!("{name:?} is not the name of a sqlite forwarder; {known}"),
+                ));
+            }
+        },
+        None => stores
+            .iter()
+            .find(|f| f.filters.is_empty())
+            .or(stores.first())
+            .copied(),
+    };
+    if !admin.ui {
+        return Ok(None);
+    }
+    Ok(chosen.map(|spec| {
+        let path = spec
+            .options
+            .get("path")
+            .and_then(|p| p.as_str())
+            .map_or_else(|| PathBuf::from("audit.db"), PathBuf::from);
+        data_dir.join(path)
+    }))
 }
 
 /// The shortest token accepted: long enough that it cannot be guessed online.

@@ -185,6 +185,17 @@ impl Gateway {
             listener,
             reload_token,
         } = admin;
+        // Checked by the config's validation already.
+        let store = crate::admin::settings::ui_store_path(
+            &config.admin,
+            &config.forwarders,
+            &config.data_dir,
+        )
+        .unwrap_or_default();
+        let ui = config
+            .admin
+            .ui
+            .then(|| Arc::new(crate::ui::Ui::new(store, self.exchange.clone())));
         listener.map(|bound| {
             bound.serve(Observed {
                 forwarders: self.pipeline.view(),
@@ -198,6 +209,7 @@ impl Gateway {
                 readiness: crate::admin::readiness::Rules::from(&config.admin),
                 connections,
                 started,
+                ui,
             })
         })
     }

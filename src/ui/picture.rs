@@ -217,6 +217,9 @@ pub(crate) fn build(reader: &Reader, q: &PictureQuery) -> Result<Picture, Pictur
     let truncated = match drawn >= q.max_rows {
         true => {
             let total = reader.count(&query, range)?;
+            if Instant::now() > q.deadline {
+                return Err(PictureError::Deadline { rows: drawn });
+            }
             (total > drawn).then_some(Truncated { drawn, total })
         }
         false => None,

@@ -260,3 +260,23 @@ fn escape_covers_the_five_and_controls() {
     );
     assert_eq!(escape("a\u{0}b\u{FFFE}"), "a\u{FFFD}b\u{FFFD}");
 }
+
+/// Events stamped millennia apart still get a handful of ticks.
+#[test]
+fn the_axis_has_at_most_a_dozen_ticks_whatever_the_range() {
+    for (from, to) in [
+        (0, 1),
+        (0, 1_000),
+        (1_714_557_600_000, 1_714_557_600_000 + 7 * 86_400_000),
+        (-8_000_000_000_000_000, 8_000_000_000_000_000),
+    ] {
+        let svg = render(&crate::ui::picture::Picture {
+            from,
+            to,
+            ..Default::default()
+        });
+        well_formed(&svg).unwrap();
+        let ticks = svg.matches("text-anchor=\"middle\"").count();
+        assert!((1..=12).contains(&ticks), "{from}..{to}: {ticks} ticks");
+    }
+}

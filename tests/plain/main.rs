@@ -39,3 +39,4 @@ mod signing;
 mod spool;
 mod sqlite;
 mod tls;
+mod ui;

@@ -14,7 +14,15 @@
 //! Timestamps increase with random gaps (mean span/rows) over the span; an event is
 //! received 50 µs to 2 ms after its timestamp. Task events come from shims
 //! (`publish`), the rest from containerd (`forward`).
+//!
+//! The `k8s.io` containers carry what the CRI plugin's labels say (the workload
+//! columns), three to a pod in pool order: the pod's sandbox, `app` and `sidecar`, in
+//! one of a few Kubernetes namespaces. A pod thus has a life over the whole span: a
+//! few hundred events per container at the default sizes, starts, exits (some 137,
+//! some 1), OOMs, creates and deletes among them, what `query --pod` and the timeline
+//! picture read.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use prost::Message;
@@ -23,7 +31,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use uuid::timestamp::context::ContextV7;
 
-use crate::event::{Event, EventId, Source};
+use crate::event::{Event, EventId, Source, Workload};
 use crate::proto::containerd::events::{
     ContainerCreate, ContainerDelete, ContainerUpdate, SnapshotCommit, SnapshotPrepare,
     SnapshotRemove, TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIo,
@@ -32,10 +40,11 @@ use crate::proto::containerd::events::{
 use crate::proto::containerd::runc::v1::Options as RuncOptions;
 use crate::proto::containerd::services::images::v1::{ImageCreate, ImageUpdate};
 use crate::proto::containerd::types::{Envelope, Mount};
+use crate::query::pods::PodName;
 
 /// Bumped whenever the events generated for the same parameters change, so a store
 /// made by an older generator is not reused.
-pub(crate) const GENERATOR_VERSION: u32 = 1;
+pub(crate) const GENERATOR_VERSION: u32 = 2;
 
 /// 2024-05-01T00:00:00Z: stores are reproducible, so queries can name fixed times.
 pub(crate) const START_SECS: i64 = 1_714_521_600;
@@ -68,6 +77,9 @@ const NAMESPACES: &[(&str, u32)] = &[
     ("buildkit", 25),
     ("ci", 15),
 ];
+
+/// The Kubernetes namespaces pods are spread over.
+const POD_NAMESPACES: &[&str] = &["shop", "payments", "monitoring", "kube-system"];
 
 const IMAGES: &[&str] = &[
     "registry.k8s.io/pause:3.9",
@@ -109,6 +121,31 @@ struct Container {
     namespace: &'static str,
     image: &'static str,
     pid: u32,
+    /// The CRI plugin's labels, for a `k8s.io` container.
+    workload: Option<Arc<Workload>>,
+}
+
+/// The workload of the `k8s.io` container that is the `index`-th of the pool's
+/// `k8s.io` containers: three to a pod (sandbox, `app`, `sidecar`).
+fn workload(index: usize, image: &str) -> Workload {
+    let pod = index / 3;
+    let (kind, container) = match index % 3 {
+        0 => ("sandbox", None),
+        1 => ("container", Some("app")),
+        _ => ("container", Some("sidecar")),
+    };
+    Workload {
+        kind: Some(kind.into()),
+        pod_name: Some(format!("app-{pod}")),
+        pod_namespace: Some(POD_NAMESPACES[pod % POD_NAMESPACES.len()].into()),
+        pod_uid: Some(format!("{pod:08x}-0000-4000-8000-{pod:012x}")),
+        container_name: container.map(str::to_owned),
+        image: match kind {
+            "sandbox" => IMAGES[0].into(),
+            _ => image.into(),
+        },
+        ..Workload::default()
+    }
 }
 
 /// Produces the store's events in order, in batches.
@@ -153,12 +190,22 @@ impl Generator {
     pub(crate) fn new(params: &Params) -> Self {
         let mut pool_rng = StdRng::seed_from_u64(params.seed ^ 0xc0_47a1_4e45);
         let mut rng = StdRng::seed_from_u64(params.seed);
+        let mut pods = 0;
         let containers = (0..params.containers.max(1))
-            .map(|_| Container {
-                id: hex64(&mut pool_rng),
-                namespace: pick(&mut rng, NAMESPACES),
-                image: IMAGES[rng.random_range(0..IMAGES.len())],
-                pid: rng.random_range(1000..4_000_000),
+            .map(|_| {
+                let namespace = pick(&mut rng, NAMESPACES);
+                let image = IMAGES[rng.random_range(0..IMAGES.len())];
+                let workload = (namespace == "k8s.io").then(|| {
+                    pods += 1;
+                    Arc::new(workload(pods - 1, image))
+                });
+                Container {
+                    id: hex64(&mut pool_rng),
+                    namespace,
+                    image,
+                    pid: rng.random_range(1000..4_000_000),
+                    workload,
+                }
             })
             .collect();
         Self {
@@ -171,6 +218,15 @@ impl Generator {
             topic_total: TOPICS.iter().map(|(_, w)| w).sum(),
             params: params.clone(),
         }
+    }
+
+    /// The pod the pod timeline measurements read: the first one.
+    pub(crate) fn measured_pod(&self) -> Option<PodName> {
+        let workload = self.containers.iter().find_map(|c| c.workload.as_deref())?;
+        Some(PodName {
+            namespace: workload.pod_namespace.clone()?,
+            name: workload.pod_name.clone()?,
+        })
     }
 
     /// Up to `count` more events (fewer at the end of the store).
@@ -228,6 +284,7 @@ impl Generator {
             source,
             envelope,
         )
+        .with_workload(container.workload.clone())
     }
 
     fn payload(&mut self, topic: &str, c: usize, now: Timestamp) -> Any {

@@ -9,9 +9,16 @@ use std::time::{Duration, Instant, SystemTime};
 use rusqlite::{Connection, OpenFlags};
 
 use super::BenchError;
-use super::generate::{Params, START_SECS};
+use super::generate::{Generator, Params, START_SECS};
 use crate::filter::Filter;
+use crate::filter::quote;
+use crate::query::pods::PodName;
 use crate::query::{Query, Reader, RowRange};
+use crate::ui::picture::{self, Group, PictureError, PictureQuery};
+use crate::ui::svg;
+
+/// The picture's row cap, as `eventgate timeline` has it by default.
+const PICTURE_MAX_ROWS: u64 = 100_000;
 
 /// One query of the table.
 #[derive(Clone, Debug)]
@@ -99,6 +106,23 @@ pub(crate) fn cases(params: &Params) -> Vec<Case> {
         ),
         case("regex (Rust recheck)", "topic~=exit$", false, None, true),
     ]
+    .into_iter()
+    .chain(pod_case(params))
+    .collect()
+}
+
+/// `query --pod` over the whole span: the first pod's rows, by the filter `--pod`
+/// narrows to.
+pub(crate) fn pod_case(params: &Params) -> Option<Case> {
+    let pod = Generator::new(params).measured_pod()?;
+    Some(Case {
+        name: "pod timeline rows (query --pod)",
+        filter: pod_filter_text(&pod),
+        since: None,
+        until: None,
+        limit: None,
+        full_scan: false,
+    })
 }
 
 /// What one case measured.
@@ -231,6 +255,74 @@ pub(crate) fn measure(db: &Path, case: &Case, runs: usize) -> Result<Measured, B
         &measured,
         !crate::query::sql::translate(&query.filter).recheck,
     )?;
+    Ok(measured)
+}
+
+/// What `query --pod NAME --pod-namespace NS` narrows to (`pods::pod_filter`), as typed.
+fn pod_filter_text(pod: &PodName) -> String {
+    format!(
+        "pod.name=={},pod.namespace=={}",
+        quote(&pod.name),
+        quote(&pod.namespace)
+    )
+}
+
+/// The pod's timeline picture as `/ui` and `eventgate timeline` make it (the rows
+/// read, the gaps looked up, the lanes laid out, the SVG written), next to plain
+/// rusqlite reading the pod's rows with the same SQL.
+pub(crate) fn measure_picture(
+    db: &Path,
+    pod: &PodName,
+    runs: usize,
+) -> Result<Measured, BenchError> {
+    let case = Case {
+        name: "pod timeline picture (build + SVG)",
+        filter: pod_filter_text(pod),
+        since: None,
+        until: None,
+        limit: None,
+        full_scan: false,
+    };
+    let narrowed = case.query()?;
+    let reader = Reader::open(db)?;
+    let raw = raw_connection(db)?;
+    let plan = explain(&raw, &narrowed)?;
+    let draw = || -> Result<u64, BenchError> {
+        let request = PictureQuery {
+            query: Query::default(),
+            pod: Some(pod.clone()),
+            group: Group::Pod,
+            max_rows: PICTURE_MAX_ROWS,
+            deadline: Instant::now() + Duration::from_secs(600),
+        };
+        let picture = picture::build(&reader, &request).map_err(|e| match e {
+            PictureError::Store(e) => BenchError::from(e),
+            other => BenchError::Failed {
+                what: format!("the pod timeline picture: {other}"),
+            },
+        })?;
+        std::hint::black_box(svg::render(&picture));
+        Ok(picture.rows)
+    };
+    let rows = draw()?;
+    let raw_rows = raw_run(&raw, &narrowed)?;
+    let mut measured = Measured {
+        case,
+        eventgate: Vec::with_capacity(runs),
+        raw: Vec::with_capacity(runs),
+        rows,
+        raw_rows,
+        plan,
+    };
+    for _ in 0..runs {
+        let started = Instant::now();
+        draw()?;
+        measured.eventgate.push(started.elapsed());
+        let started = Instant::now();
+        raw_run(&raw, &narrowed)?;
+        measured.raw.push(started.elapsed());
+    }
+    check(&measured, true)?;
     Ok(measured)
 }
 

@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use super::generate::{Generator, Params};
-use super::measure::{Case, cases, eventgate_run, raw_connection, raw_run};
+use super::measure::{Case, cases, eventgate_run, measure_picture, raw_connection, raw_run};
 use super::prepare;
 use crate::event::Event;
 use crate::query::{Reader, RowRange};
@@ -28,7 +28,7 @@ fn in_memory(events: &[Event], case: &Case) -> Vec<u64> {
     let query = case.query().unwrap();
     events
         .iter()
-        .filter(|e| query.filter.matches(*e))
+        .filter(|e| query.filter.matches(&e.record_fields()))
         .filter(|e| match (case.since, case.until) {
             (None, None) => true,
             _ => timestamp(e).is_some_and(|t| {
@@ -73,6 +73,13 @@ fn every_measured_query_returns_what_the_matcher_returns_on_the_generated_events
         assert_eq!(eventgate_run(&reader, &query).unwrap(), seqs.len() as u64);
         assert!(raw_run(&raw, &query).unwrap() >= seqs.len() as u64);
     }
+    let pod = cases(&params).pop().unwrap();
+    assert_eq!(pod.name, "pod timeline rows (query --pod)");
+    assert!(
+        in_memory(&events, &pod).len() > 20,
+        "a pod with a life: {}",
+        pod.command_line()
+    );
     let first_k8s = &cases(&params)[2];
     assert_eq!(first_k8s.limit, Some(100));
     assert_eq!(in_memory(&events, first_k8s).len(), 100);
@@ -109,4 +116,27 @@ fn a_store_with_the_same_parameters_is_reused_and_a_foreign_file_is_left_alone()
         "{error}"
     );
     assert_eq!(std::fs::read(&foreign).unwrap(), b"precious");
+}
+
+/// The pod's picture reads exactly the rows `query --pod` reads, and draws them.
+#[test]
+fn the_pod_timeline_picture_draws_the_pods_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("bench.db");
+    let params = small();
+    prepare(&db, &params, &mut |_, _| {}).unwrap();
+    let pod = Generator::new(&params).measured_pod().unwrap();
+    assert_eq!(
+        (pod.name.as_str(), pod.namespace.as_str()),
+        ("app-0", "shop")
+    );
+    let measured = measure_picture(&db, &pod, 2).unwrap();
+    assert_eq!(measured.rows, measured.raw_rows);
+    assert_eq!((measured.eventgate.len(), measured.raw.len()), (2, 2));
+    let rows = cases(&params).pop().unwrap();
+    let reader = Reader::open(&db).unwrap();
+    assert_eq!(
+        eventgate_run(&reader, &rows.query().unwrap()).unwrap(),
+        measured.rows
+    );
 }

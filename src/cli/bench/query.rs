@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::bench::micros;
-use crate::bench::query::generate::Params;
-use crate::bench::query::measure::{Measured, cases, max, measure, median};
+use crate::bench::query::generate::{Generator, Params};
+use crate::bench::query::measure::{Measured, cases, max, measure, measure_picture, median};
 use crate::bench::query::prepare;
 use crate::cli::CliError;
 
@@ -97,6 +97,17 @@ fn run_blocking(args: QueryBenchArgs) -> Result<ExitCode, CliError> {
         );
         results.push(m);
     }
+    if let Some(pod) = Generator::new(&params).measured_pod() {
+        let m = measure_picture(&prepared.path, &pod, args.runs as usize)?;
+        eprintln!(
+            "{} of {pod}: {} rows, eventgate median {}, raw median {}",
+            m.case.name,
+            m.rows,
+            ms(median(&m.eventgate)),
+            ms(median(&m.raw))
+        );
+        results.push(m);
+    }
     print_table(&args, prepared.rows, &results);
     Ok(ExitCode::SUCCESS)
 }
@@ -135,6 +146,11 @@ fn print_table(args: &QueryBenchArgs, store_rows: u64, results: &[Measured]) {
             ms(max(&m.raw)),
         );
     }
+    println!(
+        "\nthe pod timeline picture: the history UI's timeline of that pod as `eventgate \
+         timeline --pod` and /ui draw it (its rows read, the gap markers looked up, the \
+         lanes laid out, the SVG written), next to rusqlite reading the pod's rows"
+    );
     println!("\nquery plans (EXPLAIN QUERY PLAN of the SQL the filter translates to):\n");
     for m in results {
         println!("- {}: {}", m.case.name, m.plan);

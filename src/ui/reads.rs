@@ -1,0 +1,181 @@
+//! How `/ui` reads the audit store without slowing ingest: each read on a blocking
+//! thread with its own read-only [`Reader`] (WAL readers never block the writer), at
+//! most `MAX_READS` at once, and a deadline after which SQLite is interrupted.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::query::{QueryError, Reader};
+
+use super::{Ui, UiError};
+
+/// How long a read waits for one of the running reads to finish before it is refused.
+const QUEUE_WAIT: Duration = Duration::from_millis(500);
+/// How long a read may run.
+pub(super) const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Why a read did not produce its answer.
+#[derive(Debug)]
+pub(super) enum ReadError {
+    Query(QueryError),
+    /// The work itself refused (bad input found while reading).
+    Ui(UiError),
+}
+
+impl From<QueryError> for ReadError {
+    fn from(error: QueryError) -> Self {
+        ReadError::Query(error)
+    }
+}
+
+impl From<UiError> for ReadError {
+    fn from(error: UiError) -> Self {
+        ReadError::Ui(error)
+    }
+}
+
+/// Runs `work` on a blocking thread with a fresh read-only reader of the store and the
+/// instant it must be done by. Past the deadline SQLite is interrupted and the answer
+/// is 503.
+pub(super) async fn read<T: Send + 'static>(
+    ui: &Ui,
+    work: impl FnOnce(&Reader, Instant) -> Result<T, ReadError> + Send + 'static,
+) -> Result<T, UiError> {
+    read_within(ui, DEADLINE, work).await
+}
+
+async fn read_within<T: Send + 'static>(
+    ui: &Ui,
+    allowed: Duration,
+    work: impl FnOnce(&Reader, Instant) -> Result<T, ReadError> + Send + 'static,
+) -> Result<T, UiError> {
+    let Some(path) = ui.store.clone() else {
+        return Err(UiError::NoStore);
+    };
+    let permit = match tokio::time::timeout(QUEUE_WAIT, Arc::clone(&ui.reads).acquire_owned()).await
+    {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            return Err(UiError::Unavailable(format!(
+                "{} reads of the audit store are running; try again in a moment",
+                super::MAX_READS
+            )));
+        }
+    };
+    let deadline = Instant::now() + allowed;
+    let (handle_tx, handle_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::task::spawn_blocking(move || {
+        // Held until the read is over, interrupted or not.
+        let _permit = permit;
+        let reader = Reader::open(&path)?;
+        let _ = handle_tx.send(reader.conn().get_interrupt_handle());
+        work(&reader, deadline)
+    });
+    tokio::pin!(task);
+    let outcome = tokio::select! {
+        joined = &mut task => joined,
+        () = tokio::time::sleep_until(deadline.into()) => {
+            if let Ok(handle) = handle_rx.await {
+                handle.interrupt();
+            }
+            let _ = task.await;
+            return Err(too_long());
+        }
+    };
+    match outcome {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(ReadError::Ui(error))) => Err(error),
+        Ok(Err(ReadError::Query(error))) if Instant::now() >= deadline => {
+            tracing::debug!(error = %crate::errors::chain(&error), "a /ui read ran out of time");
+            Err(too_long())
+        }
+        Ok(Err(ReadError::Query(error))) => Err(store_error(&error)),
+        Err(error) => Err(UiError::Internal(format!(
+            "the read of the audit store stopped unexpectedly: {error}"
+        ))),
+    }
+}
+
+/// Whether work that checks between rows should stop.
+pub(super) fn expired(deadline: Instant) -> bool {
+    Instant::now() >= deadline
+}
+
+pub(super) fn too_long() -> UiError {
+    UiError::Unavailable(format!(
+        "the read of the audit store took longer than {}; narrow the time range or the filter",
+        humantime::format_duration(DEADLINE)
+    ))
+}
+
+fn store_error(error: &QueryError) -> UiError {
+    let message = crate::errors::chain(error);
+    tracing::warn!(error = %message, "/ui could not read the audit store");
+    match error {
+        // A missing file (nothing stored yet), a locked one: worth trying again.
+        QueryError::Store(_) => UiError::Unavailable(message),
+        _ => UiError::Internal(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::{Exchange, ExchangeParts, ExchangeSettings};
+    use crate::testing::TempStore;
+
+    fn ui(store: &TempStore) -> Ui {
+        let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
+        Ui::new(Some(store.path().to_path_buf()), exchange)
+    }
+
+    /// A query SQLite would run forever is interrupted at the deadline.
+    #[tokio::test]
+    async fn a_read_past_its_deadline_is_interrupted() {
+        let store = TempStore::with(&[]);
+        let ui = ui(&store);
+        let started = Instant::now();
+        let outcome = read_within(&ui, Duration::from_millis(200), |reader, _| {
+            let endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) \
+                           SELECT count(*) FROM c";
+            let n: i64 = reader
+                .conn()
+                .query_row(endless, [], |r| r.get(0))
+                .map_err(reader.sqlite("counting forever"))?;
+            Ok(n)
+        })
+        .await;
+        let error = outcome.unwrap_err();
+        assert!(error.to_string().contains("took longer than"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        // The permit came back with the interrupted read.
+        assert_eq!(ui.reads.available_permits(), super::super::MAX_READS);
+    }
+
+    #[tokio::test]
+    async fn reads_beyond_the_running_ones_wait_briefly_then_are_refused() {
+        let store = TempStore::with(&[]);
+        let ui = ui(&store);
+        let held = Arc::clone(&ui.reads)
+            .acquire_many_owned(super::super::MAX_READS as u32)
+            .await
+            .unwrap();
+        let error = read(&ui, |_, _| Ok(())).await.unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("reads of the audit store are running"),
+            "{error}"
+        );
+        drop(held);
+        read(&ui, |reader, _| Ok(reader.last_row_id()?))
+            .await
+            .unwrap();
+
+        let none = Ui::new(None, ui.exchange.clone());
+        assert!(matches!(
+            read(&none, |_, _| Ok(())).await,
+            Err(UiError::NoStore)
+        ));
+    }
+}

@@ -1,0 +1,122 @@
+//! `/ui/api/timeline.svg` and `/ui/api/timeline.html`: the timeline picture
+//! ([`super::picture`]) of the view's parameters, as the SVG the page imports or as
+//! the self-contained file `eventgate timeline --out` writes, for download.
+
+use http::{Response, header};
+
+use crate::query::pods::PodName;
+use crate::query::{Query, Reader};
+
+use super::api::regex_memory;
+use super::params::Params;
+use super::picture::{self, Group, Picture, PictureError, PictureQuery};
+use super::reads::{self, ReadError, too_long};
+use super::{Body, Ui, UiError, document, svg, whole};
+
+/// Events drawn at most in one picture; beyond, the picture says it is truncated.
+pub(crate) const MAX_ROWS: u64 = 20_000;
+
+pub(super) async fn svg(ui: &Ui, query: &str) -> Result<Response<Body>, UiError> {
+    let (picture, _) = picture(ui, query).await?;
+    Ok(whole("image/svg+xml; charset=utf-8", svg::render(&picture)))
+}
+
+pub(super) async fn html(ui: &Ui, query: &str) -> Result<Response<Body>, UiError> {
+    let (picture, title) = picture(ui, query).await?;
+    let mut response = whole(
+        "text/html; charset=utf-8",
+        document::render(&picture, &title),
+    );
+    response.headers_mut().insert(
+        header::CONTENT_DISPOSITION,
+        header::HeaderValue::from_static("attachment; filename=\"eventgate-timeline.html\""),
+    );
+    Ok(response)
+}
+
+/// The picture of the parameters, and a title saying what it shows.
+async fn picture(ui: &Ui, query: &str) -> Result<(Picture, String), UiError> {
+    let params = Params::parse(query);
+    let query = params.query_without_pod(regex_memory(ui))?;
+    if let (Some(since), Some(until)) = (query.since, query.until)
+        && since >= until
+    {
+        return Err(UiError::BadParam {
+            param: "until",
+            message: "the time range is empty: since must come before until".to_owned(),
+        });
+    }
+    let group = match params.get("group") {
+        None => Group::default(),
+        Some(text) => text
+            .trim()
+            .parse::<Group>()
+            .map_err(|message| UiError::BadParam {
+                param: "group",
+                message,
+            })?,
+    };
+    let pod = params.pod();
+    let filters = params.all("filter");
+    let title = match &pod {
+        Some(pod) if pod.namespace.is_empty() => format!("pod {}", pod.name),
+        Some(pod) => format!("pod {pod}"),
+        None if filters.is_empty() => "all events".to_owned(),
+        None => filters.join(" or "),
+    };
+    let picture = reads::read(ui, move |reader, deadline| {
+        let pod = match pod {
+            Some(pod) if pod.namespace.is_empty() => Some(resolve(reader, pod.name, &query)?),
+            pod => pod,
+        };
+        let request = PictureQuery {
+            query,
+            pod,
+            group,
+            max_rows: MAX_ROWS,
+            deadline,
+        };
+        picture::build(reader, &request).map_err(|error| match error {
+            PictureError::BadInput(message) => ReadError::Ui(UiError::BadParam {
+                param: "filter",
+                message,
+            }),
+            PictureError::Deadline { .. } => ReadError::Ui(too_long()),
+            PictureError::Store(error) => ReadError::Query(error),
+        })
+    })
+    .await?;
+    Ok((picture, title))
+}
+
+/// The namespace of a pod named without one, as `eventgate timeline --pod` finds it:
+/// the only namespace with a pod of that name among the rows the view selects.
+fn resolve(reader: &Reader, name: String, query: &Query) -> Result<PodName, ReadError> {
+    let found = reader.pod_namespaces(&name, query)?;
+    let refuse = |message: String| {
+        ReadError::Ui(UiError::BadParam {
+            param: "pod",
+            message,
+        })
+    };
+    match found.as_slice() {
+        [] => Err(refuse(format!(
+            "no stored event of a pod named {name:?} matches the filter and time range"
+        ))),
+        [(namespace, _)] => Ok(PodName {
+            namespace: namespace.clone(),
+            name,
+        }),
+        many => {
+            let list: Vec<String> = many
+                .iter()
+                .map(|(ns, n)| format!("{ns} ({n} events)"))
+                .collect();
+            Err(refuse(format!(
+                "pods named {name:?} are in {} namespaces: {}; name one with ns",
+                many.len(),
+                list.join(", ")
+            )))
+        }
+    }
+}
