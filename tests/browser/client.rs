@@ -23,6 +23,7 @@ fn the_webdriver_client_reads_types_clicks_and_sees_alerts() -> anyhow::Result<(
     let dir = tempfile::tempdir()?;
     let page = dir.path().join("page.html");
     std::fs::write(&page, PAGE)?;
+    let _turn = crate::ui::turn();
     let browser = Browser::start()?;
     let url = format!("file://{}", page.display());
     browser.goto(&url)?;

@@ -82,10 +82,14 @@ fn markup_in_names_and_payloads_is_shown_as_text_and_never_runs() -> Result<()> 
     crate::timeline::click_mark(&ui, exit.row_id)?;
     let shown = ui.browser.wait("the hostile event's JSON", SHOWN, |b| {
         let text = b.find("#detail-json")?.text()?;
-        Ok(text.contains(EVIL).then_some(text))
+        Ok(serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .filter(|json| json["event"]["container_id"] == EVIL))
     })?;
     ensure!(
-        shown.contains(EVIL_POD) && shown.contains(EVIL_NS),
+        shown["pod"]["name"] == EVIL_POD
+            && shown["pod"]["namespace"] == EVIL_NS
+            && shown["container"]["name"] == EVIL_CONTAINER,
         "{shown}"
     );
     assert_no_markup_from_events(&ui)?;

@@ -97,7 +97,7 @@ pub fn millis(t: SystemTime) -> u64 {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// The container an event (a line of the file forwarder) is about.
@@ -194,13 +194,15 @@ fn record() -> Scenario {
         .sqlite("audit", "audit.db", "")
         .upstream("node", &containerd.address(), "")
         .write(dir.path());
-    let since = SystemTime::now() - Duration::from_secs(2);
     let mut gateway = Gateway::start_in(dir, &["--config", &config]);
     // Only after the first reconcile are the daemon's changes news.
     wait_logged(&gateway, "the first reconcile", |l| {
         l["topic"] == "/eventgate/upstream/reconciled"
     });
 
+    // The range the tests look at: the pod's life and what follows it, with a
+    // margin, so a picture of it is not mostly empty.
+    let since = SystemTime::now() - Duration::from_millis(500);
     let mut tasks = Tasks::new(&containerd);
     let sandbox = cri_labels(POD_NS, POD, UID, None);
     let sandbox: Vec<&str> = sandbox.iter().map(String::as_str).collect();
@@ -279,7 +281,7 @@ fn record() -> Scenario {
                 .any(|r| r.topic == "/containers/delete" && r.container() == Some(SANDBOX)))
         .then_some(())
     });
-    let until = SystemTime::now() + Duration::from_secs(2);
+    let until = SystemTime::now() + Duration::from_millis(500);
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
     let data = gateway.dir.path().join("data");
     // The recording outlives this function: the directory is kept (and removed by

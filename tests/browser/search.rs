@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::scenario::{BATCH, BATCH_NS};
+use crate::scenario::{BATCH, BATCH_NS, POD, POD_NS};
 use crate::support::http_get;
 use crate::ui::{SHOWN, Ui, decode};
 
@@ -58,6 +58,27 @@ fn link(ui: &Ui, css: &str) -> Result<(String, Vec<(String, String)>)> {
 fn search_pages_through_the_selection_and_exports_it() -> Result<()> {
     let ui = Ui::open()?;
     let s = ui.scenario;
+    // The pod's events: its own columns filled in.
+    let pod = format!("pod.namespace=={POD_NS}");
+    ui.browser.goto(&ui.url(&[
+        ("view", "search"),
+        ("filter", pod.as_str()),
+        ("since", &s.since),
+        ("until", &s.until),
+    ]))?;
+    let rows_of_pod = wait_rows(&ui, &[])?;
+    for (row, cells) in &rows_of_pod {
+        ensure!(
+            cells[4] == format!("{POD_NS}/{POD}") && cells[2] == "k8s.io",
+            "row {row}: {cells:?}"
+        );
+    }
+    ensure!(
+        rows_of_pod.iter().any(|r| r.1[6] == "reconciled"),
+        "no reconstructed event among the pod's"
+    );
+    ui.screenshot("ui-search.png")?;
+
     let filter = format!("namespace=={BATCH_NS}");
     let view = [
         ("view", "search"),
@@ -80,7 +101,6 @@ fn search_pages_through_the_selection_and_exports_it() -> Result<()> {
             "row {row}: {cells:?}"
         );
     }
-    ui.screenshot("ui-search.png")?;
 
     // Every page is new rows of the same selection, until all of it was shown.
     let mut seen: BTreeSet<String> = first.iter().map(|r| r.0.clone()).collect();

@@ -116,8 +116,7 @@ fn a_pods_timeline_shows_its_containers_exits_restarts_gap_and_stored_events() -
         );
     }
 
-    // What the reconcile reconstructed, and only that, is marked so; the gap is drawn
-    // over the time eventgate was stopped.
+    // What the reconcile reconstructed, and only that, is marked so.
     let reconciled: BTreeSet<String> = pod
         .iter()
         .filter(|r| r.origin == "reconciled")
@@ -134,19 +133,25 @@ fn a_pods_timeline_shows_its_containers_exits_restarts_gap_and_stored_events() -
         marked == reconciled,
         "marked {marked:?}, stored {reconciled:?}"
     );
-    let spans_gap = picture.gaps.iter().any(|g| {
-        let ms = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<u64>().ok());
+    // The gap the restart left: the stored connected marker's `gap_started_at` (the
+    // new process's start) to its `connected_at`, after the restart began.
+    let ms = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<u64>().ok());
+    let restart_gap = picture.gaps.iter().any(|g| {
         matches!((ms(&g.from), ms(&g.to)), (Some(from), Some(to))
-            if from <= s.stopped_ms && to >= s.restarted_ms)
+            if from >= s.stopped_ms && from <= to && to >= s.restarted_ms
+                && to < s.restarted_ms + 20_000)
     });
     ensure!(
-        spans_gap,
-        "no gap over {}..{}: {:?}",
+        restart_gap,
+        "no gap where eventgate restarted ({}..{}): {:?}",
         s.stopped_ms,
         s.restarted_ms,
         picture.gaps
     );
+    ensure!(picture.reconciled_spans >= 1, "no reconciled span");
     ensure!(picture.truncated.is_none(), "{:?}", picture.truncated);
+
+    ui.screenshot("ui-timeline.png")?;
 
     // A click on the first app's non-zero exit (or whatever mark is drawn over it
     // there) shows that mark's stored event.
@@ -196,7 +201,6 @@ fn a_pods_timeline_shows_its_containers_exits_restarts_gap_and_stored_events() -
         detail["node"].is_string() && detail["origin"] == "live",
         "{detail}"
     );
-    ui.screenshot("ui-timeline.png")?;
     Ok(())
 }
 

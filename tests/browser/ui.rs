@@ -31,10 +31,8 @@ pub struct Ui {
 
 impl Ui {
     pub fn open() -> Result<Ui> {
-        static TURN: Mutex<()> = Mutex::new(());
         let scenario = scenario::get();
-        // A test that failed while holding the turn leaves nothing behind to guard.
-        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let turn = turn();
         let dir = tempfile::Builder::new().prefix("eg-ui").tempdir()?;
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data)?;
@@ -136,6 +134,13 @@ impl Ui {
         anyhow::ensure!(alert.is_none(), "an alert is open: {alert:?}");
         Ok(())
     }
+}
+
+/// This test's turn with the browser: one Chromium at a time.
+pub fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    // A test that failed while holding the turn leaves nothing behind to guard.
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `target/screenshots`.

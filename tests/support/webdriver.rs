@@ -16,8 +16,9 @@ use super::chromium::{self, Chromedriver};
 /// The key of an element reference in WebDriver's JSON.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-/// How long one command may take (a navigation waits for the page's load event).
-const COMMAND: Duration = Duration::from_secs(30);
+/// How long one command may take: a navigation waits for the page's load event, and
+/// a new session for Chromium to start on a busy machine.
+const COMMAND: Duration = Duration::from_secs(60);
 
 /// An error chromedriver answered with: its code (`no such element`, `no such alert`,
 /// `javascript error`, ...) and message.
