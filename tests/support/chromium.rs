@@ -2,6 +2,7 @@
 //! choosing, read from its first lines, and the capabilities of a headless browser
 //! with a throwaway profile. Both go away with the values that hold them.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,7 +37,10 @@ impl Chromedriver {
                 bail!("{binary} is missing: {NEEDS}");
             }
         }
+        // A process group of its own, which the browsers it starts join: dropping
+        // the driver ends them too, even when a session never got its id.
         let mut child = Command::new(CHROMEDRIVER)
+            .process_group(0)
             .args(["--port=0", "--log-level=WARNING"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -95,6 +99,10 @@ impl Chromedriver {
 
 impl Drop for Chromedriver {
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let group = nix::unistd::Pid::from_raw(-pid);
+            let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
