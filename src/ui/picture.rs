@@ -289,9 +289,14 @@ fn gaps(
     (from, to): (i64, i64),
     deadline: Instant,
 ) -> Result<Vec<Span>, PictureError> {
+    // A marker is stamped with its reconnect, the end of its gap: those before the
+    // axis starts end before it.
+    let axis_start = u64::try_from(from)
+        .ok()
+        .map(|ms| SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms));
     let markers = Query {
         filter: Filter::parse(&format!("topic=={CONNECTED_TOPIC:?}")).unwrap_or_default(),
-        since: query.since,
+        since: axis_start.or(query.since),
         until: None,
         limit: Some(MAX_GAPS),
     };
