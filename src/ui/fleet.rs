@@ -1,29 +1,25 @@
 //! `/ui/api/fleet?since=...`: per node (the `node` column: where each event was
 //! captured) over `since` (default 24h): its last event, how many events and per hour,
-//! and the gaps in its record: the `/eventgate/upstream/connected` markers it stored,
-//! each covering `gap_started_at..connected_at`.
+//! and the gaps in its record, from the upstream markers it stored ([`super::gaps`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use http::Response;
-use prost::Message;
 use rusqlite::types::Value;
 use serde::Serialize;
 
-use crate::markers::{CONNECTED_TOPIC, NAMESPACE};
-use crate::proto::eventgate::events::v1::UpstreamConnected;
+use crate::markers::NAMESPACE;
 use crate::query::time::{parse_bound, stored_form};
 
+use super::gaps::GapsError;
 use super::params::Params;
-use super::reads::{self, ReadError, expired, too_long};
+use super::reads::{self, ReadError, too_long};
 use super::{Body, Ui, UiError, json};
 
 const DEFAULT_SINCE: Duration = Duration::from_secs(24 * 3600);
 /// Nodes listed at most (a fleet is tens or hundreds of nodes).
 const MAX_NODES: usize = 10_000;
-/// Gap markers read at most.
-const MAX_MARKERS: usize = 100_000;
 
 #[derive(Debug, Default, Serialize, PartialEq)]
 pub(super) struct Node {
@@ -103,55 +99,28 @@ fn counts(
     Ok(nodes)
 }
 
-/// Adds each node's gaps: the connected markers stored since `since`, each counting
-/// from its `gap_started_at` (or `since`, if later) to its `connected_at`.
+/// Adds each node's gaps ([`super::gaps`]) that end after `since` or are still open,
+/// each counted from its start (or `since`, if later) to its end (or now).
 fn gaps(
     reader: &crate::query::Reader,
     since: SystemTime,
     deadline: std::time::Instant,
     nodes: &mut BTreeMap<String, Node>,
 ) -> Result<(), ReadError> {
-    let sql = "SELECT coalesce(node, ''), payload FROM events \
-               WHERE timestamp >= ?1 AND topic = ?2 AND namespace = ?3 ORDER BY row_id LIMIT ?4";
-    let params = [
-        Value::Text(stored_form(since)),
-        Value::Text(CONNECTED_TOPIC.to_owned()),
-        Value::Text(NAMESPACE.to_owned()),
-        Value::Integer(MAX_MARKERS as i64),
-    ];
-    let mut stmt = reader
-        .conn()
-        .prepare(sql)
-        .map_err(reader.sqlite("preparing the gaps query"))?;
-    let mut rows = stmt
-        .query(rusqlite::params_from_iter(params.iter()))
-        .map_err(reader.sqlite("running the gaps query"))?;
-    while let Some(row) = rows.next().map_err(reader.sqlite("reading a gap"))? {
-        if expired(deadline) {
-            return Err(ReadError::Ui(too_long()));
-        }
-        let node: String = row.get(0).map_err(reader.sqlite("reading a gap"))?;
-        let payload: Option<Vec<u8>> = row.get(1).map_err(reader.sqlite("reading a gap"))?;
-        let Some(marker) = payload.and_then(|p| UpstreamConnected::decode(p.as_slice()).ok())
-        else {
-            continue;
-        };
-        let (Some(from), Some(to)) = (
-            marker
-                .gap_started_at
-                .and_then(|t| SystemTime::try_from(t).ok()),
-            marker
-                .connected_at
-                .and_then(|t| SystemTime::try_from(t).ok()),
-        ) else {
-            continue;
-        };
-        let seconds = to
-            .duration_since(from.max(since))
+    let found = super::gaps::read(reader, since, deadline).map_err(|e| match e {
+        GapsError::Deadline => ReadError::Ui(too_long()),
+        GapsError::Store(e) => ReadError::Query(e),
+    })?;
+    let now = SystemTime::now();
+    for gap in found {
+        let seconds = gap
+            .to
+            .unwrap_or(now)
+            .duration_since(gap.from.max(since))
             .unwrap_or_default()
             .as_secs_f64();
-        let entry = nodes.entry(node.clone()).or_insert_with(|| Node {
-            node,
+        let entry = nodes.entry(gap.node.clone()).or_insert_with(|| Node {
+            node: gap.node,
             ..Node::default()
         });
         entry.gaps += 1;

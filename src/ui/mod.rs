@@ -13,6 +13,7 @@ mod assets;
 pub(crate) mod document;
 mod export;
 mod fleet;
+pub(crate) mod gaps;
 mod live;
 mod params;
 pub(crate) mod picture;

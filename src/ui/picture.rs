@@ -9,13 +9,10 @@ use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::{Instant, SystemTime};
 
-use prost::Message;
 use thiserror::Error;
 
+use super::gaps::GapsError;
 use crate::event::Event;
-use crate::filter::Filter;
-use crate::markers::{CONNECTED_TOPIC, CONNECTED_TYPE};
-use crate::proto::eventgate::events::v1::UpstreamConnected;
 use crate::query::pods::{PodCounts, PodName, Tally, revised};
 use crate::query::{Query, QueryError, Reader, RowRange, StoredEvent};
 
@@ -23,8 +20,6 @@ mod lanes;
 
 /// Rows read between two looks at the deadline.
 const DEADLINE_EVERY: u64 = 256;
-/// Gap markers read at most: one per reconnect of an upstream.
-const MAX_GAPS: u64 = 10_000;
 /// How long after its reconnect a reconcile's reconstructed events still belong to a
 /// gap (those stamped by eventgate's clock come when the reconcile ran).
 const RECONCILE_SLACK_MS: i64 = 5 * 60 * 1000;
@@ -149,8 +144,11 @@ pub(crate) enum Kind {
 /// An exit by the pods rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ExitClass {
-    /// Status 0, or an exit the rules do not count (the sandbox's pause process).
+    /// Status 0.
     Zero,
+    /// A non-zero status the rules do not count: the sandbox's pause process, killed
+    /// whenever its pod stops. Drawn apart, so a kill never looks like a clean exit.
+    Uncounted,
     NonZero,
     /// Status 137 without an OOM of the container around it.
     Killed,
@@ -237,7 +235,7 @@ pub(crate) fn build(reader: &Reader, q: &PictureQuery) -> Result<Picture, Pictur
         ..Picture::default()
     };
     let nodes: HashSet<Option<&str>> = rows.iter().map(|s| s.event.node()).collect();
-    picture.gaps = gaps(reader, &query, &nodes, (from, to), q.deadline)?;
+    picture.gaps = gaps(reader, &nodes, (from, to), q.deadline)?;
     picture.reconciled = reconciled_spans(&picture.gaps, &rows, &times);
     picture.groups = lanes::lanes(&rows, &changes, &times, q.group, to);
     for group in &mut picture.groups {
@@ -279,55 +277,32 @@ fn axis(query: &Query, times: &[i64]) -> (i64, i64) {
     }
 }
 
-/// The gap markers whose gap overlaps the axis, of the gateways that captured the
-/// events drawn (all of them when any event's node is unknown). They belong to no
-/// pod, so they are read on their own; a gap may have begun before the range.
+/// The gaps ([`super::gaps`]) that overlap the axis, of the gateways that captured the
+/// events drawn (all of them when any event's node is unknown); one still open runs
+/// to the axis end.
 fn gaps(
     reader: &Reader,
-    query: &Query,
     nodes: &HashSet<Option<&str>>,
     (from, to): (i64, i64),
     deadline: Instant,
 ) -> Result<Vec<Span>, PictureError> {
-    // A marker is stamped with its reconnect, the end of its gap: those before the
-    // axis starts end before it.
-    let axis_start = u64::try_from(from)
-        .ok()
-        .map(|ms| SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms));
-    let markers = Query {
-        filter: Filter::parse(&format!("topic=={CONNECTED_TOPIC:?}")).unwrap_or_default(),
-        since: axis_start.or(query.since),
-        until: None,
-        limit: Some(MAX_GAPS),
-    };
-    let mut gaps = Vec::new();
+    let axis_start = u64::try_from(from).map_or(SystemTime::UNIX_EPOCH, |ms| {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+    });
     let every_node = nodes.is_empty() || nodes.contains(&None);
-    reader.each(&markers, RowRange::ALL, |stored| {
-        let node = stored.event.node();
-        if !every_node && node.is_some() && !nodes.contains(&node) {
-            return Instant::now() <= deadline;
-        }
-        let any = stored.event.envelope.event.as_ref();
-        let marker = any
-            .filter(|a| a.type_url.ends_with(CONNECTED_TYPE))
-            .and_then(|a| UpstreamConnected::decode(a.value.as_slice()).ok());
-        let span = marker.and_then(|m| {
-            let start = m
-                .gap_started_at
-                .and_then(|t| SystemTime::try_from(t).ok())?;
-            let end = m.connected_at.and_then(|t| SystemTime::try_from(t).ok())?;
-            Some(Span {
-                from: millis(start),
-                to: millis(end),
-            })
-        });
-        gaps.extend(span.filter(|s| s.to > s.from && s.from < to && s.to > from));
-        Instant::now() <= deadline
+    let found = super::gaps::read(reader, axis_start, deadline).map_err(|e| match e {
+        GapsError::Deadline => PictureError::Deadline { rows: 0 },
+        GapsError::Store(e) => PictureError::Store(e),
     })?;
-    if Instant::now() > deadline {
-        return Err(PictureError::Deadline { rows: 0 });
-    }
-    Ok(gaps)
+    Ok(found
+        .into_iter()
+        .filter(|g| every_node || g.node.is_empty() || nodes.contains(&Some(g.node.as_str())))
+        .map(|g| Span {
+            from: millis(g.from),
+            to: g.to.map_or(to, millis),
+        })
+        .filter(|s| s.to > s.from && s.from < to && s.to > from)
+        .collect())
 }
 
 /// Per gap, from the first to the last reconstructed event that belongs to it.

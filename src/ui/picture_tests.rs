@@ -395,3 +395,50 @@ fn by_namespace_and_by_node_events_without_a_pod_get_lanes_by_container_id() {
     assert_eq!("node".parse::<Group>(), Ok(Group::Node));
     assert!("pods".parse::<Group>().is_err());
 }
+
+/// A killed pause process is drawn as the sandbox's exit, not as a clean one; a
+/// container of no pod, which the pods rules do not see, is classed by its status.
+#[test]
+fn a_sandbox_kill_and_a_podless_exit_are_classed_by_their_status() {
+    let mut life = Life::new();
+    life.add(
+        "/tasks/start",
+        &start("sb1"),
+        Some(workload("shop", "web-8", None)),
+    );
+    life.add(
+        "/tasks/exit",
+        &exit("sb1", 137),
+        Some(workload("shop", "web-8", None)),
+    );
+    life.add("/tasks/start", &start("plain"), None);
+    life.add("/tasks/exit", &exit("plain", 137), None);
+    life.add("/tasks/start", &start("other"), None);
+    life.add("/tasks/exit", &exit("other", 3), None);
+    let store = TempStore::with(&life.events);
+    let reader = Reader::open(store.path()).unwrap();
+    let picture = build(
+        &reader,
+        &PictureQuery {
+            query: Query::default(),
+            pod: None,
+            group: Group::Namespace,
+            max_rows: 1000,
+            deadline: Instant::now() + Duration::from_secs(30),
+        },
+    )
+    .unwrap();
+    let classes: Vec<_> = picture
+        .groups
+        .iter()
+        .flat_map(|g| g.lanes.iter().map(exits))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            vec![(ExitClass::Uncounted, Some(137))],
+            vec![(ExitClass::Killed, Some(137))],
+            vec![(ExitClass::NonZero, Some(3))],
+        ]
+    );
+}

@@ -27,6 +27,7 @@ const LIFE: &str = "#e2e2e2";
 const RUNNING: &str = "#8fbce6";
 const EXIT_ZERO: &str = "#5f8f67";
 const EXIT_NONZERO: &str = "#e67e22";
+const EXIT_UNCOUNTED: &str = "#a0a0a0";
 const EXIT_137: &str = "#d62828";
 const EXIT_OOM: &str = "#6a1b9a";
 const START: &str = "#2b6cb0";
@@ -211,6 +212,7 @@ fn draw_mark(out: &mut String, mark: &Mark, cx: f64, cy: f64) {
         classes.push(' ');
         classes.push_str(match class {
             ExitClass::Zero => "exit-zero",
+            ExitClass::Uncounted => "exit-uncounted",
             ExitClass::NonZero => "exit-nonzero",
             ExitClass::Killed => "exit-137",
             ExitClass::OomKilled => "exit-oom",
@@ -248,6 +250,7 @@ fn draw_mark(out: &mut String, mark: &Mark, cx: f64, cy: f64) {
                 Some(ExitClass::NonZero) => EXIT_NONZERO,
                 Some(ExitClass::Killed) => EXIT_137,
                 Some(ExitClass::OomKilled) => EXIT_OOM,
+                Some(ExitClass::Uncounted) => EXIT_UNCOUNTED,
                 _ => EXIT_ZERO,
             };
             format!(r##"<circle cx="{cx:.1}" cy="{cy:.1}" r="5" fill="{fill}" stroke="#ffffff"/>"##)
@@ -292,6 +295,7 @@ pub(crate) fn what(mark: &Mark) -> String {
     if let (Some(class), Some(status)) = (mark.exit, mark.status) {
         let words = match class {
             ExitClass::Zero => "",
+            ExitClass::Uncounted => " (the sandbox's; not counted)",
             ExitClass::NonZero => " (non-zero)",
             ExitClass::Killed => ": killed (SIGKILL)",
             ExitClass::OomKilled => ": OOM-killed",

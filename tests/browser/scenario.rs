@@ -61,7 +61,8 @@ pub struct Scenario {
     /// RFC 3339 bounds around everything recorded.
     pub since: String,
     pub until: String,
-    /// Unix milliseconds: the gateway was stopped, then started again.
+    /// Unix milliseconds: the gateway was told to stop, had stopped, then started again.
+    pub stopping_ms: u64,
     pub stopped_ms: u64,
     pub restarted_ms: u64,
 }
@@ -227,6 +228,7 @@ fn record() -> Scenario {
     });
 
     // The gap: eventgate stops, the pod changes, eventgate starts and reconciles.
+    let stopping = SystemTime::now();
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
     let stopped = SystemTime::now();
     containerd.ctr_in(NS, &["container", "rm", CACHE]);
@@ -294,6 +296,7 @@ fn record() -> Scenario {
         data: kept,
         since: rfc3339(since),
         until: rfc3339(until),
+        stopping_ms: millis(stopping),
         stopped_ms: millis(stopped),
         restarted_ms: millis(restarted),
     }

@@ -15,7 +15,13 @@ use crate::support::{path_str, stores::query_json};
 use crate::ui::{SHOWN, Ui, to_ms};
 
 /// Every exit class; a mark carries exactly one.
-const EXIT_CLASSES: [&str; 4] = ["exit-zero", "exit-nonzero", "exit-137", "exit-oom"];
+const EXIT_CLASSES: [&str; 5] = [
+    "exit-zero",
+    "exit-uncounted",
+    "exit-nonzero",
+    "exit-137",
+    "exit-oom",
+];
 
 /// The stored rows of the scenario's pod.
 fn pod_rows(rows: &[Row]) -> Vec<&Row> {
@@ -133,17 +139,18 @@ fn a_pods_timeline_shows_its_containers_exits_restarts_gap_and_stored_events() -
         marked == reconciled,
         "marked {marked:?}, stored {reconciled:?}"
     );
-    // The gap the restart left: the stored connected marker's `gap_started_at` (the
-    // new process's start) to its `connected_at`, after the restart began.
+    // The gap the restart left, the whole outage: from the disconnected marker the
+    // stopping gateway wrote to the restarted one's connect.
     let ms = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<u64>().ok());
     let restart_gap = picture.gaps.iter().any(|g| {
         matches!((ms(&g.from), ms(&g.to)), (Some(from), Some(to))
-            if from >= s.stopped_ms && from <= to && to >= s.restarted_ms
+            if from >= s.stopping_ms && from <= s.stopped_ms && to >= s.restarted_ms
                 && to < s.restarted_ms + 20_000)
     });
     ensure!(
         restart_gap,
-        "no gap where eventgate restarted ({}..{}): {:?}",
+        "no gap over the outage ({}..{}..{}): {:?}",
+        s.stopping_ms,
         s.stopped_ms,
         s.restarted_ms,
         picture.gaps

@@ -159,6 +159,11 @@ fn mark(stored: &StoredEvent, change: Change, at: i64) -> Mark {
     let payload = event.decoded();
     let topic = event.topic();
     let status = payload.and_then(|m| uint(m, "exit_status"));
+    let sandbox = event
+        .identity
+        .workload
+        .as_deref()
+        .is_some_and(|w| w.kind.as_deref() == Some("sandbox"));
     let exec = payload.and_then(|m| text(m, "id"));
     let main = exec.is_none() || exec == payload.and_then(|m| text(m, "container_id"));
     let kind = match topic {
@@ -175,7 +180,14 @@ fn mark(stored: &StoredEvent, change: Change, at: i64) -> Mark {
         } => ExitClass::OomKilled,
         Change::Failed { status, .. } if status == SIGKILL_STATUS => ExitClass::Killed,
         Change::Failed { .. } => ExitClass::NonZero,
-        _ => ExitClass::Zero,
+        _ => match status.unwrap_or(0) {
+            0 => ExitClass::Zero,
+            _ if sandbox => ExitClass::Uncounted,
+            // A container of no pod: the pods rules do not see it, its status still
+            // says how it ended.
+            SIGKILL_STATUS => ExitClass::Killed,
+            _ => ExitClass::NonZero,
+        },
     });
     let origin = event.identity.origin;
     Mark {

@@ -5,8 +5,8 @@ use std::fmt::Write;
 use chrono::{DateTime, Utc};
 
 use super::{
-    EXIT_137, EXIT_NONZERO, EXIT_OOM, EXIT_ZERO, GAP, LIFE, PLOT_LEFT, PLOT_RIGHT, RECONCILED,
-    RESTART, RUNNING, START, Scale, TOP, escape,
+    EXIT_137, EXIT_NONZERO, EXIT_OOM, EXIT_UNCOUNTED, EXIT_ZERO, GAP, LIFE, PLOT_LEFT, PLOT_RIGHT,
+    RECONCILED, RESTART, RUNNING, START, Scale, TOP, escape,
 };
 
 /// Tick steps to choose from, in milliseconds: at most ten ticks on the axis.
@@ -71,7 +71,7 @@ pub(super) fn axis(out: &mut String, x: &Scale, bottom: f64) {
 
 pub(super) fn legend(out: &mut String, y: f64) {
     let _ = write!(out, r#"<g class="legend">"#);
-    let items: [(&str, &str, &str); 14] = [
+    let items: [(&str, &str, &str); 15] = [
         ("life", LIFE, "rect"),
         ("running", RUNNING, "rect"),
         ("create", "#ffffff", "ring"),
@@ -80,6 +80,7 @@ pub(super) fn legend(out: &mut String, y: f64) {
         ("exit 0", EXIT_ZERO, "dot"),
         ("exit non-zero", EXIT_NONZERO, "dot"),
         ("exit 137", EXIT_137, "dot"),
+        ("sandbox exit", EXIT_UNCOUNTED, "dot"),
         ("OOM kill", EXIT_OOM, "dot"),
         ("OOM event", EXIT_OOM, "diamond"),
         ("delete", "#333333", "rect"),
@@ -88,8 +89,8 @@ pub(super) fn legend(out: &mut String, y: f64) {
         ("other", "#999999", "rect"),
     ];
     for (i, (label, fill, shape)) in items.iter().enumerate() {
-        let (col, row) = (i % 7, i / 7);
-        let lx = 20.0 + col as f64 * 165.0;
+        let (col, row) = (i % 8, i / 8);
+        let lx = 20.0 + col as f64 * 145.0;
         let ly = y + row as f64 * 18.0 + 10.0;
         let swatch = match *shape {
             "dot" => format!(

@@ -1,0 +1,143 @@
+//! Where the record broke, from the markers the upstreams write. A
+//! `/eventgate/upstream/connected` marker ends a gap of its upstream on its node. The
+//! gap began at that upstream's last `/eventgate/upstream/disconnected` marker when
+//! one came after its previous connect (a stop, or the daemon going away), else at
+//! the connected marker's own `gap_started_at`: after a crash nothing recorded the
+//! break, and the new process's start bounds it from the other side. A disconnected
+//! marker that no connect followed is a gap still open at the end of the record.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use prost::Message;
+use prost_types::Timestamp;
+use rusqlite::types::Value;
+
+use crate::markers::{CONNECTED_TOPIC, DISCONNECTED_TOPIC, NAMESPACE};
+use crate::proto::eventgate::events::v1::{UpstreamConnected, UpstreamDisconnected};
+use crate::query::time::stored_form;
+use crate::query::{QueryError, Reader};
+
+/// How long before the range a disconnected marker is looked for: a gateway stopped
+/// for longer shows its gap from its restart only.
+const LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Markers read at most, the newest: one pair per reconnect.
+const MAX_MARKERS: i64 = 20_000;
+/// Rows between two looks at the deadline.
+const DEADLINE_EVERY: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Gap {
+    /// The node that stored the markers (empty for rows without one).
+    pub node: String,
+    pub upstream: String,
+    pub from: SystemTime,
+    /// `None`: no reconnect is recorded yet.
+    pub to: Option<SystemTime>,
+}
+
+#[derive(Debug)]
+pub(crate) enum GapsError {
+    Deadline,
+    Store(QueryError),
+}
+
+impl From<QueryError> for GapsError {
+    fn from(error: QueryError) -> Self {
+        GapsError::Store(error)
+    }
+}
+
+/// The gaps that end at or after `since` (or are still open), oldest first.
+pub(crate) fn read(
+    reader: &Reader,
+    since: SystemTime,
+    deadline: Instant,
+) -> Result<Vec<Gap>, GapsError> {
+    let earliest = since
+        .checked_sub(LOOKBACK)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let sql = "SELECT coalesce(node, ''), topic, payload FROM events \
+               WHERE namespace = ?1 AND topic IN (?2, ?3) AND timestamp >= ?4 \
+               ORDER BY row_id DESC LIMIT ?5";
+    let params = [
+        Value::Text(NAMESPACE.to_owned()),
+        Value::Text(CONNECTED_TOPIC.to_owned()),
+        Value::Text(DISCONNECTED_TOPIC.to_owned()),
+        Value::Text(stored_form(earliest)),
+        Value::Integer(MAX_MARKERS),
+    ];
+    let mut stmt = reader
+        .conn()
+        .prepare(sql)
+        .map_err(reader.sqlite("preparing the gap markers query"))?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<Vec<u8>>>(2)?,
+            ))
+        })
+        .map_err(reader.sqlite("reading the gap markers"))?;
+    let mut markers = Vec::new();
+    for (n, row) in rows.enumerate() {
+        if n % DEADLINE_EVERY == 0 && Instant::now() > deadline {
+            return Err(GapsError::Deadline);
+        }
+        markers.push(row.map_err(reader.sqlite("reading a gap marker"))?);
+    }
+    markers.reverse();
+    let mut open: HashMap<(String, String), SystemTime> = HashMap::new();
+    let mut gaps = Vec::new();
+    for (node, topic, payload) in markers {
+        let payload = payload.unwrap_or_default();
+        if topic == DISCONNECTED_TOPIC {
+            if let Ok(m) = UpstreamDisconnected::decode(payload.as_slice())
+                && let Some(at) = time(m.disconnected_at)
+            {
+                open.insert((node, m.upstream), at);
+            }
+            continue;
+        }
+        let Ok(m) = UpstreamConnected::decode(payload.as_slice()) else {
+            continue;
+        };
+        let (Some(started), Some(to)) = (time(m.gap_started_at), time(m.connected_at)) else {
+            continue;
+        };
+        let key = (node, m.upstream);
+        let from = open
+            .remove(&key)
+            .filter(|broke| *broke <= started)
+            .unwrap_or(started);
+        if from < to && to >= since {
+            gaps.push(Gap {
+                node: key.0,
+                upstream: key.1,
+                from,
+                to: Some(to),
+            });
+        }
+    }
+    let mut still_open: Vec<Gap> = open
+        .into_iter()
+        .map(|((node, upstream), from)| Gap {
+            node,
+            upstream,
+            from,
+            to: None,
+        })
+        .collect();
+    still_open.sort_by_key(|g| g.from);
+    gaps.extend(still_open);
+    Ok(gaps)
+}
+
+fn time(t: Option<Timestamp>) -> Option<SystemTime> {
+    t.and_then(|t| SystemTime::try_from(t).ok())
+}
+
+#[cfg(test)]
+#[path = "gaps_tests.rs"]
+mod tests;
