@@ -11,20 +11,8 @@ use crate::testing::{self, TempStore};
 
 fn workload(namespace: &str, pod: &str, container: Option<&str>) -> Arc<Workload> {
     Arc::new(Workload {
-        kind: Some(
-            if container.is_some() {
-                "container"
-            } else {
-                "sandbox"
-            }
-            .into(),
-        ),
-        pod_name: Some(pod.into()),
-        pod_namespace: Some(namespace.into()),
-        pod_uid: Some(format!("uid-{namespace}-{pod}")),
-        container_name: container.map(str::to_owned),
         image: "docker.io/library/nginx:1.27".into(),
-        ..Workload::default()
+        ..testing::pod_workload(namespace, pod, container)
     })
 }
 

@@ -265,3 +265,22 @@ pub(crate) fn workload(image: &str, labels: &[(&str, &str)]) -> Option<Arc<Workl
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
     Workload::from_record(image, labels).map(Arc::new)
 }
+
+/// A Kubernetes pod's container (`None`: its sandbox) with uid `uid-NAMESPACE-POD`
+/// and no image, as a reconcile or enrichment would describe it.
+pub(crate) fn pod_workload(namespace: &str, pod: &str, container: Option<&str>) -> Workload {
+    Workload {
+        kind: Some(
+            match container {
+                Some(_) => "container",
+                None => "sandbox",
+            }
+            .into(),
+        ),
+        pod_name: Some(pod.into()),
+        pod_namespace: Some(namespace.into()),
+        pod_uid: Some(format!("uid-{namespace}-{pod}")),
+        container_name: container.map(str::to_owned),
+        ..Workload::default()
+    }
+}

@@ -16,7 +16,7 @@ mod forwarder;
 mod stores;
 
 pub(crate) use backlog::MemoryBacklog;
-pub(crate) use events::{T0, envelope, event, json_any, workload};
+pub(crate) use events::{T0, envelope, event, json_any, pod_workload, workload};
 pub(crate) use forwarder::Scripted;
 pub(crate) use stores::{TempSpool, TempStore, insert, spool_settings};
 

@@ -9,21 +9,7 @@ use crate::markers::{self, Connected};
 use crate::testing::{self, T0, TempStore};
 
 pub(crate) fn workload(namespace: &str, pod: &str, container: Option<&str>) -> Arc<Workload> {
-    Arc::new(Workload {
-        kind: Some(
-            if container.is_some() {
-                "container"
-            } else {
-                "sandbox"
-            }
-            .into(),
-        ),
-        pod_name: Some(pod.into()),
-        pod_namespace: Some(namespace.into()),
-        pod_uid: Some(format!("uid-{namespace}-{pod}")),
-        container_name: container.map(str::to_owned),
-        ..Workload::default()
-    })
+    Arc::new(testing::pod_workload(namespace, pod, container))
 }
 
 /// Builds events one second apart from T0 (plus `offset` seconds).

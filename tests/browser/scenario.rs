@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::support::config::Config;
-use crate::support::containerd::{Containerd, IMAGE, Tasks, busybox_image};
+use crate::support::containerd::{Containerd, IMAGE, Tasks, busybox_image, cri_labels};
 use crate::support::{DEADLINE, Gateway, path_str, publish_json, wait_for};
 
 pub const NS: &str = "k8s.io";
@@ -106,25 +106,6 @@ fn about(line: &Value) -> Option<&str> {
     ["container_id", "sandbox_id", "id"]
         .iter()
         .find_map(|f| line["event"].get(*f).and_then(Value::as_str))
-}
-
-fn cri_labels(ns: &str, pod: &str, uid: &str, container: Option<&str>) -> Vec<String> {
-    let mut labels = vec![
-        format!("io.kubernetes.pod.name={pod}"),
-        format!("io.kubernetes.pod.namespace={ns}"),
-        format!("io.kubernetes.pod.uid={uid}"),
-    ];
-    match container {
-        Some(name) => {
-            labels.push("io.cri-containerd.kind=container".into());
-            labels.push(format!("io.kubernetes.container.name={name}"));
-        }
-        None => labels.push("io.cri-containerd.kind=sandbox".into()),
-    }
-    labels
-        .into_iter()
-        .flat_map(|l| ["--label".to_owned(), l])
-        .collect()
 }
 
 /// `ctr run --rm` of a pod container to its end; its exit status.

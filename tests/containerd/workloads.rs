@@ -32,22 +32,7 @@ fn write_config(dir: &Path, containerd: &Containerd) -> String {
 
 /// The CRI plugin's labels for one of the pod's containers (`None`: the sandbox).
 fn cri_labels(uid: &str, container: Option<&str>) -> Vec<String> {
-    let mut labels = vec![
-        format!("io.kubernetes.pod.name={POD}"),
-        format!("io.kubernetes.pod.namespace={POD_NS}"),
-        format!("io.kubernetes.pod.uid={uid}"),
-    ];
-    match container {
-        Some(name) => {
-            labels.push("io.cri-containerd.kind=container".into());
-            labels.push(format!("io.kubernetes.container.name={name}"));
-        }
-        None => labels.push("io.cri-containerd.kind=sandbox".into()),
-    }
-    labels
-        .into_iter()
-        .flat_map(|l| ["--label".to_owned(), l])
-        .collect()
+    support::containerd::cri_labels(POD_NS, POD, uid, container)
 }
 
 /// The container an event is about, from its payload.

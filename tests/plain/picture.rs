@@ -16,21 +16,7 @@ use crate::support::stores::{run, text, write_store};
 const T0: i64 = 1_714_557_600; // 2024-05-01T10:00:00Z
 
 fn pod(container: Option<&str>) -> Option<Arc<Workload>> {
-    Some(Arc::new(Workload {
-        kind: Some(
-            if container.is_some() {
-                "container"
-            } else {
-                "sandbox"
-            }
-            .into(),
-        ),
-        pod_name: Some("web-7".into()),
-        pod_namespace: Some("shop".into()),
-        pod_uid: Some("uid-web-7".into()),
-        container_name: container.map(str::to_owned),
-        ..Workload::default()
-    }))
+    crate::pods::history::pod("shop", "web-7", container)
 }
 
 fn event(

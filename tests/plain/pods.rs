@@ -8,7 +8,7 @@
 use crate::support;
 
 #[path = "pods/history.rs"]
-mod history;
+pub(crate) mod history;
 #[path = "pods/store.rs"]
 mod store;
 #[path = "pods/timeline.rs"]

@@ -304,3 +304,24 @@ impl Drop for Tasks<'_> {
         }
     }
 }
+
+/// `ctr container create`'s `--label` arguments for the labels the CRI plugin gives a
+/// pod's container (`None`: its sandbox), as the workload columns read them.
+pub fn cri_labels(ns: &str, pod: &str, uid: &str, container: Option<&str>) -> Vec<String> {
+    let mut labels = vec![
+        format!("io.kubernetes.pod.name={pod}"),
+        format!("io.kubernetes.pod.namespace={ns}"),
+        format!("io.kubernetes.pod.uid={uid}"),
+    ];
+    match container {
+        Some(name) => {
+            labels.push("io.cri-containerd.kind=container".into());
+            labels.push(format!("io.kubernetes.container.name={name}"));
+        }
+        None => labels.push("io.cri-containerd.kind=sandbox".into()),
+    }
+    labels
+        .into_iter()
+        .flat_map(|l| ["--label".to_owned(), l])
+        .collect()
+}
