@@ -156,17 +156,7 @@ fn record() -> Scenario {
     std::fs::create_dir_all(&home).expect("the scenario's directory");
 
     let containerd = Containerd::start();
-    let out = containerd
-        .ctr()
-        .args(["--namespace", NS, "image", "import"])
-        .arg(busybox_image())
-        .output()
-        .expect("ctr image import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    containerd.ctr_in(NS, &["image", "import", path_str(busybox_image())]);
     let dir = tempfile::Builder::new()
         .prefix("eg-browser")
         .tempdir_in(&home)

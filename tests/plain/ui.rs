@@ -68,7 +68,7 @@ fn request(addr: SocketAddr, method: &str, path: &str) -> Reply {
         .iter()
         .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v == "chunked");
     let body = if chunked {
-        dechunk(body)
+        support::dechunk(body)
     } else {
         body.to_owned()
     };
@@ -81,19 +81,6 @@ fn request(addr: SocketAddr, method: &str, path: &str) -> Reply {
 
 fn get(addr: SocketAddr, path: &str) -> Reply {
     request(addr, "GET", path)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
-    out
 }
 
 /// `application/x-www-form-urlencoded` for a query parameter's value.

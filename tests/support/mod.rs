@@ -675,7 +675,8 @@ fn try_http_with(
     ))
 }
 
-fn dechunk(mut body: &str) -> String {
+/// An HTTP/1.1 chunked body, joined.
+pub fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
         let size = usize::from_str_radix(size.trim(), 16).expect("chunk size");
