@@ -10,6 +10,7 @@ mod support;
 
 mod client;
 mod export;
+mod fleet;
 mod hostile;
 mod live;
 mod recorded;
