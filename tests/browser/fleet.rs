@@ -12,7 +12,7 @@ use crate::ui::{SHOWN, Ui};
 /// Per node: its events outside eventgate's own namespace, and the newest timestamp,
 /// from `eventgate query --format json`.
 fn nodes_by_cli(db: &str) -> BTreeMap<String, (u64, String)> {
-    let out = eventgate_stdout(&["query", "--db", db, "--since", "24h", "--format", "json"]);
+    let out = eventgate_stdout(&["query", "--db", db, "--since", "2h", "--format", "json"]);
     let mut nodes: BTreeMap<String, (u64, String)> = BTreeMap::new();
     for line in out.lines() {
         let event: Value = serde_json::from_str(line).expect("a JSON line");
@@ -35,7 +35,9 @@ fn the_fleet_view_shows_each_nodes_events_last_event_and_gaps() -> Result<()> {
     let ui = Ui::open()?;
     let expected = nodes_by_cli(path_str(&ui.db()));
     ensure!(!expected.is_empty(), "the recorded store has no events");
-    ui.browser.goto(&ui.url(&[("view", "fleet")]))?;
+    // The range is part of the view's URL, so a shared link shows the same numbers.
+    ui.browser
+        .goto(&ui.url(&[("view", "fleet"), ("since", "2h")]))?;
     let rows = ui.browser.wait("the fleet's rows", SHOWN, |b| {
         let rows = b.script(
             "return [...document.querySelectorAll('table#fleet tr.node-row')].map(tr => ({\n\
@@ -47,6 +49,16 @@ fn the_fleet_view_shows_each_nodes_events_last_event_and_gaps() -> Result<()> {
         let rows = rows.as_array().cloned().unwrap_or_default();
         Ok((!rows.is_empty()).then_some(rows))
     })?;
+    let range = ui.browser.script(
+        "return document.getElementById('fleet-since').value;",
+        vec![],
+    )?;
+    ensure!(range == "2h", "the fleet's range from the URL: {range}");
+    ensure!(
+        ui.param("since")?.as_deref() == Some("2h"),
+        "{:?}",
+        ui.params()?
+    );
     let shown: BTreeMap<String, &Value> = rows
         .iter()
         .map(|r| (r["node"].as_str().unwrap_or_default().to_owned(), r))

@@ -33,6 +33,7 @@ function readUrl() {
   const group = url.get('group');
   $('group').value = ['pod', 'namespace', 'node'].includes(group) ? group : 'pod';
   $('live-filter').value = url.get('filter') || '';
+  if (state.view === 'fleet') $('fleet-since').value = url.get('since') || '24h';
   state.ns = url.get('ns') || '';
 }
 
@@ -57,6 +58,12 @@ function writeUrl() {
     params.delete('filter');
     const live = $('live-filter').value.trim();
     if (live) params.set('filter', live);
+  }
+  if (state.view === 'fleet') {
+    // The fleet's range is its own field: the URL carries that, and nothing else.
+    url.set('since', $('fleet-since').value.trim() || '24h');
+    history.replaceState(null, '', '/ui?' + url.toString());
+    return;
   }
   for (const [name, value] of params) url.set(name, value);
   history.replaceState(null, '', '/ui?' + url.toString());
@@ -488,6 +495,7 @@ function init() {
   $('fleet-form').addEventListener('submit', (e) => {
     e.preventDefault();
     clearErrors();
+    writeUrl();
     loadFleet();
   });
   $('zoom-in').addEventListener('click', () => zoom(0.5));
