@@ -376,3 +376,31 @@ fn a_bad_filter_shows_containerds_message_under_the_filter() -> Result<()> {
     );
     Ok(())
 }
+
+/// A bare `/ui` opens on the last hour, not on the store's oldest events (a picture
+/// draws its first rows), and says so in its URL.
+#[test]
+fn a_bare_url_opens_on_the_last_hour() -> Result<()> {
+    let ui = Ui::open()?;
+    ui.browser.goto(&format!("http://{}/ui", ui.admin))?;
+    let picture = ui.wait_picture(SHOWN)?;
+    ensure!(
+        ui.param("since")?.as_deref() == Some("1h"),
+        "{:?}",
+        ui.params()?
+    );
+    let (from, _) = picture.range()?;
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64
+        - 3_600_000;
+    ensure!(
+        from.abs_diff(hour_ago) < 60_000,
+        "the axis starts at {from}, an hour ago was {hour_ago}"
+    );
+    ensure!(
+        !picture.lanes.is_empty(),
+        "nothing recorded in the last hour drawn"
+    );
+    Ok(())
+}

@@ -30,6 +30,9 @@ function readUrl() {
   for (const name of FORM_FIELDS) {
     $(name).value = url.get(name) || '';
   }
+  // A long-running gateway's store starts long ago, and a picture draws its first
+  // rows: without a range or a pod, open on the last hour, not on the oldest events.
+  if (!url.get('since') && !url.get('until') && !url.get('pod')) $('since').value = '1h';
   const group = url.get('group');
   $('group').value = ['pod', 'namespace', 'node'].includes(group) ? group : 'pod';
   $('live-filter').value = url.get('filter') || '';
