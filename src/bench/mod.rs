@@ -21,6 +21,8 @@ mod sink_count;
 mod sinks;
 pub(crate) mod soak;
 pub(crate) mod spool;
+pub(crate) mod ui;
+pub(crate) mod ui_readers;
 pub(crate) mod upstream;
 pub(crate) mod wire;
 

@@ -14,5 +14,6 @@ mod load;
 mod reconcile_bench;
 #[cfg(all(feature = "containerd-tests", feature = "kafka-tests"))]
 mod soak;
+mod ui_bench;
 #[cfg(feature = "containerd-tests")]
 mod upstream_burst;

@@ -13,6 +13,7 @@ mod replay;
 mod resume;
 mod soak;
 mod spool;
+mod ui;
 mod upstream;
 
 use std::path::PathBuf;
@@ -74,6 +75,10 @@ pub enum Which {
     /// then a check by event id of every sink, the audit chain and the gateway's
     /// memory, open files and threads (needs root, containerd and tansu).
     Soak(soak::SoakBenchArgs),
+    /// Ingest into a gateway with its defaults, with and without clients reading the
+    /// history page's heaviest answers (/ui) at once, in alternating phases of the
+    /// same run.
+    Ui(ui::UiBenchArgs),
 }
 
 pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -90,6 +95,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Fleet(args) => fleet::run(args).await,
         Which::Correlate(args) => correlate::run(args).await,
         Which::Soak(args) => soak::run_soak(args).await,
+        Which::Ui(args) => ui::run(args).await,
     }
 }
 
