@@ -30,7 +30,7 @@ pub(super) async fn events(ui: &Ui, query: &str) -> Result<Response<Body>, UiErr
     let after = params.after()?;
     // One more than the page: whether there is a next page.
     query.limit = Some(limit + 1);
-    let (rows, more) = reads::read(ui, move |reader, deadline| {
+    let body = reads::read(ui, move |reader, deadline| {
         let mut rows = Vec::new();
         let mut late = false;
         reader.each(
@@ -53,9 +53,14 @@ pub(super) async fn events(ui: &Ui, query: &str) -> Result<Response<Body>, UiErr
         }
         let more = rows.len() as u64 > limit;
         rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-        Ok((rows, more))
+        // Written here, on the read's low-priority thread, not on the gateway's.
+        Ok(page(&rows, more))
     })
     .await?;
+    Ok(json(body))
+}
+
+fn page(rows: &[crate::query::StoredEvent], more: bool) -> String {
     let mut body = String::from("{\"events\":[");
     for (i, stored) in rows.iter().enumerate() {
         if i > 0 {
@@ -73,7 +78,7 @@ pub(super) async fn events(ui: &Ui, query: &str) -> Result<Response<Body>, UiErr
         _ => "null".to_owned(),
     };
     body.push_str(&format!("],\"next\":{next}}}"));
-    Ok(json(body))
+    body
 }
 
 /// The stored event of row `ROW`, as `eventgate query --format json` prints it.

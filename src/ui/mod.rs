@@ -55,6 +55,8 @@ pub(crate) struct Ui {
     store: Option<PathBuf>,
     exchange: Exchange,
     reads: Arc<Semaphore>,
+    /// Where reads run; `None` when no thread could be started (reads answer 503).
+    threads: Option<reads::threads::ReadThreads>,
     live: Arc<Semaphore>,
 }
 
@@ -64,6 +66,7 @@ impl Ui {
             store,
             exchange,
             reads: Arc::new(Semaphore::new(MAX_READS)),
+            threads: reads::threads::ReadThreads::start(MAX_READS),
             live: Arc::new(Semaphore::new(MAX_LIVE)),
         }
     }

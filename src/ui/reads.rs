@@ -1,6 +1,9 @@
-//! How `/ui` reads the audit store without slowing ingest: each read on a blocking
-//! thread with its own read-only [`Reader`] (WAL readers never block the writer), at
-//! most `MAX_READS` at once, and a deadline after which SQLite is interrupted.
+//! How `/ui` reads the audit store without blocking ingest or taking its CPU: each
+//! read on a thread of its own at the lowest CPU and I/O priority ([`threads`]), with
+//! its own read-only [`Reader`] (WAL readers never block the writer), at most
+//! `MAX_READS` at once, and a deadline after which SQLite is interrupted.
+
+pub(crate) mod threads;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +37,7 @@ impl From<UiError> for ReadError {
     }
 }
 
-/// Runs `work` on a blocking thread with a fresh read-only reader of the store and the
+/// Runs `work` on a read thread with a fresh read-only reader of the store and the
 /// instant it must be done by. Past the deadline SQLite is interrupted and the answer
 /// is 503.
 pub(super) async fn read<T: Send + 'static>(
@@ -62,9 +65,16 @@ async fn read_within<T: Send + 'static>(
             )));
         }
     };
+    let Some(threads) = &ui.threads else {
+        return Err(UiError::Unavailable(
+            "/ui could not start a thread to read the audit store on; see the gateway's log"
+                .to_owned(),
+        ));
+    };
     let deadline = Instant::now() + allowed;
     let (handle_tx, handle_rx) = tokio::sync::oneshot::channel();
-    let task = tokio::task::spawn_blocking(move || {
+    // A thread is free for every permit: as many threads as reads run at once.
+    let task = threads.run(move || {
         // Held until the read is over, interrupted or not.
         let _permit = permit;
         let reader = Reader::open(&path)?;
@@ -90,9 +100,9 @@ async fn read_within<T: Send + 'static>(
             Err(too_long())
         }
         Ok(Err(ReadError::Query(error))) => Err(store_error(&error)),
-        Err(error) => Err(UiError::Internal(format!(
-            "the read of the audit store stopped unexpectedly: {error}"
-        ))),
+        Err(_) => Err(UiError::Internal(
+            "the read of the audit store stopped unexpectedly (see the gateway's log)".to_owned(),
+        )),
     }
 }
 

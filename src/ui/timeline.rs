@@ -17,16 +17,13 @@ use super::{Body, Ui, UiError, document, svg, whole};
 pub(crate) const MAX_ROWS: u64 = 20_000;
 
 pub(super) async fn svg(ui: &Ui, query: &str) -> Result<Response<Body>, UiError> {
-    let (picture, _) = picture(ui, query).await?;
-    Ok(whole("image/svg+xml; charset=utf-8", svg::render(&picture)))
+    let text = picture(ui, query, |picture, _| svg::render(picture)).await?;
+    Ok(whole("image/svg+xml; charset=utf-8", text))
 }
 
 pub(super) async fn html(ui: &Ui, query: &str) -> Result<Response<Body>, UiError> {
-    let (picture, title) = picture(ui, query).await?;
-    let mut response = whole(
-        "text/html; charset=utf-8",
-        document::render(&picture, &title),
-    );
+    let text = picture(ui, query, document::render).await?;
+    let mut response = whole("text/html; charset=utf-8", text);
     response.headers_mut().insert(
         header::CONTENT_DISPOSITION,
         header::HeaderValue::from_static("attachment; filename=\"eventgate-timeline.html\""),
@@ -34,8 +31,13 @@ pub(super) async fn html(ui: &Ui, query: &str) -> Result<Response<Body>, UiError
     Ok(response)
 }
 
-/// The picture of the parameters, and a title saying what it shows.
-async fn picture(ui: &Ui, query: &str) -> Result<(Picture, String), UiError> {
+/// The picture of the parameters, drawn by `draw` (given a title saying what it
+/// shows) on the read's own low-priority thread: drawing 20,000 marks is work too.
+async fn picture(
+    ui: &Ui,
+    query: &str,
+    draw: fn(&Picture, &str) -> String,
+) -> Result<String, UiError> {
     let params = Params::parse(query);
     let query = params.query_without_pod(regex_memory(ui))?;
     if let (Some(since), Some(until)) = (query.since, query.until)
@@ -64,7 +66,7 @@ async fn picture(ui: &Ui, query: &str) -> Result<(Picture, String), UiError> {
         None if filters.is_empty() => "all events".to_owned(),
         None => filters.join(" or "),
     };
-    let picture = reads::read(ui, move |reader, deadline| {
+    reads::read(ui, move |reader, deadline| {
         let pod = match pod {
             Some(pod) if pod.namespace.is_empty() => Some(resolve(reader, pod.name, &query)?),
             pod => pod,
@@ -76,17 +78,17 @@ async fn picture(ui: &Ui, query: &str) -> Result<(Picture, String), UiError> {
             max_rows: MAX_ROWS,
             deadline,
         };
-        picture::build(reader, &request).map_err(|error| match error {
+        let picture = picture::build(reader, &request).map_err(|error| match error {
             PictureError::BadInput(message) => ReadError::Ui(UiError::BadParam {
                 param: "filter",
                 message,
             }),
             PictureError::Deadline { .. } => ReadError::Ui(too_long()),
             PictureError::Store(error) => ReadError::Query(error),
-        })
+        })?;
+        Ok(draw(&picture, &title))
     })
-    .await?;
-    Ok((picture, title))
+    .await
 }
 
 /// The namespace of a pod named without one, as `eventgate timeline --pod` finds it:
