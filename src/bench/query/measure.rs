@@ -238,19 +238,12 @@ pub(crate) fn measure(db: &Path, case: &Case, runs: usize) -> Result<Measured, B
         raw_rows,
         plan,
     };
-    for _ in 0..runs {
-        let started = Instant::now();
-        let n = eventgate_run(&reader, &query)?;
-        measured.eventgate.push(started.elapsed());
-        let started = Instant::now();
-        let m = raw_run(&raw, &query)?;
-        measured.raw.push(started.elapsed());
-        if (n, m) != (rows, raw_rows) {
-            return Err(BenchError::Failed {
-                what: format!("{}: the row counts changed between runs", case.name),
-            });
-        }
-    }
+    alternate(
+        &mut measured,
+        runs,
+        || eventgate_run(&reader, &query),
+        || raw_run(&raw, &query),
+    )?;
     check(
         &measured,
         !crate::query::sql::translate(&query.filter).recheck,
@@ -315,16 +308,36 @@ pub(crate) fn measure_picture(
         raw_rows,
         plan,
     };
-    for _ in 0..runs {
-        let started = Instant::now();
-        draw()?;
-        measured.eventgate.push(started.elapsed());
-        let started = Instant::now();
-        raw_run(&raw, &narrowed)?;
-        measured.raw.push(started.elapsed());
-    }
+    alternate(&mut measured, runs, draw, || raw_run(&raw, &narrowed))?;
     check(&measured, true)?;
     Ok(measured)
+}
+
+/// `runs` timed runs alternating eventgate (`ours`) and plain rusqlite (`raw`), each
+/// returning the rows its warm-up run returned.
+fn alternate(
+    measured: &mut Measured,
+    runs: usize,
+    mut ours: impl FnMut() -> Result<u64, BenchError>,
+    mut raw: impl FnMut() -> Result<u64, BenchError>,
+) -> Result<(), BenchError> {
+    for _ in 0..runs {
+        let started = Instant::now();
+        let n = ours()?;
+        measured.eventgate.push(started.elapsed());
+        let started = Instant::now();
+        let m = raw()?;
+        measured.raw.push(started.elapsed());
+        if (n, m) != (measured.rows, measured.raw_rows) {
+            return Err(BenchError::Failed {
+                what: format!(
+                    "{}: the row counts changed between runs",
+                    measured.case.name
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A benchmark of an empty result measures nothing.
