@@ -96,7 +96,8 @@ pub(crate) fn read(
             if let Ok(m) = UpstreamDisconnected::decode(payload.as_slice())
                 && let Some(at) = time(m.disconnected_at)
             {
-                open.insert((node, m.upstream), at);
+                // The first break since the last connect is where the outage began.
+                open.entry((node, m.upstream)).or_insert(at);
             }
             continue;
         }

@@ -49,6 +49,8 @@ fn a_gap_runs_from_the_break_its_upstream_recorded_or_from_the_restart_after_a_c
         ("node-a", connected("containerd", 0, 1)),
         // A stop, and the restart's connect: the gap is the whole outage.
         ("node-a", disconnected("containerd", 10)),
+        // A second break before any connect does not move the outage's start.
+        ("node-a", disconnected("containerd", 12)),
         ("node-b", disconnected("containerd", 11)),
         ("node-a", connected("containerd", 14, 15)),
         // A crash (no disconnected marker): from the new process's start.
