@@ -1,6 +1,6 @@
 //! Where the record broke, from the markers the upstreams write. A
 //! `/eventgate/upstream/connected` marker ends a gap of its upstream on its node. The
-//! gap began at that upstream's last `/eventgate/upstream/disconnected` marker when
+//! gap began at that upstream's first `/eventgate/upstream/disconnected` marker when
 //! one came after its previous connect (a stop, or the daemon going away), else at
 //! the connected marker's own `gap_started_at`: after a crash nothing recorded the
 //! break, and the new process's start bounds it from the other side. A disconnected
