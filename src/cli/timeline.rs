@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use super::CliError;
 use super::query::{FOLLOW_INTERVAL, format_time};
 use crate::event::{Event, Witness};
-use crate::query::pods::{Change, PodName, SIGKILL_STATUS, Tally, pod_filter, revised, text, uint};
+use crate::query::pods::{
+    Change, PodLookup, PodName, SIGKILL_STATUS, Tally, pod_filter, revised, text, uint,
+};
 use crate::query::{Query, Reader, RowRange, StoredEvent};
 
 /// The pod `--pod NAME` (and `--pod-namespace`) names among the rows `query` selects.
@@ -27,27 +29,15 @@ pub(super) fn resolve(
             name: name.to_owned(),
         });
     }
-    let found = reader.pod_namespaces(name, query)?;
-    match found.as_slice() {
-        [] => Err(CliError::Usage(format!(
+    match reader.lookup_pod(name, query)? {
+        PodLookup::Found(pod) => Ok(pod),
+        PodLookup::Missing => Err(CliError::Usage(format!(
             "no stored event of a pod named {name:?} matches; \
              to wait for one with --follow, give its --pod-namespace"
         ))),
-        [(namespace, _)] => Ok(PodName {
-            namespace: namespace.clone(),
-            name: name.to_owned(),
-        }),
-        many => {
-            let list: Vec<String> = many
-                .iter()
-                .map(|(ns, n)| format!("{ns} ({n} events)"))
-                .collect();
-            Err(CliError::Usage(format!(
-                "pods named {name:?} are in {} namespaces: {}; name one with --pod-namespace",
-                many.len(),
-                list.join(", ")
-            )))
-        }
+        PodLookup::Ambiguous { namespaces, list } => Err(CliError::Usage(format!(
+            "pods named {name:?} are in {namespaces} namespaces: {list}; name one with --pod-namespace"
+        ))),
     }
 }
 

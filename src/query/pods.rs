@@ -252,7 +252,41 @@ fn counted_topics() -> Filter {
     .unwrap_or_default()
 }
 
+/// A pod named without its namespace, looked up among the rows a query selects.
+pub(crate) enum PodLookup {
+    Found(PodName),
+    Missing,
+    /// Pods of that name in several namespaces: `list` names each with its row count
+    /// (`shop (12 events), staging (2 events)`).
+    Ambiguous {
+        namespaces: usize,
+        list: String,
+    },
+}
+
 impl Reader {
+    /// The pod named `name` among the rows `query` selects: refused when there is
+    /// none, or when the name is used in several namespaces rather than mixing two
+    /// pods into one timeline.
+    pub(crate) fn lookup_pod(&self, name: &str, query: &Query) -> Result<PodLookup, QueryError> {
+        let found = self.pod_namespaces(name, query)?;
+        Ok(match found.as_slice() {
+            [] => PodLookup::Missing,
+            [(namespace, _)] => PodLookup::Found(PodName {
+                namespace: namespace.clone(),
+                name: name.to_owned(),
+            }),
+            many => PodLookup::Ambiguous {
+                namespaces: many.len(),
+                list: many
+                    .iter()
+                    .map(|(ns, n)| format!("{ns} ({n} events)"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+        })
+    }
+
     /// The namespaces with a pod named `name` among the rows `query` selects, and how
     /// many rows each: more than one, and `--pod NAME` alone is ambiguous.
     pub fn pod_namespaces(

@@ -4,7 +4,7 @@
 
 use http::{Response, header};
 
-use crate::query::pods::PodName;
+use crate::query::pods::{PodLookup, PodName};
 use crate::query::{Query, Reader};
 
 use super::api::regex_memory;
@@ -94,31 +94,19 @@ async fn picture(
 /// The namespace of a pod named without one, as `eventgate timeline --pod` finds it:
 /// the only namespace with a pod of that name among the rows the view selects.
 fn resolve(reader: &Reader, name: String, query: &Query) -> Result<PodName, ReadError> {
-    let found = reader.pod_namespaces(&name, query)?;
     let refuse = |message: String| {
         ReadError::Ui(UiError::BadParam {
             param: "pod",
             message,
         })
     };
-    match found.as_slice() {
-        [] => Err(refuse(format!(
+    match reader.lookup_pod(&name, query)? {
+        PodLookup::Found(pod) => Ok(pod),
+        PodLookup::Missing => Err(refuse(format!(
             "no stored event of a pod named {name:?} matches the filter and time range"
         ))),
-        [(namespace, _)] => Ok(PodName {
-            namespace: namespace.clone(),
-            name,
-        }),
-        many => {
-            let list: Vec<String> = many
-                .iter()
-                .map(|(ns, n)| format!("{ns} ({n} events)"))
-                .collect();
-            Err(refuse(format!(
-                "pods named {name:?} are in {} namespaces: {}; name one with ns",
-                many.len(),
-                list.join(", ")
-            )))
-        }
+        PodLookup::Ambiguous { namespaces, list } => Err(refuse(format!(
+            "pods named {name:?} are in {namespaces} namespaces: {list}; name one with ns"
+        ))),
     }
 }

@@ -3,10 +3,9 @@
 //! over (`Exchange::append`), and its forwarders store them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::sync::Arc;
 
-use super::support::eventgate;
 use eventgate::config::Config;
 use eventgate::event::{Origin, Source, Workload};
 use eventgate::gateway::{Gateway, Incoming};
@@ -181,13 +180,7 @@ pub async fn store(data: &Path, steps: &[Step]) -> PathBuf {
     data.join("audit.db")
 }
 
-pub fn run(args: &[&str]) -> Output {
-    eventgate()
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
+pub use crate::support::stores::run;
 
 pub fn stdout(out: &Output) -> String {
     assert!(
