@@ -16,6 +16,8 @@ use super::{Ui, UiError};
 const QUEUE_WAIT: Duration = Duration::from_millis(500);
 /// How long a read may run.
 pub(super) const DEADLINE: Duration = Duration::from_secs(5);
+/// How long an answer past its deadline waits for its interrupted read to end.
+const STOP_WAIT: Duration = Duration::from_secs(1);
 
 /// Why a read did not produce its answer.
 #[derive(Debug)]
@@ -77,18 +79,30 @@ async fn read_within<T: Send + 'static>(
     let task = threads.run(move || {
         // Held until the read is over, interrupted or not.
         let _permit = permit;
+        // At the lowest priority a read may start late on a saturated node, past its
+        // deadline: its answer is no longer awaited.
+        if expired(deadline) {
+            return Err(ReadError::Ui(too_long()));
+        }
         let reader = Reader::open(&path)?;
         let _ = handle_tx.send(reader.conn().get_interrupt_handle());
+        // Sent before this look: a deadline passing after it finds the handle.
+        if expired(deadline) {
+            return Err(ReadError::Ui(too_long()));
+        }
         work(&reader, deadline)
     });
     tokio::pin!(task);
     let outcome = tokio::select! {
         joined = &mut task => joined,
         () = tokio::time::sleep_until(deadline.into()) => {
-            if let Ok(handle) = handle_rx.await {
+            let mut handle_rx = handle_rx;
+            if let Ok(handle) = handle_rx.try_recv() {
                 handle.interrupt();
             }
-            let _ = task.await;
+            // The interrupted read ends at once, its permit with it; one still waiting
+            // for a core is not waited for (it gives up when it starts).
+            let _ = tokio::time::timeout(STOP_WAIT, task).await;
             return Err(too_long());
         }
     };
@@ -160,6 +174,29 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(3));
         // The permit came back with the interrupted read.
         assert_eq!(ui.reads.available_permits(), super::super::MAX_READS);
+    }
+
+    /// A read that only gets a thread after its deadline (a saturated node, where the
+    /// read threads' idle priority starves them) gives up without touching the store,
+    /// and the answer does not wait for it.
+    #[tokio::test]
+    async fn a_read_that_starts_past_its_deadline_gives_up() {
+        let store = TempStore::with(&[]);
+        let ui = ui(&store);
+        let touched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let touch = Arc::clone(&touched);
+        let started = Instant::now();
+        let error = read_within(&ui, Duration::ZERO, move |_, _| {
+            touch.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains("took longer than"), "{error}");
+        assert!(started.elapsed() < STOP_WAIT + Duration::from_secs(1));
+        // The job has ended (its permit is back) without reading.
+        assert_eq!(ui.reads.available_permits(), super::super::MAX_READS);
+        assert!(!touched.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[tokio::test]
