@@ -27,6 +27,8 @@ pub(super) fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
     // every event. Checked where the data directory is (or would be created).
     crate::spool::space::check_fits(&config.spool_dir(), &config.spool.min_free)
         .map_err(ConfigError::Spool)?;
+    let warning =
+        crate::spool::space::small_reserve_warning(&config.spool_dir(), &config.spool.min_free);
     // What `serve` would refuse in the data directory: a spool, audit store or
     // dead-letter store a newer eventgate wrote. Read only; nothing is created.
     crate::spool::format::check(&config.spool_dir()).map_err(GatewayError::from)?;
@@ -47,6 +49,9 @@ pub(super) fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
         SocketGroup::resolve(group).map_err(GatewayError::from)?;
     }
     println!("{}: ok", args.file.display());
+    if let Some(warning) = warning {
+        eprintln!("warning: {warning}");
+    }
     if args.print {
         print!("{}", config.to_toml(&Kinds::default()));
     }

@@ -34,6 +34,9 @@ pub(super) fn open(
         format::stamp_unstamped(&dirs)?;
     }
     space::check_fits(&dirs.root, &settings.min_free).map_err(SpoolError::Settings)?;
+    if let Some(warning) = space::small_reserve_warning(&dirs.root, &settings.min_free) {
+        tracing::warn!(dir = %dirs.root.display(), "{warning}");
+    }
     // Before the first append: a gateway started on a nearly full disk refuses
     // events from the first one, and drains what the spool recovered.
     let reserve = Reserve::new(&dirs.root, settings.min_free);

@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use support::config::Config;
 use support::spooled::{stored, write_config};
 use support::*;
 
@@ -96,4 +97,43 @@ async fn a_full_spool_under_drop_oldest_keeps_accepting_and_records_the_loss() {
             .all(|(_, forwarder)| forwarder == "kafka")
     );
     assert!(gateway.terminate().success(), "{}", gateway.stderr_text());
+}
+
+/// A reserve above 0 but small enough for one SQLite checkpoint to use up is
+/// accepted with a warning, by `check-config` and by `serve` alike; the default
+/// reserve and a reserve turned off draw none.
+#[test]
+fn a_reserve_one_sqlite_checkpoint_can_use_up_is_warned_about() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = |min_free: &str| {
+        let config = Config::new()
+            .toml(&format!(
+                "data_dir = \"{}\"\n[spool]\nmin_free = \"{min_free}\"\n",
+                dir.path().join("data").display()
+            ))
+            .write(dir.path());
+        let out = eventgate()
+            .args(["check-config", &config])
+            .output()
+            .expect("check-config");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warned = check("1MiB");
+    assert!(
+        warned.contains(
+            "warning: `spool.min_free` (1MiB) is below 16.0MiB: the sinks on the same file system write in bursts"
+        ),
+        "{warned}"
+    );
+    assert_eq!(check("256MiB"), "");
+    assert_eq!(check("0"), "");
+
+    let mut gw = Gateway::start(&["--spool-min-free", "1MiB"]);
+    let log = gw.stderr_text();
+    assert!(
+        log.contains("`spool.min_free` (1MiB) is below 16.0MiB"),
+        "{log}"
+    );
+    assert!(gw.terminate().success());
 }
