@@ -65,4 +65,11 @@ pub trait Backlog: Send + Sync + 'static {
     fn inflight_dir(&self) -> Option<std::path::PathBuf> {
         None
     }
+    /// Resolves once the record with `seq` (and every one before it) is durable:
+    /// events from the queue reach a sink only then. Fails if it never will be (the
+    /// backlog failed or closed first).
+    fn until_durable(&self, seq: u64) -> BoxFuture<'_, Result<(), BacklogError>> {
+        let _ = seq;
+        Box::pin(std::future::ready(Ok(())))
+    }
 }

@@ -13,7 +13,7 @@ use prost::Message;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backlog::{Backlog, BacklogReader};
+use super::backlog::{Backlog, BacklogError, BacklogReader};
 use super::common::Common;
 use super::health::Health;
 use super::meters::LazyCounter;
@@ -178,6 +178,20 @@ impl Intake {
                 }
             }
             () = self.state.spilled.notified(), if self.backlog.is_some() => Wait::Idle,
+        }
+    }
+
+    /// Waits until the queued events up to `seq` are durable in the backlog, so
+    /// that no sink holds an event a crash can still take from the spool. False at
+    /// the shutdown deadline; an error if they never will be (the spool failed).
+    pub(super) async fn until_durable(&mut self, seq: u64) -> Result<bool, BacklogError> {
+        let Some(backlog) = &self.backlog else {
+            return Ok(true);
+        };
+        tokio::select! {
+            biased;
+            () = self.stop.cancelled() => Ok(false),
+            durable = backlog.until_durable(seq) => durable.map(|()| true),
         }
     }
 

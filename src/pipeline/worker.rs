@@ -142,6 +142,22 @@ impl Worker {
                 }
             };
             let (_, last) = batch.seq_range();
+            if from_backlog.is_none() {
+                match self.intake.until_durable(last).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        report.undelivered += batch.len() as u64;
+                        break;
+                    }
+                    Err(error) => {
+                        // Not acknowledged to anyone, and never will be: the events
+                        // are not handed on. What was durable stays in the spool.
+                        tracing::error!(forwarder = %self.name, %error, first_seq = batch.seq_range().0, "events taken from the queue will never be durable; not delivering them");
+                        report.undelivered += batch.len() as u64;
+                        break;
+                    }
+                }
+            }
             let batch_bytes = batch.bytes();
             self.meters.batch_events.record(batch.len() as f64);
             self.meters.batch_bytes.record(batch.bytes() as f64);

@@ -34,6 +34,10 @@ impl Backlog for Spool {
     fn inflight_dir(&self) -> Option<std::path::PathBuf> {
         Some(self.dir().join("inflight"))
     }
+
+    fn until_durable(&self, seq: u64) -> BoxFuture<'_, Result<(), BacklogError>> {
+        Box::pin(async move { Spool::until_durable(self, seq).await.map_err(backlog_error) })
+    }
 }
 
 impl BacklogReader for Reader {

@@ -343,6 +343,27 @@ impl Spool {
         ticket.await
     }
 
+    /// Resolves once every record up to `seq` is durable per the fsync mode: what a
+    /// forwarder waits for before it hands events from its queue to a sink, so that
+    /// a sink never holds an event a crash can take from the spool (its seq would be
+    /// given again to another event, and an upstream change told again by the next
+    /// reconcile). Fails if the spool stopped (a failed write or sync, or closed)
+    /// before that record was durable.
+    pub async fn until_durable(&self, seq: u64) -> Result<(), SpoolError> {
+        let mut progress = self.shared().progress.subscribe();
+        let seen = progress
+            .wait_for(|p| p.durable_seq >= seq || p.failed.is_some() || p.stopped)
+            .await
+            .map_err(|_| SpoolError::Closed)?;
+        if seen.durable_seq >= seq {
+            return Ok(());
+        }
+        match &seen.failed {
+            Some(error) => Err(SpoolError::Write(Arc::clone(error))),
+            None => Err(SpoolError::Closed),
+        }
+    }
+
     /// Tests only: holds the writer's next fdatasyncs, fails them, or lets them pass.
     #[cfg(test)]
     pub(crate) fn gate_syncs(&self, gate: Gate) {

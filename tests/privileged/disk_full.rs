@@ -353,9 +353,11 @@ async fn a_failed_spool_write_makes_the_gateway_unready_then_exit_1_and_a_restar
     gw.respawn();
     let db = data.join("audit.db");
     let log = data.join("events.jsonl");
-    // The events of the write that failed were numbered and routed before it
-    // failed, so a sink may have them although their publishers were refused:
-    // those, and no other, may be there besides the accepted ones.
+    // A record of the write that failed may have reached the disk whole before
+    // ENOSPC; the restarted spool recovers it and delivers it, although its
+    // publisher was refused: those, and no other, may be there besides the
+    // accepted ones. (Before the restart no sink is handed an event the spool has
+    // not synced.)
     let refused: BTreeSet<String> = refusals.iter().map(|(id, _)| id.clone()).collect();
     wait_for("every accepted event after the restart", DEADLINE, || {
         let rows = stored(&db);

@@ -4,6 +4,7 @@
 mod backlog;
 mod checkpoint;
 mod deadletter;
+mod durable;
 mod swap;
 
 use std::sync::atomic::Ordering;
