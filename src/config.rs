@@ -9,7 +9,7 @@ use thiserror::Error;
 use crate::forward::Kinds;
 
 // Every table's type, where an embedder building a `Config` in code finds it.
-pub use crate::admin::AdminSettings;
+pub use crate::admin::settings::AdminSettings;
 pub use crate::correlate::CorrelateSettings;
 pub use crate::deadletter::DeadLetterSettings;
 pub use crate::exchange::{ExchangeSettings, LimitSettings};

@@ -27,8 +27,6 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use settings::AdminSettings;
-
 use crate::exchange::Exchange;
 use crate::pipeline::Forwarders;
 use crate::reload::Reloader;

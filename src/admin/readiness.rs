@@ -92,8 +92,8 @@ pub(crate) struct Rules {
     pub max_failing: Duration,
 }
 
-impl From<&super::AdminSettings> for Rules {
-    fn from(settings: &super::AdminSettings) -> Self {
+impl From<&super::settings::AdminSettings> for Rules {
+    fn from(settings: &super::settings::AdminSettings) -> Self {
         Self {
             max_spill: settings.max_spill,
             max_failing: settings.max_failing,
