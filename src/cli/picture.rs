@@ -130,7 +130,12 @@ pub(super) async fn run(args: TimelineArgs) -> Result<ExitCode, CliError> {
         write_atomically(&args.out, text.as_bytes())?;
         let lanes: usize = picture.groups.iter().map(|g| g.lanes.len()).sum();
         let note = match picture.truncated {
-            Some(cut) => format!(" (truncated: {} of {} events)", cut.drawn, cut.total),
+            Some(cut) => format!(
+                " (truncated: the newest {} of {} events, from {})",
+                cut.drawn,
+                cut.total,
+                svg::when(cut.from)
+            ),
             None => String::new(),
         };
         // A closed stdout does not undo the file.
