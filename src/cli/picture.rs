@@ -51,7 +51,7 @@ pub struct TimelineArgs {
     /// What the lanes are grouped by: pod, namespace or node.
     #[arg(long, value_name = "BY", default_value = "pod", value_parser = parse_group)]
     pub(crate) group: Group,
-    /// Events drawn at most; beyond, the picture says it is truncated.
+    /// Events drawn at most; beyond, the newest are drawn and the picture says so.
     #[arg(long, value_name = "N", default_value_t = 100_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rows: u64,
@@ -130,7 +130,12 @@ pub(super) async fn run(args: TimelineArgs) -> Result<ExitCode, CliError> {
         write_atomically(&args.out, text.as_bytes())?;
         let lanes: usize = picture.groups.iter().map(|g| g.lanes.len()).sum();
         let note = match picture.truncated {
-            Some(cut) => format!(" (truncated: {} of {} events)", cut.drawn, cut.total),
+            Some(cut) => format!(
+                " (truncated: the newest {} of {} events, from {})",
+                cut.drawn,
+                cut.total,
+                svg::when(cut.from)
+            ),
             None => String::new(),
         };
         // A closed stdout does not undo the file.

@@ -17,8 +17,8 @@ pub(crate) mod time;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use rusqlite::Connection;
 use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension};
 use thiserror::Error;
 
 pub use row::StoredEvent;
@@ -144,6 +144,78 @@ impl Reader {
             )
             .map_err(self.sqlite("counting the rows"))?;
         Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// The row_id of the `n`th newest row (1 for the newest) `each` would emit for
+    /// `rows` (ignoring `limit`): `None` when fewer match, or when `go_on` (told how
+    /// many rows were read so far) stopped the walk. When SQL answers the filter
+    /// exactly this is one indexed query; otherwise rows are read newest first and
+    /// matched until the `n`th.
+    pub(crate) fn nth_newest(
+        &self,
+        query: &Query,
+        rows: RowRange,
+        n: u64,
+        mut go_on: impl FnMut(u64) -> bool,
+    ) -> Result<Option<i64>, QueryError> {
+        let Some(offset) = n.checked_sub(1).and_then(|o| i64::try_from(o).ok()) else {
+            return Ok(None);
+        };
+        let predicate = query.predicate(rows);
+        // As in `plan`: with a time range, `+row_id` keeps SQLite on a time index and
+        // only the ids are sorted.
+        let timed = query.since.is_some() || query.until.is_some();
+        let order = if timed { "+row_id" } else { "row_id" };
+        if !predicate.recheck {
+            let sql = format!(
+                "SELECT row_id FROM events WHERE {} ORDER BY {order} DESC LIMIT 1 OFFSET ?",
+                predicate.sql
+            );
+            let mut params = predicate.params;
+            params.push(Value::Integer(offset));
+            return self
+                .conn
+                .query_row(&sql, rusqlite::params_from_iter(params.iter()), |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(self.sqlite("finding the newest rows"));
+        }
+        let sql = match timed {
+            true => format!(
+                "SELECT {} FROM events WHERE row_id IN (SELECT row_id FROM events WHERE {}) \
+                 ORDER BY row_id DESC",
+                row::COLUMNS,
+                predicate.sql
+            ),
+            false => format!(
+                "SELECT {} FROM events WHERE {} ORDER BY row_id DESC",
+                row::COLUMNS,
+                predicate.sql
+            ),
+        };
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(self.sqlite("preparing the query"))?;
+        let mut cursor = stmt
+            .query(rusqlite::params_from_iter(predicate.params.iter()))
+            .map_err(self.sqlite("running the query"))?;
+        let (mut read, mut matched) = (0, 0);
+        while let Some(row) = cursor.next().map_err(self.sqlite("reading a row"))? {
+            let stored = row::read(row, &self.path)?;
+            read += 1;
+            if query.filter.matches(&stored.event.record_fields()) {
+                matched += 1;
+                if matched == n {
+                    return Ok(Some(stored.row_id));
+                }
+            }
+            if !go_on(read) {
+                break;
+            }
+        }
+        Ok(None)
     }
 
     /// `tail -f`: prints (through `emit`) rows stored after `after` as they arrive,

@@ -62,8 +62,8 @@ pub(crate) fn render(picture: &Picture, title: &str) -> String {
     if let Some(cut) = picture.truncated {
         let _ = write!(
             out,
-            "<p class=\"meta truncated\">truncated: the first {} of {} events are drawn</p>",
-            cut.drawn, cut.total
+            "<p class=\"meta truncated\">{}</p>",
+            escape(&svg::truncated_note(cut))
         );
     }
     out.push_str("</header>\n<div class=\"picture\">");

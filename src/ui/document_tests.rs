@@ -49,3 +49,24 @@ fn hostile_text_in_the_title_and_the_marks_is_escaped() {
     assert!(html.contains("<title>pod &lt;script&gt;alert(1)&lt;/script&gt;</title>"));
     assert!(html.contains("javascript:alert(1) &lt;img src=x onerror=alert(1)&gt;"));
 }
+
+#[test]
+fn a_truncated_file_says_which_events_it_draws() {
+    let store = TempStore::with(&web7());
+    let reader = Reader::open(store.path()).unwrap();
+    let mut q = web7_query();
+    q.max_rows = 5;
+    let picture = build(&reader, &q).unwrap();
+    let html = render(&picture, "pod shop/web-7");
+    let from = crate::ui::svg::when((crate::testing::T0 + 12) * 1000);
+    let note = format!(
+        "truncated: drew the newest 5 of 17 events, from {from}; narrow the time range or the filter"
+    );
+    assert!(
+        html.contains(&format!("<p class=\"meta truncated\">{note}</p>")),
+        "{html}"
+    );
+    assert!(html.contains(&format!("<p class=\"meta range\">from {from} to ")));
+    assert!(html.contains(r#"<text class="truncated" x="8" y="#));
+    assert_eq!(html.matches("<tr class=\"mark-row\">").count(), 5);
+}

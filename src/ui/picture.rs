@@ -14,9 +14,10 @@ use thiserror::Error;
 use super::gaps::GapsError;
 use crate::event::Event;
 use crate::query::pods::{PodCounts, PodName, Tally, revised};
-use crate::query::{Query, QueryError, Reader, RowRange, StoredEvent};
+use crate::query::{Query, QueryError, Reader, StoredEvent};
 
 mod lanes;
+mod newest;
 
 /// Rows read between two looks at the deadline.
 const DEADLINE_EVERY: u64 = 256;
@@ -71,7 +72,8 @@ pub(crate) struct PictureQuery {
     /// Narrows to one pod, as `query --pod` does.
     pub pod: Option<PodName>,
     pub group: Group,
-    /// Rows drawn at most; beyond, the picture is marked truncated.
+    /// Rows drawn at most; beyond, the newest are drawn and the picture is marked
+    /// truncated.
     pub max_rows: u64,
     /// Reading gives up (an error) after this.
     pub deadline: Instant,
@@ -96,10 +98,13 @@ pub(crate) struct Picture {
     pub counts: PodCounts,
 }
 
+/// Only the newest `drawn` of the `total` events selected are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Truncated {
     pub drawn: u64,
     pub total: u64,
+    /// The oldest drawn event's time, where the axis starts.
+    pub from: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,40 +196,22 @@ pub(crate) fn build(reader: &Reader, q: &PictureQuery) -> Result<Picture, Pictur
             .filter
             .and(&crate::query::pods::pod_filter(&pod.name, namespace));
     }
-    if let Some(since) = query.since {
-        for key in reader.started_before(q.pod.as_ref(), since)? {
+    let (rows, truncated) = newest::read(reader, &query, q.max_rows, q.deadline)?;
+    let drawn = rows.len() as u64;
+    // A start drawn is a restart when its container started before what is drawn:
+    // before the range, or before the oldest event drawn when only the newest are.
+    let start = match truncated {
+        Some(cut) => Some(system_time(cut.from)),
+        None => query.since,
+    };
+    if let Some(start) = start {
+        for key in reader.started_before(q.pod.as_ref(), start)? {
             tally.started_before(key);
         }
     }
-    let up_to = reader.last_row_id()?;
-    let range = RowRange { after: 0, up_to };
-    let mut rows: Vec<StoredEvent> = Vec::new();
-    let mut late = false;
-    query.limit = Some(q.max_rows.max(1));
-    reader.each(&query, range, |stored| {
-        rows.push(stored);
-        late = (rows.len() as u64).is_multiple_of(DEADLINE_EVERY) && Instant::now() > q.deadline;
-        !late
-    })?;
-    if late || Instant::now() > q.deadline {
-        return Err(PictureError::Deadline {
-            rows: rows.len() as u64,
-        });
-    }
-    let drawn = rows.len() as u64;
-    let truncated = match drawn >= q.max_rows {
-        true => {
-            let total = reader.count(&query, range)?;
-            if Instant::now() > q.deadline {
-                return Err(PictureError::Deadline { rows: drawn });
-            }
-            (total > drawn).then_some(Truncated { drawn, total })
-        }
-        false => None,
-    };
     let changes = revised(&mut tally, rows.iter().map(|s| &s.event));
     let times: Vec<i64> = rows.iter().map(|s| event_ms(&s.event)).collect();
-    let (from, to) = axis(&query, &times);
+    let (from, to) = axis(&query, &times, truncated);
     let mut picture = Picture {
         from,
         to,
@@ -256,15 +243,20 @@ pub(crate) fn build(reader: &Reader, q: &PictureQuery) -> Result<Picture, Pictur
     Ok(picture)
 }
 
-/// The range asked for, or the events' own with a small margin either side.
-fn axis(query: &Query, times: &[i64]) -> (i64, i64) {
+/// The range asked for, or the events' own with a small margin either side; a
+/// truncated picture starts at its oldest event, so that lives are not drawn as if
+/// they began with the range.
+fn axis(query: &Query, times: &[i64], truncated: Option<Truncated>) -> (i64, i64) {
     let first = times.iter().min().copied();
     let last = times.iter().max().copied();
     let margin = match (first, last) {
         (Some(a), Some(b)) => ((b - a) / 50).max(1000),
         _ => 0,
     };
-    let from = query.since.map(millis).or(first.map(|t| t - margin));
+    let from = match truncated {
+        Some(cut) => Some(cut.from),
+        None => query.since.map(millis).or(first.map(|t| t - margin)),
+    };
     let to = query.until.map(millis).or(last.map(|t| t + margin));
     match (from, to) {
         (Some(from), Some(to)) if to > from => (from, to),
@@ -286,9 +278,7 @@ fn gaps(
     (from, to): (i64, i64),
     deadline: Instant,
 ) -> Result<Vec<Span>, PictureError> {
-    let axis_start = u64::try_from(from).map_or(SystemTime::UNIX_EPOCH, |ms| {
-        SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms)
-    });
+    let axis_start = system_time(from);
     let every_node = nodes.is_empty() || nodes.contains(&None);
     let found = super::gaps::read(reader, axis_start, deadline).map_err(|e| match e {
         GapsError::Deadline => PictureError::Deadline { rows: 0 },
@@ -335,6 +325,13 @@ fn event_ms(event: &Event) -> i64 {
             .saturating_add(i64::from(ts.nanos / 1_000_000)),
         None => millis(event.identity.received_at),
     }
+}
+
+/// Unix milliseconds as a time; one before 1970 is taken as 1970.
+fn system_time(ms: i64) -> SystemTime {
+    u64::try_from(ms).map_or(SystemTime::UNIX_EPOCH, |ms| {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+    })
 }
 
 pub(crate) fn millis(time: SystemTime) -> i64 {

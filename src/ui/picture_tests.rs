@@ -316,25 +316,6 @@ fn gaps_come_from_the_connected_markers_and_reconciled_events_shade_them() {
 }
 
 #[test]
-fn a_row_cap_truncates_and_says_how_many_of_how_many() {
-    let store = TempStore::with(&web7());
-    let reader = Reader::open(store.path()).unwrap();
-    let mut q = web7_query();
-    q.max_rows = 5;
-    let picture = build(&reader, &q).unwrap();
-    assert_eq!(
-        picture.truncated,
-        Some(Truncated {
-            drawn: 5,
-            total: 17
-        })
-    );
-    assert_eq!(picture.rows, 5);
-    q.max_rows = 17;
-    assert_eq!(build(&reader, &q).unwrap().truncated, None);
-}
-
-#[test]
 fn a_passed_deadline_is_an_error() {
     let store = TempStore::with(&web7());
     let reader = Reader::open(store.path()).unwrap();

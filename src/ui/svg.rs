@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
-use super::picture::{ExitClass, Group, Kind, Lane, LaneGroup, Mark, Picture, Span};
+use super::picture::{ExitClass, Group, Kind, Lane, LaneGroup, Mark, Picture, Span, Truncated};
 
 mod frame;
 use frame::{axis, legend};
@@ -84,10 +84,9 @@ pub(crate) fn render(picture: &Picture) -> String {
     if let Some(cut) = picture.truncated {
         let _ = write!(
             out,
-            r##"<text class="truncated" x="8" y="{}" fill="{EXIT_137}">truncated: drew the first {} of {} rows; narrow the time range or the filter</text>"##,
+            r##"<text class="truncated" x="8" y="{}" fill="{EXIT_137}">{}</text>"##,
             y + 12.0,
-            cut.drawn,
-            cut.total
+            escape(&truncated_note(cut))
         );
         y += LANE;
     }
@@ -280,6 +279,16 @@ fn draw_mark(out: &mut String, mark: &Mark, cx: f64, cy: f64) {
         escape(&what(mark)),
         escape(&mark.origin)
     );
+}
+
+/// What a truncated picture says of itself, in the SVG and the document alike.
+pub(crate) fn truncated_note(cut: Truncated) -> String {
+    format!(
+        "truncated: drew the newest {} of {} events, from {}; narrow the time range or the filter",
+        cut.drawn,
+        cut.total,
+        when(cut.from)
+    )
 }
 
 /// A time in UTC to the millisecond.

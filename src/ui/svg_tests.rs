@@ -188,6 +188,7 @@ fn gaps_reconciled_spans_and_truncation_are_drawn() {
     picture.truncated = Some(crate::ui::picture::Truncated {
         drawn: 5,
         total: 17,
+        from: picture.from,
     });
     let svg = render(&picture);
     well_formed(&svg).unwrap();
@@ -196,7 +197,13 @@ fn gaps_reconciled_spans_and_truncation_are_drawn() {
     )));
     assert!(svg.contains(r#"<rect class="reconciled-span" data-from=""#));
     assert!(svg.contains(r#"<text class="truncated" "#));
-    assert!(svg.contains("the first 5 of 17 rows"));
+    assert!(
+        svg.contains(&format!(
+            "truncated: drew the newest 5 of 17 events, from {}; narrow the time range or the filter",
+            when(picture.from)
+        )),
+        "{svg}"
+    );
 }
 
 /// Names and labels that try to break out of the SVG stay text.

@@ -13,7 +13,7 @@ use super::picture::{self, Group, Picture, PictureError, PictureQuery};
 use super::reads::{self, ReadError, too_long};
 use super::{Body, Ui, UiError, document, svg, whole};
 
-/// Events drawn at most in one picture; beyond, the picture says it is truncated.
+/// Events drawn at most in one picture; beyond, the newest are drawn and the picture says so.
 pub(crate) const MAX_ROWS: u64 = 20_000;
 
 pub(super) async fn svg(ui: &Ui, query: &str) -> Result<Response<Body>, UiError> {

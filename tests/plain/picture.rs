@@ -281,3 +281,47 @@ fn timeline_refuses_what_it_cannot_draw_with_a_reason() {
         "{help}"
     );
 }
+
+/// Beyond `--max-rows`, the newest events are drawn, from the oldest of them on, and
+/// both the file and the summary line say so.
+#[test]
+fn timeline_beyond_max_rows_draws_the_newest_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store(dir.path());
+    let svg_path = dir.path().join("web-7.svg");
+    let out = run(&[
+        "timeline",
+        "--db",
+        &db,
+        "--pod",
+        "web-7",
+        "--max-rows",
+        "3",
+        "--out",
+        path_str(&svg_path),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The newest 3 of web-7's 8: n2's OOM and exit at minute 5, n3's start at 7.
+    let from = "2024-05-01 10:05:00.000 UTC";
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "3 events in 2 lanes (truncated: the newest 3 of 8 events, from {from})"
+        )),
+        "{stdout}"
+    );
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    for expected in [
+        format!(
+            ">truncated: drew the newest 3 of 8 events, from {from}; narrow the time range or the filter</text>"
+        ),
+        format!(r#"data-from="{}" "#, (T0 + 300) * 1000),
+        r#"class="mark mark-exit exit-oom reconciled""#.to_owned(),
+        // nginx started before the oldest event drawn: n3's start is a restart.
+        r#"<text class="restarts" data-restarts="1" "#.to_owned(),
+    ] {
+        assert!(svg.contains(&expected), "{expected} in {svg}");
+    }
+    assert!(!svg.contains(r#"data-container-id="n1""#), "{svg}");
+    assert_eq!(svg.matches(" data-row=").count(), 3, "{svg}");
+}

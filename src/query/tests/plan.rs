@@ -186,3 +186,61 @@ fn a_pods_rows_are_read_from_its_index_in_row_order() {
         assert_eq!(seqs(&reader, &q), expected, "{filter}");
     }
 }
+
+/// `nth_newest` finds the row the matcher would put `n`th from the end, whether SQL
+/// answers the filter (one query, its `+row_id` keeping a time range on its index)
+/// or the rows are matched newest first.
+#[test]
+fn the_nth_newest_row_is_the_one_the_matcher_puts_nth_from_the_end() {
+    let events = varied_events();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
+    for filter in [
+        "",
+        r#"topic=="/tasks/exit""#,
+        "namespace==k8s.io",
+        r#"topic~="^/tasks/(exit|create)$""#,
+        "origin==reconciled",
+        r#"topic=="/tasks/*",namespace==default"#,
+    ] {
+        for hour in [false, true] {
+            let q = query(filter, hour, None);
+            let mut ids = Vec::new();
+            reader
+                .each(&q, RowRange::ALL, |stored| {
+                    ids.push(stored.row_id);
+                    true
+                })
+                .unwrap();
+            assert!(!ids.is_empty(), "{filter}");
+            for n in 0..=ids.len() as u64 + 1 {
+                let expected = n
+                    .checked_sub(1)
+                    .and_then(|back| ids.iter().rev().nth(back as usize))
+                    .copied();
+                let got = reader.nth_newest(&q, RowRange::ALL, n, |_| true).unwrap();
+                assert_eq!(got, expected, "{filter} hour={hour} n={n}");
+            }
+            let last = *ids.last().unwrap();
+            let within = RowRange {
+                after: 0,
+                up_to: last - 1,
+            };
+            let expected = ids.iter().rev().nth(1).copied();
+            assert_eq!(
+                reader.nth_newest(&q, within, 1, |_| true).unwrap(),
+                expected,
+                "{filter} hour={hour}: the range bounds the rows"
+            );
+        }
+    }
+    // Told to stop, a walk that must match in Rust gives up without an answer.
+    let regex = query(r#"topic~="^/tasks/""#, false, None);
+    assert!(regex.predicate(RowRange::ALL).recheck);
+    let mut seen = 0;
+    let got = reader.nth_newest(&regex, RowRange::ALL, 1000, |read| {
+        seen = read;
+        read < 3
+    });
+    assert_eq!((got.unwrap(), seen), (None, 3));
+}
