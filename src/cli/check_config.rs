@@ -37,6 +37,7 @@ pub(super) fn run(args: CheckConfigArgs) -> Result<ExitCode, CliError> {
             .map_err(|e| crate::query::QueryError::from(e.for_store(&path)))?;
     }
     crate::deadletter::check_schema(&config.dead_letter_path())?;
+    crate::gateway::refuse_newer_state(&config)?;
     // What `serve` would find at start on this machine: the TLS files and the group.
     if let Some(tls) = &config.exchange.tls {
         tls.apply(

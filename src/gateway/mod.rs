@@ -9,6 +9,7 @@
 
 mod listeners;
 mod wiring;
+pub(crate) use wiring::refuse_newer_state;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -53,6 +54,8 @@ pub enum GatewayError {
     Source(#[from] crate::source::SourceError),
     #[error("cannot open the spool")]
     Spool(#[from] SpoolError),
+    #[error(transparent)]
+    NewerSnapshot(#[from] crate::reconcile::snapshot::NewerSnapshot),
     #[error("cannot create the data directory {path:?}")]
     DataDir {
         path: std::path::PathBuf,
@@ -111,6 +114,7 @@ impl Gateway {
         // metrics recorder is in place before the first metric is recorded.
         let admin = wiring::bind_admin(config).await?;
         let started = std::time::SystemTime::now();
+        wiring::refuse_newer_state(config)?;
         let (spool, _recovery) = wiring::open_spool(config).await?;
         let (pipeline, reloader) = wiring::start_pipeline(config, kinds, &spool).await?;
         let exchange = Exchange::new(

@@ -57,6 +57,15 @@ pub(super) async fn bind_admin(config: &Config) -> Result<AdminBound, GatewayErr
     })
 }
 
+/// Refuses to start on an upstream's state snapshot a newer eventgate wrote, as on its
+/// spool or stores: reading it would take a new baseline and lose the gap it covers.
+pub(crate) fn refuse_newer_state(config: &Config) -> Result<(), GatewayError> {
+    for upstream in &config.upstreams {
+        crate::reconcile::snapshot::refuse_newer(&config.data_dir, &upstream.effective_name())?;
+    }
+    Ok(())
+}
+
 /// Opens the spool off the runtime: recovery reads every segment.
 pub(super) async fn open_spool(config: &Config) -> Result<(Spool, Recovery), GatewayError> {
     let dir = config.spool_dir();

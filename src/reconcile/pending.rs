@@ -24,7 +24,7 @@ use crate::event::Source;
 use crate::proto::eventgate::events::v1::UpstreamReconciled;
 use crate::spool::{Spool, SpoolError};
 
-const VERSION: u32 = 1;
+pub(super) const VERSION: u32 = 1;
 
 pub(crate) fn path(data_dir: &Path, upstream: &str) -> PathBuf {
     data_dir

@@ -35,6 +35,47 @@ const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
 const VERSION: u32 = 1;
 
+/// A state file (a saved or a pending snapshot) that a newer eventgate wrote: refused,
+/// like the spool and the stores, and left as it is.
+#[derive(Debug, Error)]
+#[error(
+    "{} was written by a newer eventgate: state snapshot version {found}, and this eventgate knows up to version {known}; upgrade eventgate, or move the file aside (the next reconcile then takes a new baseline; the file was left as it is)",
+    path.display()
+)]
+pub struct NewerSnapshot {
+    pub path: PathBuf,
+    pub found: u64,
+    pub known: u32,
+}
+
+/// Refuses `upstream`'s state files if a newer eventgate wrote either. Reads only
+/// their `version`; a missing, unreadable or older file is left to `Snapshot::open`.
+pub(crate) fn refuse_newer(data_dir: &Path, upstream: &str) -> Result<(), NewerSnapshot> {
+    for (path, known) in [
+        (path(data_dir, upstream), VERSION),
+        (pending::path(data_dir, upstream), pending::VERSION),
+    ] {
+        if let Some(found) = version_of(&path)
+            && found > u64::from(known)
+        {
+            return Err(NewerSnapshot { path, found, known });
+        }
+    }
+    Ok(())
+}
+
+/// The `version` of a JSON state file, if it has one.
+fn version_of(path: &Path) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u64,
+    }
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice::<Versioned>(&bytes)
+        .ok()
+        .map(|v| v.version)
+}
+
 #[derive(Debug, Error)]
 pub(crate) enum SnapshotError {
     #[error("cannot write the state snapshot {}", path.display())]
@@ -45,6 +86,8 @@ pub(crate) enum SnapshotError {
     },
     #[error("cannot read back the spool to bring the state snapshot up to date")]
     Spool(#[source] SpoolError),
+    #[error(transparent)]
+    Newer(#[from] NewerSnapshot),
     #[error("cannot write the pending state snapshot {}", path.display())]
     Pending {
         path: PathBuf,
@@ -124,6 +167,7 @@ impl Snapshot {
         upstream: &str,
         spool: Option<&Spool>,
     ) -> Result<Snapshot, SnapshotError> {
+        refuse_newer(data_dir, upstream)?;
         let path = path(data_dir, upstream);
         let mut snapshot = Snapshot {
             upstream: upstream.to_owned(),

@@ -76,6 +76,36 @@ async fn an_unreadable_snapshot_is_set_aside_and_the_next_reconcile_starts_afres
 }
 
 #[tokio::test]
+async fn a_snapshot_a_newer_eventgate_wrote_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = path(dir.path(), "node");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let newer = br#"{"version": 2, "upstream": "node", "next_seq": 3, "state": {}}"#;
+    std::fs::write(&file, newer).unwrap();
+    let error = Snapshot::open(dir.path(), "node", None)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&error, SnapshotError::Newer(n) if n.found == 2 && n.known == 1),
+        "{error:?}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), newer);
+    assert!(!file.with_extension("json.unreadable").exists());
+    // An older or equal version is this eventgate's to read.
+    let state = serde_json::to_string(&crate::reconcile::NodeState::default()).unwrap();
+    let current =
+        format!(r#"{{"version": 1, "upstream": "node", "next_seq": 3, "state": {state}}}"#);
+    std::fs::write(&file, current).unwrap();
+    assert!(
+        Snapshot::open(dir.path(), "node", None)
+            .await
+            .unwrap()
+            .known
+    );
+}
+
+#[tokio::test]
 async fn events_after_the_last_save_are_read_back_from_the_spool() {
     let dir = TempSpool::new();
     let cursor = cursor_name("node");
