@@ -155,7 +155,13 @@ async fn route<B>(
         "/ui/api/events" => api::events(&ui, query).await,
         "/ui/api/export" => export::export(&ui, query).await,
         "/ui/api/fleet" => fleet::fleet(&ui, query).await,
-        "/ui/api/live" => live::live(&ui, query, connection).await,
+        "/ui/api/live" => {
+            let last = request
+                .headers()
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok());
+            live::live(&ui, query, last, connection).await
+        }
         "/ui/api/timeline.svg" => timeline::svg(&ui, query).await,
         "/ui/api/timeline.html" => timeline::html(&ui, query).await,
         _ => match path.strip_prefix("/ui/api/event/") {

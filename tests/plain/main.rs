@@ -40,3 +40,4 @@ mod spool;
 mod sqlite;
 mod tls;
 mod ui;
+mod ui_live;

@@ -396,8 +396,8 @@ fn exports_are_query_json_lines_and_csv_with_hostile_text_made_inert() {
 }
 
 /// Reads an SSE response's raw bytes in the background.
-struct LiveStream {
-    text: Arc<std::sync::Mutex<String>>,
+pub(crate) struct LiveStream {
+    pub(crate) text: Arc<std::sync::Mutex<String>>,
     stream: TcpStream,
 }
 
@@ -408,11 +408,16 @@ impl Drop for LiveStream {
 }
 
 impl LiveStream {
-    fn open(admin: SocketAddr, query: &str) -> LiveStream {
+    pub(crate) fn open(admin: SocketAddr, query: &str) -> LiveStream {
+        Self::open_with(admin, query, "")
+    }
+
+    /// With `headers` (each line ending in CRLF) added to the request.
+    pub(crate) fn open_with(admin: SocketAddr, query: &str, headers: &str) -> LiveStream {
         let mut stream = TcpStream::connect(admin).unwrap();
         write!(
             stream,
-            "GET /ui/api/live?{query} HTTP/1.1\r\nHost: {admin}\r\n\r\n"
+            "GET /ui/api/live?{query} HTTP/1.1\r\nHost: {admin}\r\n{headers}\r\n"
         )
         .unwrap();
         let text = Arc::new(std::sync::Mutex::new(String::new()));
@@ -437,7 +442,7 @@ impl LiveStream {
         live
     }
 
-    fn has(&self, needle: &str) -> bool {
+    pub(crate) fn has(&self, needle: &str) -> bool {
         self.text.lock().unwrap().contains(needle)
     }
 }

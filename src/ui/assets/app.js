@@ -356,6 +356,21 @@ function startLive() {
     }
     addLive(event);
   };
+  // After a reconnect the gateway sends what the page missed; what it no longer
+  // holds it names, so the list never looks whole when it is not.
+  source.addEventListener('missed', (message) => {
+    let missed;
+    try {
+      missed = JSON.parse(message.data);
+    } catch {
+      return;
+    }
+    const li = document.createElement('li');
+    li.className = 'live-missed';
+    li.textContent = 'Not shown after the reconnect: events ' + missed.from_seq + ' to ' +
+      missed.to_seq + ' (' + missed.why + ').';
+    $('live-events').prepend(li);
+  });
 }
 
 async function explainLive(url) {
