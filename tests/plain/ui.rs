@@ -84,7 +84,7 @@ fn get(addr: SocketAddr, path: &str) -> Reply {
 }
 
 /// `application/x-www-form-urlencoded` for a query parameter's value.
-fn enc(text: &str) -> String {
+pub(crate) fn enc(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),

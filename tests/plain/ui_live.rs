@@ -3,21 +3,12 @@
 //! and once each, before the live events; what the spool no longer holds is named.
 
 use crate::support;
-use crate::ui::LiveStream;
+use crate::ui::{LiveStream, enc};
 
 use std::net::SocketAddr;
 
 use support::config::Config;
 use support::*;
-
-fn enc(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 fn open(admin: SocketAddr, query: String, headers: String) -> LiveStream {
     LiveStream::open_with(admin, &query, &headers)

@@ -29,16 +29,9 @@ async fn acked(p: &Pipeline, name: &str, seq: u64) {
 }
 
 fn start(specs: Vec<(Spec, Arc<Scripted>)>, backlog: &MemoryBacklog, start_seq: u64) -> Pipeline {
-    let parts = specs.into_iter().map(|(spec, recorder)| Parts {
-        name: spec.name.into(),
-        filter: Filter::parse_all(&[spec.filter]).unwrap(),
-        forwarder: recorder as Arc<dyn Forwarder>,
-        queue: spec.queue,
-        batch: spec.batch,
-        retry: spec.retry,
-        checkpoint: spec.checkpoint,
-        dead_letters: None,
-    });
+    let parts = specs
+        .into_iter()
+        .map(|(spec, recorder)| spec.parts(recorder, None));
     Pipeline::from_forwarders_with(
         parts,
         Some(BacklogStart {

@@ -118,16 +118,7 @@ fn start(
 ) -> Pipeline {
     let mut spec = spec("s");
     spec.checkpoint.interval = Duration::from_millis(50);
-    let part = Parts {
-        name: spec.name.into(),
-        filter: Filter::always(),
-        forwarder: Arc::clone(sink) as Arc<dyn Forwarder>,
-        queue: spec.queue,
-        batch: spec.batch,
-        retry: spec.retry,
-        checkpoint: spec.checkpoint,
-        dead_letters: None,
-    };
+    let part = spec.parts(Arc::clone(sink) as Arc<dyn Forwarder>, None);
     Pipeline::from_forwarders_with(
         [part],
         Some(BacklogStart {

@@ -16,19 +16,8 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const WATCH: Duration = Duration::from_millis(300);
 
 fn start(spool: &Spool, sink: &Arc<Scripted>) -> Pipeline {
-    let spec = spec("sink");
-    let parts = Parts {
-        name: spec.name.into(),
-        filter: Filter::parse_all::<&str>(&[]).unwrap(),
-        forwarder: Arc::clone(sink) as Arc<dyn Forwarder>,
-        queue: spec.queue,
-        batch: spec.batch,
-        retry: spec.retry,
-        checkpoint: spec.checkpoint,
-        dead_letters: None,
-    };
     Pipeline::from_forwarders_with(
-        [parts],
+        [spec("sink").parts(Arc::clone(sink) as Arc<dyn Forwarder>, None)],
         Some(BacklogStart {
             backlog: Arc::new(spool.clone()),
             start_seq: spool.next_seq(),

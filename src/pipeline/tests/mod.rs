@@ -54,6 +54,26 @@ pub(super) fn spec(name: &'static str) -> Spec {
     }
 }
 
+impl Spec {
+    /// The forwarder's parts: this spec around `forwarder`.
+    pub(super) fn parts(
+        self,
+        forwarder: Arc<dyn Forwarder>,
+        dead_letters: Option<DeadLetters>,
+    ) -> Parts {
+        Parts {
+            name: self.name.into(),
+            filter: Filter::parse_all(&[self.filter]).unwrap(),
+            forwarder,
+            queue: self.queue,
+            batch: self.batch,
+            retry: self.retry,
+            checkpoint: self.checkpoint,
+            dead_letters,
+        }
+    }
+}
+
 fn pipeline(specs: Vec<(Spec, Arc<Scripted>)>) -> Pipeline {
     pipeline_with(specs, None)
 }
@@ -62,16 +82,11 @@ pub(super) fn pipeline_with(
     specs: Vec<(Spec, Arc<Scripted>)>,
     dead_letters: Option<DeadLetters>,
 ) -> Pipeline {
-    Pipeline::from_forwarders(specs.into_iter().map(|(spec, recorder)| Parts {
-        name: spec.name.into(),
-        filter: Filter::parse_all(&[spec.filter]).unwrap(),
-        forwarder: recorder,
-        queue: spec.queue,
-        batch: spec.batch,
-        retry: spec.retry,
-        checkpoint: spec.checkpoint,
-        dead_letters: dead_letters.clone(),
-    }))
+    Pipeline::from_forwarders(
+        specs
+            .into_iter()
+            .map(|(spec, recorder)| spec.parts(recorder, dead_letters.clone())),
+    )
 }
 
 pub(super) async fn until(what: &str, check: impl Fn() -> bool) {

@@ -9,17 +9,7 @@ use crate::pipeline::*;
 use crate::testing::{MemoryBacklog, Scripted};
 
 fn parts(name: &'static str, sink: &Arc<Scripted>) -> Parts {
-    let spec = spec(name);
-    Parts {
-        name: name.into(),
-        filter: Filter::default(),
-        forwarder: Arc::clone(sink) as Arc<dyn Forwarder>,
-        queue: spec.queue,
-        batch: spec.batch,
-        retry: spec.retry,
-        checkpoint: spec.checkpoint,
-        dead_letters: None,
-    }
+    spec(name).parts(Arc::clone(sink) as Arc<dyn Forwarder>, None)
 }
 
 fn start(backlog: &MemoryBacklog, sinks: &[(&'static str, &Arc<Scripted>)]) -> Pipeline {
