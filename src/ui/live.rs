@@ -115,11 +115,12 @@ async fn pump(
     let mut sent_through = 0;
     if let Some(catch_up) = catch_up {
         match catch_up.send(&tx).await {
-            Some(through) => sent_through = through,
-            None => {
+            Ok(through) => sent_through = through,
+            Err(Gone::Slow) => {
                 dropped(page, "it did not take what it had missed", &connection);
                 return;
             }
+            Err(Gone::Closed) => return,
         }
     }
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
@@ -190,9 +191,8 @@ struct CatchUp {
 }
 
 impl CatchUp {
-    /// Sends the missed events; returns the last seq covered, or `None` when the page
-    /// did not take them in time (or went away).
-    async fn send(self, tx: &mpsc::Sender<Bytes>) -> Option<u64> {
+    /// Sends the missed events; returns the last seq covered.
+    async fn send(self, tx: &mpsc::Sender<Bytes>) -> Result<u64, Gone> {
         let through = self.to - 1;
         let mut from = self.from;
         let first_kept = self.spool.stats().first_seq.max(from);
@@ -230,14 +230,23 @@ impl CatchUp {
             }
             from = batch.next_seq;
         }
-        Some(through)
+        Ok(through)
     }
 }
 
+/// Why a page is no longer sent anything.
+enum Gone {
+    /// Its connection closed.
+    Closed,
+    /// It did not take a message within `CATCH_UP_WAIT`.
+    Slow,
+}
+
 /// Queues `message` for the page, waiting for room a bounded time.
-async fn give(tx: &mpsc::Sender<Bytes>, message: Bytes) -> Option<()> {
+async fn give(tx: &mpsc::Sender<Bytes>, message: Bytes) -> Result<(), Gone> {
     match tokio::time::timeout(CATCH_UP_WAIT, tx.send(message)).await {
-        Ok(Ok(())) => Some(()),
-        _ => None,
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Gone::Closed),
+        Err(_) => Err(Gone::Slow),
     }
 }
