@@ -230,3 +230,54 @@ fn tansu_missing_topic_stops_the_start() {
 }
 
 // ---------------------------------------------------------------- mock cluster
+
+/// A broker replaced by an empty one at the same address (its topics and the
+/// producer ids it gave out gone, as after losing its disk) is recovered from
+/// without restarting eventgate: the topic is created again, the idempotent
+/// producer whose id the broker forgot is recreated, and the events published
+/// meanwhile are delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_emptied_broker_at_the_same_address_is_recovered_from_without_a_restart() {
+    let mut tansu = Tansu::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = Config::new()
+        .kafka(
+            "kafka",
+            &tansu.brokers(),
+            "events",
+            1,
+            "message_timeout = \"3s\"",
+        )
+        .write(dir.path());
+    let mut gateway = Gateway::start_in(dir, &["--config", &config]);
+    let mut client = gateway.client().await;
+    client
+        .publish(exit_request("before"))
+        .await
+        .expect("publish");
+    assert_eq!(consume(&tansu.brokers(), "events", 1).len(), 1);
+
+    tansu.replace_empty();
+    for id in ["after-1", "after-2", "after-3"] {
+        client.publish(exit_request(id)).await.expect("publish");
+    }
+    // The new broker holds what was published after it came, in order, once each.
+    let messages = consume(&tansu.brokers(), "events", 3);
+    let ids: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            let envelope = Envelope::decode(m.payload().expect("a value")).expect("an Envelope");
+            let any = envelope.event.expect("an event");
+            let exit = eventgate::proto::containerd::events::TaskExit::decode(any.value.as_slice())
+                .expect("a TaskExit");
+            exit.container_id
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        ["after-1", "after-2", "after-3"],
+        "{}",
+        gateway.stderr_text()
+    );
+    assert!(gateway.terminate().success());
+}

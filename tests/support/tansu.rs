@@ -104,6 +104,21 @@ impl Tansu {
         }
     }
 
+    /// Kills the broker and starts an empty one on the same port: a broker whose data
+    /// is gone (topics, offsets and producer ids), at the address clients know.
+    pub fn replace_empty(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port = self.port;
+        // The old listener's port is free once the process is gone; a bind that
+        // still fails (another test took it meanwhile) fails the test, saying so.
+        let fresh = wait_for("an empty tansu on the same port", DEADLINE, || {
+            Self::start_on(port, None).ok()
+        });
+        // The old broker, dropped here, was already reaped.
+        drop(std::mem::replace(self, fresh));
+    }
+
     /// Freezes the broker (SIGSTOP): connections stay open and nothing answers, as
     /// with a hung or partitioned broker. Its in-memory data survives `resume`.
     pub fn freeze(&self) {
@@ -129,7 +144,11 @@ impl Tansu {
 
 impl Drop for Tansu {
     fn drop(&mut self) {
-        self.resume();
+        // A frozen broker cannot die of SIGKILL's delivery until it runs again; one
+        // already reaped (`replace_empty`) has no process left to signal.
+        if let Ok(None) = self.child.try_wait() {
+            self.resume();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

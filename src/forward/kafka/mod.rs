@@ -101,7 +101,16 @@ pub(crate) struct KafkaForwarder {
     producer: Mutex<Option<Arc<Producer>>>,
     topics: Topics,
     trouble: Arc<Trouble>,
+    /// Batches in a row whose every message timed out (see `STALLED_BATCHES`).
+    stalled: std::sync::atomic::AtomicU32,
 }
+
+/// Batches in a row whose every message timed out, while the brokers answer metadata
+/// requests, after which the producer is recreated. A broker replaced by an empty
+/// one at the same address (it forgot the producer's id) is answered by librdkafka's
+/// idempotent producer with no error at all: its messages just time out, and only a
+/// new producer (a new id) gets through again.
+const STALLED_BATCHES: u32 = 2;
 
 impl KafkaForwarder {
     /// Connects, and checks (or creates) a fixed topic. Fails with a message that
@@ -204,6 +213,7 @@ impl KafkaForwarder {
             producer: Mutex::new(Some(producer)),
             trouble,
             topics,
+            stalled: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -314,11 +324,30 @@ impl KafkaForwarder {
         if let Some((code, reason)) = producer.client().fatal_error() {
             outcome.fatal = true;
             tracing::error!(forwarder = %self.name, %code, reason, "kafka producer hit a fatal error; recreating it");
+        } else if self.stalled_again(&outcome) && self.topics.reachable(&producer).await.is_ok() {
+            outcome.fatal = true;
+            tracing::warn!(forwarder = %self.name, batches = STALLED_BATCHES, "every message of the last batches timed out while the brokers answer; recreating the kafka producer");
         }
         if outcome.fatal {
             self.recreate(producer).await;
         }
         outcome.verdict(&missing, records.len())
+    }
+
+    /// Counts a batch whose every message timed out; true once `STALLED_BATCHES` such
+    /// batches came in a row (the count starts again).
+    fn stalled_again(&self, outcome: &Outcome) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !outcome.all_timed_out() {
+            self.stalled.store(0, Relaxed);
+            return false;
+        }
+        let stalled = self.stalled.fetch_add(1, Relaxed) + 1;
+        if stalled < STALLED_BATCHES {
+            return false;
+        }
+        self.stalled.store(0, Relaxed);
+        true
     }
 
     /// Replaces a producer that hit a fatal error (idempotent producer state lost);

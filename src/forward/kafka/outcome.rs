@@ -13,7 +13,10 @@ pub(super) enum Class {
     Retryable,
     /// Will fail the same way every time (too large, invalid topic, not authorized).
     Permanent,
-    /// The topic disappeared: look it up again before the next attempt.
+    /// The topic disappeared, or may have: look it up again before the next attempt.
+    /// A message that timed out counts: a broker that lost the topic (an empty
+    /// broker at the same address) makes librdkafka hold its messages for the topic
+    /// to appear until they time out, with no error naming the topic.
     UnknownTopic,
     /// The producer is unusable (idempotence state lost) and must be recreated.
     Fatal,
@@ -34,7 +37,7 @@ pub(super) fn classify(error: &KafkaError) -> Class {
             | InvalidProducerIdMapping
             | OutOfOrderSequenceNumber,
         ) => Class::Fatal,
-        Some(UnknownTopic | UnknownTopicOrPartition) => Class::UnknownTopic,
+        Some(UnknownTopic | UnknownTopicOrPartition | MessageTimedOut) => Class::UnknownTopic,
         Some(
             MessageSizeTooLarge
             | InvalidMessageSize
@@ -62,6 +65,8 @@ pub(super) struct Outcome {
     pub fatal: bool,
     pub retryable: bool,
     pub unknown_topics: BTreeSet<String>,
+    /// Failures that were `MessageTimedOut`.
+    timed_out: usize,
     /// The first error, kept as the cause.
     first: Option<KafkaError>,
 }
@@ -69,6 +74,9 @@ pub(super) struct Outcome {
 impl Outcome {
     pub(super) fn fail(&mut self, topic: &str, error: KafkaError) {
         self.failed += 1;
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) {
+            self.timed_out += 1;
+        }
         match classify(&error) {
             Class::Fatal => self.fatal = true,
             Class::Retryable => self.retryable = true,
@@ -81,6 +89,11 @@ impl Outcome {
         if self.first.is_none() {
             self.first = Some(error);
         }
+    }
+
+    /// Nothing was delivered and every failure was a timeout.
+    pub(super) fn all_timed_out(&self) -> bool {
+        self.delivered == 0 && self.failed > 0 && self.timed_out == self.failed
     }
 
     /// Whether the batch is already bound to be retried.
@@ -145,9 +158,10 @@ mod tests {
             classify(&produce(RDKafkaErrorCode::TopicAuthorizationFailed)),
             Class::Permanent
         );
+        // Retried, after looking the topic up again: it may be gone from the broker.
         assert_eq!(
             classify(&produce(RDKafkaErrorCode::MessageTimedOut)),
-            Class::Retryable
+            Class::UnknownTopic
         );
         assert_eq!(
             classify(&produce(RDKafkaErrorCode::NotLeaderForPartition)),
@@ -163,6 +177,29 @@ mod tests {
             classify(&produce(RDKafkaErrorCode::UnknownTopicOrPartition)),
             Class::UnknownTopic
         );
+    }
+
+    #[test]
+    fn a_batch_counts_as_timed_out_only_when_every_failure_was_a_timeout() {
+        let timed_out = || KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+        let mut all = Outcome::default();
+        all.fail("t", timed_out());
+        all.fail("t", timed_out());
+        assert!(all.all_timed_out());
+        let mut partly = Outcome {
+            delivered: 1,
+            ..Outcome::default()
+        };
+        partly.fail("t", timed_out());
+        assert!(!partly.all_timed_out(), "the producer got messages through");
+        let mut other = Outcome::default();
+        other.fail("t", timed_out());
+        other.fail(
+            "t",
+            KafkaError::MessageProduction(RDKafkaErrorCode::NotLeaderForPartition),
+        );
+        assert!(!other.all_timed_out());
+        assert!(!Outcome::default().all_timed_out());
     }
 
     #[test]
