@@ -125,6 +125,13 @@ impl Gateway {
                 node: Some(std::sync::Arc::from(config.node.as_str())),
             },
         );
+        // Before serving: a marker of this start comes before anything published to it.
+        let configured: Vec<String> = config
+            .upstreams
+            .iter()
+            .map(|u| u.effective_name())
+            .collect();
+        crate::upstream::roster::record_removed(&exchange, &config.data_dir, &configured).await;
         let cancel = CancellationToken::new();
         let Listeners {
             servers,
@@ -132,6 +139,12 @@ impl Gateway {
             tcp_addr,
             connections,
         } = listeners::serve(config, &exchange, &cancel).await?;
+        let configured: Vec<String> = config
+            .upstreams
+            .iter()
+            .map(|u| u.effective_name())
+            .collect();
+        crate::upstream::roster::record_removed(&exchange, &config.data_dir, &configured).await;
         let (upstreams, sources) = wiring::start_upstreams_and_sources(config, &exchange, &spool)?;
         let signers = wiring::start_signers(config, &exchange)?;
         let mut gateway = Self {

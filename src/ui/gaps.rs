@@ -4,7 +4,9 @@
 //! one came after its previous connect (a stop, or the daemon going away), else at
 //! the connected marker's own `gap_started_at`: after a crash nothing recorded the
 //! break, and the new process's start bounds it from the other side. A disconnected
-//! marker that no connect followed is a gap still open at the end of the record.
+//! marker that no connect followed is a gap still open at the end of the record,
+//! unless a later start recorded the upstream's removal from the configuration (a
+//! disconnected marker with that reason), which ends it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,6 +19,7 @@ use crate::markers::{CONNECTED_TOPIC, DISCONNECTED_TOPIC, NAMESPACE};
 use crate::proto::eventgate::events::v1::{UpstreamConnected, UpstreamDisconnected};
 use crate::query::time::stored_form;
 use crate::query::{QueryError, Reader};
+use crate::upstream::roster::REMOVED;
 
 /// How long before the range a disconnected marker is looked for: a gateway stopped
 /// for longer shows its gap from its restart only.
@@ -93,12 +96,29 @@ pub(crate) fn read(
     for (node, topic, payload) in markers {
         let payload = payload.unwrap_or_default();
         if topic == DISCONNECTED_TOPIC {
-            if let Ok(m) = UpstreamDisconnected::decode(payload.as_slice())
-                && let Some(at) = time(m.disconnected_at)
-            {
-                // The first break since the last connect is where the outage began.
-                open.entry((node, m.upstream)).or_insert(at);
+            let Ok(m) = UpstreamDisconnected::decode(payload.as_slice()) else {
+                continue;
+            };
+            let Some(at) = time(m.disconnected_at) else {
+                continue;
+            };
+            let key = (node, m.upstream);
+            if m.reason == REMOVED {
+                // No longer watched on purpose: the outage it was in ends here.
+                if let Some(from) = open.remove(&key)
+                    && at >= since
+                {
+                    gaps.push(Gap {
+                        node: key.0,
+                        upstream: key.1,
+                        from,
+                        to: Some(at),
+                    });
+                }
+                continue;
             }
+            // The first break since the last connect is where the outage began.
+            open.entry(key).or_insert(at);
             continue;
         }
         let Ok(m) = UpstreamConnected::decode(payload.as_slice()) else {

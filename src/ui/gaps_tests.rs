@@ -97,3 +97,48 @@ fn a_gap_runs_from_the_break_its_upstream_recorded_or_from_the_restart_after_a_c
         Err(GapsError::Deadline)
     ));
 }
+
+#[test]
+fn an_upstream_removed_from_the_configuration_ends_its_open_gap_and_starts_none() {
+    let removed = |upstream: &str, secs: i64| {
+        markers::disconnected(&Disconnected {
+            upstream,
+            address: "",
+            reason: crate::upstream::roster::REMOVED,
+            connected_at: at(secs),
+            disconnected_at: at(secs),
+            events_received: 0,
+        })
+    };
+    let markers = [
+        connected("docker", 0, 1),
+        // Stopped, then started again without it.
+        disconnected("docker", 10),
+        removed("docker", 20),
+        // Added back later: the gap is from that start, not from the removal.
+        connected("docker", 50, 51),
+        // A removal with nothing open changes nothing.
+        removed("containerd", 60),
+    ];
+    let events: Vec<_> = markers
+        .into_iter()
+        .enumerate()
+        .map(|(n, marker)| {
+            testing::event(n as u64 + 1)
+                .envelope(marker)
+                .node("n")
+                .build()
+        })
+        .collect();
+    let store = TempStore::with(&events);
+    let reader = Reader::open(store.path()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    assert_eq!(
+        read(&reader, at(0), deadline).unwrap(),
+        [
+            gap("n", "docker", 0, Some(1)),
+            gap("n", "docker", 10, Some(20)),
+            gap("n", "docker", 50, Some(51)),
+        ]
+    );
+}

@@ -32,6 +32,7 @@ mod publisher;
 mod query;
 mod reconcile_list;
 mod reload;
+mod removed_upstream;
 mod replay;
 mod resume;
 mod secrets;
