@@ -139,12 +139,6 @@ impl Gateway {
             tcp_addr,
             connections,
         } = listeners::serve(config, &exchange, &cancel).await?;
-        let configured: Vec<String> = config
-            .upstreams
-            .iter()
-            .map(|u| u.effective_name())
-            .collect();
-        crate::upstream::roster::record_removed(&exchange, &config.data_dir, &configured).await;
         let (upstreams, sources) = wiring::start_upstreams_and_sources(config, &exchange, &spool)?;
         let signers = wiring::start_signers(config, &exchange)?;
         let mut gateway = Self {
