@@ -98,6 +98,11 @@ pub(super) fn read(path: &Path, upstream: &str) -> Option<Pending> {
     match serde_json::from_slice::<Pending>(&bytes) {
         Ok(pending) if pending.version == VERSION && pending.upstream == upstream => Some(pending),
         Ok(_) | Err(_) => {
+            // `serve` refused a newer one at start; one that came since is left alone.
+            if super::snapshot::version_of(path).is_some_and(|v| v > u64::from(VERSION)) {
+                tracing::error!(path = %path.display(), "a pending state snapshot was written by a newer eventgate; left as it is");
+                return None;
+            }
             tracing::error!(path = %path.display(), "a pending state snapshot cannot be read; the next reconcile does its work again");
             remove(path);
             None

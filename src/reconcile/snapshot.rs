@@ -65,7 +65,7 @@ pub(crate) fn refuse_newer(data_dir: &Path, upstream: &str) -> Result<(), NewerS
 }
 
 /// The `version` of a JSON state file, if it has one.
-fn version_of(path: &Path) -> Option<u64> {
+pub(super) fn version_of(path: &Path) -> Option<u64> {
     #[derive(Deserialize)]
     struct Versioned {
         version: u64,
@@ -167,7 +167,6 @@ impl Snapshot {
         upstream: &str,
         spool: Option<&Spool>,
     ) -> Result<Snapshot, SnapshotError> {
-        refuse_newer(data_dir, upstream)?;
         let path = path(data_dir, upstream);
         let mut snapshot = Snapshot {
             upstream: upstream.to_owned(),
@@ -192,6 +191,8 @@ impl Snapshot {
                     snapshot.reconciled = saved.reconciled;
                 }
                 Ok(_) | Err(_) => {
+                    // `serve` refused a newer one at start; this one came since.
+                    refuse_newer(data_dir, upstream)?;
                     let aside = path.with_extension("json.unreadable");
                     tracing::error!(path = %path.display(), aside = %aside.display(), "state snapshot cannot be read; set aside, the next reconcile starts afresh");
                     let _ = std::fs::rename(&path, &aside);

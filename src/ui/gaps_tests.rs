@@ -33,6 +33,21 @@ fn disconnected(upstream: &str, disconnected_at: i64) -> Envelope {
     })
 }
 
+/// A store holding `markers`, in this order, each stored by its node.
+fn stored<const N: usize>(markers: [(&str, Envelope); N]) -> TempStore {
+    let events: Vec<_> = markers
+        .into_iter()
+        .enumerate()
+        .map(|(n, (node, marker))| {
+            testing::event(n as u64 + 1)
+                .envelope(marker)
+                .node(node)
+                .build()
+        })
+        .collect();
+    TempStore::with(&events)
+}
+
 fn gap(node: &str, upstream: &str, from: i64, to: Option<i64>) -> Gap {
     Gap {
         node: node.into(),
@@ -60,17 +75,7 @@ fn a_gap_runs_from_the_break_its_upstream_recorded_or_from_the_restart_after_a_c
         // A break never followed by a connect is still open.
         ("node-a", disconnected("docker", 40)),
     ];
-    let events: Vec<_> = markers
-        .into_iter()
-        .enumerate()
-        .map(|(n, (node, marker))| {
-            testing::event(n as u64 + 1)
-                .envelope(marker)
-                .node(node)
-                .build()
-        })
-        .collect();
-    let store = TempStore::with(&events);
+    let store = stored(markers);
     let reader = Reader::open(store.path()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     assert_eq!(
@@ -110,27 +115,16 @@ fn an_upstream_removed_from_the_configuration_ends_its_open_gap_and_starts_none(
             events_received: 0,
         })
     };
-    let markers = [
-        connected("docker", 0, 1),
+    let store = stored([
+        ("n", connected("docker", 0, 1)),
         // Stopped, then started again without it.
-        disconnected("docker", 10),
-        removed("docker", 20),
+        ("n", disconnected("docker", 10)),
+        ("n", removed("docker", 20)),
         // Added back later: the gap is from that start, not from the removal.
-        connected("docker", 50, 51),
+        ("n", connected("docker", 50, 51)),
         // A removal with nothing open changes nothing.
-        removed("containerd", 60),
-    ];
-    let events: Vec<_> = markers
-        .into_iter()
-        .enumerate()
-        .map(|(n, marker)| {
-            testing::event(n as u64 + 1)
-                .envelope(marker)
-                .node("n")
-                .build()
-        })
-        .collect();
-    let store = TempStore::with(&events);
+        ("n", removed("containerd", 60)),
+    ]);
     let reader = Reader::open(store.path()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     assert_eq!(

@@ -1,7 +1,7 @@
 //! `eventgate timeline --out FILE`, through the real binary, on an audit store holding
 //! a pod's life, an upstream's gap and what the reconcile after it reconstructed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use eventgate::event::{Clock, Event, EventId, Origin, Source, Workload};
@@ -134,21 +134,23 @@ fn store(dir: &Path) -> String {
     path_str(&db).to_owned()
 }
 
+/// `eventgate timeline --pod web-7 EXTRA... --out <dir>/web-7.svg` on the life
+/// store, which must succeed; its output and the file's path.
+fn web7_svg(dir: &Path, extra: &[&str]) -> (std::process::Output, PathBuf) {
+    let db = store(dir);
+    let svg_path = dir.join("web-7.svg");
+    let mut args = vec!["timeline", "--db", &db, "--pod", "web-7"];
+    args.extend_from_slice(extra);
+    args.extend(["--out", path_str(&svg_path)]);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    (out, svg_path)
+}
+
 #[test]
 fn timeline_writes_a_pods_picture_as_svg_and_as_html() {
     let dir = tempfile::tempdir().unwrap();
-    let db = store(dir.path());
-    let svg_path = dir.path().join("web-7.svg");
-    let out = run(&[
-        "timeline",
-        "--db",
-        &db,
-        "--pod",
-        "web-7",
-        "--out",
-        path_str(&svg_path),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (out, svg_path) = web7_svg(dir.path(), &[]);
     assert!(
         text(&out.stdout).contains("8 events in 4 lanes"),
         "{}",
@@ -179,10 +181,11 @@ fn timeline_writes_a_pods_picture_as_svg_and_as_html() {
     assert!(!svg.contains("<script") && !svg.contains("style="));
 
     let html_path = dir.path().join("web-7.html");
+    let db = dir.path().join("audit.db");
     let out = run(&[
         "timeline",
         "--db",
-        &db,
+        path_str(&db),
         "--pod",
         "web-7",
         "--pod-namespace",
@@ -287,20 +290,7 @@ fn timeline_refuses_what_it_cannot_draw_with_a_reason() {
 #[test]
 fn timeline_beyond_max_rows_draws_the_newest_events() {
     let dir = tempfile::tempdir().unwrap();
-    let db = store(dir.path());
-    let svg_path = dir.path().join("web-7.svg");
-    let out = run(&[
-        "timeline",
-        "--db",
-        &db,
-        "--pod",
-        "web-7",
-        "--max-rows",
-        "3",
-        "--out",
-        path_str(&svg_path),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (out, svg_path) = web7_svg(dir.path(), &["--max-rows", "3"]);
     // The newest 3 of web-7's 8: n2's OOM and exit at minute 5, n3's start at 7.
     let from = "2024-05-01 10:05:00.000 UTC";
     let stdout = text(&out.stdout);

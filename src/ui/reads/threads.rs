@@ -1,6 +1,6 @@
 //! The threads `/ui` reads run on: as many as reads may run at once, each at the
-//! lowest CPU and I/O priority (`SCHED_IDLE`, nice 19, the idle I/O class). On a node whose cores are busy, a read
-//! then takes what ingest leaves, never the reverse: measured with `eventgate bench ui`
+//! lowest CPU and I/O priority (`SCHED_IDLE`, nice 19, the idle I/O class). On a
+//! node whose cores are busy, a read then takes what ingest leaves, never the reverse: measured with `eventgate bench ui`
 //! (docs/benchmarks.md), four readers on tokio's blocking threads took the defaults'
 //! ingest to 0.42x on 2 cores. The blocking pool is not used because its threads also
 //! run the spool's and the forwarders' blocking work, which must keep its priority.
@@ -21,7 +21,7 @@ const IOPRIO_IDLE: libc::c_long = 3 << 13;
 const IOPRIO_WHO_PROCESS: libc::c_long = 1;
 
 pub(crate) struct ReadThreads {
-    jobs: Mutex<Sender<Job>>,
+    jobs: Sender<Job>,
 }
 
 impl ReadThreads {
@@ -40,9 +40,7 @@ impl ReadThreads {
                 Err(error) => tracing::warn!(%error, "/ui: could not start a read thread"),
             }
         }
-        (started > 0).then(|| Self {
-            jobs: Mutex::new(jobs),
-        })
+        (started > 0).then_some(Self { jobs })
     }
 
     /// Runs `work` on one of the threads; the receiver gets its answer, or is closed
@@ -57,10 +55,8 @@ impl ReadThreads {
                 let _ = answer.send(value);
             }
         });
-        if let Ok(jobs) = self.jobs.lock() {
-            // Fails only once every thread is gone; the receiver then reads as closed.
-            let _ = jobs.send(job);
-        }
+        // Fails only once every thread is gone; the receiver then reads as closed.
+        let _ = self.jobs.send(job);
         answered
     }
 }
