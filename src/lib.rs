@@ -108,6 +108,7 @@ mod store;
 /// spools, a scripted forwarder).
 #[cfg(test)]
 pub(crate) mod testing;
+mod tlog;
 pub mod tls;
 mod ui;
 pub mod units;

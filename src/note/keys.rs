@@ -48,10 +48,15 @@ impl std::fmt::Debug for Signer {
 /// The key id: the first 4 bytes, big-endian, of SHA-256(name || "\n" || 0x01 ||
 /// public key), as the spec recommends and Go computes it.
 pub(crate) fn key_id(name: &str, public: &[u8; 32]) -> u32 {
+    key_id_of(name, ALG_ED25519, public)
+}
+
+/// The key id of a key of signature type `alg` (0x04 for a witness's cosignatures).
+pub(crate) fn key_id_of(name: &str, alg: u8, public: &[u8; 32]) -> u32 {
     let mut hash = Sha256::new();
     hash.update(name.as_bytes());
     hash.update(b"\n");
-    hash.update([ALG_ED25519]);
+    hash.update([alg]);
     hash.update(public);
     let digest = hash.finalize();
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
@@ -233,7 +238,7 @@ fn check_name(name: &str) -> Result<(), NoteError> {
     }
 }
 
-fn malformed(kind: &'static str, problem: String) -> NoteError {
+pub(crate) fn malformed(kind: &'static str, problem: String) -> NoteError {
     NoteError::MalformedKey { kind, problem }
 }
 
@@ -241,6 +246,15 @@ fn malformed(kind: &'static str, problem: String) -> NoteError {
 /// and the key bytes after the Ed25519 type byte. Split at the first two '+' as Go
 /// does: base64 has '+' of its own, a name never does.
 fn split_key<'a>(kind: &'static str, text: &'a str) -> Result<(&'a str, u32, Vec<u8>), NoteError> {
+    split_key_of(kind, text, ALG_ED25519)
+}
+
+/// [`split_key`] for keys of signature type `alg`.
+pub(crate) fn split_key_of<'a>(
+    kind: &'static str,
+    text: &'a str,
+    alg: u8,
+) -> Result<(&'a str, u32, Vec<u8>), NoteError> {
     let shape = || {
         malformed(
             kind,
@@ -267,7 +281,11 @@ fn split_key<'a>(kind: &'static str, text: &'a str) -> Result<(&'a str, u32, Vec
     })?;
     match decoded.split_first() {
         None => Err(malformed(kind, "the key is empty".into())),
-        Some((&ALG_ED25519, key)) => Ok((name, stated, key.to_vec())),
-        Some((&algorithm, _)) => Err(NoteError::UnknownAlgorithm { kind, algorithm }),
+        Some((&found, key)) if found == alg => Ok((name, stated, key.to_vec())),
+        Some((&algorithm, _)) => Err(NoteError::UnknownAlgorithm {
+            kind,
+            algorithm,
+            expected: alg,
+        }),
     }
 }

@@ -29,10 +29,11 @@ mod settings;
 pub use keyfile::load_key;
 pub(crate) use keyfile::{KeyFileError, write_new_key};
 pub use keys::{Signer, Verifier};
-pub(crate) use open::MAX_NOTE_BYTES;
+pub(crate) use keys::{key_id_of, malformed, split_key_of};
 pub use open::open;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use open::open_bytes;
+pub(crate) use open::{MAX_NOTE_BYTES, SignatureLine, split};
 pub use settings::SigningSettings;
 
 /// Everything keys, signing and opening notes can fail with. Messages never quote a
@@ -45,9 +46,15 @@ pub enum NoteError {
     #[error("malformed {kind} key: {problem}")]
     MalformedKey { kind: &'static str, problem: String },
     #[error(
-        "the {kind} key is of signature type {algorithm:#04x}; eventgate supports only Ed25519 (0x01)"
+        "the {kind} key is of signature type {algorithm:#04x}, and {expected:#04x} is needed here \
+         (0x01: Ed25519 signed notes, `eventgate audit keygen`; 0x04: Ed25519 witness \
+         cosignatures, `eventgate witness keygen`)"
     )]
-    UnknownAlgorithm { kind: &'static str, algorithm: u8 },
+    UnknownAlgorithm {
+        kind: &'static str,
+        algorithm: u8,
+        expected: u8,
+    },
     #[error(
         "the {kind} key for {name:?} gives key id {stated:08x}, but its name and key hash to {computed:08x}"
     )]

@@ -76,6 +76,68 @@ pub(crate) fn open_bytes(note: &[u8], verifiers: &[Verifier]) -> Result<Opened, 
 /// known key signed it, [`NoteError::BadSignature`] when a known key's signature does
 /// not verify, [`NoteError::Malformed`] when it is not a signed note.
 pub fn open(note: &str, verifiers: &[Verifier]) -> Result<Opened, NoteError> {
+    let (text, lines) = split(note)?;
+    let mut signed_by: Vec<String> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
+    for line in lines {
+        let SignatureLine {
+            name,
+            key_id,
+            signature,
+            ..
+        } = line;
+        let mut known = verifiers
+            .iter()
+            .filter(|v| v.name() == name && v.key_id() == key_id);
+        let Some(verifier) = known.next() else {
+            // Another key's signature (a witness's, a rotated key's): not ours to judge.
+            let signer = format!("{name}+{key_id:08x}");
+            if !unknown.contains(&signer) {
+                unknown.push(signer);
+            }
+            continue;
+        };
+        if known.next().is_some() {
+            return Err(NoteError::AmbiguousKey {
+                name: name.to_owned(),
+                key_id,
+            });
+        }
+        // Every line of a known key is checked, repeats too (Go checks only the
+        // first): a second, bad signature by the key means the note was tampered with.
+        if !verifier.verifies(text.as_bytes(), &signature) {
+            return Err(NoteError::BadSignature {
+                name: name.to_owned(),
+            });
+        }
+        if !signed_by.iter().any(|n| n == name) {
+            signed_by.push(name.to_owned());
+        }
+    }
+    if signed_by.is_empty() {
+        return Err(NoteError::UnknownKey { signers: unknown });
+    }
+    Ok(Opened {
+        text: text.to_owned(),
+        signed_by,
+    })
+}
+
+/// One signature line of a note, decoded but not checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SignatureLine<'a> {
+    pub name: &'a str,
+    pub key_id: u32,
+    /// What follows the key id: the signature (and for a cosignature its timestamp).
+    pub signature: Vec<u8>,
+    /// The whole line, without its newline.
+    pub line: &'a str,
+}
+
+/// Parses a signed note within the same bounds as [`open`] (size, signature line
+/// count, no control character) into its text (final newline included) and its
+/// signature lines, checking none of them.
+pub(crate) fn split(note: &str) -> Result<(&str, Vec<SignatureLine<'_>>), NoteError> {
     check_size(note.len())?;
     if let Some(at) = control_character(note) {
         return Err(NoteError::Malformed(format!(
@@ -104,12 +166,11 @@ pub fn open(note: &str, verifiers: &[Verifier]) -> Result<Opened, NoteError> {
             "{count} signature lines, more than the {MAX_SIGNATURES} accepted"
         )));
     }
-    let mut signed_by: Vec<String> = Vec::new();
-    let mut unknown: Vec<String> = Vec::new();
-    for (number, line) in (1..).zip(lines.split('\n')) {
+    let mut parsed = Vec::with_capacity(count);
+    for (number, whole) in (1..).zip(lines.split('\n')) {
         let bad =
             |problem: &str| NoteError::Malformed(format!("signature line {number} {problem}"));
-        let line = line
+        let line = whole
             .strip_prefix(SIGNATURE_PREFIX)
             .ok_or_else(|| bad("does not begin with an em dash (U+2014) and a space"))?;
         let (name, encoded) = line
@@ -129,42 +190,14 @@ pub fn open(note: &str, verifiers: &[Verifier]) -> Result<Opened, NoteError> {
             return Err(bad("has a signature shorter than a key id and a signature"));
         }
         let (id, signature) = signature.split_at(4);
-        let key_id = u32::from_be_bytes([id[0], id[1], id[2], id[3]]);
-        let mut known = verifiers
-            .iter()
-            .filter(|v| v.name() == name && v.key_id() == key_id);
-        let Some(verifier) = known.next() else {
-            // Another key's signature (a witness's, a rotated key's): not ours to judge.
-            let signer = format!("{name}+{key_id:08x}");
-            if !unknown.contains(&signer) {
-                unknown.push(signer);
-            }
-            continue;
-        };
-        if known.next().is_some() {
-            return Err(NoteError::AmbiguousKey {
-                name: name.to_owned(),
-                key_id,
-            });
-        }
-        // Every line of a known key is checked, repeats too (Go checks only the
-        // first): a second, bad signature by the key means the note was tampered with.
-        if !verifier.verifies(text.as_bytes(), signature) {
-            return Err(NoteError::BadSignature {
-                name: name.to_owned(),
-            });
-        }
-        if !signed_by.iter().any(|n| n == name) {
-            signed_by.push(name.to_owned());
-        }
+        parsed.push(SignatureLine {
+            name,
+            key_id: u32::from_be_bytes([id[0], id[1], id[2], id[3]]),
+            signature: signature.to_vec(),
+            line: whole,
+        });
     }
-    if signed_by.is_empty() {
-        return Err(NoteError::UnknownKey { signers: unknown });
-    }
-    Ok(Opened {
-        text: text.to_owned(),
-        signed_by,
-    })
+    Ok((text, parsed))
 }
 
 fn check_size(len: usize) -> Result<(), NoteError> {
