@@ -205,6 +205,27 @@ impl RowHasher {
     }
 }
 
+impl RowHasher {
+    /// The row's chain hash and its leaf hash in the tree ([`crate::store::tree`]):
+    /// `SHA-256(0x00 || record)`, the record being the bytes the chain hashes after
+    /// its domain tag and `prev`.
+    pub(crate) fn hash_and_leaf<'v>(
+        &mut self,
+        prev: &Hash,
+        values: &'v RowValues<'v>,
+    ) -> (Hash, Hash) {
+        let hash = self.hash(prev, values);
+        let leaf = crate::tlog::leaf_hash(&self.buf[DOMAIN.len() + HASH_LEN..]);
+        (hash, leaf)
+    }
+
+    /// The row's record: the bytes its leaf hashes.
+    pub(crate) fn record<'v>(&mut self, values: &'v RowValues<'v>) -> Vec<u8> {
+        self.hash(&ZERO, values);
+        self.buf[DOMAIN.len() + HASH_LEN..].to_vec()
+    }
+}
+
 fn push_value(buf: &mut Vec<u8>, value: &ValueRef<'_>) {
     match *value {
         ValueRef::Null => buf.push(0),

@@ -4,7 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use thiserror::Error;
 
-use super::{EventRow, chain};
+use super::{EventRow, chain, tree};
 
 /// Re-delivery of an already stored event is a no-op, not an error, and takes no
 /// place in the chain: `row_id` is given explicitly and only advances on a new row.
@@ -113,6 +113,8 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(whole)?;
     let (mut row_id, mut prev) = read_head(&tx).map_err(whole)?;
+    let mut leaves =
+        tree::Appender::start(&tx, row_id).map_err(|e| whole(e.into_sqlite()))?;
     let mut head_seq = None;
     let mut inserted = 0;
     let mut hasher = chain::RowHasher::default();
@@ -125,7 +127,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
                 source,
             };
             let seq = sql_seq(row.seq).map_err(at)?;
-            let hash = hasher.hash(&prev, &chain::values(seq, row));
+            let (hash, leaf) = hasher.hash_and_leaf(&prev, &chain::values(seq, row));
             let next = row_id.checked_add(1).ok_or_else(|| {
                 at(damaged_chain(
                     "audit_chain.head_row_id is at the largest row_id",
@@ -201,6 +203,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
             }
             .map_err(|e| at(taken_row_id(e, next)))?;
             if changed > 0 {
+                leaves.push(leaf);
                 row_id = next;
                 prev = hash;
                 head_seq = Some(seq);
@@ -208,6 +211,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
             }
         }
     }
+    leaves.finish(&tx).map_err(|e| whole(e.into_sqlite()))?;
     if let Some(seq) = head_seq {
         tx.prepare_cached(WRITE_HEAD)
             .and_then(|mut stmt| stmt.execute(params![row_id, seq, prev]))

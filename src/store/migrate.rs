@@ -86,6 +86,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_store_id.sql",
         sql: include_str!("../../migrations/0013_store_id.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_tree.sql",
+        sql: include_str!("../../migrations/0014_tree.sql"),
+    },
 ];
 
 /// The audit store schema version this binary writes and reads.

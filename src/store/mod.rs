@@ -12,6 +12,7 @@ pub(crate) mod checkpoint;
 mod insert;
 pub(crate) mod migrate;
 pub(crate) mod retention;
+pub(crate) mod tree;
 pub(crate) mod verify;
 pub(crate) mod workload;
 
@@ -87,6 +88,12 @@ pub enum StoreError {
         name: &'static str,
         #[source]
         source: rusqlite::Error,
+    },
+    #[error("audit store {path}: cannot build its Merkle tree")]
+    Tree {
+        path: PathBuf,
+        #[source]
+        source: tree::TreeError,
     },
     #[error("audit store {path}: {what}")]
     Sqlite {
@@ -207,6 +214,22 @@ pub fn open_writer(path: &Path, options: &WriterOptions) -> Result<Connection, S
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())
         .map_err(sqlite("setting synchronous"))?;
     migrate::migrate(&mut conn, &migrate::AUDIT).map_err(|e| e.for_store(path))?;
+    // A store made before the tree existed gets its leaves now, once; a large one
+    // takes a while, so say how far it is.
+    let mut last_shown = std::time::Instant::now();
+    let added = tree::catch_up(&mut conn, |done, total| {
+        if done == total || last_shown.elapsed() >= Duration::from_secs(2) {
+            last_shown = std::time::Instant::now();
+            tracing::info!(store = %path.display(), done, total, "building the audit store's Merkle tree over its existing rows");
+        }
+    })
+    .map_err(|source| StoreError::Tree {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if added > 0 {
+        tracing::info!(store = %path.display(), leaves = added, "the audit store's Merkle tree now covers every chained row");
+    }
     Ok(conn)
 }
 

@@ -214,9 +214,14 @@ fn row_ref(conn: &Connection, row_id: i64) -> rusqlite::Result<Option<RowRef>> {
 }
 
 fn values<'r>(row: &'r Row<'_>) -> rusqlite::Result<RowValues<'r>> {
+    values_at(row, 1)
+}
+
+/// A row's hashed columns, [`chain::COLUMNS`] in order from column `first`.
+pub(crate) fn values_at<'r>(row: &'r Row<'_>, first: usize) -> rusqlite::Result<RowValues<'r>> {
     let mut values = [ValueRef::Null; chain::COLUMNS.len()];
     for (i, value) in values.iter_mut().enumerate() {
-        *value = row.get_ref(i + 1)?;
+        *value = row.get_ref(i + first)?;
     }
     Ok(values)
 }
