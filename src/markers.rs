@@ -130,6 +130,17 @@ pub(crate) fn audit_checkpoint(
         pruned_rows: u64::try_from(checkpoint.pruned_rows).unwrap_or_default(),
         time: Some(Timestamp::from(checkpoint.time)),
         prev: checkpoint.prev.map(|h| hex(&h)).unwrap_or_default(),
+        origin: checkpoint
+            .tree
+            .as_ref()
+            .map(|_| crate::store::checkpoint::origin(&checkpoint.node, &checkpoint.store))
+            .unwrap_or_default(),
+        tree_size: checkpoint.tree.as_ref().map_or(0, |t| t.size),
+        root: checkpoint
+            .tree
+            .as_ref()
+            .map(|t| crate::tlog::tree_head::encode_hash(&t.root))
+            .unwrap_or_default(),
     };
     envelope(checkpoint.time, TOPIC, TYPE, payload.encode_to_vec())
 }

@@ -75,6 +75,8 @@ struct Task {
     signer: Arc<Signer>,
     interval: Duration,
     every_rows: i64,
+    /// The forwarder's retention policy, stated in every checkpoint.
+    retention: Option<crate::store::retention::Policy>,
     exchange: Exchange,
     status: watch::Sender<SignerStatus>,
     stop: CancellationToken,
@@ -115,6 +117,10 @@ impl Signers {
                 signer: Arc::clone(&signer),
                 interval: settings.interval,
                 every_rows: i64::try_from(settings.every_rows).unwrap_or(i64::MAX),
+                // serve refused a configuration whose options do not parse.
+                retention: crate::forward::sqlite::retention_policy(&spec.options)
+                    .ok()
+                    .flatten(),
                 exchange: exchange.clone(),
                 status,
                 stop: signers.stop.child_token(),
@@ -219,15 +225,13 @@ impl Task {
                 .unwrap_or_default()
         });
         let now = SystemTime::now();
-        // Every interval while rows are added (the stored checkpoints themselves
-        // count, so a store that keeps them is checkpointed every interval), every
-        // `every_rows` rows, and at a clean stop.
-        let moved = head.row_id != line.row_id || line.at.is_none();
+        // Every interval, rows added or not (a heartbeat: a verifier sees silence
+        // as the newest checkpoint's age), every `every_rows` rows, and at a clean
+        // stop.
         let due = stopping
-            || (moved
-                && line.at.is_none_or(|at| {
-                    now.duration_since(at).unwrap_or(Duration::ZERO) >= self.interval
-                }))
+            || line
+                .at
+                .is_none_or(|at| now.duration_since(at).unwrap_or(Duration::ZERO) >= self.interval)
             || head.row_id - line.row_id >= self.every_rows;
         if !due {
             return Ok(());
@@ -241,6 +245,7 @@ impl Task {
             pruned_rows: head.pruned_rows,
             time: now,
             prev: line.prev,
+            tree: self.tree_facts(&head)?,
         };
         let note = self
             .signer
@@ -266,6 +271,31 @@ impl Task {
             s.failing = None;
         });
         Ok(())
+    }
+
+    /// The tree head to sign with the chain head (`None` for a store of a schema
+    /// before the tree). A tree that does not end at the chain's head is not signed:
+    /// the store was edited outside eventgate, and the writer has stopped too.
+    fn tree_facts(&self, head: &Head) -> Result<Option<checkpoint::TreeFacts>, String> {
+        let Some((first_row_id, size, root)) = head.tree else {
+            return Ok(None);
+        };
+        let last = first_row_id + i64::try_from(size).unwrap_or(i64::MAX) - 1;
+        if last != head.row_id {
+            return Err(format!(
+                "the store's Merkle tree ends at row_id {last} but its chain at row_id {}: the store was modified outside eventgate; run `eventgate audit verify`",
+                head.row_id
+            ));
+        }
+        Ok(Some(checkpoint::TreeFacts {
+            forwarder: self.forwarder.clone(),
+            size,
+            root,
+            first_row_id,
+            pruned_row_id: head.pruned_row_id,
+            pruned_hash: head.pruned_hash,
+            retention: self.retention,
+        }))
     }
 
     fn failed(&self, error: &str) {

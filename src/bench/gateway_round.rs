@@ -218,6 +218,7 @@ mod tests {
             pruned_rows: 0,
             time: SystemTime::now(),
             prev: None,
+            tree: None,
         };
         let envelope = crate::markers::audit_checkpoint(&checkpoint, "note\n", "audit");
         let mut line = Vec::new();

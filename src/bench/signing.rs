@@ -163,6 +163,7 @@ mod tests {
             pruned_rows: 0,
             time: SystemTime::now(),
             prev: None,
+            tree: None,
         };
         let note = signer.sign(&checkpoint.to_text()).unwrap();
         let envelope = crate::markers::audit_checkpoint(&checkpoint, &note, "audit");

@@ -113,8 +113,7 @@ pub fn insert_rows(conn: &mut Connection, rows: &[EventRow<'_>]) -> Result<usize
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(whole)?;
     let (mut row_id, mut prev) = read_head(&tx).map_err(whole)?;
-    let mut leaves =
-        tree::Appender::start(&tx, row_id).map_err(|e| whole(e.into_sqlite()))?;
+    let mut leaves = tree::Appender::start(&tx, row_id).map_err(|e| whole(e.into_sqlite()))?;
     let mut head_seq = None;
     let mut inserted = 0;
     let mut hasher = chain::RowHasher::default();

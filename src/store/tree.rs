@@ -235,9 +235,11 @@ pub(crate) fn catch_up(
         return Ok(0);
     };
     let head: i64 = conn
-        .query_row("SELECT head_row_id FROM audit_chain WHERE id = 1", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT head_row_id FROM audit_chain WHERE id = 1",
+            [],
+            |r| r.get(0),
+        )
         .map_err(TreeError::Sqlite)?;
     let total = u64::try_from(head - start.last_row_id()).unwrap_or(0);
     let mut done = 0u64;

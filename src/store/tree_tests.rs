@@ -5,7 +5,9 @@ use crate::store::{EventRow, insert_rows, open_writer};
 use crate::testing;
 
 fn rows(n: usize) -> Vec<crate::event::Event> {
-    (0..n).map(|i| testing::event(i as u64 + 1).build()).collect()
+    (0..n)
+        .map(|i| testing::event(i as u64 + 1).build())
+        .collect()
 }
 
 fn insert(conn: &mut Connection, events: &[crate::event::Event]) {
@@ -60,9 +62,16 @@ fn every_batch_extends_the_tree_over_its_rows() {
     assert_eq!(state(&conn).unwrap().unwrap().size, at as u64);
     // Storage stays near two hashes per leaf.
     let bytes: i64 = conn
-        .query_row("SELECT sum(length(hashes)) FROM audit_tree_hashes", [], |r| r.get(0))
+        .query_row(
+            "SELECT sum(length(hashes)) FROM audit_tree_hashes",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
-    assert_eq!(bytes as u64, crate::tlog::stored::stored_hash_count(at as u64) * 32);
+    assert_eq!(
+        bytes as u64,
+        crate::tlog::stored::stored_hash_count(at as u64) * 32
+    );
 }
 
 #[test]
@@ -74,10 +83,8 @@ fn a_store_without_a_tree_gains_it_at_open() {
         let mut conn = open_writer(&path, &Default::default()).unwrap();
         insert(&mut conn, &events);
         // What a store of schema version 13 holds: rows and no tree.
-        conn.execute_batch(
-            "DELETE FROM audit_tree_hashes; UPDATE audit_tree SET size = 0;",
-        )
-        .unwrap();
+        conn.execute_batch("DELETE FROM audit_tree_hashes; UPDATE audit_tree SET size = 0;")
+            .unwrap();
     }
     let mut shown = Vec::new();
     let mut conn = Connection::open(&path).unwrap();
@@ -103,5 +110,8 @@ fn a_tree_behind_its_chain_stops_the_writer() {
     let events = rows(6);
     let rows: Vec<EventRow<'_>> = events[5..].iter().map(EventRow::from_event).collect();
     let error = insert_rows(&mut conn, &rows).unwrap_err();
-    assert!(error.to_string().contains("the tree ends at row_id 3"), "{error}");
+    assert!(
+        error.to_string().contains("the tree ends at row_id 3"),
+        "{error}"
+    );
 }

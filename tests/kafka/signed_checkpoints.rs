@@ -71,8 +71,14 @@ fn checkpoints_are_shipped_by_every_forwarder_and_verify_the_store() {
         assert_eq!(event["node"], "node-7", "{line}");
         assert_eq!(event["forwarder"], "audit", "{line}");
         let note = event["note"].as_str().expect("a note");
+        // A C2SP tlog-checkpoint: the origin binds node and store.
+        let origin = format!(
+            "node-7/eventgate/{}\n",
+            event["store"].as_str().unwrap_or_default()
+        );
+        assert!(note.starts_with(&origin), "{note}");
         assert!(
-            note.starts_with("eventgate audit checkpoint v1\nnode node-7\n"),
+            note.contains("\neventgate audit checkpoint v2\nnode node-7\n"),
             "{note}"
         );
         assert!(note.contains("\n\n\u{2014} node-7 "), "{note}");

@@ -554,7 +554,7 @@ fn checkpoints_come_from_a_file_or_stdin_and_need_a_key_that_signed_them() {
     // `audit head` prints the newest note kept in the store.
     let head = eventgate_stdout(&["audit", "head", "--db", path_str(&db)]);
     assert!(
-        head.contains("eventgate audit checkpoint v1\nnode node-9\n"),
+        head.contains("eventgate audit checkpoint v2\nnode node-9\n"),
         "{head}"
     );
     assert!(head.contains("\n\n\u{2014} node-9 "), "{head}");

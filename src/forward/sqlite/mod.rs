@@ -71,6 +71,17 @@ impl SqliteOptions {
     }
 }
 
+/// The retention policy a `sqlite` forwarder's options set (`None`: keep every row),
+/// as its signed checkpoints state it.
+pub(crate) fn retention_policy(
+    options: &Options,
+) -> Result<Option<store::retention::Policy>, BuildError> {
+    SqliteOptions::parse(options)?
+        .retention
+        .map(|r| r.validate())
+        .transpose()
+}
+
 pub(crate) struct SqliteKind;
 
 impl Kind for SqliteKind {

@@ -30,6 +30,7 @@ fn sign(path: &Path, signer: &Signer, prev: Option<&str>) -> String {
         // Distinct and increasing with the head, as the signer's clock would be.
         time: UNIX_EPOCH + Duration::from_secs(1_800_000_000 + head.row_id.unsigned_abs()),
         prev: prev.map(note_hash),
+        tree: None,
     }
     .to_text();
     signer.sign(&text).unwrap()
