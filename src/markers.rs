@@ -144,6 +144,13 @@ pub(crate) fn is_own_topic(topic: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
+/// Whether an envelope with this namespace and topic could only have been made by a
+/// gateway: Publish and Forward refuse them, so that a record's markers and signed
+/// checkpoints are the gateways' own.
+pub(crate) fn is_own(namespace: &str, topic: &str) -> bool {
+    namespace == NAMESPACE || is_own_topic(topic)
+}
+
 fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Envelope {
     Envelope {
         timestamp: Some(Timestamp::from(at)),
@@ -213,6 +220,7 @@ mod tests {
             "/eventgate/correlated",
         ] {
             assert!(is_own_topic(own), "{own}");
+            assert!(is_own("default", own), "{own}");
         }
         for other in [
             "/eventgateway",
@@ -222,6 +230,9 @@ mod tests {
             "",
         ] {
             assert!(!is_own_topic(other), "{other}");
+            assert!(!is_own("default", other), "{other}");
         }
+        assert!(is_own(NAMESPACE, "/tasks/exit"));
+        assert!(!is_own("Eventgate", "/tasks/exit"));
     }
 }
