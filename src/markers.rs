@@ -18,6 +18,8 @@ use crate::spool::Dropped;
 
 /// The gateway's own namespace.
 pub(crate) const NAMESPACE: &str = "eventgate";
+/// The root of the gateway's own topics: itself and everything under `/eventgate/`.
+pub(crate) const TOPIC_ROOT: &str = "/eventgate";
 pub(crate) const CONNECTED_TOPIC: &str = "/eventgate/upstream/connected";
 pub(crate) const DISCONNECTED_TOPIC: &str = "/eventgate/upstream/disconnected";
 pub(crate) const RECONCILED_TOPIC: &str = "/eventgate/upstream/reconciled";
@@ -145,6 +147,21 @@ pub(crate) fn audit_checkpoint(
     envelope(checkpoint.time, TOPIC, TYPE, payload.encode_to_vec())
 }
 
+/// Whether `topic` is one of the gateway's own: `/eventgate` or under `/eventgate/`
+/// (`/eventgateway` is not).
+pub(crate) fn is_own_topic(topic: &str) -> bool {
+    topic
+        .strip_prefix(TOPIC_ROOT)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// Whether an envelope with this namespace and topic could only have been made by a
+/// gateway: Publish and Forward refuse them, so that a record's markers and signed
+/// checkpoints are the gateways' own.
+pub(crate) fn is_own(namespace: &str, topic: &str) -> bool {
+    namespace == NAMESPACE || is_own_topic(topic)
+}
+
 fn envelope(at: SystemTime, topic: &str, type_url: &str, value: Vec<u8>) -> Envelope {
     Envelope {
         timestamp: Some(Timestamp::from(at)),
@@ -203,5 +220,30 @@ mod tests {
         assert_eq!(up["attempts"], 3);
         assert_eq!(up["gap_started_at"], "2027-01-15T08:00:00.000000000Z");
         assert_eq!(up["filters"][0], "topic~=\"^/tasks/\"");
+    }
+
+    #[test]
+    fn own_topics_are_the_root_and_what_is_under_it() {
+        for own in [
+            "/eventgate",
+            "/eventgate/audit/checkpoint",
+            CONNECTED_TOPIC,
+            "/eventgate/correlated",
+        ] {
+            assert!(is_own_topic(own), "{own}");
+            assert!(is_own("default", own), "{own}");
+        }
+        for other in [
+            "/eventgateway",
+            "/eventgateway/x",
+            "/tasks/eventgate",
+            "/",
+            "",
+        ] {
+            assert!(!is_own_topic(other), "{other}");
+            assert!(!is_own("default", other), "{other}");
+        }
+        assert!(is_own(NAMESPACE, "/tasks/exit"));
+        assert!(!is_own("Eventgate", "/tasks/exit"));
     }
 }

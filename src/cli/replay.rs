@@ -48,7 +48,9 @@ pub struct ReplayArgs {
     )]
     pub config: Option<PathBuf>,
     /// Send with Forward to the Events endpoint at this address (another eventgate
-    /// or containerd): a socket path, unix://PATH or HOST:PORT.
+    /// or containerd): a socket path, unix://PATH or HOST:PORT. eventgate's own
+    /// events (namespace eventgate, topics under /eventgate/) are skipped: Forward
+    /// refuses them.
     #[arg(long, value_name = "SOCK")]
     pub to_address: Option<String>,
     /// With --to-address: Forward calls in flight at once. Above 1, only events about

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use prost::Message;
 use prost_types::{Any, Timestamp};
 
-use super::{AcceptError, Exchange, GO_ZERO_TIME_SECONDS, rejected, validate_topic};
+use super::{AcceptError, Exchange, GO_ZERO_TIME_SECONDS, refuse_own, rejected, validate_topic};
 use crate::event::{EventId, Identity, Origin, Source, Workload};
 use crate::identifiers;
 use crate::proto::containerd::types::Envelope;
@@ -26,22 +26,25 @@ pub struct Incoming {
 /// How an event came, and so what is checked before it takes its place.
 #[derive(Debug)]
 enum Way {
-    /// containerd's Publish: namespace, topic and size are checked; the envelope
-    /// is made here, timestamped by our clock.
+    /// containerd's Publish: namespace, topic and size are checked, and the
+    /// gateway's own namespace and topics refused; the envelope is made here,
+    /// timestamped by our clock.
     Publish {
         namespace: Option<String>,
         topic: String,
         event: Option<Any>,
     },
     /// containerd's Forward: the envelope (required) as `Exchange::check_envelope`
-    /// checks it, and its size.
+    /// checks it, not in the gateway's own namespace or topics, and its size.
     Forward(Option<Envelope>),
     /// Captured or made by the gateway itself (an upstream's stream, a reconcile, a
-    /// marker): the sender checked what it had to. Not limited in size: refusing it
-    /// would lose it for good.
+    /// marker, a signed checkpoint): the sender checked what it had to, and its own
+    /// namespace and topics are its to use. Not limited in size: refusing it would
+    /// lose it for good.
     Checked(Envelope),
     /// Taken in from another gateway, which received it first: checked by the
-    /// sender, as [`Way::Checked`], and its identity kept whole.
+    /// sender, as [`Way::Checked`], and its identity kept whole. That gateway's
+    /// markers and checkpoints come this way, under its node.
     TakenIn(Envelope),
 }
 
@@ -140,6 +143,7 @@ impl Exchange {
             .ok_or(AcceptError::NamespaceRequired)?;
         identifiers::validate(&namespace).map_err(AcceptError::InvalidNamespace)?;
         validate_topic(&topic)?;
+        refuse_own(&namespace, &topic)?;
         let envelope = Envelope {
             timestamp: Some(Timestamp::from(SystemTime::now())),
             namespace,
@@ -153,6 +157,7 @@ impl Exchange {
     fn forward_envelope(&self, envelope: Option<Envelope>) -> Result<Envelope, AcceptError> {
         let envelope = envelope.ok_or(AcceptError::MissingEnvelope)?;
         self.check_envelope(&envelope)?;
+        refuse_own(&envelope.namespace, &envelope.topic)?;
         self.check_size(&envelope)?;
         Ok(envelope)
     }
@@ -168,8 +173,10 @@ impl Exchange {
         Ok(())
     }
 
-    /// Validates an envelope as Forward does; for sources that did not go through
-    /// Publish or Forward (upstreams, replays).
+    /// Validates an envelope as Forward does, except that the gateway's own
+    /// namespace and topics pass: for sources that did not go through Publish or
+    /// Forward (upstreams, Kafka sources), whose events other gateways may have
+    /// made.
     pub fn check_envelope(&self, envelope: &Envelope) -> Result<(), AcceptError> {
         identifiers::validate(&envelope.namespace)
             .map_err(AcceptError::InvalidEnvelopeNamespace)?;

@@ -12,6 +12,11 @@
 //! - A payload is decoded at most once per event, not once per subscriber per selector.
 //! - Forward rejects a missing timestamp (as containerd 1.6 does; 2.x silently turns it
 //!   into 1970-01-01).
+//! - Publish and Forward refuse the namespace `eventgate` and topics under
+//!   `/eventgate/`: a client's event there could pass for the gateway's own markers
+//!   or signed checkpoints, which come in by the gateway's own way
+//!   ([`Incoming::checked`]) or from the gateway that made them
+//!   ([`Incoming::taken_in`]).
 
 mod append;
 mod dropped;
@@ -69,6 +74,21 @@ pub enum AcceptError {
     InvalidTimestamp { seconds: i64, nanos: i32 },
     #[error("forward request has no envelope: invalid argument")]
     MissingEnvelope,
+    /// A client's event in the gateway's own namespace could pass for one of its
+    /// markers or signed checkpoints.
+    #[error(
+        "namespace {:?} is reserved for eventgate's own events (markers, signed \
+         checkpoints); publish under another namespace: invalid argument",
+        crate::markers::NAMESPACE
+    )]
+    ReservedNamespace,
+    /// The same for a topic under `/eventgate/`, in any namespace.
+    #[error(
+        "topic {topic:?} is reserved: topics under {}/ are eventgate's own events; \
+         publish under another topic: invalid argument",
+        crate::markers::TOPIC_ROOT
+    )]
+    ReservedTopic { topic: String },
     #[error("{}", limits::event_too_large("event", *size, *limit))]
     TooLarge { size: usize, limit: usize },
     #[error(transparent)]
@@ -115,6 +135,7 @@ impl AcceptError {
                 "invalid_timestamp"
             }
             AcceptError::MissingEnvelope => "missing_envelope",
+            AcceptError::ReservedNamespace | AcceptError::ReservedTopic { .. } => "reserved",
             AcceptError::TooLarge { .. } => "too_large",
             AcceptError::Closed => "shutting_down",
             AcceptError::QueueFull(_) => "queue_full",
@@ -406,6 +427,21 @@ impl Inner {
         state.subscribers.retain(|slot| slot.id != id);
         metrics::gauge!("eventgate_subscribers").set(state.subscribers.len() as f64);
     }
+}
+
+/// Refuses what only a gateway may send, its namespace and its topics: applied to
+/// Publish and Forward, never to the gateway's own events nor to those taken in from
+/// another gateway, which made them.
+fn refuse_own(namespace: &str, topic: &str) -> Result<(), AcceptError> {
+    if namespace == crate::markers::NAMESPACE {
+        return Err(AcceptError::ReservedNamespace);
+    }
+    if crate::markers::is_own_topic(topic) {
+        return Err(AcceptError::ReservedTopic {
+            topic: topic.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn validate_topic(topic: &str) -> Result<(), AcceptError> {

@@ -95,6 +95,74 @@ async fn publish_validates_like_containerd() {
     assert_eq!(ok.envelope.event, any(), "payload passes through untouched");
 }
 
+/// Publish and Forward refuse the gateway's own namespace and topics, counting
+/// nothing in the order; the gateway's own events and another gateway's, taken in,
+/// are not refused.
+#[tokio::test]
+async fn own_namespace_and_topics_are_refused_to_clients_only() {
+    let x = exchange(8);
+    let err = testing::accept(
+        &x,
+        Incoming::publish(Some("eventgate"), "/tasks/exit".into(), any()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(err.reason(), "reserved");
+    assert_eq!(
+        err.to_string(),
+        "namespace \"eventgate\" is reserved for eventgate's own events (markers, signed \
+         checkpoints); publish under another namespace: invalid argument"
+    );
+    for topic in ["/eventgate", "/eventgate/audit/checkpoint"] {
+        let err = testing::accept(&x, Incoming::publish(Some("default"), topic.into(), any()))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(err.reason(), "reserved");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "topic {topic:?} is reserved: topics under /eventgate/ are eventgate's own \
+                 events; publish under another topic: invalid argument"
+            )
+        );
+    }
+    for (ns, topic) in [
+        ("eventgate", "/eventgate/upstream/connected"),
+        ("eventgate", "/tasks/exit"),
+        ("default", "/eventgate/spool/dropped"),
+    ] {
+        let err = testing::accept(&x, Incoming::forward(Some(envelope(ns, topic, ts()))))
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason(), "reserved", "{ns} {topic}: {err}");
+    }
+    assert_eq!(x.next_seq(), 1, "no refusal took a place in the order");
+
+    // A name that only begins like the gateway's is anyone's.
+    testing::accept(
+        &x,
+        Incoming::publish(Some("eventgateway"), "/eventgateway/x".into(), any()),
+    )
+    .await
+    .unwrap();
+    let marker = envelope("eventgate", "/eventgate/upstream/connected", ts());
+    let own = testing::accept(&x, Incoming::checked(Source::Internal, marker.clone()))
+        .await
+        .unwrap();
+    assert_eq!(own.envelope, marker);
+    let theirs = testing::event(7)
+        .node("web-1")
+        .envelope(marker.clone())
+        .build();
+    let taken = testing::accept(&x, Incoming::taken_in(theirs.identity, marker))
+        .await
+        .unwrap();
+    assert_eq!(taken.node(), Some("web-1"));
+    assert_eq!(taken.envelope.topic, "/eventgate/upstream/connected");
+}
+
 #[tokio::test]
 async fn forward_validates_namespace_then_topic_then_timestamp() {
     let x = exchange(8);

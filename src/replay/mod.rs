@@ -39,7 +39,7 @@ use crate::query::time::{from_stored, stored_form};
 use crate::query::{Query, QueryError, Reader, RowRange};
 use progress::Progress;
 use rate::TokenBucket;
-use run::Engine;
+use run::{Counts, Engine};
 use source::Chunks;
 use state::{Identity, State, StateFile};
 
@@ -161,6 +161,8 @@ pub(crate) struct Summary {
     pub sent: u64,
     /// Left out by the forwarder's filters in this run.
     pub skipped: u64,
+    /// eventgate's own events left out in this run, as the target refuses them.
+    pub own_skipped: u64,
     /// Done (sent or skipped) by earlier runs of the same replay.
     pub earlier: u64,
     pub total: u64,
@@ -180,6 +182,14 @@ impl std::fmt::Display for Summary {
             self.rate,
             self.skipped
         )?;
+        if self.own_skipped > 0 {
+            write!(
+                f,
+                "; eventgate's own events (namespace eventgate, topics under /eventgate/) are \
+                 not forwarded: the target refuses them; {} skipped",
+                self.own_skipped
+            )?;
+        }
         if self.earlier > 0 {
             write!(f, "; {} done by an earlier run", self.earlier)?;
         }
@@ -333,7 +343,7 @@ async fn start(
         // No state file: there is nothing a second run could send twice.
         engine.progress.finish();
         close(&forwarder).await;
-        return Ok(engine.summary(0, 0));
+        return Ok(engine.summary(Counts::default()));
     }
     // Saved before the first batch, so the upper bound is fixed from here on.
     engine.save().await?;

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::progress::Progress;
 use super::rate::TokenBucket;
 use super::source::Chunks;
-use super::state::StateFile;
+use super::state::{State, StateFile};
 use super::target::Target;
 use super::{ReplayError, Summary};
 use crate::event::Event;
@@ -38,6 +38,8 @@ struct Pending {
     bytes: usize,
     /// Events the forwarder's filters leave out, since the last batch.
     skipped: u64,
+    /// eventgate's own events the target refuses, since the last batch.
+    own_skipped: u64,
     /// The last row_id the batch covers (sent or skipped).
     last_row: i64,
 }
@@ -56,11 +58,29 @@ enum Flushed {
     Interrupted,
 }
 
+/// What a replay's state counted: before a run, to tell what the run itself did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Counts {
+    sent: u64,
+    skipped: u64,
+    own_skipped: u64,
+}
+
+impl Counts {
+    fn of(state: &State) -> Self {
+        Self {
+            sent: state.sent,
+            skipped: state.skipped,
+            own_skipped: state.own_skipped,
+        }
+    }
+}
+
 impl Engine {
     /// Sends every chunk. Returns how many events this run sent and skipped.
     pub(super) async fn run(&mut self, mut chunks: Chunks) -> Result<Summary, ReplayError> {
         let mut pending = Pending::default();
-        let (sent_before, skipped_before) = (self.state.state.sent, self.state.state.skipped);
+        let before = Counts::of(&self.state.state);
         let limit = match &self.bucket {
             Some(bucket) => self.target.batch_events.min(bucket.capacity()),
             None => self.target.batch_events,
@@ -74,11 +94,17 @@ impl Engine {
             };
             let Some(chunk) = next else { break };
             for stored in chunk? {
-                let wanted = match &self.target.filter {
-                    Some(filter) => filter.matches(&stored.event.record_fields()),
-                    None => true,
-                };
-                if wanted {
+                let event = &stored.event;
+                let refused = self.target.refuses_own
+                    && crate::markers::is_own(event.namespace(), event.topic());
+                let wanted = !refused
+                    && match &self.target.filter {
+                        Some(filter) => filter.matches(&event.record_fields()),
+                        None => true,
+                    };
+                if refused {
+                    pending.own_skipped += 1;
+                } else if wanted {
                     let size = stored.event.envelope.encoded_len();
                     let full = pending.events.len() >= limit
                         || (!pending.events.is_empty()
@@ -99,17 +125,18 @@ impl Engine {
         if let Flushed::Interrupted = self.flush(&mut pending).await? {
             return Err(self.interrupted());
         }
-        Ok(self.summary(sent_before, skipped_before))
+        Ok(self.summary(before))
     }
 
     /// What this run did, given what earlier runs had done.
-    pub(super) fn summary(&self, sent_before: u64, skipped_before: u64) -> Summary {
+    pub(super) fn summary(&self, before: Counts) -> Summary {
         let state = &self.state.state;
         Summary {
             target: self.target.label.clone(),
-            sent: state.sent - sent_before,
-            skipped: state.skipped - skipped_before,
-            earlier: sent_before + skipped_before,
+            sent: state.sent - before.sent,
+            skipped: state.skipped - before.skipped,
+            own_skipped: state.own_skipped - before.own_skipped,
+            earlier: before.sent + before.skipped + before.own_skipped,
             total: state.total,
             elapsed: self.progress.elapsed(),
             rate: self.progress.rate(),
@@ -187,13 +214,15 @@ impl Engine {
         }
         pending.bytes = 0;
         let skipped = std::mem::take(&mut pending.skipped);
-        if count + skipped > 0 {
+        let own_skipped = std::mem::take(&mut pending.own_skipped);
+        if count + skipped + own_skipped > 0 {
             let state = &mut self.state.state;
             state.after = pending.last_row;
             state.sent += count;
             state.skipped += skipped;
+            state.own_skipped += own_skipped;
             self.save().await?;
-            self.progress.advance(count + skipped);
+            self.progress.advance(count + skipped + own_skipped);
         }
         Ok(match interrupted {
             true => Flushed::Interrupted,

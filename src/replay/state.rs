@@ -50,6 +50,10 @@ pub(crate) struct State {
     pub sent: u64,
     /// Selected events the forwarder's own filters leave out (never sent).
     pub skipped: u64,
+    /// Selected events of eventgate's own that the target would refuse (never
+    /// sent). Absent from files written before it was counted: none were skipped.
+    #[serde(default)]
+    pub own_skipped: u64,
     pub started_at: String,
     pub updated_at: String,
     pub completed_at: Option<String>,
@@ -72,6 +76,7 @@ impl State {
             after: 0,
             sent: 0,
             skipped: 0,
+            own_skipped: 0,
             started_at: now.clone(),
             updated_at: now,
             completed_at: None,
@@ -80,7 +85,7 @@ impl State {
 
     /// Events done: sent or skipped.
     pub(crate) fn done(&self) -> u64 {
-        self.sent + self.skipped
+        self.sent + self.skipped + self.own_skipped
     }
 }
 

@@ -78,6 +78,10 @@ pub(crate) struct Target {
     pub retry: RetrySettings,
     /// The forwarder's own route filters; events they leave out are skipped.
     pub filter: Option<Filter>,
+    /// The target refuses eventgate's own events ([`crate::markers::is_own`]), so
+    /// they are skipped rather than sent: another exchange's Forward takes no marker
+    /// or checkpoint from a client. A forwarder carries them, as the pipeline does.
+    pub refuses_own: bool,
     pub batch_events: usize,
     pub batch_bytes: usize,
     /// Targets that take a batch event by event say how much of a failed one they
@@ -186,6 +190,7 @@ impl Resolved {
                     forwarder,
                     retry: spec.retry.clone(),
                     filter,
+                    refuses_own: false,
                     batch_events: batch.unwrap_or(configured),
                     batch_bytes: spec.batch.bytes.get(),
                     partial: None,
@@ -209,6 +214,7 @@ impl Resolved {
                     forwarder: exchange.clone(),
                     retry: address_retry(),
                     filter: None,
+                    refuses_own: true,
                     batch_events: batch.unwrap_or(match *in_flight {
                         1 => ADDRESS_BATCH,
                         _ => ADDRESS_BATCH_IN_FLIGHT,

@@ -123,6 +123,9 @@ def unary():
     publish = s(1, "/tasks/exit") + s(2, any_("containerd.events.TaskExit", TASK_EXIT))
     forward = s(1, envelope("default", "/tasks/exit", "containerd.events.TaskExit", TASK_EXIT))
     forward_other = s(1, envelope("k8s.io", "/containers/create", "containerd.events.ContainerCreate", CONTAINER_CREATE))
+    # eventgate's own names, refused to clients.
+    publish_own = s(1, "/eventgate/audit/checkpoint") + s(2, any_("containerd.events.TaskExit", TASK_EXIT))
+    forward_own = s(1, envelope("eventgate", "/eventgate/upstream/connected", "containerd.events.TaskExit", TASK_EXIT))
     for i, (flags, ns, split, body) in enumerate(
         [
             (2, b"default", 0, grpc_frame(publish)),
@@ -135,6 +138,9 @@ def unary():
             (3, b"default", 0, grpc_frame(forward) + b"trailing"),
             (1, b"", 0, b"\x01" + grpc_frame(forward)[1:]),
             (2, b"default", 0, grpc_frame(publish)[:9]),
+            (2, b"eventgate", 0, grpc_frame(publish)),
+            (2, b"default", 0, grpc_frame(publish_own)),
+            (1, b"", 0, grpc_frame(forward_own)),
         ]
     ):
         write("unary", f"u{i:03}", bytes([flags]) + chunk(ns) + bytes([split]) + body)

@@ -25,6 +25,7 @@ mod layout;
 mod limits;
 mod node;
 mod origin;
+mod own_topics;
 mod picture;
 mod pods;
 mod poison_pill;

@@ -17,7 +17,8 @@
 //!    (`within_timeout`) and map an `AcceptError` to its status.
 //! 4. `../incoming.rs`, `../append.rs`: the call becomes an `Incoming::publish` or
 //!    `Incoming::forward`; `Exchange::append` validates it (namespace, topic,
-//!    Forward's timestamp, `max_event_bytes`) and appends it, and the call waits
+//!    Forward's timestamp, not the gateway's own namespace or topics,
+//!    `max_event_bytes`) and appends it, and the call waits
 //!    until `Appended::acknowledged` says it is durable.
 //! 5. `unary.rs`: the answer is one empty message and `grpc-status: 0` (`Empty`), or
 //!    the status, trailers only.
