@@ -47,6 +47,27 @@ pub enum AuditCommand {
         file is never overwritten."
     )]
     Keygen(KeygenArgs),
+    /// Write a proof that an event is in the history a signed checkpoint pins (an
+    /// inclusion proof, with --row, --seq or --id), or that a newer checkpoint
+    /// extends an older one (a consistency proof, with --from): a file anyone can
+    /// check with `audit check-proof` and the verifier key, without the store.
+    #[command(
+        after_help = "Checkpoints are signed notes as the gateway shipped them (the `event.note` of a \
+        /eventgate/audit/checkpoint line, or `audit head`'s); without --checkpoint or --to, the \
+        newest one the store keeps. The proof is read from the store's Merkle tree: the \
+        store must still hold the tree the checkpoints signed. Exit status: 0 written, 2 \
+        the proof cannot be made (the message says why), 1 other errors."
+    )]
+    Prove(super::audit_proof::ProveArgs),
+    /// Check a proof `audit prove` wrote (or any proof file of its format) with
+    /// nothing but keys: the tree heads' signatures, witnesses' cosignatures if asked,
+    /// then the proof's hashes.
+    #[command(
+        after_help = "Exit status: 0 the proof holds, 1 it does not (a wrong hash, a forged \
+        signature, another log, too few witnesses), 2 it cannot be checked (not a proof \
+        file, no given key signed it)."
+    )]
+    CheckProof(super::audit_proof::CheckProofArgs),
 }
 
 #[derive(Debug, Args)]
@@ -91,6 +112,8 @@ pub(super) async fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
         AuditCommand::Verify(args) => run_verify(args),
         AuditCommand::Head(args) => run_head(args),
         AuditCommand::Keygen(args) => run_keygen(args),
+        AuditCommand::Prove(args) => super::audit_proof::run_prove(args),
+        AuditCommand::CheckProof(args) => super::audit_proof::run_check_proof(args),
     })
     .await
     .unwrap_or_else(|e| {

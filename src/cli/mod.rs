@@ -1,6 +1,7 @@
 //! The `eventgate` command line: one file per subcommand.
 
 mod audit;
+mod audit_proof;
 #[cfg(feature = "bench")]
 mod bench;
 mod check_config;
@@ -163,6 +164,8 @@ pub enum CliError {
     Verify(#[from] crate::store::verify::VerifyError),
     #[error(transparent)]
     KeyFile(#[from] crate::note::KeyFileError),
+    #[error("cannot make the proof: {0}")]
+    Prove(#[from] crate::store::prove::ProveError),
 }
 
 impl CliError {
@@ -170,7 +173,7 @@ impl CliError {
     /// `audit verify` always means tampering was found.
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            CliError::Verify(_) => ExitCode::from(2),
+            CliError::Verify(_) | CliError::Prove(_) => ExitCode::from(2),
             _ => ExitCode::FAILURE,
         }
     }

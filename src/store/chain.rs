@@ -301,6 +301,40 @@ pub fn values<'a>(seq: i64, row: &'a EventRow<'_>) -> RowValues<'a> {
     ]
 }
 
+/// Reads a record (the bytes a row's leaf hashes) back into its typed values, in
+/// [`COLUMNS`] order (10 to 27 of them, as the row was hashed); `None` when the
+/// bytes are not such a record. Bounded by the input: each value needs its tag and
+/// length.
+pub(crate) fn decode_record(mut bytes: &[u8]) -> Option<Vec<rusqlite::types::Value>> {
+    use rusqlite::types::Value;
+    let mut values = Vec::new();
+    while let Some((&tag, rest)) = bytes.split_first() {
+        if values.len() == COLUMNS.len() {
+            return None;
+        }
+        if tag == 0 {
+            values.push(Value::Null);
+            bytes = rest;
+            continue;
+        }
+        let (len, rest) = rest.split_first_chunk::<8>()?;
+        let len = usize::try_from(u64::from_be_bytes(*len)).ok()?;
+        if rest.len() < len {
+            return None;
+        }
+        let (data, rest) = rest.split_at(len);
+        values.push(match tag {
+            1 => Value::Integer(i64::from_be_bytes(data.try_into().ok()?)),
+            2 => Value::Real(f64::from_bits(u64::from_be_bytes(data.try_into().ok()?))),
+            3 => Value::Text(std::str::from_utf8(data).ok()?.to_owned()),
+            4 => Value::Blob(data.to_vec()),
+            _ => return None,
+        });
+        bytes = rest;
+    }
+    (values.len() >= ALWAYS).then_some(values)
+}
+
 /// Lower-case hex, as `eventgate audit` prints hashes.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

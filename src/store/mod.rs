@@ -11,6 +11,7 @@ pub(crate) mod chain;
 pub(crate) mod checkpoint;
 mod insert;
 pub(crate) mod migrate;
+pub(crate) mod prove;
 pub(crate) mod retention;
 pub(crate) mod tree;
 pub(crate) mod verify;

@@ -14,8 +14,10 @@
 //! - [`tree_head`]: the signed text of a tree head, C2SP's tlog-checkpoint body;
 //!   [`cosignature`]: a witness's C2SP tlog-cosignature over one.
 
+pub(crate) mod check;
 pub(crate) mod cosignature;
 pub(crate) mod proof;
+pub(crate) mod proof_file;
 pub(crate) mod stored;
 pub(crate) mod tree_head;
 
