@@ -25,3 +25,9 @@ CREATE TABLE audit_tree_hashes (
     chunk  INTEGER PRIMARY KEY,
     hashes BLOB NOT NULL
 );
+
+-- The record (the bytes its leaf hashes) of the last row retention deleted, kept
+-- so that `audit verify` can show, with an inclusion proof against a signed tree
+-- head, when that row was received, and so whether the retention policy the
+-- checkpoints state allowed deleting it. NULL until retention deletes a row.
+ALTER TABLE audit_chain ADD COLUMN pruned_record BLOB;

@@ -92,6 +92,24 @@ pub struct VerifyArgs {
     /// signature lines). At most 256 MiB and a million notes. Needs --key.
     #[arg(long, value_name = "FILE", requires = "keys")]
     pub checkpoints: Option<PathBuf>,
+    /// A witness's key (NAME+KEY_ID+KEY, as `eventgate witness keygen` printed it):
+    /// its cosignatures on the checkpoints count. May be given more than once. Needs
+    /// --checkpoints.
+    #[arg(
+        long = "witness-key",
+        value_name = "WITNESS_KEY",
+        requires = "checkpoints"
+    )]
+    pub witness_keys: Vec<String>,
+    /// How many of the given witnesses must have cosigned the newest checkpoint
+    /// (default: 1 when --witness-key is given).
+    #[arg(long, value_name = "N", requires = "witness_keys")]
+    pub min_witnesses: Option<usize>,
+    /// The newest checkpoint may be at most this old (`2h`, `15m`): older means
+    /// checkpoints stopped arriving. With witnesses, their cosignature time counts,
+    /// not the node's clock. Needs --checkpoints.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration, requires = "checkpoints")]
+    pub max_age: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -177,11 +195,38 @@ fn run_verify_checkpoints(
         }
     }
     .map_err(verify::VerifyError::from)?;
-    let verified = checkpoints::verify_checkpoints(path, &args.anchor, shipped)?;
+    let mut witnesses = Vec::with_capacity(args.witness_keys.len());
+    for (number, text) in (1..).zip(&args.witness_keys) {
+        let key = crate::tlog::cosignature::WitnessKey::from_text(text).map_err(|source| {
+            verify::VerifyError::from(CheckpointsError::WitnessKey { number, source })
+        })?;
+        if !witnesses.contains(&key) {
+            witnesses.push(key);
+        }
+    }
+    let min_witnesses = args
+        .min_witnesses
+        .unwrap_or(usize::from(!witnesses.is_empty()));
+    if min_witnesses > witnesses.len() {
+        return Err(CliError::Usage(format!(
+            "--min-witnesses {min_witnesses}, but only {} witness keys are given",
+            witnesses.len()
+        )));
+    }
+    let options = verify::witnessed::Options {
+        witnesses,
+        min_witnesses,
+        max_age: args.max_age,
+        now: std::time::SystemTime::now(),
+    };
+    let verified = checkpoints::verify_checkpoints(path, &args.anchor, shipped, &options)?;
     let report = &verified.report;
     match &report.problem {
         Some(problem) => {
             let code = tampered(path, problem);
+            if let Some(archive) = verified.archive.as_ref().filter(|a| *a != problem) {
+                println!("also {archive}");
+            }
             match verified.walked {
                 true => println!(
                     "({} verified before it, {:.2} s)",
@@ -225,6 +270,37 @@ fn checkpoint_summary(verified: &Verified) -> String {
         ));
     }
     line("checkpoints", checked);
+    if verified.tree.roots > 0 || verified.tree.leaves > 0 {
+        line(
+            "tree",
+            format!(
+                "{} leaves recomputed from the rows; {} signed tree heads match the store's tree",
+                verified.tree.leaves, verified.tree.roots
+            ),
+        );
+    }
+    if let Some((newest, at)) = &verified.witnessed.newest {
+        line(
+            "witnessed",
+            format!(
+                "{} cosigned by enough witnesses; the newest, row_id {}, first cosigned at {}",
+                count(verified.witnessed.witnessed as u64, "checkpoint"),
+                newest.checkpoint.row_id,
+                chrono::DateTime::<chrono::Utc>::from(*at)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        );
+    }
+    if let Some((store, at)) = &verified.succeeded_by {
+        line(
+            "succeeded by",
+            format!(
+                "store {store}, of the same node and forwarder, signing from {}: this store was replaced after these checkpoints",
+                chrono::DateTime::<chrono::Utc>::from(*at)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        );
+    }
     if let Some(newest) = &verified.newest {
         let c = &newest.checkpoint;
         line(

@@ -97,11 +97,14 @@ pub(crate) fn prune_step(
     let Some(checkpoint) = last else {
         return Ok(Step::default());
     };
+    // Kept so that verify can prove when the boundary row was received.
+    let record = super::prove::record(&tx, checkpoint.row_id)?;
     tx.prepare_cached("DELETE FROM events WHERE row_id <= ?1")?
         .execute(params![checkpoint.row_id])?;
     tx.prepare_cached(
         "UPDATE audit_chain SET pruned_row_id = ?1, pruned_seq = ?2, pruned_timestamp = ?3, \
-         pruned_hash = ?4, pruned_rows = pruned_rows + ?5, pruned_at = ?6 WHERE id = 1",
+         pruned_hash = ?4, pruned_rows = pruned_rows + ?5, pruned_at = ?6, pruned_record = ?7 \
+         WHERE id = 1",
     )?
     .execute(params![
         checkpoint.row_id,
@@ -110,6 +113,7 @@ pub(crate) fn prune_step(
         checkpoint.hash,
         i64::try_from(deleted).unwrap_or(i64::MAX),
         rfc3339_nanos(&prost_types::Timestamp::from(now)),
+        record,
     ])?;
     tx.commit()?;
     Ok(Step {

@@ -39,6 +39,13 @@ pub enum CheckpointsError {
         #[source]
         source: crate::note::NoteError,
     },
+    /// Never quotes the key, as for `--key`.
+    #[error("--witness-key number {number} cannot be used")]
+    WitnessKey {
+        number: usize,
+        #[source]
+        source: crate::note::NoteError,
+    },
     #[error("cannot read the checkpoints from {input}")]
     Read {
         input: String,
@@ -102,6 +109,17 @@ pub(crate) struct Verified {
     /// Checkpoints of other stores: store id, count and a node that signed them.
     pub other_stores: BTreeMap<String, (usize, String)>,
     pub links: Links,
+    /// What the tree pass checked.
+    pub tree: super::tree::TreeReport,
+    /// What was found of witnesses and time.
+    pub witnessed: super::witnessed::Witnessed,
+    /// A problem of the archive itself (forged or malformed lines, notes of a
+    /// replaced key), reported whatever else is found: the good checkpoints are still
+    /// used.
+    pub archive: Option<Problem>,
+    /// Another store of this store's node and forwarder whose checkpoints came after
+    /// this store's: the store was succeeded by it (id, first time it signed).
+    pub succeeded_by: Option<(String, std::time::SystemTime)>,
 }
 
 /// How the checkpoints of this store link up through `prev`: information, not
@@ -126,27 +144,63 @@ pub(crate) struct Links {
 pub(crate) fn verify_checkpoints(
     path: &Path,
     anchors: &[Anchor],
-    mut shipped: Shipped,
+    shipped: Shipped,
+    options: &super::witnessed::Options,
 ) -> Result<Verified, VerifyError> {
-    // A forged note is tampering whatever else the input holds; without one, a note
-    // that cannot be read makes the input unusable as a whole.
-    if shipped.forged.is_none() {
-        if let Some(rejected) = shipped.malformed.take() {
-            return Err(CheckpointsError::Unusable {
-                at: shipped.at(rejected.line),
-                source: rejected.reason,
-            }
-            .into());
-        }
-        if shipped.checkpoints.is_empty() {
-            return Err(nothing_signed(&shipped).into());
-        }
+    // A forged or malformed note is tampering of the archive, reported whatever else
+    // is found; the good checkpoints are still used.
+    let archive = archive_problem(&shipped);
+    if shipped.checkpoints.is_empty() && archive.is_none() {
+        return Err(nothing_signed(&shipped).into());
     }
-    let mut found = Found::default();
-    let report = super::verify_with(path, |conn, state| {
-        found.plan(conn, state, anchors, &shipped, path)
-    })?;
+    let mut found = Found {
+        archive,
+        ..Found::default()
+    };
+    let found_cell = std::cell::RefCell::new(&mut found);
+    let report = super::verify_then(
+        path,
+        |conn, state| {
+            found_cell
+                .borrow_mut()
+                .plan(conn, state, anchors, &shipped, path)
+        },
+        |conn, state, report| {
+            found_cell
+                .borrow_mut()
+                .after(conn, state, report, &shipped, options, path)
+        },
+    )?;
     Ok(found.finish(report, shipped))
+}
+
+/// The archive's own problem: the first forged note, else the first note of a key
+/// that bears a given key's name, else the first malformed note.
+fn archive_problem(shipped: &Shipped) -> Option<Problem> {
+    if let Some(forged) = &shipped.forged {
+        return Some(forged_problem(shipped, forged));
+    }
+    if let Some((line, signer)) = &shipped.impostor {
+        return Some(Problem {
+            kind: Kind::Forged,
+            row: None,
+            what: format!(
+                "the note at {} is signed by {signer}, a key with a given key's name but another key id ({} such notes): the signing key was replaced, and what it signs proves nothing",
+                shipped.at(*line),
+                shipped.impostor_notes
+            ),
+        });
+    }
+    shipped.malformed.as_ref().map(|rejected| Problem {
+        kind: Kind::Archive,
+        row: None,
+        what: format!(
+            "the note at {} cannot be used: {} ({} such notes): the archive holds lines eventgate never ships there",
+            shipped.at(rejected.line),
+            crate::errors::chain(&rejected.reason),
+            shipped.malformed_notes
+        ),
+    })
 }
 
 fn nothing_signed(shipped: &Shipped) -> CheckpointsError {
@@ -189,6 +243,10 @@ struct Found {
     links: Links,
     /// The checkpoint with the highest row past the chain's head, if any.
     beyond: Option<Signed>,
+    tree: super::tree::TreeReport,
+    witnessed: super::witnessed::Witnessed,
+    archive: Option<Problem>,
+    succeeded_by: Option<(String, std::time::SystemTime)>,
 }
 
 impl Found {
@@ -207,9 +265,6 @@ impl Found {
                 problem: Some(problem),
             })
         };
-        if let Some(forged) = &shipped.forged {
-            return stop(forged_problem(shipped, forged));
-        }
         let store = match store_id(conn).map_err(sqlite("reading audit_store"))? {
             Ok(store) => store,
             Err(problem) => return stop(problem),
@@ -227,6 +282,17 @@ impl Found {
             }
         }
         self.store = Some(store.clone());
+        if let Some(problem) = replaced(conn, shipped, &store, &self.mine, &mut self.succeeded_by)
+            .map_err(sqlite("reading the store's own checkpoints"))?
+        {
+            return stop(problem);
+        }
+        if self.mine.is_empty() && shipped.checkpoints.is_empty() {
+            // Only the archive's problem: it is the verdict.
+            if let Some(problem) = self.archive.clone() {
+                return stop(problem);
+            }
+        }
         if self.mine.is_empty() {
             return Err(CheckpointsError::OtherStore {
                 store,
@@ -391,6 +457,48 @@ impl Found {
         }))
     }
 
+    /// The checks that need the chain verified first: the tree, retention, time and
+    /// witnesses.
+    fn after(
+        &mut self,
+        conn: &Connection,
+        state: &ChainState,
+        report: &mut Report,
+        shipped: &Shipped,
+        options: &super::witnessed::Options,
+        path: &Path,
+    ) -> Result<(), VerifyError> {
+        // A checkpoint past the chain's end is the verdict (rolled back), reported by
+        // `finish`; the tree then ends past the chain too.
+        if !self.walked || self.beyond.is_some() {
+            return Ok(());
+        }
+        let sqlite = |what| super::sqlite_error(path, what);
+        let named = |signed: &Signed| describe_checkpoint(shipped, signed);
+        match super::tree::check(conn, state, &self.mine, &named)
+            .map_err(sqlite("reading the Merkle tree"))?
+        {
+            Ok(tree) => self.tree = tree,
+            Err(problem) => {
+                report.problem = Some(problem);
+                return Ok(());
+            }
+        }
+        if let Some(tree) = self.tree.state
+            && let Some(problem) =
+                super::policy::check(conn, state, &tree, &self.mine, options.now, &named)
+                    .map_err(sqlite("reading the retention boundary"))?
+        {
+            report.problem = Some(problem);
+            return Ok(());
+        }
+        match super::witnessed::check(&self.mine, options, &named) {
+            Ok(witnessed) => self.witnessed = witnessed,
+            Err(problem) => report.problem = Some(problem),
+        }
+        Ok(())
+    }
+
     fn finish(self, mut report: Report, shipped: Shipped) -> Verified {
         let matched: HashSet<(i64, Hash)> =
             report.anchors.iter().map(|a| (a.row_id, a.hash)).collect();
@@ -430,7 +538,16 @@ impl Found {
             );
         }
         let newest = self.mine.last().cloned();
+        // Nothing else wrong: the archive's own problem is the verdict.
+        let archive = self.archive;
+        if report.problem.is_none() {
+            report.problem = archive.clone();
+        }
         Verified {
+            tree: self.tree,
+            witnessed: self.witnessed,
+            archive,
+            succeeded_by: self.succeeded_by,
             walked: self.walked,
             store: self.store,
             of_store: self.mine.len(),
@@ -604,4 +721,116 @@ pub(crate) fn count(n: u64, what: &str) -> String {
         1 => format!("1 {what}"),
         n => format!("{n} {what}s"),
     }
+}
+
+/// Checkpoints of another store of this store's node and forwarder. Signed before
+/// this store was made, they are the history of a store this one replaced, which is
+/// gone: tampering. Signed after, this store was succeeded by that one (noted).
+fn replaced(
+    conn: &Connection,
+    shipped: &Shipped,
+    store: &str,
+    mine: &[Signed],
+    succeeded_by: &mut Option<(String, std::time::SystemTime)>,
+) -> rusqlite::Result<Option<Problem>> {
+    // Which node and forwarder this store is: from its own checkpoints, else from
+    // the ones it keeps, else from its rows' node.
+    let mut identity: Vec<(String, Option<String>)> = mine
+        .iter()
+        .filter_map(|s| {
+            let tree = s.checkpoint.tree.as_ref()?;
+            Some((s.checkpoint.node.clone(), Some(tree.forwarder.clone())))
+        })
+        .collect();
+    if identity.is_empty() {
+        let kept: Option<(Option<String>, Option<String>)> = conn
+            .query_row(
+                "SELECT json_extract(event, '$.node'), json_extract(event, '$.forwarder') FROM events \
+                 WHERE namespace = 'eventgate' AND topic = ?1 AND json_extract(event, '$.store') = ?2 \
+                 ORDER BY row_id DESC LIMIT 1",
+                rusqlite::params![TOPIC, store],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        match kept {
+            Some((Some(node), forwarder)) => identity.push((node, forwarder)),
+            _ => {
+                let node: Option<String> = conn
+                    .query_row(
+                        "SELECT node FROM events WHERE node IS NOT NULL ORDER BY row_id DESC LIMIT 1",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                identity.extend(node.map(|n| (n, None)));
+            }
+        }
+    }
+    identity.sort();
+    identity.dedup();
+    let same = |signed: &Signed| {
+        let Some(tree) = signed.checkpoint.tree.as_ref() else {
+            return false;
+        };
+        signed.checkpoint.store != store
+            && identity.iter().any(|(node, forwarder)| {
+                *node == signed.checkpoint.node
+                    && forwarder.as_ref().is_none_or(|f| *f == tree.forwarder)
+            })
+    };
+    let others: Vec<&Signed> = shipped.checkpoints.iter().filter(|s| same(s)).collect();
+    if others.is_empty() {
+        return Ok(None);
+    }
+    let created: Option<String> = conn
+        .query_row("SELECT created_at FROM audit_store WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let created = created
+        .and_then(|c| chrono::DateTime::parse_from_rfc3339(&c).ok())
+        .map(|t| std::time::SystemTime::from(t.with_timezone(&chrono::Utc)))
+        .or_else(|| mine.iter().map(|s| s.checkpoint.time).min());
+    let Some(created) = created else {
+        return Ok(None);
+    };
+    let (before, after): (Vec<&Signed>, Vec<&Signed>) =
+        others.iter().partition(|s| s.checkpoint.time < created);
+    if let Some(first) = after.iter().min_by_key(|s| s.checkpoint.time) {
+        *succeeded_by = Some((first.checkpoint.store.clone(), first.checkpoint.time));
+    }
+    let Some(newest) = before
+        .iter()
+        .max_by_key(|s| (s.checkpoint.time, s.checkpoint.row_id))
+    else {
+        return Ok(None);
+    };
+    let oldest = before
+        .iter()
+        .map(|s| s.checkpoint.time)
+        .min()
+        .unwrap_or(newest.checkpoint.time);
+    let when = |t: std::time::SystemTime| {
+        chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let forwarder = newest
+        .checkpoint
+        .tree
+        .as_ref()
+        .map_or(String::new(), |t| format!(" forwarder {}", t.forwarder));
+    Ok(Some(Problem {
+        kind: Kind::Replaced,
+        row: None,
+        what: format!(
+            "the checkpoints hold {} of store {} of node {}'s{forwarder}, signed from {} to {} (the newest, {}, for a tree of {} leaves), before this store ({store}) was made at {}: the store was replaced (deleted and made anew, or swapped for another file), and the history those checkpoints signed is not here",
+            count(before.len() as u64, "checkpoint"),
+            newest.checkpoint.store,
+            newest.checkpoint.node,
+            when(oldest),
+            when(newest.checkpoint.time),
+            describe_checkpoint(shipped, newest),
+            newest.checkpoint.tree.as_ref().map_or(0, |t| t.size),
+            when(created)
+        ),
+    }))
 }

@@ -8,10 +8,13 @@
 
 pub(crate) mod checkpoints;
 mod classify;
+mod policy;
 mod problem;
 pub(crate) mod shipped;
 mod state;
+pub(crate) mod tree;
 mod walk;
+pub(crate) mod witnessed;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -108,6 +111,16 @@ pub(crate) fn verify_with(
     path: &Path,
     plan: impl FnOnce(&Connection, &ChainState) -> Result<Plan, VerifyError>,
 ) -> Result<Report, VerifyError> {
+    verify_then(path, plan, |_, _, _| Ok(()))
+}
+
+/// [`verify_with`], then `after` on the same snapshot when the walk found nothing
+/// (the checks that need the whole chain verified first).
+pub(crate) fn verify_then(
+    path: &Path,
+    plan: impl FnOnce(&Connection, &ChainState) -> Result<Plan, VerifyError>,
+    after: impl FnOnce(&Connection, &ChainState, &mut Report) -> Result<(), VerifyError>,
+) -> Result<Report, VerifyError> {
     let conn = open(path)?;
     let sqlite = |what| sqlite_error(path, what);
     let started = Instant::now();
@@ -143,6 +156,9 @@ pub(crate) fn verify_with(
                         .map_err(sqlite("reading the events"))?
                 }
             };
+            if report.problem.is_none() {
+                after(&tx, &state, &mut report)?;
+            }
             report.state = Some(state);
         }
         Err(problem) => report.problem = Some(problem),

@@ -30,6 +30,23 @@ pub(crate) enum Kind {
     /// Two notes signed by the given keys record different hashes for one row: the
     /// signing key signed two histories.
     Conflicting,
+    /// The Merkle tree's tables hold what the rows do not give.
+    TreeTable,
+    /// Checkpoints of this store's node and forwarder name another store: the store
+    /// was replaced (deleted and made anew, or swapped for another file).
+    Replaced,
+    /// Rows were deleted that the retention policy the checkpoints state does not
+    /// allow deleting.
+    Retention,
+    /// The newest checkpoint is older than `--max-age`: checkpoints stopped arriving.
+    Stale,
+    /// A checkpoint is not cosigned by enough of the given witnesses.
+    NotWitnessed,
+    /// A checkpoint's time disagrees with its witnesses' or goes back from the one
+    /// it names as its predecessor.
+    BackDated,
+    /// The archive of checkpoints holds lines that are not what eventgate ships.
+    Archive,
 }
 
 impl Kind {
@@ -44,6 +61,13 @@ impl Kind {
             Kind::RolledBack => "rolled back",
             Kind::Forged => "forged checkpoint",
             Kind::Conflicting => "conflicting checkpoints",
+            Kind::TreeTable => "tree tampered",
+            Kind::Replaced => "replaced",
+            Kind::Retention => "retention not allowed",
+            Kind::Stale => "stale",
+            Kind::NotWitnessed => "not witnessed",
+            Kind::BackDated => "back-dated",
+            Kind::Archive => "archive tampered",
         }
     }
 }

@@ -69,6 +69,8 @@ pub(crate) struct Signed {
     pub note_hash: Hash,
     /// The given keys whose signatures verified.
     pub signed_by: Vec<String>,
+    /// The whole note, for its witnesses' cosignatures.
+    pub note: String,
 }
 
 /// Why a note found in the input cannot be used.
@@ -124,6 +126,10 @@ pub(crate) struct Shipped {
     /// The first note that could not be read otherwise, and how many.
     pub malformed: Option<Rejected>,
     pub malformed_notes: u64,
+    /// The first note signed by a key that bears a given key's name but is another
+    /// key (`NAME+KEY_ID` and its line), and how many: the signing key was replaced.
+    pub impostor: Option<(u64, String)>,
+    pub impostor_notes: u64,
     seen: HashSet<Hash>,
 }
 
@@ -165,6 +171,7 @@ impl Shipped {
                     checkpoint,
                     note_hash: hash,
                     signed_by: opened.signed_by,
+                    note,
                 }),
                 Err(source) => self.reject(
                     line,
@@ -177,6 +184,17 @@ impl Shipped {
             },
             Err(NoteError::UnknownKey { signers }) => {
                 self.unknown_notes += 1;
+                let given = |signer: &str| {
+                    signer
+                        .rsplit_once('+')
+                        .is_some_and(|(name, _)| keys.iter().any(|k| k.name() == name))
+                };
+                if let Some(signer) = signers.iter().find(|s| given(s)) {
+                    self.impostor_notes += 1;
+                    if self.impostor.is_none() {
+                        self.impostor = Some((line, signer.clone()));
+                    }
+                }
                 for signer in signers {
                     *self.unknown.entry(signer).or_default() += 1;
                 }
@@ -244,6 +262,8 @@ pub(super) fn read_at_most(
         forged_notes: 0,
         malformed: None,
         malformed_notes: 0,
+        impostor: None,
+        impostor_notes: 0,
         seen: HashSet::new(),
     };
     // One byte past the limit tells a larger input from one exactly at it.

@@ -113,7 +113,7 @@ fn as_kcat_records(notes: &[String]) -> String {
 
 fn check_input(path: &Path, input: &str, keys: &[Verifier]) -> Result<Verified, VerifyError> {
     let shipped = shipped::read(input.as_bytes(), "shipped.txt", keys).unwrap();
-    verify_checkpoints(path, &[], shipped)
+    verify_checkpoints(path, &[], shipped, &Default::default())
 }
 
 fn check(path: &Path, notes: &[String], keys: &[Verifier]) -> Result<Verified, VerifyError> {
@@ -538,12 +538,26 @@ fn input_that_holds_no_usable_note_cannot_verify() {
     let keys = [signer.verifier()];
     let (store, notes) = signed_store(&signer);
     let path = store.path();
-    let cases: [(String, &str); 6] = [
+    let cases: [(String, &str); 2] = [
         (String::new(), "holds no signed note (it is empty)"),
         (
             "{\"topic\":\"/tasks/exit\"}\n{\"topic\":\"/tasks/start\"}\n".into(),
             "none of its 2 JSON lines has the topic /eventgate/audit/checkpoint",
         ),
+    ];
+    for (input, says) in cases {
+        let error = checkpoints_error(check_input(path, &input, &keys));
+        assert!(error.to_string().contains(says), "{says}: {error}");
+    }
+}
+
+#[test]
+fn a_malformed_note_is_tampering_of_the_archive_and_the_good_ones_are_still_used() {
+    let signer = key();
+    let keys = [signer.verifier()];
+    let (store, notes) = signed_store(&signer);
+    let path = store.path();
+    let cases: [(String, &str); 4] = [
         (
             format!("{}eventgate audit checkpoint v1\nnode x\n", notes[0]),
             "the note at line 12 of shipped.txt cannot be used",
@@ -554,7 +568,7 @@ fn input_that_holds_no_usable_note_cannot_verify() {
         ),
         (
             signer.sign("hello\n").unwrap(),
-            "the note at line 1 of shipped.txt cannot be used",
+            "signed by node-1, but its text is not an eventgate checkpoint",
         ),
         (
             notes[0].replace("\n\n", "\n"),
@@ -562,17 +576,32 @@ fn input_that_holds_no_usable_note_cannot_verify() {
         ),
     ];
     for (input, says) in cases {
-        let error = checkpoints_error(check_input(path, &input, &keys));
-        assert!(error.to_string().contains(says), "{says}: {error}");
+        let verified = check_input(path, &input, &keys).unwrap();
+        let problem = verified.report.problem.expect("a problem");
+        assert_eq!(problem.kind, Kind::Archive, "{problem}");
+        assert!(problem.to_string().contains(says), "{says}: {problem}");
     }
-    // The reasons, as `{:#}` prints the error's sources.
-    let error = checkpoints_error(check_input(path, &signer.sign("hello\n").unwrap(), &keys));
-    let chain = format!("{:#}", anyhow::Error::from(error));
-    assert!(
-        chain.contains("signed by node-1, but its text is not an eventgate checkpoint"),
-        "{chain}"
+    // With a good note beside it, that one is still checked against the rows.
+    let input = format!("{}{}", notes[0], signer.sign("hello\n").unwrap());
+    let verified = check_input(path, &input, &keys).unwrap();
+    assert!(verified.walked);
+    assert_eq!(verified.checked, 1);
+    assert_eq!(verified.report.problem.map(|p| p.kind), Some(Kind::Archive));
+    // And a store rewritten below it is reported first, the archive too.
+    edit_and_rehash(path, 3);
+    let verified = check_input(path, &input, &keys).unwrap();
+    assert_eq!(
+        verified.report.problem.map(|p| p.kind),
+        Some(Kind::Rewritten)
     );
+    assert_eq!(verified.archive.map(|p| p.kind), Some(Kind::Archive));
+}
 
+#[test]
+fn input_limits_are_named() {
+    let signer = key();
+    let keys = [signer.verifier()];
+    let (_store, notes) = signed_store(&signer);
     // Bounded: a larger input is refused, naming the limit.
     let text = as_text(&notes);
     let error = shipped::read_at_most(text.as_bytes(), "big.jsonl", &keys, 100).unwrap_err();
