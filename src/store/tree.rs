@@ -64,16 +64,18 @@ impl<'c> SqlHashes<'c> {
 
     fn chunk(&mut self, chunk: u64) -> Result<&Vec<u8>, TlogError> {
         if !self.chunks.contains_key(&chunk) {
+            // Anything but a blob (edited into text) holds no hash.
             let blob: Option<Vec<u8>> = self
                 .conn
                 .prepare_cached("SELECT hashes FROM audit_tree_hashes WHERE chunk = ?1")
                 .and_then(|mut stmt| {
                     stmt.query_row(params![i64::try_from(chunk).unwrap_or(i64::MAX)], |r| {
-                        r.get(0)
+                        Ok(r.get_ref(0)?.as_blob().ok().map(<[u8]>::to_vec))
                     })
                     .optional()
                 })
-                .map_err(|e| TlogError::Read(e.to_string()))?;
+                .map_err(|e| TlogError::Read(e.to_string()))?
+                .flatten();
             self.chunks.insert(chunk, blob.unwrap_or_default());
         }
         Ok(&self.chunks[&chunk])
@@ -154,9 +156,14 @@ impl Appender {
                 0 => Vec::with_capacity(CHUNK as usize * 32),
                 _ => conn
                     .prepare_cached("SELECT hashes FROM audit_tree_hashes WHERE chunk = ?1")
-                    .and_then(|mut s| s.query_row(params![chunk as i64], |r| r.get(0)))
+                    .and_then(|mut s| {
+                        s.query_row(params![chunk as i64], |r| {
+                            Ok(r.get_ref(0)?.as_blob().ok().map(<[u8]>::to_vec))
+                        })
+                    })
                     .optional()
                     .map_err(TreeError::Sqlite)?
+                    .flatten()
                     .unwrap_or_default(),
             };
             if bytes.len() as u64 != offset * 32 {

@@ -38,13 +38,15 @@ impl Sequential<'_> {
     fn get(&mut self, index: u64) -> rusqlite::Result<Option<Hash>> {
         let chunk = index / CHUNK;
         if self.chunk.as_ref().is_none_or(|(c, _)| *c != chunk) {
+            // Anything but a blob (edited into text) holds no hash.
             let bytes: Option<Vec<u8>> = self
                 .conn
                 .prepare_cached("SELECT hashes FROM audit_tree_hashes WHERE chunk = ?1")?
                 .query_row(params![i64::try_from(chunk).unwrap_or(i64::MAX)], |r| {
-                    r.get(0)
+                    Ok(r.get_ref(0)?.as_blob().ok().map(<[u8]>::to_vec))
                 })
-                .optional()?;
+                .optional()?
+                .flatten();
             self.chunk = Some((chunk, bytes.unwrap_or_default()));
         }
         let at = usize::try_from((index % CHUNK) * 32).unwrap_or(usize::MAX);

@@ -7,6 +7,7 @@ mod origin;
 mod reconciled;
 mod signed_checkpoints;
 mod tampered;
+mod tree_heads;
 mod workload;
 
 use std::path::Path;
