@@ -8,14 +8,14 @@ use thiserror::Error;
 use super::chain::RowHasher;
 use super::checkpoint::Checkpoint;
 use super::tree::{self, SqlHashes, TreeState};
+use crate::tlog::TlogError;
 use crate::tlog::proof::{prove_record, prove_tree};
 use crate::tlog::proof_file::ProofFile;
 use crate::tlog::tree_head::encode_hash;
-use crate::tlog::{Hash, TlogError};
 
 /// Which event to prove.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Which {
+pub(crate) enum Which {
     Row(i64),
     Seq(i64),
     Id(String),
@@ -119,7 +119,11 @@ fn matching(conn: &Connection, checkpoint: &Checkpoint) -> Result<(u64, TreeStat
 }
 
 /// The inclusion proof of one event in the tree head `note` signed.
-pub fn inclusion(conn: &Connection, which: &Which, note: &str) -> Result<ProofFile, ProveError> {
+pub(crate) fn inclusion(
+    conn: &Connection,
+    which: &Which,
+    note: &str,
+) -> Result<ProofFile, ProveError> {
     let checkpoint = checkpoint_of(note)?;
     let tx = conn.unchecked_transaction()?;
     let (size, state) = matching(&tx, &checkpoint)?;
@@ -151,7 +155,11 @@ pub fn inclusion(conn: &Connection, which: &Which, note: &str) -> Result<ProofFi
 }
 
 /// The consistency proof from the tree head `old` signed to the one `new` signed.
-pub fn consistency(conn: &Connection, old: &str, new: &str) -> Result<ProofFile, ProveError> {
+pub(crate) fn consistency(
+    conn: &Connection,
+    old: &str,
+    new: &str,
+) -> Result<ProofFile, ProveError> {
     let (old_checkpoint, new_checkpoint) = (checkpoint_of(old)?, checkpoint_of(new)?);
     let tx = conn.unchecked_transaction()?;
     let (old_size, _) = matching(&tx, &old_checkpoint)?;
@@ -220,11 +228,4 @@ pub(crate) fn record(conn: &Connection, row_id: i64) -> rusqlite::Result<Option<
     };
     let values = super::verify::values_at(row, 1)?;
     Ok(Some(RowHasher::default().record(&values)))
-}
-
-/// The leaf hash stored for leaf `index` (what a deleted row left behind).
-pub(crate) fn stored_leaf(conn: &Connection, index: u64) -> Result<Hash, TlogError> {
-    use crate::tlog::stored::{HashReader, stored_hash_index};
-    let hashes = SqlHashes::new(conn).read_hashes(&[stored_hash_index(0, index)])?;
-    Ok(hashes[0])
 }

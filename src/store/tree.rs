@@ -28,12 +28,6 @@ impl TreeState {
     pub(crate) fn last_row_id(&self) -> i64 {
         self.first_row_id + i64::try_from(self.size).unwrap_or(i64::MAX) - 1
     }
-
-    /// The leaf index of `row_id`, if it is in the tree.
-    pub(crate) fn leaf_of(&self, row_id: i64) -> Option<u64> {
-        let index = u64::try_from(row_id.checked_sub(self.first_row_id)?).ok()?;
-        (index < self.size).then_some(index)
-    }
 }
 
 /// Reads the tree's state; `None` for a store without a tree (an older schema).
@@ -132,14 +126,6 @@ impl Appender {
 
     pub(crate) fn push(&mut self, leaf: Hash) {
         self.frontier.append(leaf, &mut self.new);
-    }
-
-    pub(crate) fn root(&self) -> Hash {
-        self.frontier.root()
-    }
-
-    pub(crate) fn size(&self) -> u64 {
-        self.frontier.size()
     }
 
     /// Writes the new stored hashes and the new size.

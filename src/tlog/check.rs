@@ -104,8 +104,10 @@ fn open(
     })?;
     let head = TreeHead::parse(&opened.text)
         .map_err(|problem| CheckError::NotATreeHead { which, problem })?;
-    let (witnessed, bad) =
-        cosignatures(note, witnesses).map_err(|source| CheckError::Unusable { which, source })?;
+    let super::cosignature::Cosignatures {
+        good: witnessed,
+        bad,
+    } = cosignatures(note, witnesses).map_err(|source| CheckError::Unusable { which, source })?;
     if let Some(witness) = bad.into_iter().next() {
         return Err(CheckError::BadCosignature { which, witness });
     }

@@ -222,12 +222,20 @@ fn encode(key: &[u8; 32]) -> String {
     STANDARD.encode(bytes)
 }
 
-/// The cosignatures of `witnesses` on a signed note: (witness name, time) for each
-/// that verifies, and the names whose line does not verify.
+/// What the given witnesses' lines on a note said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cosignatures {
+    /// (witness name, time) of each cosignature that verifies.
+    pub good: Vec<(String, u64)>,
+    /// The witnesses whose line does not verify.
+    pub bad: Vec<String>,
+}
+
+/// The cosignatures of `witnesses` on a signed note.
 pub(crate) fn cosignatures(
     note: &str,
     witnesses: &[WitnessKey],
-) -> Result<(Vec<(String, u64)>, Vec<String>), NoteError> {
+) -> Result<Cosignatures, NoteError> {
     let (text, lines) = crate::note::split(note)?;
     let mut good = Vec::new();
     let mut bad = Vec::new();
@@ -244,5 +252,5 @@ pub(crate) fn cosignatures(
             }
         }
     }
-    Ok((good, bad))
+    Ok(Cosignatures { good, bad })
 }

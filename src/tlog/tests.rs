@@ -193,7 +193,8 @@ fn cosignatures_verify_and_refuse_changes() {
     let log = crate::note::Signer::generate("log.example/l").unwrap();
     let text = "log.example/l\n3\n47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\n";
     let note = log.sign(text).unwrap() + &witness.cosign(text, 1_700_000_000);
-    let (good, bad) = cosignatures(&note, std::slice::from_ref(&key)).unwrap();
+    let super::cosignature::Cosignatures { good, bad } =
+        cosignatures(&note, std::slice::from_ref(&key)).unwrap();
     assert_eq!(good, vec![("witness.example/w1".to_owned(), 1_700_000_000)]);
     assert!(bad.is_empty());
     // The log's own key still opens the note: the cosignature is a line it ignores.
@@ -201,7 +202,8 @@ fn cosignatures_verify_and_refuse_changes() {
     // The same line on another text does not verify.
     let other = "log.example/l\n4\n47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\n";
     let moved = log.sign(other).unwrap() + &witness.cosign(text, 1_700_000_000);
-    let (good, bad) = cosignatures(&moved, std::slice::from_ref(&key)).unwrap();
+    let super::cosignature::Cosignatures { good, bad } =
+        cosignatures(&moved, std::slice::from_ref(&key)).unwrap();
     assert!(good.is_empty());
     assert_eq!(bad, vec!["witness.example/w1".to_owned()]);
     // A log key is no witness key: the type byte differs.

@@ -11,6 +11,7 @@ mod classify;
 mod policy;
 mod problem;
 pub(crate) mod shipped;
+mod signed;
 mod state;
 pub(crate) mod tree;
 mod walk;

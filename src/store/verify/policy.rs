@@ -9,7 +9,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::shipped::Signed;
+use super::signed::Signed;
 use super::{ChainState, Kind, Problem};
 use crate::store::chain::{COLUMNS, decode_record};
 use crate::store::checkpoint::{Checkpoint, policy_text};
@@ -49,8 +49,8 @@ pub(crate) fn check(
     // Deletions before the first checkpoint, and between two.
     let mut before: Option<&Signed> = None;
     for s in &signed {
-        let from = before.map_or(0, |b| boundary(b));
-        if boundary(s) > from && none(s) && before.is_none_or(|b| none(b)) {
+        let from = before.map_or(0, &boundary);
+        if boundary(s) > from && none(s) && before.is_none_or(&none) {
             return Ok(Some(problem(format!(
                 "row_id {} to {} were deleted {}, and {} says retention none{}",
                 from + 1,

@@ -10,11 +10,11 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::shipped::Signed;
+use super::signed::Signed;
 use super::{ChainState, Kind, Problem, row_ref, values_at};
 use crate::store::chain::{COLUMNS, RowHasher};
 use crate::store::tree::{self, CHUNK, SqlHashes, TreeState};
-use crate::tlog::stored::{Frontier, stored_hash_count, stored_hash_index, tree_hash};
+use crate::tlog::stored::{Frontier, stored_hash_count, tree_hash};
 use crate::tlog::tree_head::encode_hash;
 use crate::tlog::{Hash, TlogError, leaf_hash};
 
@@ -207,16 +207,4 @@ fn missing(error: TlogError) -> Problem {
     tree_problem(format!(
         "{error}: audit_tree_hashes lost hashes the tree needs"
     ))
-}
-
-/// The leaf index of `row_id` in `tree`, when the row is a leaf.
-pub(crate) fn leaf_index(tree: &TreeState, row_id: i64) -> Option<u64> {
-    tree.leaf_of(row_id)
-}
-
-/// The stored leaf hash of leaf `index`.
-pub(crate) fn stored_leaf(conn: &Connection, index: u64) -> Result<Hash, TlogError> {
-    let mut reader = SqlHashes::new(conn);
-    crate::tlog::stored::HashReader::read_hashes(&mut reader, &[stored_hash_index(0, index)])
-        .map(|h| h[0])
 }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::shipped::Signed;
+use super::signed::Signed;
 use super::{Kind, Problem};
 use crate::tlog::cosignature::{WitnessKey, cosignatures};
 
@@ -90,7 +90,8 @@ pub(crate) fn check(
             .note
             .rfind("\n\n")
             .map_or(s.note.as_str(), |i| &s.note[..=i]);
-        let (good, bad) = cosignatures(&s.note, &options.witnesses).unwrap_or_default();
+        let crate::tlog::cosignature::Cosignatures { good, bad } =
+            cosignatures(&s.note, &options.witnesses).unwrap_or_default();
         if let Some(witness) = bad.first() {
             return Err(problem(
                 Kind::Forged,
