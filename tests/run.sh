@@ -20,8 +20,8 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # What the tests drive, next to what the build links against (OpenSSL, Cyrus SASL,
 # libcurl for librdkafka): one apt-get run for whatever is missing. docker.io brings
 # dockerd 20.10 and /usr/bin/docker for tests/containerd/docker.rs, which runs its own
-# dockerd; golang-go and golang-golang-x-mod-dev build Go's sumdb/note for
-# tests/tools/note_interop.rs; python3-venv lets Debian's python3 make the tests'
+# dockerd; golang-go and golang-golang-x-mod-dev build Go's sumdb/note and
+# sumdb/tlog for tests/tools/note_interop.rs and tlog_interop.rs; python3-venv lets Debian's python3 make the tests'
 # virtual environment (below); chromium and chromium-driver are the browser
 # tests/browser drives through WebDriver.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \

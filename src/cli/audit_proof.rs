@@ -69,7 +69,7 @@ pub struct CheckProofArgs {
 pub(super) fn run_prove(args: ProveArgs) -> Result<ExitCode, CliError> {
     let path = args.location.path();
     let conn = crate::store::open_reader(&path, std::time::Duration::from_secs(5))
-        .map_err(|e| CliError::Prove(ProveError::Note(crate::errors::chain(&e))))?;
+        .map_err(|e| CliError::Prove(ProveError::Store(crate::errors::chain(&e))))?;
     let newest = || -> Result<String, CliError> {
         let store = crate::store::checkpoint::head(&conn)
             .map_err(ProveError::Sqlite)?
@@ -77,7 +77,7 @@ pub(super) fn run_prove(args: ProveArgs) -> Result<ExitCode, CliError> {
         crate::store::checkpoint::newest_note(&conn, &store)
             .map_err(ProveError::Sqlite)?
             .ok_or_else(|| {
-                CliError::Prove(ProveError::Note(format!(
+                CliError::Prove(ProveError::Store(format!(
                     "{} keeps no signed checkpoint yet; give one with --checkpoint (or --to)",
                     path.display()
                 )))

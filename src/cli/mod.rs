@@ -164,7 +164,8 @@ pub enum CliError {
     Verify(#[from] crate::store::verify::VerifyError),
     #[error(transparent)]
     KeyFile(#[from] crate::note::KeyFileError),
-    #[error("cannot make the proof: {0}")]
+    // Not `{0}`: `main` prints the causes after the message, and the proof's error is one.
+    #[error("cannot make the proof")]
     Prove(#[from] crate::store::prove::ProveError),
 }
 

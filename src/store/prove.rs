@@ -25,6 +25,9 @@ pub(crate) enum Which {
 pub enum ProveError {
     #[error("the checkpoint cannot be used: {0}")]
     Note(String),
+    /// The store cannot be opened, or keeps no checkpoint to prove against.
+    #[error("{0}")]
+    Store(String),
     #[error(
         "the checkpoint is of store {theirs}, and this store is {ours}: prove with a checkpoint of this store"
     )]
@@ -70,10 +73,11 @@ pub enum ProveError {
     )]
     Pruned { row_id: i64 },
     #[error(
-        "the newer checkpoint has {new} leaves and the older {old}: give the older one with --from and the newer with --to"
+        "the checkpoint to prove from has {old} leaves, more than the {new} of the one to prove to: a consistency proof goes from the older checkpoint (--from) to the newer (--to)"
     )]
     Order { old: u64, new: u64 },
-    #[error("the store's tree hashes: {0}")]
+    // The cause is the source, printed after this by `main`.
+    #[error("the store's tree hashes")]
     Tlog(#[from] TlogError),
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),

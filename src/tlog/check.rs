@@ -37,13 +37,13 @@ pub(crate) struct Checked {
 #[derive(Debug, Error)]
 pub(crate) enum CheckError {
     /// The proof or a signature is wrong: evidence of tampering (exit 1).
-    #[error("the {which} tree head's signature does not verify: {source}")]
+    #[error("the {which}tree head's signature does not verify: {source}")]
     Forged {
         which: &'static str,
         #[source]
         source: NoteError,
     },
-    #[error("the {which} tree head carries a cosignature by {witness} that does not verify")]
+    #[error("the {which}tree head carries a cosignature by {witness} that does not verify")]
     BadCosignature {
         which: &'static str,
         witness: String,
@@ -59,7 +59,7 @@ pub(crate) enum CheckError {
     )]
     RolledBack { old: u64, new: u64 },
     #[error(
-        "the {which} tree head is cosigned by {found} of the given witnesses ({names}), and at least {needed} are required"
+        "the {which}tree head is cosigned by {found} of the given witnesses ({names}), and at least {needed} are required"
     )]
     NotWitnessed {
         which: &'static str,
@@ -68,13 +68,13 @@ pub(crate) enum CheckError {
         names: String,
     },
     /// The input or the keys cannot be used (exit 2).
-    #[error("the {which} tree head cannot be used: {source}")]
+    #[error("the {which}tree head cannot be used: {source}")]
     Unusable {
         which: &'static str,
         #[source]
         source: NoteError,
     },
-    #[error("the {which} tree head is not a tlog checkpoint: {problem}")]
+    #[error("the {which}tree head is not a tlog checkpoint: {problem}")]
     NotATreeHead {
         which: &'static str,
         problem: String,
@@ -91,6 +91,8 @@ impl CheckError {
     }
 }
 
+/// `which` is `"older "` or `"newer "` with its space, or empty for an inclusion
+/// proof's only head, so that messages read "the tree head" then.
 fn open(
     which: &'static str,
     note: &str,
@@ -160,8 +162,8 @@ pub(crate) fn check(
             })
         }
         ProofFile::Consistency { proof, old, new } => {
-            let old = open("older", old, keys, witnesses, 0)?;
-            let new = open("newer", new, keys, witnesses, min_witnesses)?;
+            let old = open("older ", old, keys, witnesses, 0)?;
+            let new = open("newer ", new, keys, witnesses, min_witnesses)?;
             if old.head.origin != new.head.origin {
                 return Err(CheckError::OtherLog {
                     old: old.head.origin,

@@ -29,6 +29,7 @@ mod own_topics;
 mod picture;
 mod pods;
 mod poison_pill;
+mod proofs;
 mod publisher;
 mod query;
 mod reconcile_list;

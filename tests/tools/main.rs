@@ -9,3 +9,4 @@ mod audit;
 mod deploy;
 mod note_interop;
 mod sqlite;
+mod tlog_interop;
