@@ -237,6 +237,15 @@ fn run_verify_checkpoints(
             }
             Ok(code)
         }
+        // Zero checkpoints checked is no evidence either way.
+        None if verified.checked == 0 && verified.tree.roots == 0 => {
+            eprintln!(
+                "error: none of the {} of store {} could be checked against the store (signed before any row was chained, or only on rows retention deleted before the tree existed): nothing was verified",
+                checkpoints::count(verified.of_store as u64, "checkpoint"),
+                verified.store.as_deref().unwrap_or("?")
+            );
+            Ok(ExitCode::from(2))
+        }
         None => {
             println!("audit store {}: intact", path.display());
             print!("{}", summary(report, &args.anchor));

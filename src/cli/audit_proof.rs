@@ -179,6 +179,11 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    // A proof is for handing over, not a secret (the temporary file starts 0600).
+    std::fs::set_permissions(
+        file.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )?;
     file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path).map_err(|e| e.error)?;

@@ -311,7 +311,9 @@ pub fn config(data: &[u8]) {
 }
 
 mod managers;
+mod proofs;
 mod stored;
 
 pub use managers::{cri, docker};
+pub use proofs::proof;
 pub use stored::{kafka, note, note_signer, resume, spool_record, spool_segment};
