@@ -16,6 +16,7 @@ mod stats;
 mod status;
 mod timeline;
 mod top;
+mod witness;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -82,6 +83,9 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Make a running gateway read its configuration again and say whether it applied it.
     Reload(reload::ReloadArgs),
+    /// A transparency log witness (C2SP tlog-witness): make its key, check its
+    /// configuration, run it.
+    Witness(witness::WitnessArgs),
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +167,8 @@ pub enum CliError {
     Verify(#[from] crate::store::verify::VerifyError),
     #[error(transparent)]
     KeyFile(#[from] crate::note::KeyFileError),
+    #[error(transparent)]
+    Witness(#[from] crate::witness::ServeError),
 }
 
 impl CliError {
@@ -257,5 +263,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Top(args) => top::run(args).await,
         Command::Audit(args) => audit::run(args).await,
         Command::Reload(args) => reload::run(args).await,
+        Command::Witness(args) => witness::run(args).await,
     }
 }

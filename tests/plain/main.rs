@@ -42,3 +42,4 @@ mod sqlite;
 mod tls;
 mod ui;
 mod ui_live;
+mod witness;
