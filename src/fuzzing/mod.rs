@@ -312,6 +312,8 @@ pub fn config(data: &[u8]) {
 
 mod managers;
 mod stored;
+mod witness;
 
 pub use managers::{cri, docker};
 pub use stored::{kafka, note, note_signer, resume, spool_record, spool_segment};
+pub use witness::witness;
