@@ -224,12 +224,13 @@ fn encode(key: &[u8; 32]) -> String {
     STANDARD.encode(bytes)
 }
 
+/// What [`cosignatures`] found: (witness name, time) for each witness whose
+/// cosignature verifies, and the names of those with a line that does not.
+pub(crate) type Found = (Vec<(String, u64)>, Vec<String>);
+
 /// The cosignatures of `witnesses` on a signed note: (witness name, time) for each
 /// that verifies, and the names whose line does not verify.
-pub(crate) fn cosignatures(
-    note: &str,
-    witnesses: &[WitnessKey],
-) -> Result<(Vec<(String, u64)>, Vec<String>), NoteError> {
+pub(crate) fn cosignatures(note: &str, witnesses: &[WitnessKey]) -> Result<Found, NoteError> {
     let (text, lines) = crate::note::split(note)?;
     let mut good = Vec::new();
     let mut bad = Vec::new();

@@ -86,7 +86,8 @@ fn consistent_checkpoints_are_cosigned_and_recorded() {
     let lines = f.submit(0, &[], &first).unwrap();
     // The answer is the witness's cosignature line, and it verifies on the note.
     assert_eq!(lines.lines().count(), 1, "{lines}");
-    let (good, bad) = cosignatures(&format!("{first}{lines}"), &[f.key.clone()]).unwrap();
+    let (good, bad) =
+        cosignatures(&format!("{first}{lines}"), std::slice::from_ref(&f.key)).unwrap();
     assert_eq!(good, vec![(f.key.name().to_owned(), NOW)]);
     assert!(bad.is_empty());
     assert_eq!(f.recorded(), Some(5));
@@ -95,7 +96,8 @@ fn consistent_checkpoints_are_cosigned_and_recorded() {
     let proof = prove_tree(9, 5, &mut stored9).unwrap();
     let second = note(&f.log, ORIGIN, 9, &root9);
     let lines = f.submit(5, &proof, &second).unwrap();
-    let (good, _) = cosignatures(&format!("{second}{lines}"), &[f.key.clone()]).unwrap();
+    let (good, _) =
+        cosignatures(&format!("{second}{lines}"), std::slice::from_ref(&f.key)).unwrap();
     assert_eq!(good.len(), 1);
     let head = f.witness.state().head(ORIGIN).unwrap().unwrap();
     assert_eq!(

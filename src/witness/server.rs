@@ -154,14 +154,7 @@ async fn add_checkpoint(
     let handler = Arc::clone(witness);
     let outcome = tokio::task::spawn_blocking(move || handler.add_checkpoint(&body, now)).await;
     match outcome {
-        Ok(Ok(cosignatures)) => {
-            let mut response = text(StatusCode::OK, cosignatures);
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            response
-        }
+        Ok(Ok(cosignatures)) => text(StatusCode::OK, cosignatures),
         Ok(Err(AddError::Refused(refusal))) => refused(&refusal, peer),
         Ok(Err(AddError::State(error))) => {
             tracing::error!(%peer, error = %crate::errors::chain(&error), "witness: cannot use its state; nothing cosigned");
