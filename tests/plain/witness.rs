@@ -595,9 +595,14 @@ async fn the_log_side_submits_retries_from_the_witness_size_and_checks_the_cosig
     let (prefix, encoded) = lines[0].rsplit_once(' ').expect("name and signature");
     let mut raw = STANDARD.decode(encoded).expect("base64");
     raw[40] ^= 1;
-    let altered = vec![format!("{prefix} {}", STANDARD.encode(raw))];
+    let altered = format!("{prefix} {}", STANDARD.encode(raw));
     assert!(matches!(
-        verify_cosignature(&key, &note, &altered),
+        verify_cosignature(&key, &note, std::slice::from_ref(&altered)),
+        Err(WitnessError::BadCosignature { .. })
+    ));
+    // Nor is it made good by a valid line beside it: the answer was tampered with.
+    assert!(matches!(
+        verify_cosignature(&key, &note, &[lines[0].clone(), altered]),
         Err(WitnessError::BadCosignature { .. })
     ));
 
