@@ -37,7 +37,22 @@ pub mod forward {
 }
 
 pub mod note {
-    pub use crate::note::{NoteError, Signer, Verifier, load_key, open};
+    pub use crate::note::{NoteError, Signer, Verifier, load_cosigner, load_key, open};
+}
+
+/// The Merkle tree, its tree heads and witness cosignatures, for the tests that
+/// build a log in memory.
+pub mod tlog {
+    pub use crate::tlog::cosignature::{Cosigner, WitnessKey};
+    pub use crate::tlog::proof::{check_record, check_tree, prove_record, prove_tree};
+    pub use crate::tlog::stored::{Frontier, HashReader, stored_hash_count, tree_hash};
+    pub use crate::tlog::tree_head::TreeHead;
+    pub use crate::tlog::{HASH_LEN, Hash, TlogError, leaf_hash};
+}
+
+/// The log's side of the witness protocol.
+pub mod witness {
+    pub use crate::witness::client::{WitnessError, add_checkpoint, verify_cosignature};
 }
 
 /// A pipeline run without a gateway around it, and the type `Gateway::pipeline()`

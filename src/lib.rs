@@ -31,6 +31,11 @@
 //!   connections), written by the `sqlite` forwarder and read by queries.
 //! - `note`: signed notes (C2SP signed-note, Go's sumdb note format): the keys that
 //!   sign checkpoints of the audit store's chain head, and opening what they signed.
+//! - `tlog`: the RFC 6962 Merkle tree over the audit store's rows, its tree heads
+//!   (C2SP tlog-checkpoint) and witness cosignatures (C2SP tlog-cosignature).
+//! - `witness`: `eventgate witness`, a C2SP tlog-witness server that cosigns
+//!   checkpoints consistent with the ones it cosigned before, and the client a log
+//!   submits its checkpoints with.
 //! - `query`: `eventgate query` and `stats`: filters as SQL over the audit store.
 //! - `replay`: `eventgate replay`: stored events sent again, resumable.
 //! - `resume`: the resumable Subscribe (`eventgate events --since/--after`): stored
@@ -113,3 +118,4 @@ pub mod tls;
 mod ui;
 pub mod units;
 mod upstream;
+mod witness;

@@ -154,6 +154,7 @@ pub(crate) const TABLES: &[&[Metric]] = &[
     crate::forward::sqlite::metric_table::METRICS,
     crate::correlate::metric_table::METRICS,
     crate::source::metric_table::METRICS,
+    crate::witness::metric_table::METRICS,
 ];
 
 /// Gives the recorder every metric's unit and `# HELP` text.

@@ -17,6 +17,7 @@ mod stats;
 mod status;
 mod timeline;
 mod top;
+mod witness;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -83,6 +84,9 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Make a running gateway read its configuration again and say whether it applied it.
     Reload(reload::ReloadArgs),
+    /// A transparency log witness (C2SP tlog-witness): make its key, check its
+    /// configuration, run it.
+    Witness(witness::WitnessArgs),
 }
 
 #[derive(Debug, Args)]
@@ -167,6 +171,8 @@ pub enum CliError {
     // Not `{0}`: `main` prints the causes after the message, and the proof's error is one.
     #[error("cannot make the proof")]
     Prove(#[from] crate::store::prove::ProveError),
+    #[error(transparent)]
+    Witness(#[from] crate::witness::ServeError),
 }
 
 impl CliError {
@@ -261,5 +267,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Top(args) => top::run(args).await,
         Command::Audit(args) => audit::run(args).await,
         Command::Reload(args) => reload::run(args).await,
+        Command::Witness(args) => witness::run(args).await,
     }
 }

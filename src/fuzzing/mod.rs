@@ -313,7 +313,9 @@ pub fn config(data: &[u8]) {
 mod managers;
 mod proofs;
 mod stored;
+mod witness;
 
 pub use managers::{cri, docker};
 pub use proofs::proof;
 pub use stored::{kafka, note, note_signer, resume, spool_record, spool_segment};
+pub use witness::witness;

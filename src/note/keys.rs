@@ -65,13 +65,7 @@ pub(crate) fn key_id_of(name: &str, alg: u8, public: &[u8; 32]) -> u32 {
 impl Signer {
     /// A new key named `name` from the system's random source.
     pub fn generate(name: &str) -> Result<Signer, NoteError> {
-        check_name(name)?;
-        if name.len() > MAX_NEW_NAME_BYTES {
-            return Err(NoteError::InvalidName {
-                name: name.to_owned(),
-                problem: "it is longer than 256 bytes (it goes on every signature line)",
-            });
-        }
+        check_new_name(name)?;
         let mut seed = [0u8; 32];
         rand::rngs::OsRng
             .try_fill_bytes(&mut seed)
@@ -226,6 +220,19 @@ impl Verifier {
         };
         self.key.verify_strict(message, &signature).is_ok()
     }
+}
+
+/// The rules for a new key's name (a log's or a witness's): those of any key name,
+/// and a length that keeps signature lines short.
+pub(crate) fn check_new_name(name: &str) -> Result<(), NoteError> {
+    check_name(name)?;
+    if name.len() > MAX_NEW_NAME_BYTES {
+        return Err(NoteError::InvalidName {
+            name: name.to_owned(),
+            problem: "it is longer than 256 bytes (it goes on every signature line)",
+        });
+    }
+    Ok(())
 }
 
 fn check_name(name: &str) -> Result<(), NoteError> {

@@ -17,8 +17,8 @@
 //! - `keys`: [`Signer`] and [`Verifier`], their text forms and the key id;
 //! - `open`: signing a text and opening (parsing and verifying) a signed note, with
 //!   the bounds that keep hostile input cheap;
-//! - `keyfile`: the signer key's file (created 0600, never overwritten; refused when
-//!   others can read it);
+//! - `keyfile`: the signer key's file, and a witness's cosigner key's (created 0600,
+//!   never overwritten; refused when others can read it);
 //! - `settings`: the `[signing]` table.
 
 mod keyfile;
@@ -26,10 +26,10 @@ mod keys;
 mod open;
 mod settings;
 
-pub use keyfile::load_key;
-pub(crate) use keyfile::{KeyFileError, write_new_key};
+pub(crate) use keyfile::{KeyFileError, write_new_cosigner, write_new_key};
+pub use keyfile::{load_cosigner, load_key};
 pub use keys::{Signer, Verifier};
-pub(crate) use keys::{key_id_of, malformed, split_key_of};
+pub(crate) use keys::{check_new_name, key_id_of, malformed, split_key_of};
 pub use open::open;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use open::open_bytes;

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use rand::TryRngCore;
 
-use crate::note::{NoteError, SignatureLine, key_id_of, malformed, split_key_of};
+use crate::note::{NoteError, SignatureLine, check_new_name, key_id_of, malformed, split_key_of};
 
 /// The signature type of a cosignature/v1 key.
 pub(crate) const ALG_COSIGNATURE: u8 = 0x04;
@@ -47,7 +47,9 @@ pub struct WitnessKey {
 
 impl Cosigner {
     pub fn generate(name: &str) -> Result<Cosigner, NoteError> {
-        // The same name rules as a log's key: checked by parsing the text form.
+        // Checked before the text is made: a '+' in the name would split it elsewhere
+        // and be reported as a bad key id.
+        check_new_name(name)?;
         let mut seed = [0u8; 32];
         rand::rngs::OsRng
             .try_fill_bytes(&mut seed)

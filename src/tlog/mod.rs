@@ -24,13 +24,13 @@ pub(crate) mod tree_head;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-pub(crate) const HASH_LEN: usize = 32;
+pub const HASH_LEN: usize = 32;
 
 /// One node of the tree.
-pub(crate) type Hash = [u8; HASH_LEN];
+pub type Hash = [u8; HASH_LEN];
 
 /// The hash of a leaf holding `record`.
-pub(crate) fn leaf_hash(record: &[u8]) -> Hash {
+pub fn leaf_hash(record: &[u8]) -> Hash {
     let mut sha = Sha256::new();
     sha.update([0u8]);
     sha.update(record);

@@ -11,11 +11,7 @@ use super::{Hash, TlogError, node_hash};
 pub(crate) const MAX_PROOF_HASHES: usize = 128;
 
 /// The hashes proving leaf `n` is in the tree of the first `t` leaves.
-pub(crate) fn prove_record(
-    t: u64,
-    n: u64,
-    reader: &mut dyn HashReader,
-) -> Result<Vec<Hash>, TlogError> {
+pub fn prove_record(t: u64, n: u64, reader: &mut dyn HashReader) -> Result<Vec<Hash>, TlogError> {
     if n >= t {
         return Err(TlogError::BadRequest(format!(
             "leaf {n} is not in a tree of {t} leaves"
@@ -71,7 +67,7 @@ fn leaf_proof(
 
 /// Checks that `proof` shows the leaf hash `leaf` at position `n` in the tree of `t`
 /// leaves whose root is `root`.
-pub(crate) fn check_record(
+pub fn check_record(
     proof: &[Hash],
     t: u64,
     root: &Hash,
@@ -124,11 +120,7 @@ fn run_record_proof(
 
 /// The hashes proving the tree of the first `n` leaves is a prefix of the tree of
 /// the first `t`.
-pub(crate) fn prove_tree(
-    t: u64,
-    n: u64,
-    reader: &mut dyn HashReader,
-) -> Result<Vec<Hash>, TlogError> {
+pub fn prove_tree(t: u64, n: u64, reader: &mut dyn HashReader) -> Result<Vec<Hash>, TlogError> {
     if n < 1 || n > t {
         return Err(TlogError::BadRequest(format!(
             "no consistency proof from {n} to {t} leaves: the old size must be 1 to the new"
@@ -191,13 +183,7 @@ fn tree_proof(
 /// Checks that `proof` shows the tree of `n` leaves with root `old` is a prefix of
 /// the tree of `t` leaves with root `new`. Equal sizes need an empty proof and equal
 /// roots.
-pub(crate) fn check_tree(
-    proof: &[Hash],
-    t: u64,
-    new: &Hash,
-    n: u64,
-    old: &Hash,
-) -> Result<(), TlogError> {
+pub fn check_tree(proof: &[Hash], t: u64, new: &Hash, n: u64, old: &Hash) -> Result<(), TlogError> {
     if n < 1 || n > t {
         return Err(TlogError::ProofFailed(
             "the old size must be 1 to the new size",

@@ -43,7 +43,7 @@ pub(crate) fn split_stored_hash_index(index: u64) -> (u32, u64) {
 }
 
 /// How many hashes a tree of `n` leaves has stored.
-pub(crate) fn stored_hash_count(n: u64) -> u64 {
+pub fn stored_hash_count(n: u64) -> u64 {
     if n == 0 {
         return 0;
     }
@@ -57,7 +57,7 @@ pub(crate) fn stored_hash_count(n: u64) -> u64 {
 }
 
 /// Where stored hashes are read from (the store's table, a proof's cache, memory).
-pub(crate) trait HashReader {
+pub trait HashReader {
     /// The hashes at `indexes`, in that order; a missing one is an error.
     fn read_hashes(&mut self, indexes: &[u64]) -> Result<Vec<Hash>, TlogError>;
 }
@@ -121,7 +121,7 @@ pub(super) fn subtree_hash(
 }
 
 /// The root of the tree of the first `n` leaves.
-pub(crate) fn tree_hash(n: u64, reader: &mut dyn HashReader) -> Result<Hash, TlogError> {
+pub fn tree_hash(n: u64, reader: &mut dyn HashReader) -> Result<Hash, TlogError> {
     if n == 0 {
         return Ok(super::empty_root());
     }
@@ -135,7 +135,7 @@ pub(crate) fn tree_hash(n: u64, reader: &mut dyn HashReader) -> Result<Hash, Tlo
 /// largest first, with their stored indexes. Everything appending needs, so a
 /// writer reads it once per batch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Frontier {
+pub struct Frontier {
     size: u64,
     /// (level, hash), largest subtree first.
     edge: Vec<(u32, Hash)>,
@@ -143,7 +143,7 @@ pub(crate) struct Frontier {
 
 impl Frontier {
     /// Reads the edge of the tree of `n` leaves.
-    pub(crate) fn read(n: u64, reader: &mut dyn HashReader) -> Result<Frontier, TlogError> {
+    pub fn read(n: u64, reader: &mut dyn HashReader) -> Result<Frontier, TlogError> {
         let mut indexes = Vec::new();
         subtree_index(0, n, &mut indexes);
         let hashes = reader.read_hashes(&indexes)?;
@@ -155,13 +155,13 @@ impl Frontier {
         Ok(Frontier { size: n, edge })
     }
 
-    pub(crate) fn size(&self) -> u64 {
+    pub fn size(&self) -> u64 {
         self.size
     }
 
     /// Appends one leaf: pushes onto `out` the hashes to store at indexes
     /// `stored_hash_count(size)` on (the leaf's, then each subtree it closes).
-    pub(crate) fn append(&mut self, leaf: Hash, out: &mut Vec<Hash>) {
+    pub fn append(&mut self, leaf: Hash, out: &mut Vec<Hash>) {
         out.push(leaf);
         let mut hash = leaf;
         let mut level = 0;
@@ -179,7 +179,7 @@ impl Frontier {
     }
 
     /// The root of the tree so far.
-    pub(crate) fn root(&self) -> Hash {
+    pub fn root(&self) -> Hash {
         let mut parts = self.edge.iter().rev();
         let Some(&(_, mut hash)) = parts.next() else {
             return super::empty_root();

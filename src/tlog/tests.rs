@@ -211,3 +211,17 @@ fn cosignatures_verify_and_refuse_changes() {
     let (_, lines) = crate::note::split(&note).unwrap();
     assert_eq!(key.check(text, &lines[0]), Checked::Other);
 }
+
+#[test]
+fn a_witness_key_name_follows_the_rules_of_a_log_key_name() {
+    use super::cosignature::Cosigner;
+    for (name, problem) in [
+        ("a+b", "'+'"),
+        ("a b", "whitespace"),
+        ("", "empty"),
+        (&"n".repeat(257), "256 bytes"),
+    ] {
+        let error = Cosigner::generate(name).unwrap_err().to_string();
+        assert!(error.contains(problem), "{name:?}: {error}");
+    }
+}

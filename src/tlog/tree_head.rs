@@ -24,7 +24,7 @@ pub(crate) const MAX_TEXT: usize = 16 * 1024;
 pub(crate) const MAX_EXTENSIONS: usize = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TreeHead {
+pub struct TreeHead {
     pub origin: String,
     pub size: u64,
     pub root: Hash,
@@ -32,7 +32,7 @@ pub(crate) struct TreeHead {
 }
 
 impl TreeHead {
-    pub(crate) fn to_text(&self) -> String {
+    pub fn to_text(&self) -> String {
         let mut text = format!(
             "{}\n{}\n{}\n",
             self.origin,
@@ -47,7 +47,7 @@ impl TreeHead {
     }
 
     /// Parses a note's text (ending in a newline) as a tree head.
-    pub(crate) fn parse(text: &str) -> Result<TreeHead, String> {
+    pub fn parse(text: &str) -> Result<TreeHead, String> {
         if text.len() > MAX_TEXT {
             return Err(format!(
                 "a tree head is at most {MAX_TEXT} bytes, this text is {}",

@@ -354,10 +354,72 @@ def note():
     write("note", "verifier", f"{name}+{key_id.hex()}+{encoded}")
 
 
+def witness():
+    """add-checkpoint bodies (c2sp.org/tlog-witness) over a small RFC 6962 tree,
+    and a witness's answers."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives import serialization
+
+    def leaf(i):
+        return hashlib.sha256(b"\0" + f"row {i}".encode()).digest()
+
+    def node(l, r):
+        return hashlib.sha256(b"\1" + l + r).digest()
+
+    def split(n):
+        k = 1
+        while k * 2 < n:
+            k *= 2
+        return k
+
+    def mth(d):
+        if not d:
+            return hashlib.sha256(b"").digest()
+        if len(d) == 1:
+            return d[0]
+        k = split(len(d))
+        return node(mth(d[:k]), mth(d[k:]))
+
+    def subproof(m, d, b):
+        n = len(d)
+        if m == n:
+            return [] if b else [mth(d)]
+        k = split(n)
+        if m <= k:
+            return subproof(m, d[:k], b) + [mth(d[k:])]
+        return subproof(m - k, d[k:], False) + [mth(d[:k])]
+
+    name = "fuzz.example/log"
+    key = Ed25519PrivateKey.from_private_bytes(bytes([7] * 32))
+    public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    key_id = hashlib.sha256(name.encode() + b"\n\x01" + public).digest()[:4]
+    origin = "web-1/eventgate/5f0c1b8e2d6a4c3f9e7b1a2d3c4e5f60"
+    leaves = [leaf(i) for i in range(13)]
+
+    def checkpoint(n):
+        text = f"{origin}\n{n}\n{base64.b64encode(mth(leaves[:n])).decode()}\nnode web-1\n"
+        sig = key.sign(text.encode())
+        return f"{text}\n\u2014 {name} {base64.b64encode(key_id + sig).decode()}\n"
+
+    def body(old, new):
+        proof = subproof(old, leaves[:new], True) if old else []
+        lines = "".join(base64.b64encode(h).decode() + "\n" for h in proof)
+        return f"old {old}\n{lines}\n{checkpoint(new)}"
+
+    write("witness", "first", body(0, 5))
+    write("witness", "proof", body(5, 13))
+    write("witness", "same", body(13, 13))
+    write("witness", "empty", f"old 0\n\n{origin}\n0\n{base64.b64encode(mth([])).decode()}\n\n\u2014 {name} AAAAAAA=\n")
+    write("witness", "bad-old", body(5, 13).replace("old 5", "old 05", 1))
+    write("witness", "conflict", "13\n")
+    cosig = base64.b64encode(bytes(4) + (1700000000).to_bytes(8, "big") + bytes(64)).decode()
+    write("witness", "cosignatures", f"\u2014 witness.example/w1 {cosig}\n\u2014 witness.example/w2 {cosig}\n")
+
+
 def main():
     if SEEDS.exists():
         shutil.rmtree(SEEDS)
-    for make in (filters, unary, render, spool, config, kafka, resume, cri, docker, note):
+    for make in (filters, unary, render, spool, config, kafka, resume, cri, docker, note, witness):
         make()
     total = sum(f.stat().st_size for f in SEEDS.rglob("*") if f.is_file())
     print(f"seeds: {sum(1 for f in SEEDS.rglob('*') if f.is_file())} files, {total} bytes")

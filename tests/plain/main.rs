@@ -44,3 +44,4 @@ mod sqlite;
 mod tls;
 mod ui;
 mod ui_live;
+mod witness;

@@ -146,3 +146,45 @@ fn what_is_not_a_signer_key_is_named() {
         Err(KeyFileError::NotAFile { .. })
     ));
 }
+
+#[test]
+fn a_witness_key_file_is_held_to_the_same_rules_and_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w1.key");
+    let cosigner = write_new_cosigner(&path, "witness.example/w1").unwrap();
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(
+        load_cosigner(&path).unwrap().witness_key(),
+        cosigner.witness_key()
+    );
+    assert!(matches!(
+        write_new_cosigner(&path, "witness.example/w1"),
+        Err(KeyFileError::Exists { .. })
+    ));
+
+    // Each wrong file says it wanted a witness key, and how one is made.
+    let public = key_file(&dir, "public", cosigner.witness_key().to_text().as_bytes());
+    let log = key_file(
+        &dir,
+        "log",
+        Signer::generate("n").unwrap().to_text().as_bytes(),
+    );
+    for (path, expected) in [
+        (public, ["witness cosigner key", "witness keygen"]),
+        (log, ["witness cosigner key", "signature type 0x01"]),
+        (
+            dir.path().join("missing"),
+            ["does not exist", "eventgate witness keygen"],
+        ),
+    ] {
+        let error = load_cosigner(&path).unwrap_err();
+        let chain = format!("{:#}", anyhow::Error::from(error));
+        assert!(expected.iter().all(|e| chain.contains(e)), "{chain}");
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let error = load_cosigner(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("a witness cosigner key must be private"),
+        "{error}"
+    );
+}

@@ -536,7 +536,7 @@ fn notes_are_split_after_their_last_signature_line() {
 fn input_that_holds_no_usable_note_cannot_verify() {
     let signer = key();
     let keys = [signer.verifier()];
-    let (store, notes) = signed_store(&signer);
+    let (store, _) = signed_store(&signer);
     let path = store.path();
     let cases: [(String, &str); 2] = [
         (String::new(), "holds no signed note (it is empty)"),
