@@ -46,6 +46,11 @@ pub(crate) const METRICS: &[Metric] = &[
         metrics::Unit::Count,
         "Attempts to sign and publish an audit checkpoint that failed (retried), by sqlite forwarder.",
     ),
+    Metric::counter(
+        "eventgate_witness_submissions_total",
+        metrics::Unit::Count,
+        "Checkpoints sent to a witness, by sqlite forwarder, witness and result (cosigned, conflict, refused, unreachable, bad_response, bad_cosignature).",
+    ),
 ];
 
 /// How often a store's head is read.
@@ -58,6 +63,33 @@ pub(crate) struct SignerStatus {
     pub last: Option<(SystemTime, i64)>,
     /// Since when, and why, checkpoints fail.
     pub failing: Option<(SystemTime, String)>,
+    /// Each configured witness, in configuration order.
+    pub witnesses: Vec<WitnessStatus>,
+}
+
+/// Where one witness stands for one store's checkpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct WitnessStatus {
+    pub name: String,
+    pub url: String,
+    /// When it last cosigned, and the tree size.
+    pub cosigned: Option<(SystemTime, u64)>,
+    /// Since when, and why, it gives no cosignature.
+    pub failing: Option<(SystemTime, String)>,
+}
+
+/// The longest a witness that failed is left alone before it is asked again.
+const WITNESS_BACKOFF: Duration = Duration::from_secs(300);
+
+/// One witness as one signer task sees it.
+struct Witness {
+    url: String,
+    key: crate::tlog::cosignature::WitnessKey,
+    /// The tree size it is believed to have cosigned (0: not known; it says).
+    size: u64,
+    /// Not asked again before this, after a failure.
+    retry_at: Option<std::time::Instant>,
+    backoff: Duration,
 }
 
 pub(crate) struct Signers {
@@ -77,6 +109,8 @@ struct Task {
     every_rows: i64,
     /// The forwarder's retention policy, stated in every checkpoint.
     retention: Option<crate::store::retention::Policy>,
+    witnesses: Vec<(String, crate::tlog::cosignature::WitnessKey)>,
+    witness_timeout: Duration,
     exchange: Exchange,
     status: watch::Sender<SignerStatus>,
     stop: CancellationToken,
@@ -102,10 +136,20 @@ impl Signers {
         };
         let signer = Arc::new(signer);
         for spec in forwarders.iter().filter(|f| f.kind == "sqlite") {
+            let witnesses = settings.witnesses();
             let (status, receiver) = watch::channel(SignerStatus {
                 forwarder: spec.name.clone(),
                 last: None,
                 failing: None,
+                witnesses: witnesses
+                    .iter()
+                    .map(|(url, key)| WitnessStatus {
+                        name: key.name().to_owned(),
+                        url: url.clone(),
+                        cosigned: None,
+                        failing: None,
+                    })
+                    .collect(),
             });
             let task = Task {
                 forwarder: spec.name.clone(),
@@ -121,6 +165,8 @@ impl Signers {
                 retention: crate::forward::sqlite::retention_policy(&spec.options)
                     .ok()
                     .flatten(),
+                witnesses,
+                witness_timeout: settings.witness_timeout,
                 exchange: exchange.clone(),
                 status,
                 stop: signers.stop.child_token(),
@@ -183,13 +229,24 @@ impl Line {
 impl Task {
     async fn run(self) {
         let mut line: Option<Line> = None;
+        let mut witnesses: Vec<Witness> = self
+            .witnesses
+            .iter()
+            .map(|(url, key)| Witness {
+                url: url.clone(),
+                key: key.clone(),
+                size: 0,
+                retry_at: None,
+                backoff: Duration::from_secs(1),
+            })
+            .collect();
         let mut retry = TICK;
         loop {
             let stopping = tokio::select! {
                 () = self.stop.cancelled() => true,
                 () = tokio::time::sleep(retry) => false,
             };
-            match self.turn(&mut line, stopping).await {
+            match self.turn(&mut line, &mut witnesses, stopping).await {
                 Ok(()) => retry = TICK,
                 Err(error) => {
                     retry = (retry * 2).min(Duration::from_secs(30));
@@ -206,7 +263,12 @@ impl Task {
     }
 
     /// Reads the head and signs a checkpoint if one is due (always when stopping).
-    async fn turn(&self, line: &mut Option<Line>, stopping: bool) -> Result<(), String> {
+    async fn turn(
+        &self,
+        line: &mut Option<Line>,
+        witnesses: &mut [Witness],
+        stopping: bool,
+    ) -> Result<(), String> {
         let path = self.store.clone();
         let state_file = self.state_file.clone();
         let known = line.is_some();
@@ -251,6 +313,14 @@ impl Task {
             .signer
             .sign(&checkpoint.to_text())
             .map_err(|e| format!("cannot sign: {}", errors::chain(&e)))?;
+        // A clean stop does not wait for witnesses: the next start's first
+        // checkpoint is sent to them.
+        let note = match (&checkpoint.tree, stopping) {
+            (Some(tree), false) if !witnesses.is_empty() => {
+                self.witnessed(note, tree.size, witnesses).await
+            }
+            _ => note,
+        };
         let envelope = markers::audit_checkpoint(&checkpoint, &note, &self.forwarder);
         let incoming = Incoming::checked(Source::Internal, envelope);
         async { self.exchange.append(incoming).await?.acknowledged().await }
@@ -271,6 +341,171 @@ impl Task {
             s.failing = None;
         });
         Ok(())
+    }
+
+    /// Sends the signed tree head to every witness not backing off, at once, and
+    /// returns the note with the cosignatures that came back and verify. A witness
+    /// that fails is reported and left alone for a while (1 s, doubling to 5 min);
+    /// the checkpoint is shipped with what there is, never held back.
+    async fn witnessed(&self, note: String, size: u64, witnesses: &mut [Witness]) -> String {
+        let now = std::time::Instant::now();
+        let asks = witnesses
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.retry_at.is_none_or(|at| at <= now))
+            .map(|(i, w)| {
+                let (url, key, known) = (w.url.clone(), w.key.clone(), w.size);
+                let note = note.clone();
+                async move { (i, self.cosign(&url, &key, known, size, &note).await) }
+            });
+        let answers = futures::future::join_all(asks).await;
+        let mut cosigned = note;
+        for (i, answer) in answers {
+            let witness = &mut witnesses[i];
+            let (result, outcome) = match &answer {
+                Ok(_) => ("cosigned", None),
+                Err((result, error)) => (*result, Some(error.clone())),
+            };
+            metrics::counter!(
+                "eventgate_witness_submissions_total",
+                "forwarder" => self.forwarder.clone(),
+                "witness" => witness.key.name().to_owned(),
+                "result" => result
+            )
+            .increment(1);
+            match answer {
+                Ok(lines) => {
+                    witness.size = size;
+                    witness.retry_at = None;
+                    witness.backoff = Duration::from_secs(1);
+                    for line in lines {
+                        cosigned.push_str(&line);
+                        cosigned.push('\n');
+                    }
+                    self.status.send_modify(|s| {
+                        if let Some(w) = s.witnesses.get_mut(i) {
+                            w.cosigned = Some((SystemTime::now(), size));
+                            w.failing = None;
+                        }
+                    });
+                }
+                Err(_) => {
+                    let error = outcome.unwrap_or_default();
+                    witness.retry_at = Some(std::time::Instant::now() + witness.backoff);
+                    witness.backoff = (witness.backoff * 2).min(WITNESS_BACKOFF);
+                    let first = self
+                        .status
+                        .borrow()
+                        .witnesses
+                        .get(i)
+                        .is_some_and(|w| w.failing.is_none());
+                    if first {
+                        tracing::error!(forwarder = %self.forwarder, witness = %witness.key.name(), url = %witness.url, %error, "a witness gives no cosignature; checkpoints are shipped without it, and it is asked again");
+                    }
+                    self.status.send_modify(|s| {
+                        if let Some(w) = s.witnesses.get_mut(i) {
+                            let since = w.failing.as_ref().map_or_else(SystemTime::now, |f| f.0);
+                            w.failing = Some((since, error));
+                        }
+                    });
+                }
+            }
+        }
+        cosigned
+    }
+
+    /// One witness's cosignature lines on `note` (a tree of `size` leaves), proving
+    /// consistency from the size it is believed to have; after a conflict, once more
+    /// from the size it says it has. The error is (the metric's result, what happened).
+    async fn cosign(
+        &self,
+        url: &str,
+        key: &crate::tlog::cosignature::WitnessKey,
+        known: u64,
+        size: u64,
+        note: &str,
+    ) -> Result<Vec<String>, (&'static str, String)> {
+        use crate::witness::client::{WitnessError, add_checkpoint, verify_cosignature};
+        let mut old = known.min(size);
+        for attempt in 0..2 {
+            let proof = self
+                .consistency(old, size)
+                .await
+                .map_err(|e| ("refused", e))?;
+            match add_checkpoint(url, old, &proof, note, self.witness_timeout).await {
+                Ok(lines) => {
+                    verify_cosignature(key, note, &lines)
+                        .map_err(|e| ("bad_cosignature", errors::chain(&e)))?;
+                    // Only this witness's lines are shipped.
+                    let (text, _) = crate::note::split(note)
+                        .map_err(|e| ("bad_cosignature", errors::chain(&e)))?;
+                    let mine = lines
+                        .into_iter()
+                        .filter(|line| {
+                            crate::note::split(&format!("{text}\n{line}\n")).is_ok_and(
+                                |(_, parsed)| {
+                                    parsed.first().is_some_and(|l| {
+                                        key.check(text, l)
+                                            != crate::tlog::cosignature::Checked::Other
+                                    })
+                                },
+                            )
+                        })
+                        .collect();
+                    return Ok(mine);
+                }
+                Err(WitnessError::Conflict { size: theirs }) if attempt == 0 && theirs <= size => {
+                    old = theirs;
+                }
+                Err(WitnessError::Conflict { size: theirs }) => {
+                    return Err((
+                        "conflict",
+                        format!(
+                            "the witness has recorded a tree of {theirs} leaves for this log, and this store's is {size}: it cannot be extended from there (the store went back, or another store signs under this origin)"
+                        ),
+                    ));
+                }
+                Err(error @ WitnessError::Unreachable { .. }) => {
+                    return Err(("unreachable", errors::chain(&error)));
+                }
+                Err(error @ (WitnessError::BadResponse { .. } | WitnessError::Url { .. })) => {
+                    return Err(("bad_response", errors::chain(&error)));
+                }
+                Err(error @ WitnessError::BadCosignature { .. }) => {
+                    return Err(("bad_cosignature", errors::chain(&error)));
+                }
+                Err(error @ WitnessError::Refused { .. }) => {
+                    return Err(("refused", errors::chain(&error)));
+                }
+            }
+        }
+        Err((
+            "conflict",
+            "the witness answered with a conflict twice".to_owned(),
+        ))
+    }
+
+    /// The consistency proof from `old` to `size` leaves, read from the store's tree.
+    async fn consistency(&self, old: u64, size: u64) -> Result<Vec<crate::tlog::Hash>, String> {
+        if old == 0 || old == size {
+            return Ok(Vec::new());
+        }
+        let path = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            crate::tlog::proof::prove_tree(
+                size,
+                old,
+                &mut crate::store::tree::SqlHashes::new(&conn),
+            )
+            .map_err(|e| format!("cannot prove consistency from {old} to {size} leaves: {e}"))
+        })
+        .await
+        .map_err(|e| format!("the proof reader stopped: {e}"))?
     }
 
     /// The tree head to sign with the chain head (`None` for a store of a schema

@@ -280,14 +280,41 @@ pub(crate) fn signer(status: &crate::signer::SignerStatus, now: SystemTime) -> P
         Some((at, row_id)) => format!("last checkpoint {} ago at row_id {row_id}", ago(at)),
         None => "no checkpoint signed yet".to_owned(),
     };
-    Part {
-        problem: status.failing.as_ref().map(|(since, error)| {
+    // A witness that gives no cosignature: checkpoints are still shipped, but
+    // without the evidence that only a witness can give.
+    let witness = status.witnesses.iter().find_map(|w| {
+        w.failing.as_ref().map(|(since, error)| {
             format!(
-                "{name}: cannot publish a signed checkpoint for {} ({last}); last error: {error}",
+                "{name}: witness {} at {} has given no cosignature for {}; last error: {error}",
+                w.name,
+                w.url,
                 ago(*since)
             )
-        }),
-        detail: format!("{name}: {last}"),
+        })
+    });
+    let mut detail = format!("{name}: {last}");
+    for w in &status.witnesses {
+        match w.cosigned {
+            Some((at, size)) => detail.push_str(&format!(
+                "; witness {} cosigned {} ago (tree of {size})",
+                w.name,
+                ago(at)
+            )),
+            None => detail.push_str(&format!("; witness {} has not cosigned yet", w.name)),
+        }
+    }
+    Part {
+        problem: status
+            .failing
+            .as_ref()
+            .map(|(since, error)| {
+                format!(
+                    "{name}: cannot publish a signed checkpoint for {} ({last}); last error: {error}",
+                    ago(*since)
+                )
+            })
+            .or(witness),
+        detail,
         name,
     }
 }

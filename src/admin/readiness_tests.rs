@@ -295,6 +295,7 @@ fn a_signer_that_cannot_publish_is_not_ready_and_says_why() {
             forwarder: "audit".into(),
             last: Some((now() - Duration::from_secs(30), 42)),
             failing: None,
+            witnesses: Vec::new(),
         },
         now(),
     );
@@ -308,6 +309,7 @@ fn a_signer_that_cannot_publish_is_not_ready_and_says_why() {
             forwarder: "audit".into(),
             last: None,
             failing: Some((now() - Duration::from_secs(5), "cannot sign: boom".into())),
+            witnesses: Vec::new(),
         },
         now(),
     );
@@ -315,6 +317,45 @@ fn a_signer_that_cannot_publish_is_not_ready_and_says_why() {
         failing.problem.as_deref(),
         Some(
             "signer audit: cannot publish a signed checkpoint for 5s (no checkpoint signed yet); last error: cannot sign: boom"
+        )
+    );
+}
+
+#[test]
+fn a_witness_that_gives_no_cosignature_is_not_ready_and_says_why() {
+    use crate::signer::{SignerStatus, WitnessStatus};
+    let witness = |cosigned, failing| WitnessStatus {
+        name: "w.example/1".into(),
+        url: "http://127.0.0.1:7380".into(),
+        cosigned,
+        failing,
+    };
+    let status = |w| SignerStatus {
+        forwarder: "audit".into(),
+        last: Some((now() - Duration::from_secs(30), 42)),
+        failing: None,
+        witnesses: vec![w],
+    };
+    let fine = signer(
+        &status(witness(Some((now() - Duration::from_secs(30), 42)), None)),
+        now(),
+    );
+    assert_eq!(fine.problem, None);
+    assert_eq!(
+        fine.detail,
+        "signer audit: last checkpoint 30s ago at row_id 42; witness w.example/1 cosigned 30s ago (tree of 42)"
+    );
+    let down = signer(
+        &status(witness(
+            None,
+            Some((now() - Duration::from_secs(7), "connection refused".into())),
+        )),
+        now(),
+    );
+    assert_eq!(
+        down.problem.as_deref(),
+        Some(
+            "signer audit: witness w.example/1 at http://127.0.0.1:7380 has given no cosignature for 7s; last error: connection refused"
         )
     );
 }

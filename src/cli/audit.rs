@@ -470,6 +470,20 @@ fn run_head(args: HeadArgs) -> Result<ExitCode, CliError> {
     }
     let (store, note) = checkpoints::newest_note(&path)?;
     println!("store     {store}");
+    // The log's origin, for a witness's configuration: from the newest version 2
+    // checkpoint (the node is the gateway's, not the store's).
+    let origin = note
+        .as_deref()
+        .and_then(|n| crate::note::split(n).ok())
+        .and_then(|(text, _)| crate::store::checkpoint::Checkpoint::parse(text).ok())
+        .filter(|c| c.tree.is_some())
+        .map(|c| crate::store::checkpoint::origin(&c.node, &c.store));
+    match origin {
+        Some(origin) => println!("origin    {origin}"),
+        None => println!(
+            "origin    NODE/eventgate/{store} (NODE: the gateway's node; the first signed checkpoint names it)"
+        ),
+    }
     match note {
         // As stored: the store's copy proves nothing by itself (whoever can write the
         // store can put an older note here); the copies shipped off the host do.

@@ -23,6 +23,24 @@ pub struct SigningSettings {
     pub interval: Duration,
     /// ... and sooner, as soon as this many rows were added since the last one.
     pub every_rows: u64,
+    /// Witnesses each checkpoint is sent to (C2SP tlog-witness); the cosignatures
+    /// they answer with are attached to the note that is shipped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub witness: Vec<WitnessTarget>,
+    /// How long one witness may take to answer one checkpoint.
+    #[serde(with = "crate::units::duration_text")]
+    pub witness_timeout: Duration,
+}
+
+/// One `[[signing.witness]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WitnessTarget {
+    /// `http://HOST[:PORT][/PREFIX]`: where its `add-checkpoint` is.
+    pub url: String,
+    /// Its key, as `eventgate witness keygen` printed it: only a cosignature by this
+    /// key is accepted.
+    pub key: String,
 }
 
 impl Default for SigningSettings {
@@ -31,6 +49,8 @@ impl Default for SigningSettings {
             key: None,
             interval: Duration::from_secs(60),
             every_rows: 100_000,
+            witness: Vec::new(),
+            witness_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -55,7 +75,59 @@ impl SigningSettings {
                 "must be more than 0 (the rows after which a checkpoint is signed)".into(),
             ));
         }
+        if self.witness_timeout.is_zero()
+            || (!self.witness.is_empty() && self.witness_timeout > self.interval)
+        {
+            return Err((
+                "signing.witness_timeout",
+                format!(
+                    "must be more than 0s and at most signing.interval ({}): a witness is asked once per checkpoint",
+                    humantime::format_duration(self.interval)
+                ),
+            ));
+        }
+        let mut keys = Vec::new();
+        for (i, witness) in self.witness.iter().enumerate() {
+            crate::witness::client::endpoint(&witness.url).map_err(|e| {
+                (
+                    "signing.witness.url",
+                    format!("[[signing.witness]] number {}: {e}", i + 1),
+                )
+            })?;
+            let key = crate::tlog::cosignature::WitnessKey::from_text(&witness.key).map_err(|e| {
+                (
+                    "signing.witness.key",
+                    format!(
+                        "[[signing.witness]] number {} ({}): {e} (give the witness key `eventgate witness keygen` printed)",
+                        i + 1,
+                        witness.url
+                    ),
+                )
+            })?;
+            if keys.contains(&key) {
+                return Err((
+                    "signing.witness.key",
+                    format!(
+                        "[[signing.witness]] number {} repeats the key of another: each witness counts once",
+                        i + 1
+                    ),
+                ));
+            }
+            keys.push(key);
+        }
         Ok(())
+    }
+
+    /// The witnesses, their keys parsed (after [`Self::validate`]).
+    pub(crate) fn witnesses(&self) -> Vec<(String, crate::tlog::cosignature::WitnessKey)> {
+        self.witness
+            .iter()
+            .filter_map(|w| {
+                crate::tlog::cosignature::WitnessKey::from_text(&w.key)
+                    .ok()
+                    .map(|key| (w.url.clone(), key))
+            })
+            .collect()
     }
 }
 

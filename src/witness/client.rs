@@ -201,7 +201,7 @@ pub fn verify_cosignature(
 
 /// `http://HOST[:PORT][/PREFIX]` split into what to connect to and the request's
 /// path (`PREFIX/add-checkpoint`).
-fn endpoint(url: &str) -> Result<(String, String), WitnessError> {
+pub(crate) fn endpoint(url: &str) -> Result<(String, String), WitnessError> {
     let invalid = |problem: &str| WitnessError::Url {
         url: url.to_owned(),
         problem: problem.to_owned(),
