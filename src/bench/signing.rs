@@ -52,6 +52,129 @@ impl SigningKey {
     }
 }
 
+/// An `eventgate witness` run in-process for one benchmarked gateway, following the
+/// log of the gateway's audit store. The store is made before the gateway starts,
+/// so its origin (`bench/eventgate/<store id>`, the gateway's `node` set to `bench`)
+/// is known to configure the witness with.
+pub(crate) struct Witness {
+    url: String,
+    key: crate::tlog::cosignature::WitnessKey,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Witness {
+    pub(crate) async fn start(run_dir: &Path, log: &SigningKey) -> Result<Witness, BenchError> {
+        let failed = |what: String| BenchError::Failed { what };
+        let data_dir = run_dir.join("eventgate");
+        let conn =
+            store::open_writer(&data_dir.join("audit.db"), &store::WriterOptions::default())?;
+        let id = crate::store::checkpoint::head(&conn)
+            .map_err(|source| BenchError::Sqlite {
+                what: "read the store's id",
+                source,
+            })?
+            .store;
+        drop(conn);
+        let origin = crate::store::checkpoint::origin("bench", &id);
+        let key_path = run_dir.join("witness.key");
+        let cosigner = note::write_new_cosigner(&key_path, "bench.witness/w1").map_err(|e| {
+            failed(format!(
+                "cannot write a witness key: {}",
+                crate::errors::chain(&e)
+            ))
+        })?;
+        let port = super::daemon::free_port()?;
+        let text = format!(
+            "listen = \"127.0.0.1:{port}\"\nkey = {:?}\ndata_dir = {:?}\n[[log]]\norigin = {origin:?}\nkey = {:?}\n",
+            key_path.display().to_string(),
+            run_dir.join("witness").display().to_string(),
+            log.verifier.to_text(),
+        );
+        let settings = crate::witness::WitnessSettings::parse(&text, "the benchmark's witness")
+            .map_err(|e| failed(format!("witness settings: {}", crate::errors::chain(&e))))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let stop = async {
+                let _ = stopped.await;
+            };
+            if let Err(error) =
+                crate::witness::serve(&settings, "the benchmark's witness", stop).await
+            {
+                tracing::error!(error = %crate::errors::chain(&error), "the benchmark's witness stopped");
+            }
+        });
+        Ok(Witness {
+            url: format!("http://127.0.0.1:{port}"),
+            key: cosigner.witness_key(),
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The `node` and `[signing]` of the gateway's config file, with this witness.
+    pub(crate) fn config_table(&self, log: &SigningKey) -> String {
+        format!(
+            "node = \"bench\"\n{}witness_timeout = \"1s\"\n[[signing.witness]]\nurl = {:?}\nkey = {:?}\n",
+            log.config_table(),
+            self.url,
+            self.key.to_text()
+        )
+    }
+
+    /// [`checkpoints`], and that the newest stored checkpoint carries this witness's
+    /// cosignature (some may not: the first ones can go before the witness listens).
+    pub(crate) async fn cosigned(
+        &self,
+        data_dir: &Path,
+        log: &SigningKey,
+        admin: &str,
+    ) -> Result<Signed, BenchError> {
+        let deadline = Instant::now() + FIRST_CHECKPOINT;
+        let path = data_dir.join("audit.db");
+        loop {
+            let signed = checkpoints(data_dir, log, Some(admin)).await?;
+            let conn = store::open_reader(&path, Duration::from_secs(5))?;
+            let newest: Option<String> = conn
+                .query_row(
+                    "SELECT json_extract(event, '$.note') FROM events WHERE topic = ?1 \
+                     ORDER BY row_id DESC LIMIT 1",
+                    [TOPIC],
+                    |row| row.get(0),
+                )
+                .map_err(|source| BenchError::Sqlite {
+                    what: "read the newest checkpoint",
+                    source,
+                })?;
+            let cosigned = newest
+                .as_deref()
+                .and_then(|n| {
+                    crate::tlog::cosignature::cosignatures(n, std::slice::from_ref(&self.key)).ok()
+                })
+                .is_some_and(|c| !c.good.is_empty());
+            if cosigned {
+                return Ok(signed);
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Failed {
+                    what: format!(
+                        "witnessing was on, but the newest checkpoint in {} carries no cosignature of the benchmark's witness {FIRST_CHECKPOINT:?} after the round; see the gateway's log",
+                        path.display()
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub(crate) async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.task.await;
+    }
+}
+
 /// What a gateway with signing on had signed by the end of its round.
 #[derive(Clone, Debug)]
 pub(crate) struct Signed {

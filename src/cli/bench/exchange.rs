@@ -55,7 +55,9 @@ pub struct ExchangeArgs {
     /// taking turns each round). `on` adds a config file holding only `[signing]`: a
     /// key the benchmark writes, `interval = "1s"`, `every_rows = 10000` (far more
     /// often than the defaults, 1m and 100000); the run fails if such a gateway signed
-    /// no checkpoint.
+    /// no checkpoint. `witnessed` is `on` plus an `eventgate witness` on loopback that
+    /// every checkpoint is sent to (`[[signing.witness]]`); the run fails unless the
+    /// checkpoints come back cosigned. `off,on,witnessed` runs all three in turn.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
     pub signing: Vec<Signing>,
 }
@@ -65,6 +67,8 @@ pub struct ExchangeArgs {
 pub enum Signing {
     Off,
     On,
+    /// `on`, and every checkpoint sent to a witness the benchmark runs.
+    Witnessed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -93,6 +97,9 @@ pub(super) enum System {
     Defaults,
     /// The defaults plus `[signing]` (a config file holding nothing else).
     DefaultsSigning,
+    /// The defaults plus `[signing]` with a `[[signing.witness]]`: an
+    /// `eventgate witness` the benchmark runs, which every checkpoint is sent to.
+    DefaultsWitnessed,
     Containerd,
 }
 
@@ -102,6 +109,7 @@ impl System {
             System::Exchange => "eventgate, exchange only",
             System::Defaults => "eventgate, defaults",
             System::DefaultsSigning => "eventgate, defaults + signing",
+            System::DefaultsWitnessed => "eventgate, defaults + signing + witness",
             System::Containerd => "containerd",
         }
     }
@@ -148,6 +156,9 @@ pub(super) async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
         if args.signing.contains(&Signing::On) {
             systems.push(System::DefaultsSigning);
         }
+        if args.signing.contains(&Signing::Witnessed) {
+            systems.push(System::DefaultsWitnessed);
+        }
     }
     if !args.no_containerd {
         systems.push(System::Containerd);
@@ -159,7 +170,7 @@ pub(super) async fn run(args: ExchangeArgs) -> Result<ExitCode, CliError> {
     // with the raw run next to it rather than with one run per round.
     let durable = |system: System| match system {
         System::Exchange => args.spool_fsync == SpoolFsync::Batch,
-        System::Defaults | System::DefaultsSigning => true,
+        System::Defaults | System::DefaultsSigning | System::DefaultsWitnessed => true,
         System::Containerd => false,
     };
     let records = Arc::new(if systems.iter().any(|s| durable(*s)) {
@@ -247,6 +258,7 @@ async fn run_one(
     })?;
     let admin = free_admin_address()?;
     let mut key = None;
+    let mut witness: Option<crate::bench::signing::Witness> = None;
     let daemon = match system {
         System::Containerd => Daemon::containerd(&args.containerd, run_dir).await?,
         System::Exchange => {
@@ -276,6 +288,22 @@ async fn run_one(
             let extra = ["--config", &config, "--admin", &admin];
             Daemon::eventgate(eventgate, run_dir, &extra).await?
         }
+        System::DefaultsWitnessed => {
+            let signing = SigningKey::write(run_dir)?;
+            let running = crate::bench::signing::Witness::start(run_dir, &signing).await?;
+            let config = run_dir.join("eventgate.toml");
+            std::fs::write(&config, running.config_table(&signing)).map_err(|source| {
+                CliError::Io {
+                    context: format!("cannot write {}", config.display()),
+                    source,
+                }
+            })?;
+            key = Some(signing);
+            witness = Some(running);
+            let config = config.display().to_string();
+            let extra = ["--config", &config, "--admin", &admin];
+            Daemon::eventgate(eventgate, run_dir, &extra).await?
+        }
     };
     let address = daemon.socket().display().to_string();
     let (server_before, client_before) = (daemon.cpu_time(), own_cpu_time());
@@ -289,7 +317,7 @@ async fn run_one(
         }
     };
     let held = match system {
-        System::Defaults | System::DefaultsSigning => {
+        System::Defaults | System::DefaultsSigning | System::DefaultsWitnessed => {
             let data_dir = run_dir.join("eventgate");
             let stored = m.published + m.warmups;
             defaults_hold(&data_dir, stored, bench.drain_timeout)
@@ -312,7 +340,11 @@ async fn run_one(
     let signed = match &key {
         Some(key) => {
             let data_dir = run_dir.join("eventgate");
-            match checkpoints(&data_dir, key, Some(&admin)).await {
+            let signed = match &witness {
+                Some(witness) => witness.cosigned(&data_dir, key, &admin).await,
+                None => checkpoints(&data_dir, key, Some(&admin)).await,
+            };
+            match signed {
                 Ok(signed) => Some(signed),
                 Err(e) => {
                     daemon.stop(Duration::from_secs(5)).await;
@@ -323,6 +355,9 @@ async fn run_one(
         None => None,
     };
     daemon.stop(Duration::from_secs(5)).await;
+    if let Some(witness) = witness {
+        witness.stop().await;
+    }
     let per_event = |d: Duration| d.as_secs_f64() * 1e6 / m.delivered.max(1) as f64;
     Ok(Row {
         system,

@@ -75,6 +75,9 @@ fn configuration(args: &ExchangeArgs, system: System) -> String {
         System::DefaultsSigning => format!(
             "the defaults + `[signing]`: a new key, `interval = \"{INTERVAL}\"`, `every_rows = {EVERY_ROWS}`"
         ),
+        System::DefaultsWitnessed => format!(
+            "the defaults + `[signing]` as above + one `[[signing.witness]]`: an `eventgate witness` on loopback, `witness_timeout = \"1s\"`; the run fails unless checkpoints came back cosigned"
+        ),
         System::Containerd => "temp config, CRI disabled".into(),
     }
 }
@@ -97,7 +100,10 @@ fn print_disk_table(systems: &[System], rows: &[Row]) {
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for row in gateways {
         let disk = row.disk.clone().unwrap_or_default();
-        let defaults = matches!(row.system, System::Defaults | System::DefaultsSigning);
+        let defaults = matches!(
+            row.system,
+            System::Defaults | System::DefaultsSigning | System::DefaultsWitnessed
+        );
         let held = match (defaults, row.held) {
             (true, Some(held)) => format!(
                 "{:.2} s ({:.2}x the delivery clock)",
@@ -282,7 +288,32 @@ fn print_signing(rows: &[Row]) {
             signed.join(", ")
         );
     }
-    for system in [System::Defaults, System::DefaultsSigning] {
+    let witnessed: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.system == System::DefaultsWitnessed)
+        .filter_map(|on| {
+            let off = rows
+                .iter()
+                .find(|r| r.system == System::DefaultsSigning && r.round == on.round)?;
+            Some(on.m.delivered_per_sec() / off.m.delivered_per_sec().max(1e-9))
+        })
+        .collect();
+    if !witnessed.is_empty() {
+        println!(
+            "- witnessing on / off (defaults + signing + witness / defaults + signing), delivered events/s: **{:.3}x** (rounds {})",
+            median(witnessed.clone()),
+            witnessed
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for system in [
+        System::Defaults,
+        System::DefaultsSigning,
+        System::DefaultsWitnessed,
+    ] {
         let rates: Vec<f64> = rows
             .iter()
             .filter(|r| r.system == system)
