@@ -439,3 +439,63 @@ fn a_fork_signed_with_the_key_is_caught() {
         "{problem}"
     );
 }
+
+/// A store as version 13 left it: rows, the chain and version 1 checkpoints, no tree.
+fn as_version_13(path: &Path) {
+    sql(
+        path,
+        "DROP TABLE audit_tree; DROP TABLE audit_tree_hashes; \
+         ALTER TABLE audit_chain DROP COLUMN pruned_record; PRAGMA user_version = 13;",
+    );
+}
+
+#[test]
+fn a_store_of_version_13_gains_its_tree_and_its_old_checkpoints_still_verify() {
+    let signer = Signer::generate("node-1").unwrap();
+    let store = TempStore::new();
+    let v1 = |path: &Path, prev: Option<&str>| {
+        let conn = Connection::open(path).unwrap();
+        let head = checkpoint::head(&conn).unwrap();
+        let text = Checkpoint {
+            node: "node-1".into(),
+            store: head.store,
+            row_id: head.row_id,
+            seq: head.seq,
+            hash: head.hash,
+            pruned_rows: head.pruned_rows,
+            time: ago(7200 - head.row_id.unsigned_abs()),
+            prev: prev.map(note_hash),
+            tree: None,
+        }
+        .to_text();
+        signer.sign(&text).unwrap()
+    };
+    write_received(store.path(), 1..=150, 9000);
+    let first = v1(store.path(), None);
+    write_received(store.path(), 151..=300, 8000);
+    let second = v1(store.path(), Some(&first));
+    as_version_13(store.path());
+
+    // The writer's first open migrates and fills the tree in.
+    drop(crate::store::open_writer(store.path(), &Default::default()).unwrap());
+    let conn = Connection::open(store.path()).unwrap();
+    let tree = crate::store::tree::state(&conn).unwrap().unwrap();
+    assert_eq!((tree.first_row_id, tree.size), (1, 300));
+
+    // The old checkpoints verify as they did, and so do new ones over the tree.
+    let notes = vec![first, second.clone()];
+    let verified = run(store.path(), &notes, &[signer.verifier()], &Options::default());
+    assert_eq!(verified.report.problem, None);
+    assert_eq!(verified.checked, 2);
+    write_received(store.path(), 301..=310, 10);
+    let third = sign(store.path(), &signer, Some(&second), None, ago(5));
+    let verified = run(
+        store.path(),
+        &[notes[0].clone(), notes[1].clone(), third],
+        &[signer.verifier()],
+        &Options::default(),
+    );
+    assert_eq!(verified.report.problem, None);
+    assert_eq!(verified.tree.roots, 1);
+    assert_eq!(verified.tree.leaves, 310);
+}
