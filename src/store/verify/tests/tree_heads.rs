@@ -484,7 +484,12 @@ fn a_store_of_version_13_gains_its_tree_and_its_old_checkpoints_still_verify() {
 
     // The old checkpoints verify as they did, and so do new ones over the tree.
     let notes = vec![first, second.clone()];
-    let verified = run(store.path(), &notes, &[signer.verifier()], &Options::default());
+    let verified = run(
+        store.path(),
+        &notes,
+        &[signer.verifier()],
+        &Options::default(),
+    );
     assert_eq!(verified.report.problem, None);
     assert_eq!(verified.checked, 2);
     write_received(store.path(), 301..=310, 10);
