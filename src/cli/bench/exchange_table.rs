@@ -75,9 +75,7 @@ fn configuration(args: &ExchangeArgs, system: System) -> String {
         System::DefaultsSigning => format!(
             "the defaults + `[signing]`: a new key, `interval = \"{INTERVAL}\"`, `every_rows = {EVERY_ROWS}`"
         ),
-        System::DefaultsWitnessed => format!(
-            "the defaults + `[signing]` as above + one `[[signing.witness]]`: an `eventgate witness` on loopback, `witness_timeout = \"1s\"`; the run fails unless checkpoints came back cosigned"
-        ),
+        System::DefaultsWitnessed => "the defaults + `[signing]` as above + one `[[signing.witness]]`: an `eventgate witness` on loopback, `witness_timeout = \"1s\"`; the run fails unless checkpoints came back cosigned".into(),
         System::Containerd => "temp config, CRI disabled".into(),
     }
 }
