@@ -42,6 +42,7 @@ mod signing;
 mod spool;
 mod sqlite;
 mod tls;
+mod transparency;
 mod ui;
 mod ui_live;
 mod witness;
