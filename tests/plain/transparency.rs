@@ -418,7 +418,8 @@ fn submit(witness: &Witness, old: u64, note: &str) -> Result<Vec<String>, Witnes
 /// A run of the node's gateway that root ends: two batches of exits, each covered
 /// by a checkpoint the witness cosigned, with a copy of the store taken between them
 /// (a backup to restore later); `while_running` is called before the kill. SIGKILL,
-/// so no last checkpoint is signed on the way out.
+/// as root stops it: a clean stop signs a last checkpoint, which is not sent to the
+/// witnesses, and the archive would end with one no witness cosigned.
 struct Killed {
     /// The archive copied off the node after the kill.
     archive: PathBuf,
