@@ -313,10 +313,11 @@ impl Task {
             .signer
             .sign(&checkpoint.to_text())
             .map_err(|e| format!("cannot sign: {}", errors::chain(&e)))?;
-        // A clean stop does not wait for witnesses: the next start's first
-        // checkpoint is sent to them.
-        let note = match (&checkpoint.tree, stopping) {
-            (Some(tree), false) if !witnesses.is_empty() => {
+        // The one signed at a clean stop too (within `witness_timeout`, well inside
+        // the shutdown timeout): otherwise a gateway stopped on purpose would end its
+        // archive with a tree head no witness saw.
+        let note = match &checkpoint.tree {
+            Some(tree) if !witnesses.is_empty() => {
                 self.witnessed(note, tree.size, witnesses).await
             }
             _ => note,

@@ -42,6 +42,7 @@ mod signing;
 mod spool;
 mod sqlite;
 mod tls;
+mod transparency;
 mod tree_upgrade;
 mod ui;
 mod ui_live;

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine;
@@ -20,6 +20,7 @@ use base64::engine::general_purpose::STANDARD;
 use eventgate::internal::note::{Signer, load_cosigner, load_key};
 use eventgate::internal::tlog::{Frontier, Hash, TreeHead, WitnessKey, leaf_hash, prove_tree};
 use eventgate::internal::witness::{WitnessError, add_checkpoint, verify_cosignature};
+use support::witness::Witness;
 use support::*;
 
 const ORIGIN: &str = "web-1/eventgate/5f0c1b8e2d6a4c3f9e7b1a2d3c4e5f60";
@@ -195,73 +196,6 @@ fn assert_cosigned(answer: &Answer, note: &str, witness: &str) -> u64 {
     key.verify_strict(message.as_bytes(), &signature)
         .expect("an Ed25519 signature over cosignature/v1, the time and the text");
     time
-}
-
-/// A running `eventgate witness serve` on a free loopback port.
-struct Witness {
-    child: Child,
-    stderr: Lines,
-    addr: SocketAddr,
-    config: PathBuf,
-    data: PathBuf,
-    log: String,
-}
-
-impl Witness {
-    fn start(config: &Path, data: &Path) -> Witness {
-        let mut child = eventgate()
-            .args(["witness", "serve", "--config", path_str(config)])
-            .args(["--listen", "127.0.0.1:0", "--data-dir", path_str(data)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn eventgate witness serve");
-        let stderr = Lines::new(child.stderr.take().expect("stderr"));
-        let mut witness = Witness {
-            child,
-            stderr,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            config: config.to_owned(),
-            data: data.to_owned(),
-            log: String::new(),
-        };
-        let lines = witness.stderr.until("the witness serving line", |line| {
-            line.contains("witness serving") || line.contains("error")
-        });
-        witness.log = lines.join("\n");
-        let last = lines.last().expect("a line");
-        witness.addr = last
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("addr="))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {last:?}:\n{}", witness.log));
-        witness
-    }
-
-    /// Stops it with `signal` and waits: a clean exit.
-    fn stop(&mut self, signal: nix::sys::signal::Signal) {
-        support::signal(&self.child, signal);
-        let status = wait_exit(&mut self.child, DEADLINE);
-        let rest = self.stderr.drain();
-        assert!(status.success(), "{status}: {}\n{rest}", self.log);
-    }
-
-    fn restart(&mut self) {
-        self.stop(nix::sys::signal::Signal::SIGTERM);
-        *self = Witness::start(&self.config.clone(), &self.data.clone());
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-impl Drop for Witness {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A witness key, a log key and a config naming the log, in `dir`.

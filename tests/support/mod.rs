@@ -29,6 +29,7 @@ pub mod spooled;
 pub mod stores;
 pub mod tansu;
 pub mod webdriver;
+pub mod witness;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
