@@ -883,6 +883,23 @@ fn timed_pass(f: impl FnOnce() -> Result<u64, BenchError>) -> Result<Pass, Bench
     })
 }
 
+/// Reads the whole file once, untimed by the passes, so that the first of them
+/// (the plain scan, their peer) does not pay for bringing it into the page cache and
+/// the others find it there as far as memory allows. Returns the bytes and time.
+pub(crate) fn read_through(path: &Path) -> Result<(u64, Duration), BenchError> {
+    let started = Instant::now();
+    let mut file = std::fs::File::open(path).map_err(|source| BenchError::Io {
+        context: format!("cannot open {}", path.display()),
+        source,
+    })?;
+    let bytes =
+        std::io::copy(&mut file, &mut std::io::sink()).map_err(|source| BenchError::Io {
+            context: format!("cannot read {}", path.display()),
+            source,
+        })?;
+    Ok((bytes, started.elapsed()))
+}
+
 /// The peer of the whole-store passes: plain rusqlite running the chain walk's
 /// SELECT (every hashed column, prev_hash and hash, in row_id order), each value
 /// read, nothing computed.
