@@ -21,6 +21,7 @@ mod sink_count;
 mod sinks;
 pub(crate) mod soak;
 pub(crate) mod spool;
+pub(crate) mod tree;
 pub(crate) mod ui;
 pub(crate) mod ui_readers;
 pub(crate) mod upstream;

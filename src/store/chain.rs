@@ -165,6 +165,13 @@ pub(crate) struct RowHasher {
 
 impl RowHasher {
     pub(crate) fn hash<'v>(&mut self, prev: &Hash, values: &'v RowValues<'v>) -> Hash {
+        self.lay_out(prev, values);
+        Sha256::digest(self.buf.as_slice()).into()
+    }
+
+    /// Puts the bytes a row's hash covers into `buf`, apart from hashing them: a
+    /// leaf needs the same bytes but not the chain's hash of them.
+    fn lay_out<'v>(&mut self, prev: &Hash, values: &'v RowValues<'v>) {
         let buf = &mut self.buf;
         buf.clear();
         buf.extend_from_slice(DOMAIN);
@@ -172,11 +179,11 @@ impl RowHasher {
         let (before, reconciled) = values.split_at(BEFORE_RECONCILED);
         if reconciled.iter().any(|v| *v != ValueRef::Null) {
             values.iter().for_each(|value| push_value(buf, value));
-            return Sha256::digest(buf.as_slice()).into();
+            return;
         }
         if before[BEFORE_RECONCILED - 1] != ValueRef::Null {
             before.iter().for_each(|value| push_value(buf, value));
-            return Sha256::digest(buf.as_slice()).into();
+            return;
         }
         let (always, rest) = before.split_at(ALWAYS);
         let (publisher, rest) = rest.split_at(PUBLISHER_COLUMNS);
@@ -201,7 +208,6 @@ impl RowHasher {
         for value in parts.chain(origin).chain(workload).chain(node) {
             push_value(buf, value);
         }
-        Sha256::digest(buf.as_slice()).into()
     }
 }
 
@@ -221,8 +227,16 @@ impl RowHasher {
 
     /// The row's record: the bytes its leaf hashes.
     pub(crate) fn record<'v>(&mut self, values: &'v RowValues<'v>) -> Vec<u8> {
-        self.hash(&ZERO, values);
+        self.lay_out(&ZERO, values);
         self.buf[DOMAIN.len() + HASH_LEN..].to_vec()
+    }
+
+    /// The row's leaf hash alone, for passes over stored rows that need no chain
+    /// hash (the tree's check in `audit verify`, building the tree of an older
+    /// store): one SHA-256 per row instead of two, and no copy of the record.
+    pub(crate) fn leaf<'v>(&mut self, values: &'v RowValues<'v>) -> Hash {
+        self.lay_out(&ZERO, values);
+        crate::tlog::leaf_hash(&self.buf[DOMAIN.len() + HASH_LEN..])
     }
 }
 

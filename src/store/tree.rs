@@ -272,8 +272,7 @@ pub(crate) fn catch_up(
                     ));
                 }
                 let values = super::verify::values_at(row, 1).map_err(TreeError::Sqlite)?;
-                let record = hasher.record(&values);
-                appender.push(crate::tlog::leaf_hash(&record));
+                appender.push(hasher.leaf(&values));
                 expected += 1;
                 added += 1;
             }

@@ -14,6 +14,7 @@ mod load;
 mod reconcile_bench;
 #[cfg(all(feature = "containerd-tests", feature = "kafka-tests"))]
 mod soak;
+mod tree_bench;
 mod ui_bench;
 #[cfg(feature = "containerd-tests")]
 mod upstream_burst;

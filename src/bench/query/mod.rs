@@ -35,7 +35,7 @@ pub(crate) struct Prepared {
     pub reused: bool,
 }
 
-fn side_file(db: &Path) -> PathBuf {
+pub(crate) fn side_file(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push(".bench.json");
     PathBuf::from(name)
@@ -66,7 +66,7 @@ fn recorded(db: &Path, params: &Params) -> Option<f64> {
     }
 }
 
-fn file_size(path: &Path) -> u64 {
+pub(crate) fn file_size(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
@@ -130,7 +130,7 @@ pub(crate) fn prepare(
     })
 }
 
-fn wal_file(db: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn wal_file(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)

@@ -13,6 +13,7 @@ mod replay;
 mod resume;
 mod soak;
 mod spool;
+mod tree;
 mod ui;
 mod upstream;
 
@@ -79,6 +80,12 @@ pub enum Which {
     /// history page's heaviest answers (/ui) at once, in alternating phases of the
     /// same run.
     Ui(ui::UiBenchArgs),
+    /// The audit store's Merkle tree on a generated store of millions of rows: its
+    /// insert cost next to plain rusqlite, its bytes per row, inclusion and
+    /// consistency proof latency next to the same reads in plain rusqlite, `audit
+    /// verify` with and without the tree pass next to a plain scan, and building it
+    /// for an older store.
+    Tree(tree::TreeBenchArgs),
 }
 
 pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
@@ -96,6 +103,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Correlate(args) => correlate::run(args).await,
         Which::Soak(args) => soak::run_soak(args).await,
         Which::Ui(args) => ui::run(args).await,
+        Which::Tree(args) => tree::run(args).await,
     }
 }
 

@@ -16,7 +16,7 @@ use crate::store::chain::{COLUMNS, RowHasher};
 use crate::store::tree::{self, CHUNK, SqlHashes, TreeState};
 use crate::tlog::stored::{Frontier, stored_hash_count, tree_hash};
 use crate::tlog::tree_head::encode_hash;
-use crate::tlog::{Hash, TlogError, leaf_hash};
+use crate::tlog::{Hash, TlogError};
 
 /// What the tree pass found: the first problem, and what it checked.
 #[derive(Debug, Default)]
@@ -167,7 +167,7 @@ pub(crate) fn check(
         }
         let values = values_at(row, 1)?;
         produced.clear();
-        frontier.append(leaf_hash(&hasher.record(&values)), &mut produced);
+        frontier.append(hasher.leaf(&values), &mut produced);
         report.leaves += 1;
         for hash in &produced {
             if stored.get(next_index)? != Some(*hash) {
