@@ -317,9 +317,7 @@ impl Task {
         // the shutdown timeout): otherwise a gateway stopped on purpose would end its
         // archive with a tree head no witness saw.
         let note = match &checkpoint.tree {
-            Some(tree) if !witnesses.is_empty() => {
-                self.witnessed(note, tree.size, witnesses).await
-            }
+            Some(tree) if !witnesses.is_empty() => self.witnessed(note, tree.size, witnesses).await,
             _ => note,
         };
         let envelope = markers::audit_checkpoint(&checkpoint, &note, &self.forwarder);

@@ -1305,8 +1305,14 @@ fn a_clean_stop_ends_the_archive_with_a_cosigned_checkpoint() {
     let archive = node.archive("stopped.jsonl");
     let checkpoints = shipped(&archive, &node.witness_key);
     let last = checkpoints.last().expect("checkpoints");
-    assert!(last.line > lines_before, "the stop signed a checkpoint: {last:?}");
-    assert!(last.cosigned.is_some(), "the stop's checkpoint is cosigned: {last:?}");
+    assert!(
+        last.line > lines_before,
+        "the stop signed a checkpoint: {last:?}"
+    );
+    assert!(
+        last.cosigned.is_some(),
+        "the stop's checkpoint is cosigned: {last:?}"
+    );
     let required = [
         "--witness-key",
         node.witness_key.as_str(),
