@@ -65,6 +65,8 @@ pub(crate) struct SignerStatus {
     pub failing: Option<(SystemTime, String)>,
     /// Each configured witness, in configuration order.
     pub witnesses: Vec<WitnessStatus>,
+    /// How many must be cosigning for the signer to count as ready.
+    pub min_witnesses: usize,
 }
 
 /// Where one witness stands for one store's checkpoints.
@@ -150,6 +152,7 @@ impl Signers {
                         failing: None,
                     })
                     .collect(),
+                min_witnesses: settings.min_witnesses.unwrap_or(witnesses.len()),
             });
             let task = Task {
                 forwarder: spec.name.clone(),

@@ -280,19 +280,37 @@ pub(crate) fn signer(status: &crate::signer::SignerStatus, now: SystemTime) -> P
         Some((at, row_id)) => format!("last checkpoint {} ago at row_id {row_id}", ago(at)),
         None => "no checkpoint signed yet".to_owned(),
     };
-    // A witness that gives no cosignature: checkpoints are still shipped, but
-    // without the evidence that only a witness can give.
-    let witness = status.witnesses.iter().find_map(|w| {
-        w.failing.as_ref().map(|(since, error)| {
-            format!(
-                "{name}: witness {} at {} has given no cosignature for {}; last error: {error}",
-                w.name,
-                w.url,
-                ago(*since)
-            )
+    // Fewer witnesses cosigning than `min_witnesses`: checkpoints are still
+    // shipped, but without the evidence that only witnesses can give. A failing
+    // witness beyond that is named in the detail.
+    let failing: Vec<String> = status
+        .witnesses
+        .iter()
+        .filter_map(|w| {
+            w.failing.as_ref().map(|(since, error)| {
+                format!(
+                    "witness {} at {} has given no cosignature for {}; last error: {error}",
+                    w.name,
+                    w.url,
+                    ago(*since)
+                )
+            })
         })
-    });
+        .collect();
+    let cosigning = status.witnesses.len() - failing.len();
+    let witness = (cosigning < status.min_witnesses)
+        .then(|| failing.first().map(|f| format!("{name}: {f}")))
+        .flatten();
     let mut detail = format!("{name}: {last}");
+    if witness.is_none() {
+        for f in &failing {
+            detail.push_str(&format!(
+                "; {f} ({cosigning} of {} cosigning, {} required)",
+                status.witnesses.len(),
+                status.min_witnesses
+            ));
+        }
+    }
     for w in &status.witnesses {
         match w.cosigned {
             Some((at, size)) => detail.push_str(&format!(

@@ -296,6 +296,7 @@ fn a_signer_that_cannot_publish_is_not_ready_and_says_why() {
             last: Some((now() - Duration::from_secs(30), 42)),
             failing: None,
             witnesses: Vec::new(),
+            min_witnesses: 0,
         },
         now(),
     );
@@ -310,6 +311,7 @@ fn a_signer_that_cannot_publish_is_not_ready_and_says_why() {
             last: None,
             failing: Some((now() - Duration::from_secs(5), "cannot sign: boom".into())),
             witnesses: Vec::new(),
+            min_witnesses: 0,
         },
         now(),
     );
@@ -335,6 +337,7 @@ fn a_witness_that_gives_no_cosignature_is_not_ready_and_says_why() {
         last: Some((now() - Duration::from_secs(30), 42)),
         failing: None,
         witnesses: vec![w],
+        min_witnesses: 1,
     };
     let fine = signer(
         &status(witness(Some((now() - Duration::from_secs(30), 42)), None)),
@@ -358,6 +361,32 @@ fn a_witness_that_gives_no_cosignature_is_not_ready_and_says_why() {
             "signer audit: witness w.example/1 at http://127.0.0.1:7380 has given no cosignature for 7s; last error: connection refused"
         )
     );
+    // One of two down with one required (1 of 2): ready, the failing one named.
+    let two = SignerStatus {
+        witnesses: vec![
+            witness(Some((now() - Duration::from_secs(3), 50)), None),
+            witness(
+                None,
+                Some((now() - Duration::from_secs(7), "connection refused".into())),
+            ),
+        ],
+        ..status(witness(None, None))
+    };
+    let one_of_two = signer(&two, now());
+    assert_eq!(one_of_two.problem, None);
+    assert!(
+        one_of_two.detail.contains("1 of 2 cosigning, 1 required"),
+        "{}",
+        one_of_two.detail
+    );
+    let both = signer(
+        &SignerStatus {
+            min_witnesses: 2,
+            ..two
+        },
+        now(),
+    );
+    assert!(both.problem.is_some());
 }
 
 fn kafka_source() -> crate::source::SourceStats {

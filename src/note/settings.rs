@@ -30,6 +30,10 @@ pub struct SigningSettings {
     /// How long one witness may take to answer one checkpoint.
     #[serde(with = "crate::units::duration_text")]
     pub witness_timeout: Duration,
+    /// How many witnesses must be cosigning for `/readyz` to say ready (k of the n
+    /// `[[signing.witness]]`); unset: all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_witnesses: Option<usize>,
 }
 
 /// One `[[signing.witness]]`.
@@ -51,6 +55,7 @@ impl Default for SigningSettings {
             every_rows: 100_000,
             witness: Vec::new(),
             witness_timeout: Duration::from_secs(5),
+            min_witnesses: None,
         }
     }
 }
@@ -83,6 +88,17 @@ impl SigningSettings {
                 format!(
                     "must be more than 0s and at most signing.interval ({}): a witness is asked once per checkpoint",
                     humantime::format_duration(self.interval)
+                ),
+            ));
+        }
+        if let Some(k) = self.min_witnesses
+            && (k == 0 || k > self.witness.len())
+        {
+            return Err((
+                "signing.min_witnesses",
+                format!(
+                    "must be 1 to the number of [[signing.witness]] tables ({}), not {k}",
+                    self.witness.len()
                 ),
             ));
         }
@@ -150,5 +166,62 @@ mod tests {
             ..SigningSettings::default()
         };
         assert_eq!(zero.validate().unwrap_err().0, "signing.every_rows");
+    }
+
+    #[test]
+    fn witnesses_are_checked_and_k_is_at_most_n() {
+        let key = crate::tlog::cosignature::Cosigner::generate("w.example/1")
+            .unwrap()
+            .witness_key()
+            .to_text();
+        let one = SigningSettings {
+            witness: vec![WitnessTarget {
+                url: "http://127.0.0.1:7380".into(),
+                key: key.clone(),
+            }],
+            ..SigningSettings::default()
+        };
+        assert!(one.validate().is_ok());
+        assert_eq!(one.witnesses().len(), 1);
+        for k in [0, 2] {
+            let bad = SigningSettings {
+                min_witnesses: Some(k),
+                ..one.clone()
+            };
+            assert_eq!(
+                bad.validate().unwrap_err().0,
+                "signing.min_witnesses",
+                "{k}"
+            );
+        }
+        let https = SigningSettings {
+            witness: vec![WitnessTarget {
+                url: "https://w.example".into(),
+                key: key.clone(),
+            }],
+            ..SigningSettings::default()
+        };
+        assert_eq!(https.validate().unwrap_err().0, "signing.witness.url");
+        let log_key = SigningSettings {
+            witness: vec![WitnessTarget {
+                url: "http://127.0.0.1:7380".into(),
+                key: crate::note::Signer::generate("l")
+                    .unwrap()
+                    .verifier()
+                    .to_text(),
+            }],
+            ..SigningSettings::default()
+        };
+        assert_eq!(log_key.validate().unwrap_err().0, "signing.witness.key");
+        let twice = SigningSettings {
+            witness: vec![one.witness[0].clone(), one.witness[0].clone()],
+            ..SigningSettings::default()
+        };
+        assert_eq!(twice.validate().unwrap_err().0, "signing.witness.key");
+        let slow = SigningSettings {
+            witness_timeout: Duration::from_secs(120),
+            ..one
+        };
+        assert_eq!(slow.validate().unwrap_err().0, "signing.witness_timeout");
     }
 }
