@@ -14,7 +14,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rand::rngs::StdRng;
@@ -26,8 +25,7 @@ use sha2::{Digest, Sha256};
 
 use super::BenchError;
 use super::query::generate::{GENERATOR_VERSION, Generator, Params};
-use super::query::{file_size, side_file, wal_file};
-use crate::event::Event;
+use super::query::{file_size, side_file, wal_file, write_generated};
 use crate::note::{Signer, Verifier};
 use crate::store::chain::{COLUMNS, RowHasher};
 use crate::store::checkpoint::{self, Checkpoint, TreeFacts};
@@ -218,61 +216,15 @@ fn generate(
     signer: &Signer,
     progress: &mut dyn FnMut(u64, Duration),
 ) -> Result<Vec<String>, BenchError> {
-    let mut conn = store::open_writer(db, &WriterOptions::default())?;
     // Small stores still get several heads, so consistency proofs have pairs.
     let per_transaction =
         usize::try_from(TRANSACTION_ROWS.min(params.rows.div_ceil(8)).max(1)).unwrap_or(usize::MAX);
-    let (tx, rx) = mpsc::sync_channel::<Vec<Event>>(2);
-    let producer_params = params.clone();
-    let producer = std::thread::spawn(move || {
-        let mut generator = Generator::new(&producer_params);
-        loop {
-            let batch = generator.batch(per_transaction);
-            if batch.is_empty() {
-                break;
-            }
-            for event in &batch {
-                // Rendered here, on the other core, as the pipeline renders it once.
-                event.payload_json();
-            }
-            if tx.send(batch).is_err() {
-                break;
-            }
-        }
-    });
-    let started = Instant::now();
-    let mut written = 0u64;
     let mut heads: Vec<String> = Vec::new();
-    let mut result = Ok(());
-    for batch in rx {
-        let rows: Vec<EventRow<'_>> = batch.iter().map(EventRow::from_event).collect();
-        let signed = store::insert_rows(&mut conn, &rows)
-            .map_err(|e| BenchError::Sqlite {
-                what: "inserting generated rows",
-                source: e.source,
-            })
-            .and_then(|inserted| {
-                written += inserted as u64;
-                sign_head(&conn, signer, heads.last().map(String::as_str))
-            });
-        match signed {
-            Ok(note) => heads.push(note),
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-        progress(written, started.elapsed());
-    }
-    // Dropping the receiver above (on error) stops the producer.
-    if producer.join().is_err() {
-        return Err(failed("the event generator thread panicked"));
-    }
-    result?;
-    // The last connection to close checkpoints the WAL into the file and removes it,
-    // so the size reported is the store's.
-    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
-        .map_err(sqlite("checkpointing"))?;
+    write_generated(db, params, per_transaction, progress, &mut |conn| {
+        let note = sign_head(conn, signer, heads.last().map(String::as_str))?;
+        heads.push(note);
+        Ok(())
+    })?;
     Ok(heads)
 }
 

@@ -143,6 +143,20 @@ fn generate(
     params: &Params,
     progress: &mut dyn FnMut(u64, Duration),
 ) -> Result<u64, BenchError> {
+    write_generated(db, params, TRANSACTION_ROWS, progress, &mut |_| Ok(()))
+}
+
+/// Writes `params`' events into the store at `db` (one thread builds them, this one
+/// inserts them with the forwarder's writer, `per_transaction` to a transaction),
+/// calling `after_each` on the writer's connection after every transaction, and
+/// checkpoints the WAL into the file at the end. Returns the rows written.
+pub(crate) fn write_generated(
+    db: &Path,
+    params: &Params,
+    per_transaction: usize,
+    progress: &mut dyn FnMut(u64, Duration),
+    after_each: &mut dyn FnMut(&rusqlite::Connection) -> Result<(), BenchError>,
+) -> Result<u64, BenchError> {
     let sqlite = |what: &'static str| move |source| BenchError::Sqlite { what, source };
     let mut conn = store::open_writer(db, &WriterOptions::default())?;
     let (tx, rx) = mpsc::sync_channel::<Vec<Event>>(2);
@@ -150,7 +164,7 @@ fn generate(
     let producer = std::thread::spawn(move || {
         let mut generator = Generator::new(&producer_params);
         loop {
-            let batch = generator.batch(TRANSACTION_ROWS);
+            let batch = generator.batch(per_transaction);
             if batch.is_empty() {
                 break;
             }
@@ -168,15 +182,18 @@ fn generate(
     let mut result = Ok(());
     for batch in rx {
         let rows: Vec<EventRow<'_>> = batch.iter().map(EventRow::from_event).collect();
-        match store::insert_rows(&mut conn, &rows) {
-            Ok(inserted) => written += inserted as u64,
-            Err(e) => {
-                result = Err(BenchError::Sqlite {
-                    what: "inserting generated rows",
-                    source: e.source,
-                });
-                break;
-            }
+        let done = store::insert_rows(&mut conn, &rows)
+            .map_err(|e| BenchError::Sqlite {
+                what: "inserting generated rows",
+                source: e.source,
+            })
+            .and_then(|inserted| {
+                written += inserted as u64;
+                after_each(&conn)
+            });
+        if let Err(e) = done {
+            result = Err(e);
+            break;
         }
         progress(written, started.elapsed());
     }
