@@ -280,49 +280,6 @@ fn copy_store(data: &Path, to: &Path) -> std::path::PathBuf {
     to.join("audit.db")
 }
 
-/// What an attacker who read migrations/README.md does after changing rows: every
-/// hash from `from` on recomputed with the store's own hashing, and the head's hash.
-fn rehash_from(db: &Path, from: i64) {
-    use eventgate::internal::store::chain::{COLUMNS, row_hash};
-    use rusqlite::types::ValueRef;
-    let conn = rusqlite::Connection::open(db).expect("open");
-    let mut prev: [u8; 32] = conn
-        .query_row(
-            "SELECT coalesce((SELECT hash FROM events WHERE row_id = ?1 - 1), zeroblob(32))",
-            [from],
-            |r| r.get(0),
-        )
-        .expect("the hash before");
-    let mut updates = Vec::new();
-    {
-        let mut statement = conn
-            .prepare(&format!(
-                "SELECT row_id, {} FROM events WHERE row_id >= ?1 ORDER BY row_id",
-                COLUMNS.join(", ")
-            ))
-            .expect("prepare");
-        let mut rows = statement.query([from]).expect("query");
-        while let Some(row) = rows.next().expect("row") {
-            let mut values = [ValueRef::Null; COLUMNS.len()];
-            for (i, value) in values.iter_mut().enumerate() {
-                *value = row.get_ref(i + 1).expect("value");
-            }
-            let hash = row_hash(&prev, &values);
-            updates.push((row.get::<_, i64>(0).expect("row_id"), prev, hash));
-            prev = hash;
-        }
-    }
-    for (row_id, before, hash) in updates {
-        conn.execute(
-            "UPDATE events SET prev_hash = ?2, hash = ?3 WHERE row_id = ?1",
-            rusqlite::params![row_id, before, hash],
-        )
-        .expect("rehash");
-    }
-    conn.execute("UPDATE audit_chain SET head_hash = ?1", [prev])
-        .expect("head");
-}
-
 fn sql(db: &Path, statements: &str) {
     rusqlite::Connection::open(db)
         .expect("open")
@@ -392,7 +349,7 @@ fn shipped_checkpoints_catch_what_the_chain_alone_cannot() {
             "UPDATE events SET event = json_set(event, '$.exit_status', 0) WHERE row_id = {edited}"
         ),
     );
-    rehash_from(&db, edited);
+    support::audit::rehash_from(&db, edited);
     // 2. Rows cut off the end, audit_chain's head moved back to match.
     let cut = copy_store(&data, &attacks.join("cut"));
     let kept = newest - 2;
@@ -422,7 +379,7 @@ fn shipped_checkpoints_catch_what_the_chain_alone_cannot() {
              UPDATE audit_chain SET head_row_id = head_row_id + 1;"
         ),
     );
-    rehash_from(&inserted, at);
+    support::audit::rehash_from(&inserted, at);
     // 4. A checkpoint note kept in the store changed (it says another hash), the
     //    chain recomputed.
     let noted = copy_store(&data, &attacks.join("note"));
@@ -441,7 +398,7 @@ fn shipped_checkpoints_catch_what_the_chain_alone_cannot() {
                  replace(json_extract(event, '$.note'), 'hash ', 'hash 0')) WHERE row_id = {stored}"
         ),
     );
-    rehash_from(&noted, stored);
+    support::audit::rehash_from(&noted, stored);
 
     for (db, kind, row, says) in [
         (

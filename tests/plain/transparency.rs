@@ -482,43 +482,9 @@ const CHUNK: u64 = 126;
 /// `from`, for the store's own writer to rebuild from the rows when it opens the
 /// store (as it does for a store made before the tree existed).
 fn recompute_from(db: &Path, from: i64) {
-    use eventgate::internal::store::chain::{COLUMNS, row_hash};
-    use rusqlite::types::ValueRef;
+    let prev = support::audit::rehash_from(db, from);
     {
         let conn = rusqlite::Connection::open(db).expect("open");
-        let mut prev: [u8; 32] = conn
-            .query_row(
-                "SELECT coalesce((SELECT hash FROM events WHERE row_id = ?1 - 1), zeroblob(32))",
-                [from],
-                |r| r.get(0),
-            )
-            .expect("the hash before");
-        let mut updates = Vec::new();
-        {
-            let mut statement = conn
-                .prepare(&format!(
-                    "SELECT row_id, {} FROM events WHERE row_id >= ?1 ORDER BY row_id",
-                    COLUMNS.join(", ")
-                ))
-                .expect("prepare");
-            let mut rows = statement.query([from]).expect("query");
-            while let Some(row) = rows.next().expect("row") {
-                let mut values = [ValueRef::Null; COLUMNS.len()];
-                for (i, value) in values.iter_mut().enumerate() {
-                    *value = row.get_ref(i + 1).expect("value");
-                }
-                let hash = row_hash(&prev, &values);
-                updates.push((row.get::<_, i64>(0).expect("row_id"), prev, hash));
-                prev = hash;
-            }
-        }
-        for (row_id, before, hash) in updates {
-            conn.execute(
-                "UPDATE events SET prev_hash = ?2, hash = ?3 WHERE row_id = ?1",
-                rusqlite::params![row_id, before, hash],
-            )
-            .expect("rehash");
-        }
         conn.execute(
             "UPDATE audit_chain SET head_row_id = (SELECT max(row_id) FROM events),
                  head_seq = (SELECT seq FROM events ORDER BY row_id DESC LIMIT 1),

@@ -163,3 +163,48 @@ pub fn wait_rows(path: &Path, n: i64) -> Connection {
     });
     conn
 }
+
+/// What an attacker who read migrations/README.md does after changing rows: every
+/// hash from `from` on recomputed with the store's own hashing, and the head's hash
+/// (returned).
+pub fn rehash_from(db: &Path, from: i64) -> [u8; 32] {
+    use eventgate::internal::store::chain::{COLUMNS, row_hash};
+    use rusqlite::types::ValueRef;
+    let conn = rusqlite::Connection::open(db).expect("open");
+    let mut prev: [u8; 32] = conn
+        .query_row(
+            "SELECT coalesce((SELECT hash FROM events WHERE row_id = ?1 - 1), zeroblob(32))",
+            [from],
+            |r| r.get(0),
+        )
+        .expect("the hash before");
+    let mut updates = Vec::new();
+    {
+        let mut statement = conn
+            .prepare(&format!(
+                "SELECT row_id, {} FROM events WHERE row_id >= ?1 ORDER BY row_id",
+                COLUMNS.join(", ")
+            ))
+            .expect("prepare");
+        let mut rows = statement.query([from]).expect("query");
+        while let Some(row) = rows.next().expect("row") {
+            let mut values = [ValueRef::Null; COLUMNS.len()];
+            for (i, value) in values.iter_mut().enumerate() {
+                *value = row.get_ref(i + 1).expect("value");
+            }
+            let hash = row_hash(&prev, &values);
+            updates.push((row.get::<_, i64>(0).expect("row_id"), prev, hash));
+            prev = hash;
+        }
+    }
+    for (row_id, before, hash) in updates {
+        conn.execute(
+            "UPDATE events SET prev_hash = ?2, hash = ?3 WHERE row_id = ?1",
+            rusqlite::params![row_id, before, hash],
+        )
+        .expect("rehash");
+    }
+    conn.execute("UPDATE audit_chain SET head_hash = ?1", [prev])
+        .expect("head");
+    prev
+}
