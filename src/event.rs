@@ -27,9 +27,11 @@ pub const OBJECT_FIELDS: [&str; 6] = ["container_id", "sandbox_id", "id", "key",
 
 mod identity;
 mod origin;
+mod position;
 pub(crate) mod workload;
 pub use identity::Identity;
 pub use origin::{Clock, Origin, Witness};
+pub use position::KafkaPosition;
 pub use workload::Workload;
 
 /// A unique, time-ordered event id (UUIDv7). Time order keeps a UNIQUE index on it
@@ -166,6 +168,9 @@ pub struct Event {
     payload_json: OnceLock<Option<Box<str>>>,
     /// The envelope's protobuf encoding, shared by every subscriber's stream.
     encoded: OnceLock<Bytes>,
+    /// Where a Kafka source read it, when a store keeps that source's offsets; not
+    /// kept in the spool.
+    kafka: Option<Arc<KafkaPosition>>,
 }
 
 impl Event {
@@ -193,7 +198,19 @@ impl Event {
             decoded: OnceLock::new(),
             payload_json: OnceLock::new(),
             encoded: OnceLock::new(),
+            kafka: None,
         }
+    }
+
+    /// The same event, read at `position` in Kafka.
+    pub fn with_kafka_position(mut self, position: Option<Arc<KafkaPosition>>) -> Self {
+        self.kafka = position;
+        self
+    }
+
+    /// Where a Kafka source read it, if a store keeps that source's offsets.
+    pub fn kafka_position(&self) -> Option<&KafkaPosition> {
+        self.kafka.as_deref()
     }
 
     /// The same event, published by `publisher`.

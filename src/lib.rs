@@ -96,6 +96,7 @@ mod metric;
 mod node;
 mod note;
 mod pipeline;
+mod postgres;
 pub mod proto;
 pub mod publisher;
 mod query;

@@ -152,6 +152,7 @@ pub(crate) const TABLES: &[&[Metric]] = &[
     crate::forward::file::metric_table::METRICS,
     crate::forward::kafka::metric_table::METRICS,
     crate::forward::sqlite::metric_table::METRICS,
+    crate::forward::postgres::metric_table::METRICS,
     crate::correlate::metric_table::METRICS,
     crate::source::metric_table::METRICS,
     crate::witness::metric_table::METRICS,

@@ -86,9 +86,10 @@ impl Exchange {
     /// here, before it is numbered, so a caller that retries keeps its own order.
     /// Only a failed write or sync comes later, from `Durable`.
     pub async fn append(&self, incoming: Incoming) -> Result<Appended, AcceptError> {
-        let (identity, envelope) = incoming.admit(self)?;
-        self.append_event(Event::from_identity(0, identity, envelope))
-            .await
+        let admitted = incoming.admit(self)?;
+        let event = Event::from_identity(0, admitted.identity, admitted.envelope)
+            .with_kafka_position(admitted.kafka);
+        self.append_event(event).await
     }
 
     /// `event` (whose seq is not assigned yet, nor its id unless it was accepted by

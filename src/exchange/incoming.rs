@@ -21,6 +21,15 @@ pub struct Incoming {
     /// Its id is unassigned (the exchange gives one) unless another gateway accepted
     /// the event first.
     identity: Identity,
+    /// Where a Kafka source read it (taken-in events whose store keeps offsets).
+    kafka: Option<std::sync::Arc<crate::event::KafkaPosition>>,
+}
+
+/// An incoming event that passed its checks, about to take its place.
+pub(super) struct Admitted {
+    pub(super) identity: Identity,
+    pub(super) envelope: Envelope,
+    pub(super) kafka: Option<std::sync::Arc<crate::event::KafkaPosition>>,
 }
 
 /// How an event came, and so what is checked before it takes its place.
@@ -79,7 +88,18 @@ impl Incoming {
         Self {
             way: Way::TakenIn(envelope),
             identity,
+            kafka: None,
         }
+    }
+
+    /// The same, read at `position` in Kafka by a source whose store keeps its
+    /// offsets.
+    pub fn kafka_position(
+        mut self,
+        position: Option<std::sync::Arc<crate::event::KafkaPosition>>,
+    ) -> Self {
+        self.kafka = position;
+        self
     }
 
     /// Its received time is read once, when it is admitted (see [`Incoming::admit`]).
@@ -87,6 +107,7 @@ impl Incoming {
         Self {
             way,
             identity: Identity::new(EventId::unassigned(), SystemTime::UNIX_EPOCH, source),
+            kafka: None,
         }
     }
 
@@ -112,8 +133,12 @@ impl Incoming {
 
     /// The envelope as it will be appended, checked as its way in requires (each
     /// refusal counted), and the identity it is appended with.
-    pub(super) fn admit(self, exchange: &Exchange) -> Result<(Identity, Envelope), AcceptError> {
-        let Self { way, mut identity } = self;
+    pub(super) fn admit(self, exchange: &Exchange) -> Result<Admitted, AcceptError> {
+        let Self {
+            way,
+            mut identity,
+            kafka,
+        } = self;
         let envelope = match way {
             Way::Publish {
                 namespace,
@@ -122,12 +147,22 @@ impl Incoming {
             } => exchange.publish_envelope(namespace, topic, event),
             Way::Forward(envelope) => exchange.forward_envelope(envelope),
             Way::Checked(envelope) => Ok(envelope),
-            Way::TakenIn(envelope) => return Ok((identity, envelope)),
+            Way::TakenIn(envelope) => {
+                return Ok(Admitted {
+                    identity,
+                    envelope,
+                    kafka,
+                });
+            }
         }
         .map_err(rejected)?;
         // Received as it takes its place: never before the timestamp Publish gives.
         identity.received_at = SystemTime::now();
-        Ok((identity, envelope))
+        Ok(Admitted {
+            identity,
+            envelope,
+            kafka,
+        })
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub(crate) mod file;
 pub(crate) mod kafka;
+pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
 use std::collections::BTreeMap;
@@ -248,12 +249,13 @@ impl fmt::Debug for Kinds {
 }
 
 impl Default for Kinds {
-    /// The built-in kinds: `file`, `sqlite` and `kafka`.
+    /// The built-in kinds: `file`, `sqlite`, `kafka` and `postgres`.
     fn default() -> Self {
         Self::empty()
             .register("file", file::FileKind)
             .register("sqlite", sqlite::SqliteKind)
             .register("kafka", kafka::KafkaKind)
+            .register("postgres", postgres::PostgresKind)
     }
 }
 
