@@ -18,13 +18,16 @@ use rdkafka::message::Message as _;
 use rdkafka::producer::FutureProducer;
 
 use super::BenchError;
-use super::load::{as_events, lifecycle};
+use super::load::{Item, as_events, as_pod_events, lifecycle};
 use crate::config::Config;
-use crate::forward::kafka::{RecordEncoder, TopicTemplate, ValueFormat};
+use crate::event::Event;
+use crate::forward::kafka::{Record, RecordEncoder, TopicTemplate, ValueFormat};
 use crate::gateway::Gateway;
 
-const TOPIC: &str = "fleet";
-const PARTITIONS: i32 = 4;
+/// The topic the node gateways' messages are produced into.
+pub(crate) const TOPIC: &str = "fleet";
+/// Its partitions: what consumers in one group share.
+pub(crate) const PARTITIONS: i32 = 4;
 const DEADLINE: Duration = Duration::from_secs(600);
 
 /// What the central gateway runs besides its source.
@@ -56,6 +59,48 @@ pub(crate) struct Measured {
 
 /// Produces `events` forwarder-shaped messages into a new topic on `brokers`.
 pub(crate) async fn produce(brokers: &str, events: usize) -> Result<(), BenchError> {
+    let records = records(&node_events(&lifecycle(events), false))?;
+    produce_records(brokers, &records).await
+}
+
+/// The events of `items` as node `web-1` captured them (with their pods' workload
+/// columns when `pods`), as its gateway's `kafka` forwarder hands them over.
+pub(crate) fn node_events(items: &[Item], pods: bool) -> Vec<Event> {
+    let node: Arc<str> = Arc::from("web-1");
+    let events = match pods {
+        true => as_pod_events(items),
+        false => as_events(items),
+    };
+    events
+        .iter()
+        .map(|event| {
+            Event::with_received_at(
+                event.seq,
+                event.identity.id,
+                event.identity.received_at,
+                crate::event::Source::Upstream(Arc::from("containerd")),
+                event.envelope.clone(),
+            )
+            .with_workload(event.identity.workload.clone())
+            .with_node(Some(Arc::clone(&node)))
+        })
+        .collect()
+}
+
+/// The `kafka` forwarder's records of `events` (protobuf values, its headers).
+pub(crate) fn records(events: &[Event]) -> Result<Vec<Record>, BenchError> {
+    let encoder = RecordEncoder::new(
+        TopicTemplate::parse(TOPIC).map_err(|e| BenchError::Failed {
+            what: e.to_string(),
+        })?,
+        ValueFormat::Protobuf,
+    );
+    Ok(events.iter().map(|event| encoder.encode(event)).collect())
+}
+
+/// Produces `records` into a new topic of [`PARTITIONS`] on `brokers`, every
+/// delivery awaited.
+pub(crate) async fn produce_records(brokers: &str, records: &[Record]) -> Result<(), BenchError> {
     let failed = |what: String| BenchError::Failed { what };
     let admin: rdkafka::admin::AdminClient<_> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -75,22 +120,8 @@ pub(crate) async fn produce(brokers: &str, events: usize) -> Result<(), BenchErr
         .set("linger.ms", "5")
         .create()
         .map_err(|e| failed(format!("kafka producer: {e}")))?;
-    let encoder = RecordEncoder::new(
-        TopicTemplate::parse(TOPIC).map_err(|e| failed(e.to_string()))?,
-        ValueFormat::Protobuf,
-    );
-    let node: Arc<str> = Arc::from("web-1");
-    let mut deliveries = Vec::with_capacity(events);
-    for event in as_events(&lifecycle(events)) {
-        let event = crate::event::Event::with_received_at(
-            event.seq,
-            event.identity.id,
-            event.identity.received_at,
-            crate::event::Source::Upstream(Arc::from("containerd")),
-            event.envelope.clone(),
-        )
-        .with_node(Some(Arc::clone(&node)));
-        let record = encoder.encode(&event);
+    let mut deliveries = Vec::with_capacity(records.len());
+    for record in records {
         loop {
             match producer.send_result(record.future_record()) {
                 Ok(delivery) => {

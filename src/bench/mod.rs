@@ -2,6 +2,7 @@
 //! (eventgate next to a real containerd), and reported as a ratio.
 
 pub(crate) mod backlog;
+pub(crate) mod central;
 pub(crate) mod containerd_config;
 pub(crate) mod correlate;
 pub(crate) mod daemon;
@@ -12,6 +13,7 @@ pub(crate) mod gateway_round;
 pub(crate) mod image;
 pub(crate) mod load;
 pub(crate) mod node;
+pub(crate) mod postgres;
 pub(crate) mod query;
 pub(crate) mod reconcile;
 pub(crate) mod replay;

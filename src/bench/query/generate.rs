@@ -229,6 +229,26 @@ impl Generator {
         })
     }
 
+    /// Every pod of the pool, in pool order (the first is [`Self::measured_pod`]).
+    pub(crate) fn pods(&self) -> Vec<PodName> {
+        let mut pods: Vec<PodName> = Vec::new();
+        for workload in self.containers.iter().filter_map(|c| c.workload.as_deref()) {
+            let (Some(namespace), Some(name)) = (&workload.pod_namespace, &workload.pod_name)
+            else {
+                continue;
+            };
+            let pod = PodName {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            // A pod's three containers are consecutive in the pool.
+            if pods.last() != Some(&pod) {
+                pods.push(pod);
+            }
+        }
+        pods
+    }
+
     /// Up to `count` more events (fewer at the end of the store).
     pub(crate) fn batch(&mut self, count: usize) -> Vec<Event> {
         let left = self.params.rows + 1 - self.next_seq;

@@ -1,6 +1,7 @@
 //! `eventgate bench`: rerunnable benchmarks that print a README-ready table.
 
 mod backlog;
+mod central;
 mod correlate;
 mod exchange;
 mod exchange_table;
@@ -68,6 +69,11 @@ pub enum Which {
     /// defaults and with the spool alone, next to a plain librdkafka consumer
     /// reading the same messages in the same run.
     Fleet(fleet::FleetBenchArgs),
+    /// Central ingest into PostgreSQL through one and two central gateways (a kafka
+    /// source whose offsets the postgres forwarder's database keeps), next to a raw
+    /// COPY of the same rows in the same run; and the pod timeline query on a
+    /// generated store (starts its own PostgreSQL cluster and tansu broker).
+    Central(central::CentralBenchArgs),
     /// The correlate stage's cost per event (many containers; one crash-looping),
     /// next to rendering the same events as JSON lines in the same run.
     Correlate(correlate::CorrelateBenchArgs),
@@ -100,6 +106,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<ExitCode, CliError> {
         Which::Backlog(args) => backlog::run(args).await,
         Which::Resume(args) => resume::run(args).await,
         Which::Fleet(args) => fleet::run(args).await,
+        Which::Central(args) => central::run(args).await,
         Which::Correlate(args) => correlate::run(args).await,
         Which::Soak(args) => soak::run_soak(args).await,
         Which::Ui(args) => ui::run(args).await,

@@ -1,0 +1,376 @@
+//! `eventgate bench central`: central ingest into PostgreSQL through one and two
+//! central gateways, next to a raw COPY of the same rows in the same run; and the
+//! pod timeline query on a generated PostgreSQL store.
+//!
+//! A command of its own rather than a mode of `bench fleet`: fleet compares a
+//! source with a plain Kafka consumer and needs only a broker; this compares storing
+//! with the database's own COPY, starts a PostgreSQL cluster, and adds the timeline.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::forwarder::find_tansu;
+use super::median;
+use crate::bench::central::timeline;
+use crate::bench::central::{Bench, Input, Measured, Row, Setup, load_average, produce};
+use crate::bench::daemon::Daemon;
+use crate::bench::micros;
+use crate::bench::postgres::{Cluster, find_bin};
+use crate::cli::CliError;
+
+#[derive(Debug, Args)]
+pub struct CentralBenchArgs {
+    /// Messages produced once, then stored by each row of every round (0: no ingest
+    /// rows, the timeline only).
+    #[arg(long, default_value_t = 100_000, value_parser = parse_events)]
+    pub events: u32,
+    /// Rounds; the median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub rounds: u32,
+    /// Rows of the generated store the pod timeline is timed on (0: no timeline).
+    #[arg(long, default_value_t = 1_000_000, value_parser = parse_rows)]
+    pub rows: u64,
+    /// Pods whose timeline is timed, spread over the store's pods.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub pods: u32,
+    /// The tansu binary (the Kafka-protocol broker).
+    #[arg(long, default_value = "tansu")]
+    pub tansu: PathBuf,
+    /// PostgreSQL's server binaries (postgres, initdb); the newest
+    /// /usr/lib/postgresql/<major>/bin by default.
+    #[arg(long, value_name = "DIR")]
+    pub pg_bin: Option<PathBuf>,
+    /// Where the cluster's temporary directory goes (the system's temporary
+    /// directory by default); 10 million timeline rows take about 10 GiB.
+    #[arg(long, value_name = "DIR")]
+    pub pg_parent: Option<PathBuf>,
+}
+
+fn parse_events(text: &str) -> Result<u32, String> {
+    let n: u32 = text.parse().map_err(|e| format!("{e}"))?;
+    match n {
+        0 | 1000.. => Ok(n),
+        _ => Err("0 (no ingest) or at least 1000".into()),
+    }
+}
+
+fn parse_rows(text: &str) -> Result<u64, String> {
+    let n: u64 = text.parse().map_err(|e| format!("{e}"))?;
+    match n {
+        0 | 1000..=1_000_000_000 => Ok(n),
+        _ => Err("0 (no timeline) or 1000 to 1000000000".into()),
+    }
+}
+
+pub(super) async fn run(args: CentralBenchArgs) -> Result<ExitCode, CliError> {
+    let (_, dir) = super::binary_and_dir()?;
+    let bin = match &args.pg_bin {
+        Some(bin) => bin.clone(),
+        None => find_bin()?,
+    };
+    let load_before = load_average();
+    let cluster = Cluster::start(&bin, args.pg_parent.as_deref()).await?;
+    println!(
+        "PostgreSQL: {}; machine: {} cores; load average before: {load_before}\n",
+        cluster.describe(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    if args.events > 0 {
+        ingest(&args, &cluster, dir.path()).await?;
+    }
+    if args.rows > 0 {
+        pod_timeline(&args, &cluster).await?;
+    }
+    println!("\nload average after: {}", load_average());
+    drop(cluster);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn ingest(
+    args: &CentralBenchArgs,
+    cluster: &Cluster,
+    dir: &std::path::Path,
+) -> Result<(), CliError> {
+    let events = args.events as usize;
+    let (broker, brokers) = Daemon::tansu(&find_tansu(&args.tansu), dir).await?;
+    let input = Input::make(events)?;
+    produce(&brokers, &input).await?;
+    let bench = Bench {
+        cluster,
+        broker: &broker,
+        brokers: &brokers,
+        input: &input,
+        dir,
+    };
+    let rows = Row::all();
+    let mut results: Vec<Vec<Measured>> = vec![Vec::new(); rows.len()];
+    for round in 0..args.rounds {
+        // The rows take turns going first.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.rotate_left(round as usize % rows.len());
+        for i in order {
+            let measured = bench.run(rows[i], round).await;
+            let measured = match measured {
+                Ok(measured) => measured,
+                Err(e) => {
+                    broker.stop(Duration::from_secs(5)).await;
+                    return Err(e.into());
+                }
+            };
+            eprintln!(
+                "round {} {:>36}: {:>8.0} events/s (steady {:>8.0}), server CPU {:.2} s, eventgate CPU {:.2} s",
+                round + 1,
+                rows[i].label(),
+                measured.rate(),
+                measured.steady_rate(),
+                measured.server_cpu.as_secs_f64(),
+                measured.eventgate_cpu.as_secs_f64(),
+            );
+            results[i].push(measured);
+        }
+    }
+    broker.stop(Duration::from_secs(5)).await;
+    print_ingest(args, &rows, &results, &input);
+    Ok(())
+}
+
+fn per_event(cpu: Duration, rows: u64) -> String {
+    micros((cpu.as_secs_f64() * 1e6 / rows.max(1) as f64).round() as u64)
+}
+
+fn split(counts: &[(String, u64)]) -> String {
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_ingest(args: &CentralBenchArgs, rows: &[Row], results: &[Vec<Measured>], input: &Input) {
+    println!(
+        "Central ingest: {} messages (a node's container lifecycle events with their pods' \
+         workload columns, protobuf values with the kafka forwarder's headers, node `web-1`) \
+         produced once into a {}-partition topic of a local tansu broker (in-memory storage); \
+         each row, each round, writes them all into a fresh database (schema and the day's \
+         partition made before the clock, a CHECKPOINT before each row); median of {} rounds, \
+         the rows taking turns going first.\n",
+        input.len(),
+        crate::bench::fleet::PARTITIONS,
+        args.rounds
+    );
+    println!(
+        "| row | configuration | events/s (start to last row) | steady events/s (first rows to last) | start to first rows | rows stored | rows by gateway | partitions claimed at the end | server CPU / event | eventgate CPU / event | broker CPU / event | cores busy |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|");
+    for (row, measured) in rows.iter().zip(results) {
+        let Some(last) = measured.last() else {
+            continue;
+        };
+        let rate = median(measured.iter().map(Measured::rate).collect());
+        let steady = median(measured.iter().map(Measured::steady_rate).collect());
+        let first = match row {
+            Row::Gateways { .. } => micros(
+                median(
+                    measured
+                        .iter()
+                        .map(|m| m.first_rows.unwrap_or_default().as_secs_f64() * 1e6)
+                        .collect(),
+                ) as u64,
+            ),
+            _ => "-".into(),
+        };
+        let cpu = |f: fn(&Measured) -> Duration| {
+            Duration::from_secs_f64(median(
+                measured.iter().map(|m| f(m).as_secs_f64()).collect(),
+            ))
+        };
+        let server = cpu(|m| m.server_cpu);
+        let eventgate = cpu(|m| m.eventgate_cpu);
+        let broker = cpu(|m| m.broker_cpu);
+        let busy = median(
+            measured
+                .iter()
+                .map(|m| {
+                    (m.server_cpu + m.eventgate_cpu + m.broker_cpu).as_secs_f64()
+                        / m.elapsed.as_secs_f64().max(1e-9)
+                })
+                .collect(),
+        );
+        println!(
+            "| {} | {} | {rate:.0} | {steady:.0} | {first} | {} | {} | {} | {} | {} | {} | {busy:.2} |",
+            row.label(),
+            row.configuration(),
+            last.rows,
+            split(&last.by_writer),
+            split(&last.partitions_by_owner),
+            per_event(server, last.rows),
+            per_event(eventgate, last.rows),
+            per_event(broker, last.rows),
+        );
+    }
+    println!();
+    let find = |wanted: Row| rows.iter().position(|r| *r == wanted);
+    let ratio = |label: &str, top: Row, bottom: Row, goal: Option<(&str, fn(f64) -> bool)>| {
+        let (Some(t), Some(b)) = (find(top), find(bottom)) else {
+            return;
+        };
+        for (what, rate) in [
+            ("", Measured::rate as fn(&Measured) -> f64),
+            (", steady", Measured::steady_rate as fn(&Measured) -> f64),
+        ] {
+            let rounds: Vec<f64> = results[t]
+                .iter()
+                .zip(&results[b])
+                .map(|(t, b)| rate(t) / rate(b).max(1e-9))
+                .collect();
+            let value = median(rounds.clone());
+            let listed: Vec<String> = rounds.iter().map(|r| format!("{r:.2}")).collect();
+            let verdict = match goal {
+                Some((text, met)) if what.is_empty() => format!(
+                    "; goal {text}: {}",
+                    if met(value) { "met" } else { "not met" }
+                ),
+                _ => String::new(),
+            };
+            println!(
+                "- {label}{what}: **{value:.2}x** (rounds {}){verdict}",
+                listed.join(", ")
+            );
+        }
+    };
+    let one = |setup| Row::Gateways { gateways: 1, setup };
+    let two = |setup| Row::Gateways { gateways: 2, setup };
+    let raw = Row::Raw { connections: 1 };
+    ratio(
+        "one gateway (postgres only) / raw COPY",
+        one(Setup::PostgresOnly),
+        raw,
+        Some((">= 0.7", |v| v >= 0.7)),
+    );
+    ratio(
+        "two gateways / one (postgres only)",
+        two(Setup::PostgresOnly),
+        one(Setup::PostgresOnly),
+        Some(("> 1.5", |v| v > 1.5)),
+    );
+    ratio(
+        "one gateway (defaults + postgres) / raw COPY",
+        one(Setup::Defaults),
+        raw,
+        Some((">= 0.7", |v| v >= 0.7)),
+    );
+    ratio(
+        "two gateways / one (defaults + postgres)",
+        two(Setup::Defaults),
+        one(Setup::Defaults),
+        Some(("> 1.5", |v| v > 1.5)),
+    );
+    ratio(
+        "raw COPY, 2 connections / 1 (the server's own scaling here)",
+        Row::Raw { connections: 2 },
+        raw,
+        None,
+    );
+    ratio(
+        "forwarder's writer alone / raw COPY (staging table + INSERT ... ON CONFLICT)",
+        Row::Writer,
+        raw,
+        None,
+    );
+    ratio(
+        "one gateway (postgres only) / the writer alone (Kafka, spool and pipeline)",
+        one(Setup::PostgresOnly),
+        Row::Writer,
+        None,
+    );
+    println!(
+        "- raw rows prepared before their clock (decoded as the source decodes them, JSON rendered): {} per event",
+        micros(input.prepared_per_event.as_micros() as u64)
+    );
+}
+
+async fn pod_timeline(args: &CentralBenchArgs, cluster: &Cluster) -> Result<(), CliError> {
+    let step = (args.rows / 10).max(1_000_000);
+    let rows = args.rows;
+    let reported = std::sync::atomic::AtomicU64::new(0);
+    let measured = timeline::run(cluster, args.rows, args.pods as usize, move |n, elapsed| {
+        use std::sync::atomic::Ordering::Relaxed;
+        if n >= reported.load(Relaxed) + step || n == rows {
+            reported.store(n, Relaxed);
+            eprintln!(
+                "generated {n} rows in {:.0} s ({:.0} rows/s)",
+                elapsed.as_secs_f64(),
+                n as f64 / elapsed.as_secs_f64().max(1e-9)
+            );
+        }
+    })
+    .await?;
+    let gib = measured.bytes as f64 / (1u64 << 30) as f64;
+    println!(
+        "\nPod timeline: {} rows generated (the query benchmark's generator: 7 days, 20,000 \
+         containers, seed 1; the k8s.io containers three to a pod) and copied into a fresh \
+         database with binary COPY in {:.0} s ({:.0} rows/s); then VACUUM (ANALYZE); {:.2} GiB \
+         with its indexes. {} of the store's {} pods, spread over them, each read once after one \
+         untimed read, on one connection with the statement prepared. The SQL is the pod \
+         timeline's (one pod's rows in time order, every column fetched and decoded), timed \
+         directly: the PostgreSQL reader of `query --pod` is not in this build.\n",
+        measured.rows,
+        measured.load.as_secs_f64(),
+        measured.rows as f64 / measured.load.as_secs_f64().max(1e-9),
+        gib,
+        measured.times.len(),
+        measured.pods_in_store,
+    );
+    println!("```sql\n{}\n```\n", timeline::POD_SQL);
+    let p50 = measured.quantile(0.5);
+    let p99 = measured.quantile(0.99);
+    let max = measured.quantile(1.0);
+    let rows_per_pod = |q| timeline::quantile(&measured.pod_rows, q);
+    println!("| query | store rows | pods timed | rows per pod (min / median / max) | p50 | p99 | max | goal |");
+    println!("|---|---:|---:|---|---:|---:|---:|---|");
+    println!(
+        "| pod timeline | {} | {} | {} / {} / {} | {} | {} | {} | < 300 ms: {} |",
+        measured.rows,
+        measured.times.len(),
+        rows_per_pod(0.0),
+        rows_per_pod(0.5),
+        rows_per_pod(1.0),
+        micros(p50.as_micros() as u64),
+        micros(p99.as_micros() as u64),
+        micros(max.as_micros() as u64),
+        if p99 < Duration::from_millis(300) {
+            "met (p99)"
+        } else {
+            "not met (p99)"
+        },
+    );
+    let plan = measured.summary();
+    println!(
+        "\n- plan: {} partition(s) read through their events_pod index{}, {}; every row through the index: {}",
+        plan.index_scans,
+        match plan.other_scans {
+            0 => String::new(),
+            n => format!(", {n} other scan(s) finding {} row(s)", plan.other_rows),
+        },
+        match plan.sorted {
+            true => "then the rows sorted by time",
+            false => "merged in time order (no sort)",
+        },
+        if plan.all_through_the_index() { "yes" } else { "no" }
+    );
+    println!(
+        "\nEXPLAIN (ANALYZE, BUFFERS) for {}/{}:\n",
+        measured.explained.namespace, measured.explained.name
+    );
+    for line in &measured.plan {
+        println!("    {line}");
+    }
+    cluster.drop_database(timeline::DATABASE).await?;
+    Ok(())
+}
