@@ -110,11 +110,13 @@ impl Cluster {
     pub(crate) async fn start(bin: &Path, parent: Option<&Path>) -> Result<Self, BenchError> {
         // SAFETY: geteuid has no preconditions and cannot fail.
         let run_as = match unsafe { libc::geteuid() } == 0 {
-            true => Some(user_ids(SUPERUSER).ok_or_else(|| BenchError::Failed {
-                what: "running as root, and there is no `postgres` user to run the \
+            true => Some(user_ids(SUPERUSER).ok_or_else(|| {
+                BenchError::Failed {
+                    what: "running as root, and there is no `postgres` user to run the \
                        PostgreSQL server as (it refuses root): install Debian's postgresql \
                        package, or run the benchmark as another user"
-                    .into(),
+                        .into(),
+                }
             })?),
             false => None,
         };
@@ -242,7 +244,10 @@ impl Cluster {
     /// A new connection to database `db`.
     pub(crate) async fn connect(&self, db: &str) -> Result<tokio_postgres::Client, BenchError> {
         let target = self.target(db).map_err(pg("the benchmark's cluster"))?;
-        target.connect().await.map_err(pg("the benchmark's cluster"))
+        target
+            .connect()
+            .await
+            .map_err(pg("the benchmark's cluster"))
     }
 
     /// A new, empty database `name` (dropped first if it is there).
@@ -369,7 +374,8 @@ fn launch(
     port: u16,
 ) -> Result<Child, BenchError> {
     let log = dir.join("server.log");
-    let file = std::fs::File::create(&log).map_err(io(format!("cannot create {}", log.display())))?;
+    let file =
+        std::fs::File::create(&log).map_err(io(format!("cannot create {}", log.display())))?;
     let err = file
         .try_clone()
         .map_err(io(format!("cannot reuse {}", log.display())))?;
@@ -384,7 +390,19 @@ fn launch(
         cmd.args(["-c", &format!("{key}={value}")]);
     }
     // Its own process group: a Ctrl-C meant for the benchmark reaches the server
-    // through the benchmark's Drop, not at once.
+    // through the benchmark's Drop, not at once. And a fast shutdown when the
+    // benchmark dies without its Drop (SIGKILL, a timeout): the parent-death signal,
+    // set after the uid change (which would clear it). It follows the thread that
+    // spawned the server, the benchmark's runtime thread, which lives as long as it.
+    // SAFETY: prctl is async-signal-safe and touches only the new process.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(file)
@@ -507,7 +525,10 @@ mod tests {
         while start.elapsed() < Duration::from_millis(120) {
             x = std::hint::black_box(x.wrapping_add(1));
         }
-        assert!(process_cpu(me) > before, "busy for 120 ms, no CPU time counted");
+        assert!(
+            process_cpu(me) > before,
+            "busy for 120 ms, no CPU time counted"
+        );
         assert!(children_of(1).iter().all(|pid| *pid != 1));
     }
 }

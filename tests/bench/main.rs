@@ -1,6 +1,7 @@
 //! Benchmarks and load tests: `eventgate bench` and the `bench` module (the `bench`
 //! feature), and tests whose cost is time rather than a prerequisite. Those that run
-//! containerd or tansu are built only with `containerd-tests` or `kafka-tests` too.
+//! containerd, tansu or PostgreSQL are built only with `containerd-tests`,
+//! `kafka-tests` or `postgres-tests` too.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -8,6 +9,8 @@ mod support;
 #[cfg(feature = "kafka-tests")]
 mod backlog_bench;
 mod bench_tables;
+#[cfg(all(feature = "kafka-tests", feature = "postgres-tests"))]
+mod central_bench;
 mod hostile;
 mod load;
 #[cfg(feature = "containerd-tests")]

@@ -13,7 +13,7 @@ pub(crate) mod timeline;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Barrier, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -34,6 +34,18 @@ use crate::source::kafka::decode;
 /// Events per transaction: the `postgres` forwarder's default batch, used by the raw
 /// COPY and the writer alone too.
 pub(crate) const BATCH: usize = 1000;
+
+/// The gateways' sources' `heartbeat.interval.ms` (librdkafka's default is 3000): a
+/// member learns of a rebalance with its next heartbeat, so with the default a
+/// second gateway joining after the first was given every partition would wait up
+/// to 3 s for its share, most of a round. It matters only when members come and go.
+pub(crate) const HEARTBEAT_MS: u32 = 100;
+
+/// How long the gateways may store nothing before the benchmark gives up on a row.
+pub(crate) const STALL: Duration = Duration::from_secs(30);
+
+/// How long a central gateway may take to stop.
+const STOP_GRACE: Duration = Duration::from_secs(60);
 
 /// How long one row may take before the benchmark gives up.
 const DEADLINE: Duration = Duration::from_secs(900);
@@ -127,8 +139,8 @@ impl Row {
                 };
                 format!(
                     "{gateways} in-process `Gateway`(s), each on its own thread: a kafka \
-                     source (`offsets` = the postgres forwarder) in one group, the spool \
-                     (`fsync = \"batch\"`), {forwarders}"
+                     source (`offsets` = the postgres forwarder, `heartbeat.interval.ms` = \
+                     {HEARTBEAT_MS}) in one group, the spool (`fsync = \"batch\"`), {forwarders}"
                 )
             }
         }
@@ -229,6 +241,14 @@ pub(crate) async fn produce(brokers: &str, input: &Input) -> Result<(), BenchErr
     produce_records(brokers, &input.records).await
 }
 
+/// How one row's round ended.
+#[derive(Clone, Debug)]
+pub(crate) enum Outcome {
+    Measured(Measured),
+    /// The gateways stopped storing (the server's sessions then, as text).
+    Stalled(String),
+}
+
 /// One row's figures in one round.
 #[derive(Clone, Debug)]
 pub(crate) struct Measured {
@@ -237,10 +257,20 @@ pub(crate) struct Measured {
     /// Gateways: from their start to the first rows committed (joining the group,
     /// claiming the partitions, the first batch).
     pub first_rows: Option<Duration>,
-    /// Rows committed at the first look that found any, for the steady rate.
-    pub rows_at_first: u64,
+    /// Gateways: from their start to the last claim of a partition (the group's
+    /// last rebalance; with two gateways, the one that split the partitions).
+    pub last_claim: Option<Duration>,
+    /// Gateways: where the steady rate is taken from, the later of the two above,
+    /// and the rows committed by then.
+    pub steady_from: Option<(Duration, u64)>,
     /// Rows in `events` afterwards (counted).
     pub rows: u64,
+    /// Gateways: the sum of the partitions' stored offsets when every row was in:
+    /// the messages the offsets say are stored.
+    pub offsets_stored: Option<u64>,
+    /// Gateways: looks at the server (every 10 ms) that found a gateway waiting for
+    /// a lock, of all looks.
+    pub lock_waits: Option<(u64, u64)>,
     /// Rows per `written_by`, for the gateway rows.
     pub by_writer: Vec<(String, u64)>,
     /// Partitions per claim owner at the end, for the gateway rows.
@@ -257,13 +287,14 @@ impl Measured {
         self.rows as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// Rows per second from the first rows committed to the last (the gateways'
-    /// start-up left out); the whole rate for the raw rows.
+    /// Rows per second from the first rows committed and the last claim (the
+    /// gateways' start-up and the group's rebalances left out) to the last row; the
+    /// whole rate for the raw rows.
     pub(crate) fn steady_rate(&self) -> f64 {
-        match self.first_rows {
-            Some(first) if self.elapsed > first => {
-                (self.rows.saturating_sub(self.rows_at_first)) as f64
-                    / (self.elapsed - first).as_secs_f64().max(1e-9)
+        match self.steady_from {
+            Some((from, rows)) if self.elapsed > from => {
+                (self.rows.saturating_sub(rows)) as f64
+                    / (self.elapsed - from).as_secs_f64().max(1e-9)
             }
             _ => self.rate(),
         }
@@ -294,7 +325,7 @@ fn query_failed(what: &str) -> impl FnOnce(tokio_postgres::Error) -> BenchError 
 
 impl Bench<'_> {
     /// Runs `row` once into a fresh database, counts what it stored, drops it.
-    pub(crate) async fn run(&self, row: Row, round: u32) -> Result<Measured, BenchError> {
+    pub(crate) async fn run(&self, row: Row, round: u32) -> Result<Outcome, BenchError> {
         let db = format!("central_{round}_{}", row.key());
         self.cluster.fresh_database(&db).await?;
         let mut client = self.cluster.connect(&db).await?;
@@ -312,8 +343,17 @@ impl Bench<'_> {
             Row::Raw { connections } => self.raw(&db, connections, &cpu).await?,
             Row::Writer => self.writer(&db, &cpu).await?,
             Row::Gateways { gateways, setup } => {
-                self.gateways(&db, &client, &group, gateways, setup, round, &cpu)
+                match self
+                    .gateways(&db, &client, &group, gateways, setup, round, &cpu)
                     .await?
+                {
+                    Ok(measured) => measured,
+                    Err(stalled) => {
+                        drop(client);
+                        self.cluster.drop_database(&db).await?;
+                        return Ok(Outcome::Stalled(stalled));
+                    }
+                }
             }
         };
         let rows: i64 = client
@@ -346,7 +386,7 @@ impl Bench<'_> {
                 ),
             });
         }
-        Ok(measured)
+        Ok(Outcome::Measured(measured))
     }
 
     /// The raw COPY: `connections` threads, each its share of the rows, started
@@ -403,7 +443,7 @@ impl Bench<'_> {
             answers.push(thread_answer(rx.await, "the raw COPY"));
         }
         let elapsed = start.elapsed();
-        let measured = cpu.measured(self, elapsed, None, 0);
+        let measured = cpu.measured(self, elapsed);
         release.cancel();
         answers.into_iter().collect::<Result<Vec<_>, _>>()?;
         Ok(measured)
@@ -440,7 +480,7 @@ impl Bench<'_> {
             }
         });
         let elapsed = thread_answer(rx.await, "the writer");
-        let measured = elapsed.map(|elapsed| cpu.measured(self, elapsed, None, 0));
+        let measured = elapsed.map(|elapsed| cpu.measured(self, elapsed));
         release.cancel();
         measured
     }
@@ -457,7 +497,7 @@ impl Bench<'_> {
         setup: Setup,
         round: u32,
         cpu: &Cpu,
-    ) -> Result<Measured, BenchError> {
+    ) -> Result<Result<Measured, String>, BenchError> {
         let mut configs = Vec::new();
         let mut dirs = Vec::new();
         for i in 0..count {
@@ -486,6 +526,7 @@ impl Bench<'_> {
         let mut started = Vec::new();
         let mut ended = Vec::new();
         let start = Instant::now();
+        let start_wall = SystemTime::now();
         for config in configs {
             let (started_tx, started_rx) = oneshot::channel();
             let (ended_tx, ended_rx) = oneshot::channel();
@@ -512,21 +553,84 @@ impl Bench<'_> {
             for rx in started {
                 thread_answer(rx.await, "a central gateway's start")?;
             }
-            watch(client, group, total, start).await
+            let Watched {
+                samples,
+                lock_waits,
+            } = match watch(client, total, start).await? {
+                Ok(watched) => watched,
+                Err(stalled) => return Ok(Err(stalled)),
+            };
+            // Measured before the gateways stop: stopping is not ingest.
+            let mut measured = cpu.measured(self, start.elapsed());
+            measured.elapsed = samples.last().map_or(measured.elapsed, |(at, _)| *at);
+            measured.lock_waits = Some((lock_waits, samples.len() as u64));
+            // What the clock's end claims: every row is in the table.
+            let rows: i64 = client
+                .query_one("SELECT count(*) FROM events", &[])
+                .await
+                .map_err(query_failed("counting rows"))?
+                .get(0);
+            if u64::try_from(rows).unwrap_or(0) != total {
+                return Err(BenchError::Failed {
+                    what: format!(
+                        "the offsets say every row is stored, the table holds {rows} of {total}"
+                    ),
+                });
+            }
+            let offsets: i64 = client
+                .query_one(
+                    "SELECT coalesce(sum(next_offset), 0)::bigint FROM kafka_offsets \
+                     WHERE consumer_group = $1",
+                    &[&group],
+                )
+                .await
+                .map_err(query_failed("reading the offsets"))?
+                .get(0);
+            measured.offsets_stored = Some(u64::try_from(offsets).unwrap_or(0));
+            let last_claim: Option<f64> = client
+                .query_one(
+                    "SELECT extract(epoch FROM max(claimed_at))::float8 FROM kafka_offsets \
+                     WHERE consumer_group = $1",
+                    &[&group],
+                )
+                .await
+                .map_err(query_failed("reading the claims"))?
+                .get(0);
+            let since = |at: f64| {
+                let at = UNIX_EPOCH + Duration::from_secs_f64(at.max(0.0));
+                at.duration_since(start_wall).unwrap_or_default()
+            };
+            measured.last_claim = last_claim.map(since);
+            measured.first_rows = samples.iter().find(|(_, n)| *n > 0).map(|(at, _)| *at);
+            let from = measured
+                .first_rows
+                .max(measured.last_claim)
+                .unwrap_or_default();
+            // The rows committed by then: the last look at or before it.
+            let rows_then = samples
+                .iter()
+                .take_while(|(at, _)| *at <= from)
+                .last()
+                .map_or(0, |(_, n)| *n);
+            measured.steady_from = Some((from, rows_then));
+            Ok(Ok(measured))
         }
         .await;
-        // Measured before the gateways stop: stopping is not ingest.
-        let measured = watched.map(|(elapsed, first, rows_at_first)| {
-            cpu.measured(self, elapsed, Some(first), rows_at_first)
-        });
         stop.cancel();
+        if !matches!(watched, Ok(Ok(_))) {
+            // Stuck gateways may be waiting on each other through the server: ending
+            // their sessions (and the database) lets them fail, and stop.
+            let _ = self.cluster.drop_database(db).await;
+        }
         for rx in ended {
-            let _ = rx.await;
+            if tokio::time::timeout(STOP_GRACE, rx).await.is_err() {
+                tracing::warn!("a central gateway did not stop within {STOP_GRACE:?}; left behind");
+            }
         }
         for dir in dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
-        measured
+        watched
     }
 }
 
@@ -546,42 +650,129 @@ fn thread_answer<T>(
     }
 }
 
-/// Polls the offsets the gateways stored in `group` until they cover `total`
-/// messages: (elapsed, time to the first rows, rows then).
+/// What the database's sessions are doing, for a stalled run's error: each one's
+/// state, what it waits for, who blocks it, and its query.
+async fn sessions(client: &tokio_postgres::Client) -> String {
+    let rows = client
+        .query(
+            "SELECT pid, state, coalesce(wait_event_type, ''), coalesce(wait_event, ''), \
+             pg_blocking_pids(pid)::text, left(regexp_replace(query, '\\s+', ' ', 'g'), 160) \
+             FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() ORDER BY pid",
+            &[],
+        )
+        .await;
+    match rows {
+        Ok(rows) => rows
+            .iter()
+            .map(|row| {
+                format!(
+                    "  pid {} {} waiting {}/{} blocked by {}: {}",
+                    row.get::<_, i32>(0),
+                    row.get::<_, Option<String>>(1).unwrap_or_default(),
+                    row.get::<_, String>(2),
+                    row.get::<_, String>(3),
+                    row.get::<_, String>(4),
+                    row.get::<_, String>(5),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!(
+            "  (cannot read pg_stat_activity: {})",
+            crate::postgres::describe(&e)
+        ),
+    }
+}
+
+/// What watching the gateways' store saw.
+struct Watched {
+    /// (time since the start, rows committed), the last at the end.
+    samples: Vec<(Duration, u64)>,
+    /// Looks that found a gateway's connection waiting for a lock (another's
+    /// transaction holding a row it needs).
+    lock_waits: u64,
+}
+
+/// Polls the gateways' store until `events` holds `total` rows: every look's (time
+/// since `start`, rows committed), the last at the end.
+///
+/// The rows committed are read off the largest `row_id` (one index probe; the
+/// sequence hands out ids in insert order, so it runs ahead of the count by at most
+/// the batches still uncommitted), and the end is confirmed by a count. Not off the
+/// stored Kafka offsets: events a forwarder reads back from the spool (after its
+/// queue overflowed, or a restart) carry no offset, and move none.
 async fn watch(
     client: &tokio_postgres::Client,
-    group: &str,
     total: u64,
     start: Instant,
-) -> Result<(Duration, Duration, u64), BenchError> {
-    // The offsets move in each batch's own transaction: their sum is the rows
-    // committed (every partition starts at offset 0 in a fresh topic).
-    let statement = client
+) -> Result<Result<Watched, String>, BenchError> {
+    let waiting = client
         .prepare(
-            "SELECT coalesce(sum(next_offset), 0)::bigint FROM kafka_offsets \
-             WHERE consumer_group = $1",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
         )
         .await
         .map_err(query_failed("preparing the watch"))?;
-    let mut first = None;
+    let top = client
+        .prepare("SELECT coalesce(max(row_id), 0) FROM events")
+        .await
+        .map_err(query_failed("preparing the watch"))?;
+    let count = client
+        .prepare("SELECT count(*) FROM events")
+        .await
+        .map_err(query_failed("preparing the watch"))?;
+    let mut samples = Vec::new();
+    let mut lock_waits = 0;
+    let mut counted_at: Option<Instant> = None;
+    // The last time the rows moved, and where they were.
+    let mut moved = (Instant::now(), 0);
     loop {
-        let stored: i64 = client
-            .query_one(&statement, &[&group])
+        let waiters: i64 = client
+            .query_one(&waiting, &[])
             .await
-            .map_err(query_failed("watching the offsets"))?
+            .map_err(query_failed("watching the locks"))?
             .get(0);
-        let stored = u64::try_from(stored).unwrap_or(0);
-        if stored > 0 && first.is_none() {
-            first = Some((start.elapsed(), stored));
+        lock_waits += u64::from(waiters > 0);
+        let highest: i64 = client
+            .query_one(&top, &[])
+            .await
+            .map_err(query_failed("watching the rows"))?
+            .get(0);
+        let highest = u64::try_from(highest).unwrap_or(0);
+        samples.push((start.elapsed(), highest.min(total)));
+        if highest != moved.1 {
+            moved = (Instant::now(), highest);
+        } else if moved.0.elapsed() > STALL {
+            return Ok(Err(format!(
+                "stored about {highest} of {total} rows, then nothing for {STALL:?}; the \
+                 database's sessions then:\n{}",
+                sessions(client).await
+            )));
         }
-        if stored >= total {
-            let (first, at_first) = first.unwrap_or((start.elapsed(), stored));
-            return Ok((start.elapsed(), first, at_first));
+        // Repeats (an event read again after a rebalance) use ids too: the count
+        // decides, at most every 100 ms.
+        if highest >= total
+            && counted_at.is_none_or(|at| at.elapsed() >= Duration::from_millis(100))
+        {
+            counted_at = Some(Instant::now());
+            let rows: i64 = client
+                .query_one(&count, &[])
+                .await
+                .map_err(query_failed("counting rows"))?
+                .get(0);
+            if u64::try_from(rows).unwrap_or(0) >= total {
+                samples.push((start.elapsed(), total));
+                return Ok(Ok(Watched {
+                    samples,
+                    lock_waits,
+                }));
+            }
         }
         if start.elapsed() > DEADLINE {
             return Err(BenchError::Timeout {
                 what: format!(
-                    "the central gateways stored {stored} of {total} rows within {DEADLINE:?}"
+                    "the central gateways stored about {highest} of {total} rows within {DEADLINE:?}"
                 ),
             });
         }
@@ -609,7 +800,8 @@ pub(crate) fn gateway_config(
     format!(
         "node = {name:?}\ndata_dir = {dir:?}\n[admin]\nlisten = \"\"\n[exchange]\nsocket = {socket:?}\n\n\
          {defaults}[[forwarder]]\nname = \"central\"\nkind = \"postgres\"\n{postgres_keys}writer = {name:?}\n\n\
-         [[source]]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopics = [{TOPIC:?}]\ngroup = {group:?}\noffsets = \"central\"\n",
+         [[source]]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopics = [{TOPIC:?}]\ngroup = {group:?}\noffsets = \"central\"\n\
+         properties = {{ \"heartbeat.interval.ms\" = \"{HEARTBEAT_MS}\" }}\n",
         dir = dir.display().to_string(),
         socket = dir.join("eventgate.sock").display().to_string(),
     )
@@ -649,18 +841,15 @@ impl Cpu {
         }
     }
 
-    fn measured(
-        &self,
-        bench: &Bench<'_>,
-        elapsed: Duration,
-        first_rows: Option<Duration>,
-        rows_at_first: u64,
-    ) -> Measured {
+    fn measured(&self, bench: &Bench<'_>, elapsed: Duration) -> Measured {
         let now = Cpu::now(bench);
         Measured {
             elapsed,
-            first_rows,
-            rows_at_first,
+            first_rows: None,
+            last_claim: None,
+            steady_from: None,
+            offsets_stored: None,
+            lock_waits: None,
             rows: 0,
             by_writer: Vec::new(),
             partitions_by_owner: Vec::new(),

@@ -214,7 +214,9 @@ fn spread(all: &[PodName], count: usize) -> Vec<PodName> {
         return Vec::new();
     }
     let count = count.min(all.len());
-    (0..count).map(|i| all[i * all.len() / count].clone()).collect()
+    (0..count)
+        .map(|i| all[i * all.len() / count].clone())
+        .collect()
 }
 
 /// Copies the generated events into the store: one thread builds them (payloads
@@ -316,7 +318,9 @@ fn decode(row: &tokio_postgres::Row) -> Result<usize, tokio_postgres::Error> {
     for i in 6..=9 {
         size += text(i)?;
     }
-    size += row.try_get::<_, Option<Vec<u8>>>(10)?.map_or(0, |b| b.len());
+    size += row
+        .try_get::<_, Option<Vec<u8>>>(10)?
+        .map_or(0, |b| b.len());
     size += text(11)? + text(12)?;
     for i in 13..=15 {
         size += int(i)?;
@@ -361,7 +365,8 @@ mod tests {
                 name: format!("app-{i}"),
             })
             .collect();
-        let names = |pods: Vec<PodName>| -> Vec<String> { pods.into_iter().map(|p| p.name).collect() };
+        let names =
+            |pods: Vec<PodName>| -> Vec<String> { pods.into_iter().map(|p| p.name).collect() };
         assert_eq!(names(spread(&all, 3)), ["app-0", "app-3", "app-6"]);
         assert_eq!(names(spread(&all, 50)).len(), 10);
         assert!(spread(&all, 0).is_empty());

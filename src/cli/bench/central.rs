@@ -15,7 +15,9 @@ use clap::Args;
 use super::forwarder::find_tansu;
 use super::median;
 use crate::bench::central::timeline;
-use crate::bench::central::{Bench, Input, Measured, Row, Setup, load_average, produce};
+use crate::bench::central::{
+    Bench, Input, Measured, Outcome, Row, STALL, Setup, load_average, produce,
+};
 use crate::bench::daemon::Daemon;
 use crate::bench::micros;
 use crate::bench::postgres::{Cluster, find_bin};
@@ -36,6 +38,9 @@ pub struct CentralBenchArgs {
     /// Pods whose timeline is timed, spread over the store's pods.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub pods: u32,
+    /// Only these rows (repeatable); every row by default.
+    #[arg(long, value_enum, value_name = "ROW")]
+    pub only: Vec<RowName>,
     /// The tansu binary (the Kafka-protocol broker).
     #[arg(long, default_value = "tansu")]
     pub tansu: PathBuf,
@@ -47,6 +52,33 @@ pub struct CentralBenchArgs {
     /// directory by default); 10 million timeline rows take about 10 GiB.
     #[arg(long, value_name = "DIR")]
     pub pg_parent: Option<PathBuf>,
+}
+
+/// The rows, as `--only` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RowName {
+    Raw1,
+    Raw2,
+    Writer,
+    One,
+    Two,
+    OneDefaults,
+    TwoDefaults,
+}
+
+impl RowName {
+    fn row(self) -> Row {
+        let gateways = |gateways, setup| Row::Gateways { gateways, setup };
+        match self {
+            RowName::Raw1 => Row::Raw { connections: 1 },
+            RowName::Raw2 => Row::Raw { connections: 2 },
+            RowName::Writer => Row::Writer,
+            RowName::One => gateways(1, Setup::PostgresOnly),
+            RowName::Two => gateways(2, Setup::PostgresOnly),
+            RowName::OneDefaults => gateways(1, Setup::Defaults),
+            RowName::TwoDefaults => gateways(2, Setup::Defaults),
+        }
+    }
 }
 
 fn parse_events(text: &str) -> Result<u32, String> {
@@ -105,36 +137,64 @@ async fn ingest(
         input: &input,
         dir,
     };
-    let rows = Row::all();
-    let mut results: Vec<Vec<Measured>> = vec![Vec::new(); rows.len()];
+    let wanted: Vec<Row> = args.only.iter().map(|name| name.row()).collect();
+    let rows: Vec<Row> = Row::all()
+        .into_iter()
+        .filter(|row| wanted.is_empty() || wanted.contains(row))
+        .collect();
+    // [row][round]: None for a round that stalled.
+    let mut results: Vec<Vec<Option<Measured>>> = vec![Vec::new(); rows.len()];
+    let mut stalls = Vec::new();
     for round in 0..args.rounds {
         // The rows take turns going first.
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.rotate_left(round as usize % rows.len());
         for i in order {
-            let measured = bench.run(rows[i], round).await;
-            let measured = match measured {
-                Ok(measured) => measured,
+            let outcome = match bench.run(rows[i], round).await {
+                Ok(outcome) => outcome,
                 Err(e) => {
                     broker.stop(Duration::from_secs(5)).await;
                     return Err(e.into());
                 }
             };
-            eprintln!(
-                "round {} {:>36}: {:>8.0} events/s (steady {:>8.0}), server CPU {:.2} s, eventgate CPU {:.2} s",
-                round + 1,
-                rows[i].label(),
-                measured.rate(),
-                measured.steady_rate(),
-                measured.server_cpu.as_secs_f64(),
-                measured.eventgate_cpu.as_secs_f64(),
-            );
-            results[i].push(measured);
+            match outcome {
+                Outcome::Measured(measured) => {
+                    eprintln!(
+                        "round {} {:>36}: {:>8.0} events/s (steady {:>8.0}), server CPU {:.2} s, eventgate CPU {:.2} s",
+                        round + 1,
+                        rows[i].label(),
+                        measured.rate(),
+                        measured.steady_rate(),
+                        measured.server_cpu.as_secs_f64(),
+                        measured.eventgate_cpu.as_secs_f64(),
+                    );
+                    results[i].push(Some(measured));
+                }
+                Outcome::Stalled(sessions) => {
+                    eprintln!("round {} {:>36}: stalled", round + 1, rows[i].label());
+                    results[i].push(None);
+                    stalls.push((rows[i], round, sessions));
+                }
+            }
         }
     }
     broker.stop(Duration::from_secs(5)).await;
     print_ingest(args, &rows, &results, &input);
+    if !stalls.is_empty() {
+        println!(
+            "\nStalled rounds: the gateways stored nothing more for {:?}, and the round was \
+             given up (its database dropped, which ends their sessions):",
+            STALL
+        );
+        for (row, round, sessions) in &stalls {
+            println!("\n- {}, round {}: {sessions}", row.label(), round + 1);
+        }
+    }
     Ok(())
+}
+
+fn seconds(s: f64) -> String {
+    format!("{s:.2} s")
 }
 
 fn per_event(cpu: Duration, rows: u64) -> String {
@@ -152,7 +212,17 @@ fn split(counts: &[(String, u64)]) -> String {
         .join(", ")
 }
 
-fn print_ingest(args: &CentralBenchArgs, rows: &[Row], results: &[Vec<Measured>], input: &Input) {
+/// The median over the rounds that were measured.
+fn med(measured: &[&Measured], f: impl Fn(&Measured) -> f64) -> f64 {
+    median(measured.iter().map(|m| f(m)).collect())
+}
+
+fn print_ingest(
+    args: &CentralBenchArgs,
+    rows: &[Row],
+    results: &[Vec<Option<Measured>>],
+    input: &Input,
+) {
     println!(
         "Central ingest: {} messages (a node's container lifecycle events with their pods' \
          workload columns, protobuf values with the kafka forwarder's headers, node `web-1`) \
@@ -165,53 +235,57 @@ fn print_ingest(args: &CentralBenchArgs, rows: &[Row], results: &[Vec<Measured>]
         args.rounds
     );
     println!(
-        "| row | configuration | events/s (start to last row) | steady events/s (first rows to last) | start to first rows | rows stored | rows by gateway | partitions claimed at the end | server CPU / event | eventgate CPU / event | broker CPU / event | cores busy |"
+        "| row | configuration | events/s (start to last row) | steady events/s | start to first rows | start to last claim | rows stored | offsets stored at the end | rows by gateway | partitions claimed at the end | looks finding a gateway waiting for a lock | server CPU / event | eventgate CPU / event | broker CPU / event | cores busy | rounds stalled |"
     );
-    println!("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|");
-    for (row, measured) in rows.iter().zip(results) {
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|");
+    for (row, rounds) in rows.iter().zip(results) {
+        let measured: Vec<&Measured> = rounds.iter().flatten().collect();
+        let stalled = format!("{} of {}", rounds.len() - measured.len(), rounds.len());
         let Some(last) = measured.last() else {
+            println!(
+                "| {} | {} | - | - | - | - | - | - | - | - | - | - | - | - | - | {stalled} |",
+                row.label(),
+                row.configuration()
+            );
             continue;
         };
-        let rate = median(measured.iter().map(Measured::rate).collect());
-        let steady = median(measured.iter().map(Measured::steady_rate).collect());
-        let first = match row {
-            Row::Gateways { .. } => micros(
-                median(
-                    measured
-                        .iter()
-                        .map(|m| m.first_rows.unwrap_or_default().as_secs_f64() * 1e6)
-                        .collect(),
-                ) as u64,
-            ),
-            _ => "-".into(),
+        let gateways = matches!(row, Row::Gateways { .. });
+        let time = |f: fn(&Measured) -> Option<Duration>| match gateways {
+            true => seconds(med(&measured, |m| f(m).unwrap_or_default().as_secs_f64())),
+            false => "-".into(),
         };
         let cpu = |f: fn(&Measured) -> Duration| {
-            Duration::from_secs_f64(median(
-                measured.iter().map(|m| f(m).as_secs_f64()).collect(),
-            ))
+            Duration::from_secs_f64(med(&measured, |m| f(m).as_secs_f64()))
         };
-        let server = cpu(|m| m.server_cpu);
-        let eventgate = cpu(|m| m.eventgate_cpu);
-        let broker = cpu(|m| m.broker_cpu);
-        let busy = median(
-            measured
-                .iter()
-                .map(|m| {
-                    (m.server_cpu + m.eventgate_cpu + m.broker_cpu).as_secs_f64()
-                        / m.elapsed.as_secs_f64().max(1e-9)
+        let lock_waits = match gateways {
+            true => format!(
+                "{:.0}%",
+                med(&measured, |m| {
+                    let (waits, looks) = m.lock_waits.unwrap_or_default();
+                    100.0 * waits as f64 / looks.max(1) as f64
                 })
-                .collect(),
-        );
+            ),
+            false => "-".into(),
+        };
         println!(
-            "| {} | {} | {rate:.0} | {steady:.0} | {first} | {} | {} | {} | {} | {} | {} | {busy:.2} |",
+            "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {lock_waits} | {} | {} | {} | {:.2} | {stalled} |",
             row.label(),
             row.configuration(),
+            med(&measured, Measured::rate),
+            med(&measured, Measured::steady_rate),
+            time(|m| m.first_rows),
+            time(|m| m.last_claim),
             last.rows,
+            last.offsets_stored.map_or("-".into(), |n| n.to_string()),
             split(&last.by_writer),
             split(&last.partitions_by_owner),
-            per_event(server, last.rows),
-            per_event(eventgate, last.rows),
-            per_event(broker, last.rows),
+            per_event(cpu(|m| m.server_cpu), last.rows),
+            per_event(cpu(|m| m.eventgate_cpu), last.rows),
+            per_event(cpu(|m| m.broker_cpu), last.rows),
+            med(&measured, |m| {
+                (m.server_cpu + m.eventgate_cpu + m.broker_cpu).as_secs_f64()
+                    / m.elapsed.as_secs_f64().max(1e-9)
+            }),
         );
     }
     println!();
@@ -224,11 +298,16 @@ fn print_ingest(args: &CentralBenchArgs, rows: &[Row], results: &[Vec<Measured>]
             ("", Measured::rate as fn(&Measured) -> f64),
             (", steady", Measured::steady_rate as fn(&Measured) -> f64),
         ] {
+            // Rounds where both rows were measured.
             let rounds: Vec<f64> = results[t]
                 .iter()
                 .zip(&results[b])
-                .map(|(t, b)| rate(t) / rate(b).max(1e-9))
+                .filter_map(|(t, b)| Some(rate(t.as_ref()?) / rate(b.as_ref()?).max(1e-9)))
                 .collect();
+            if rounds.is_empty() {
+                println!("- {label}{what}: no round measured both");
+                continue;
+            }
             let value = median(rounds.clone());
             let listed: Vec<String> = rounds.iter().map(|r| format!("{r:.2}")).collect();
             let verdict = match goal {
@@ -332,7 +411,9 @@ async fn pod_timeline(args: &CentralBenchArgs, cluster: &Cluster) -> Result<(), 
     let p99 = measured.quantile(0.99);
     let max = measured.quantile(1.0);
     let rows_per_pod = |q| timeline::quantile(&measured.pod_rows, q);
-    println!("| query | store rows | pods timed | rows per pod (min / median / max) | p50 | p99 | max | goal |");
+    println!(
+        "| query | store rows | pods timed | rows per pod (min / median / max) | p50 | p99 | max | goal |"
+    );
     println!("|---|---:|---:|---|---:|---:|---:|---|");
     println!(
         "| pod timeline | {} | {} | {} / {} / {} | {} | {} | {} | < 300 ms: {} |",
@@ -362,7 +443,11 @@ async fn pod_timeline(args: &CentralBenchArgs, cluster: &Cluster) -> Result<(), 
             true => "then the rows sorted by time",
             false => "merged in time order (no sort)",
         },
-        if plan.all_through_the_index() { "yes" } else { "no" }
+        if plan.all_through_the_index() {
+            "yes"
+        } else {
+            "no"
+        }
     );
     println!(
         "\nEXPLAIN (ANALYZE, BUFFERS) for {}/{}:\n",

@@ -1,0 +1,246 @@
+//! `eventgate bench central` at a tiny size, so the README's central-ingest and
+//! pod-timeline tables cannot rot: every row stores every event, the two-gateway
+//! rows run two gateways, the ratios come from the run, and the timeline's summary
+//! says what its EXPLAIN shows. Needs tansu and PostgreSQL's server binaries.
+
+use crate::support;
+
+use support::tansu::tansu_bin;
+use support::*;
+
+const EVENTS: u64 = 3000;
+const ROWS: u64 = 20_000;
+const PODS: u64 = 12;
+
+/// The table row whose first cell is `first`, split into its cells.
+fn row<'a>(table: &'a str, first: &str) -> Vec<&'a str> {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {first} |")))
+        .unwrap_or_else(|| panic!("no row {first:?} in:\n{table}"));
+    line.trim_matches('|').split('|').map(str::trim).collect()
+}
+
+fn number(cell: &str) -> f64 {
+    cell.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{cell:?} is not a number"))
+}
+
+/// `name count, name count` cells: the counts by name.
+fn counts(cell: &str) -> Vec<(String, u64)> {
+    cell.split(", ")
+        .map(|part| {
+            let (name, n) = part
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("{cell:?} is not `name count, ...`"));
+            (name.to_owned(), n.parse().expect("a count"))
+        })
+        .collect()
+}
+
+/// A time cell ("850 µs", "1.24 ms") in microseconds.
+fn micros(cell: &str) -> f64 {
+    match cell.split_once(' ') {
+        Some((n, "µs")) => n.parse().expect("µs"),
+        Some((n, "ms")) => n.parse::<f64>().expect("ms") * 1000.0,
+        _ => panic!("{cell:?} is not a time"),
+    }
+}
+
+/// The `**N.NNx**` of the ratio line starting with `start`, and its rounds.
+fn ratio(table: &str, start: &str) -> (f64, Vec<f64>) {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(start) && l[start.len()..].starts_with(": **"))
+        .unwrap_or_else(|| panic!("no {start:?} in:\n{table}"));
+    let value = line
+        .split("**")
+        .nth(1)
+        .and_then(|r| r.strip_suffix('x'))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no ratio in {line}"));
+    let rounds = line
+        .split("(rounds ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no rounds in {line}"))
+        .split(", ")
+        .map(|r| r.parse().expect("a round's ratio"))
+        .collect();
+    (value, rounds)
+}
+
+#[test]
+fn the_central_benchmark_stores_every_row_in_each_configuration_and_times_the_pod_timeline() {
+    let tansu = tansu_bin();
+    let out = eventgate()
+        .args(["bench", "central", "--rounds", "1", "--log-level", "warn"])
+        .args(["--events", &EVENTS.to_string()])
+        .args(["--rows", &ROWS.to_string(), "--pods", &PODS.to_string()])
+        .args(["--tansu", path_str(&tansu)])
+        .output()
+        .expect("run eventgate bench central");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench central failed:\n{stderr}");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+
+    // Every row stored every event, at a rate measured in the run.
+    let rows = [
+        ("raw COPY, 1 connection", 0),
+        ("raw COPY, 2 connections", 0),
+        ("forwarder's writer alone", 0),
+        ("1 gateway, postgres only", 1),
+        ("2 gateways, postgres only", 2),
+        ("1 gateway, defaults + postgres", 1),
+        ("2 gateways, defaults + postgres", 2),
+    ];
+    let mut measured = Vec::new();
+    for (label, gateways) in rows {
+        let cells = row(&table, label);
+        if gateways > 0 && cells[15] == "1 of 1" {
+            // A round the gateways stopped storing in is reported with the server's
+            // sessions then, one of them waiting for another's lock (the gateways'
+            // deadlock through the offsets table); its cells are empty.
+            let stall = table
+                .split(&format!("\n- {label}, round 1: "))
+                .nth(1)
+                .unwrap_or_else(|| panic!("{label} stalled, and no report of it:\n{table}"));
+            let report: Vec<&str> = stall.lines().take_while(|l| !l.is_empty()).collect();
+            assert!(
+                report
+                    .iter()
+                    .any(|l| l.contains("waiting Lock/") && !l.contains("blocked by {}")),
+                "{label}: {report:#?}"
+            );
+            assert!(cells[2..15].iter().all(|c| *c == "-"), "{label}: {cells:?}");
+            continue;
+        }
+        assert_eq!(cells[15], "0 of 1", "{label}: {cells:?}");
+        measured.push(label);
+        assert!(number(cells[2]) > 0.0, "{label}: {cells:?}");
+        assert!(number(cells[3]) > 0.0, "{label}: {cells:?}");
+        assert_eq!(number(cells[6]) as u64, EVENTS, "{label} rows: {cells:?}");
+        if gateways == 0 {
+            assert_eq!(cells[8], "-", "{label}: {cells:?}");
+            continue;
+        }
+        // The rows are the gateways' own, named by their writer: each gateway wrote
+        // some (two gateways share the partitions), and together all of them.
+        let written = counts(cells[8]);
+        assert_eq!(written.len(), gateways, "{label} writers: {cells:?}");
+        assert_eq!(
+            written.iter().map(|(_, n)| n).sum::<u64>(),
+            EVENTS,
+            "{label}: {cells:?}"
+        );
+        assert!(
+            written
+                .iter()
+                .all(|(name, n)| name.starts_with("central-") && *n > 0),
+            "{label}: {cells:?}"
+        );
+        // The group's 4 partitions, split between the gateways at the end.
+        let claimed = counts(cells[9]);
+        assert_eq!(claimed.len(), gateways, "{label} claims: {cells:?}");
+        assert_eq!(claimed.iter().map(|(_, n)| n).sum::<u64>(), 4, "{cells:?}");
+        for cell in [cells[4], cells[5]] {
+            assert!(cell.ends_with(" s"), "{label}: {cells:?}");
+        }
+        assert!(number(cells[14]) > 0.0, "{label} cores busy: {cells:?}");
+    }
+
+    // The ratios are of this run's rows.
+    let rate = |label: &str| number(row(&table, label)[2]);
+    for (line, top, bottom) in [
+        (
+            "- one gateway (postgres only) / raw COPY",
+            "1 gateway, postgres only",
+            "raw COPY, 1 connection",
+        ),
+        (
+            "- two gateways / one (postgres only)",
+            "2 gateways, postgres only",
+            "1 gateway, postgres only",
+        ),
+        (
+            "- raw COPY, 2 connections / 1 (the server's own scaling here)",
+            "raw COPY, 2 connections",
+            "raw COPY, 1 connection",
+        ),
+    ] {
+        if !(measured.contains(&top) && measured.contains(&bottom)) {
+            assert!(
+                table.contains(&format!("{line}: no round measured both")),
+                "{line}"
+            );
+            continue;
+        }
+        let (value, rounds) = ratio(&table, line);
+        assert_eq!(rounds.len(), 1, "{line}");
+        let expected = rate(top) / rate(bottom);
+        assert!(
+            (value - expected).abs() <= 0.01 + expected * 0.01,
+            "{line}: {value} but the rows say {expected}:\n{table}"
+        );
+    }
+
+    // The pod timeline: the store holds what was asked, the pods asked for were
+    // timed, and the summary agrees with the plan printed below it.
+    let timeline = row(&table, "pod timeline");
+    assert_eq!(number(timeline[1]) as u64, ROWS, "{timeline:?}");
+    assert_eq!(number(timeline[2]) as u64, PODS, "{timeline:?}");
+    let per_pod: Vec<f64> = timeline[3].split(" / ").map(number).collect();
+    assert!(
+        per_pod.len() == 3
+            && per_pod[0] >= 1.0
+            && per_pod[0] <= per_pod[1]
+            && per_pod[1] <= per_pod[2],
+        "{timeline:?}"
+    );
+    let (p50, p99, max) = (
+        micros(timeline[4]),
+        micros(timeline[5]),
+        micros(timeline[6]),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{timeline:?}");
+    assert!(timeline[7].starts_with("< 300 ms: "), "{timeline:?}");
+    let plan: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("EXPLAIN (ANALYZE, BUFFERS) for "))
+        .skip(1)
+        .filter(|l| l.starts_with("    "))
+        .collect();
+    assert!(
+        plan.iter().any(|l| l.contains("Execution Time")),
+        "no plan in:\n{table}"
+    );
+    let index_scans = plan
+        .iter()
+        .filter(|l| l.contains("Index Scan using") && l.contains("pod_namespace_pod_name_time_idx"))
+        .count();
+    let summary = table
+        .lines()
+        .find(|l| l.starts_with("- plan: "))
+        .unwrap_or_else(|| panic!("no plan summary in:\n{table}"));
+    assert!(
+        summary.starts_with(&format!(
+            "- plan: {index_scans} partition(s) read through their events_pod index"
+        )),
+        "{summary} but the plan has {index_scans} such scans:\n{}",
+        plan.join("\n")
+    );
+    assert!(index_scans >= 1, "{}", plan.join("\n"));
+    let sorted = plan.iter().any(|l| {
+        l.trim_start()
+            .trim_start_matches("->")
+            .trim_start()
+            .starts_with("Sort ")
+    });
+    assert_eq!(
+        summary.contains("then the rows sorted by time"),
+        sorted,
+        "{summary}"
+    );
+}
