@@ -325,3 +325,38 @@ fn retention_drops_whole_partitions_past_max_age() {
     });
     assert_eq!(stored(&pg), (3, 3));
 }
+
+#[cfg(feature = "privileged-tests")]
+#[test]
+fn a_full_table_space_is_named_the_events_wait_and_go_in_once_there_is_room() {
+    let mut pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let password = store(&pg, dir.path());
+    // Every table of the store (the partitions among them) on a small file system.
+    pg.small_tablespace("tiny", ROLE, 8);
+    pg.sql(&format!(
+        "ALTER DATABASE {DB} SET default_tablespace = 'tiny'"
+    ));
+    let mut gw = gateway(&pg, &password, r#"tls = "disable""#);
+    publish_exits(&gw, 1, 6);
+    wait_stored(&pg, 5);
+    // Fill the rest of it.
+    let full = pg.try_sql_in(
+        DB,
+        "SET ROLE eventgate;
+         CREATE TABLE filler (t text);
+         INSERT INTO filler SELECT repeat(md5(g::text), 8) FROM generate_series(1, 100000) g",
+    );
+    assert!(full.is_err(), "8 MiB held the filler");
+    // More than the partition's and its indexes' last pages hold.
+    publish_exits(&gw, 6, 206);
+    let said = wait_not_ready(&mut gw, "forwarder central");
+    assert!(
+        said.contains("53100") && said.contains("No space left on device"),
+        "{said}"
+    );
+    assert!(stored(&pg).0 < 205, "the events fit after all");
+    pg.sql_in(DB, "DROP TABLE filler");
+    wait_stored(&pg, 205);
+    wait_ready(&mut gw);
+}
