@@ -360,3 +360,60 @@ fn a_full_table_space_is_named_the_events_wait_and_go_in_once_there_is_room() {
     wait_stored(&pg, 205);
     wait_ready(&mut gw);
 }
+
+#[test]
+fn a_row_the_server_refuses_goes_to_the_dead_letters_and_its_batch_is_written() {
+    use eventgate::proto::containerd::services::events::v1::PublishRequest;
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let password = store(&pg, dir.path());
+    let gw = gateway(&pg, &password, "tls = \"disable\"\nbatch = { events = 50 }");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut client = gw.client().await;
+        for n in 0..9u8 {
+            // A type URL with a NUL byte: the SQLite store keeps it, PostgreSQL's
+            // text cannot (22021).
+            let type_url = match n {
+                4 => "example.com/bad\0type".to_owned(),
+                _ => format!("example.com/t{n}"),
+            };
+            let mut request = tonic::Request::new(PublishRequest {
+                topic: "/things/happened".into(),
+                event: Some(prost_types::Any {
+                    type_url,
+                    value: vec![n],
+                }),
+            });
+            request
+                .metadata_mut()
+                .insert("containerd-namespace", "default".parse().unwrap());
+            client.publish(request).await.expect("publish");
+        }
+    });
+    wait_stored(&pg, 8);
+    let data = gw.dir.path().join("data");
+    let listed = wait_for("the refused row in the dead letters", STORED, || {
+        let out = eventgate()
+            .args(["dlq", "list", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("central").then_some(text)
+    });
+    let entry: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        (entry[1], entry[2], entry[6]),
+        ("central", "5", "permanent"),
+        "{listed}"
+    );
+    assert_eq!(listed.lines().count(), 2, "more than the one row: {listed}");
+    assert_eq!(
+        pg.sql_in(
+            DB,
+            "SELECT count(*) FROM events WHERE type_url LIKE 'example.com/t%'"
+        ),
+        "8"
+    );
+}
