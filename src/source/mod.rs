@@ -16,9 +16,10 @@ use crate::forward::Options;
 
 pub(crate) mod kafka;
 pub(crate) mod metric_table;
+pub(crate) mod starvation;
 mod stats;
 
-pub(crate) use stats::{SourceFailing, SourceHealth, SourceStats};
+pub(crate) use stats::{Assignment, SourceFailing, SourceHealth, SourceStats, Starved};
 
 /// A Kafka record as the `kafka` forwarder encodes it, read back as a source reads
 /// it (tests check that what one writes the other takes in).
@@ -47,12 +48,13 @@ pub enum SourceError {
 
 impl SourceSpec {
     /// Every check `serve` makes before it starts the source, the librdkafka
-    /// configuration included; `check-config` runs the same.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// configuration included; `check-config` runs the same. `node` is the
+    /// gateway's node name (the default `instance_id` is made of it).
+    pub(crate) fn validate(&self, node: &str) -> Result<(), String> {
         crate::pipeline::check_name(&self.name)?;
         match self.kind.as_str() {
             "kafka" => kafka::SourceOptions::parse(&self.options)
-                .and_then(|options| options.probe(&self.name))
+                .and_then(|options| options.probe(&self.name, node))
                 .map_err(|e| e.to_string()),
             other => Err(format!(
                 "`kind` {other:?} is not a source kind (known: \"kafka\")"
@@ -96,6 +98,7 @@ impl Serialize for SourceSpec {
 async fn supervise(
     name: Arc<str>,
     options: Options,
+    node: Arc<str>,
     mut consumer: kafka::Consumer,
     exchange: Exchange,
     cancel: CancellationToken,
@@ -126,6 +129,7 @@ async fn supervise(
                 kafka::Consumer::start(
                     Arc::clone(&name),
                     &options,
+                    &node,
                     exchange.clone(),
                     cancel.child_token(),
                     Arc::clone(&stats),
@@ -165,11 +169,17 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
-    /// Starts every source; options were validated with the configuration.
-    pub(crate) fn start(specs: &[SourceSpec], exchange: &Exchange) -> Result<Self, SourceError> {
+    /// Starts every source, each with a watch on whether it is starved; options
+    /// were validated with the configuration. `node` is the gateway's node name.
+    pub(crate) fn start(
+        specs: &[SourceSpec],
+        node: &str,
+        exchange: &Exchange,
+    ) -> Result<Self, SourceError> {
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         let mut views = Vec::new();
+        let node: Arc<str> = Arc::from(node);
         for spec in specs {
             let invalid = |problem: String| SourceError::Invalid {
                 name: spec.name.clone(),
@@ -178,23 +188,42 @@ impl Sources {
             let name: Arc<str> = Arc::from(spec.name.as_str());
             let options =
                 kafka::SourceOptions::parse(&spec.options).map_err(|e| invalid(e.to_string()))?;
+            let instance = options
+                .group_instance_id(&name, &node)
+                .map_err(|e| invalid(e.to_string()))?;
             let stats = Arc::new(SourceStats::new(
                 &spec.name,
                 &options.topics,
                 &options.group,
+                instance,
             ));
+            let backlog =
+                kafka::KafkaBacklog::new(&name, &options).map_err(|e| invalid(e.to_string()))?;
             let consumer = kafka::Consumer::start(
                 Arc::clone(&name),
                 &options,
+                &node,
                 exchange.clone(),
                 cancel.child_token(),
                 Arc::clone(&stats),
             )
             .map_err(|e| invalid(e.to_string()))?;
             views.push(Arc::clone(&stats));
+            let watch = starvation::watch(
+                Arc::clone(&stats),
+                Arc::new(backlog),
+                options.session_timeout(),
+                options.start == kafka::options::Start::Latest,
+                cancel.child_token(),
+            );
+            tasks.push((
+                format!("{} (starvation watch)", spec.name),
+                tokio::spawn(watch),
+            ));
             let task = supervise(
                 name,
                 spec.options.clone(),
+                Arc::clone(&node),
                 consumer,
                 exchange.clone(),
                 cancel.clone(),
