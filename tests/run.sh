@@ -23,9 +23,10 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # dockerd; golang-go and golang-golang-x-mod-dev build Go's sumdb/note and
 # sumdb/tlog for tests/tools/note_interop.rs and tlog_interop.rs; python3-venv lets Debian's python3 make the tests'
 # virtual environment (below); chromium and chromium-driver are the browser
-# tests/browser drives through WebDriver.
+# tests/browser drives through WebDriver; stress-ng loads every core while
+# tests/kafka/fleet.rs restarts a central gateway.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
-  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver
+  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver stress-ng
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
