@@ -246,3 +246,62 @@ impl SourceStats {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partitions(list: &[i32]) -> Vec<(String, i32)> {
+        list.iter().map(|p| ("fleet".to_owned(), *p)).collect()
+    }
+
+    fn held(stats: &SourceStats) -> Vec<i32> {
+        stats
+            .assignment()
+            .partitions
+            .iter()
+            .map(|(_, p)| *p)
+            .collect()
+    }
+
+    #[test]
+    fn assignments_and_revocations_are_kept_with_since_when_it_holds_nothing() {
+        let stats = SourceStats::new("fleet", &["fleet".to_owned()], "central", None);
+        stats.assignment_reset();
+        let started = stats
+            .held_nothing_since()
+            .expect("a new consumer holds nothing");
+        // The eager protocol: each assignment is the whole of it.
+        assert_eq!(
+            stats.assigned(&partitions(&[2, 0]), false, Some(1), Some("m".into())),
+            2
+        );
+        assert_eq!(held(&stats), [0, 2]);
+        assert_eq!(stats.held_nothing_since(), None);
+        assert_eq!(stats.assignment().generation, Some(1));
+        assert_eq!(stats.revoked(Some(&partitions(&[0, 2]))), 0);
+        let revoked = stats
+            .held_nothing_since()
+            .expect("nothing held after the revocation");
+        assert!(revoked >= started);
+        assert_eq!(stats.assigned(&partitions(&[1]), false, Some(2), None), 1);
+        assert_eq!(held(&stats), [1]);
+        assert_eq!(
+            stats.assignment().member_id.as_deref(),
+            Some("m"),
+            "kept when librdkafka does not say"
+        );
+        // The cooperative protocol: more, then fewer.
+        assert_eq!(stats.assigned(&partitions(&[3]), true, Some(3), None), 2);
+        assert_eq!(stats.revoked(Some(&partitions(&[1]))), 1);
+        assert_eq!(held(&stats), [3]);
+        assert_eq!(stats.held_nothing_since(), None);
+        // A failed rebalance gives up everything.
+        assert_eq!(stats.revoked(None), 0);
+        assert!(stats.held_nothing_since().is_some());
+        // An empty assignment starts no new "since".
+        let since = stats.held_nothing_since();
+        assert_eq!(stats.assigned(&[], false, Some(4), None), 0);
+        assert_eq!(stats.held_nothing_since(), since);
+    }
+}

@@ -566,8 +566,8 @@ async fn centrals_in_one_group_share_the_partitions() {
     let tansu = Tansu::start();
     let mut nodes = fleet(&tansu).await;
     // Each its own node name: a member's static identity in the group is made of it.
-    let one = Central::new("shared").node("central-1").start(&tansu);
-    let two = Central::new("shared").node("central-2").start(&tansu);
+    let mut one = Central::new("shared").node("central-1").start(&tansu);
+    let mut two = Central::new("shared").node("central-2").start(&tansu);
     let stores = [central_data(&one), central_data(&two)];
     let stores = [stores[0].as_path(), stores[1].as_path()];
     // tansu describes no groups (DescribeGroups answers none), so the assignment is
@@ -592,6 +592,22 @@ async fn centrals_in_one_group_share_the_partitions() {
         "each central took a share: {:?}",
         stores.iter().map(HashSet::len).collect::<Vec<_>>()
     );
+    // What each says it holds (/status, kept from its rebalance callbacks) is its
+    // share: together every partition, none twice.
+    let shares = [
+        held(&source_status(&mut one)),
+        held(&source_status(&mut two)),
+    ];
+    let mut all: Vec<&String> = shares.iter().flatten().collect();
+    all.sort();
+    assert_eq!(
+        all,
+        ["fleet/0", "fleet/1", "fleet/2", "fleet/3"]
+            .iter()
+            .collect::<Vec<_>>(),
+        "{shares:?}"
+    );
+    assert!(shares.iter().all(|s| !s.is_empty()), "{shares:?}");
 }
 
 /// The group's session timeout in the tests of a central's membership: what the
