@@ -81,6 +81,36 @@ fn partitions_must_stand_still_for_a_session_timeout_once_seen() {
     assert!(later.is_some());
 }
 
+/// Partitions that stood still while the member held nothing before do not make
+/// it starved the moment it holds nothing again (it held partitions in between,
+/// between two checks): the session timeout runs from its latest loss.
+#[test]
+fn a_member_that_just_lost_its_partitions_is_not_starved_yet() {
+    let start = Instant::now();
+    let mut judge = Judge::new(SESSION, false);
+    let stuck = |_| vec![lag(0, Some(40), 100)];
+    assert!(
+        judge_over(
+            &mut judge,
+            start,
+            2 * SESSION,
+            Duration::from_secs(2),
+            stuck
+        )
+        .is_some()
+    );
+    let again = start + 2 * SESSION + Duration::from_secs(1);
+    assert_eq!(
+        judge.judge(again, SystemTime::UNIX_EPOCH, &stuck(0), again),
+        None
+    );
+    assert!(
+        judge
+            .judge(again, SystemTime::UNIX_EPOCH, &stuck(0), again + SESSION)
+            .is_some()
+    );
+}
+
 /// A standby member beside members that read: their committed offsets move, so
 /// holding nothing is its normal state.
 #[test]
@@ -287,6 +317,13 @@ async fn a_sample_that_hangs_is_waited_for_once_not_piled_up() {
         cancel.clone(),
     ));
     // The paused clock does not move on its own while a blocking call runs.
+    let real_deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while script.calls.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < real_deadline, "no call");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        settle().await;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     for _ in 0..60 {
         tokio::time::advance(Duration::from_secs(1)).await;
         settle().await;
