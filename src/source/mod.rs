@@ -17,9 +17,10 @@ use crate::pipeline::ForwarderSpec;
 
 pub(crate) mod kafka;
 pub(crate) mod metric_table;
+pub(crate) mod starvation;
 mod stats;
 
-pub(crate) use stats::{SourceFailing, SourceHealth, SourceStats};
+pub(crate) use stats::{Assignment, SourceFailing, SourceHealth, SourceStats, Starved};
 
 /// A Kafka record as the `kafka` forwarder encodes it, read back as a source reads
 /// it (tests check that what one writes the other takes in).
@@ -49,13 +50,14 @@ pub enum SourceError {
 impl SourceSpec {
     /// Every check `serve` makes before it starts the source, the librdkafka
     /// configuration included, and that the forwarder named by `offsets` is a
-    /// `postgres` one of `forwarders`; `check-config` runs the same.
-    pub(crate) fn validate(&self, forwarders: &[ForwarderSpec]) -> Result<(), String> {
+    /// `postgres` one of `forwarders`; `check-config` runs the same. `node` is the
+    /// gateway's node name (the default `instance_id` is made of it).
+    pub(crate) fn validate(&self, node: &str, forwarders: &[ForwarderSpec]) -> Result<(), String> {
         crate::pipeline::check_name(&self.name)?;
         match self.kind.as_str() {
             "kafka" => {
                 let options = kafka::SourceOptions::parse(&self.options)
-                    .and_then(|options| options.probe(&self.name).map(|()| options))
+                    .and_then(|options| options.probe(&self.name, node).map(|()| options))
                     .map_err(|e| e.to_string())?;
                 if let Some(store) = &options.offsets {
                     offsets_store(store, forwarders)?;
@@ -139,6 +141,7 @@ impl Serialize for SourceSpec {
 async fn supervise(
     name: Arc<str>,
     options: Options,
+    node: Arc<str>,
     mut consumer: kafka::Consumer,
     exchange: Exchange,
     cancel: CancellationToken,
@@ -174,6 +177,7 @@ async fn supervise(
                 kafka::Consumer::start(
                     Arc::clone(&name),
                     &options,
+                    &node,
                     exchange.clone(),
                     cancel.child_token(),
                     Arc::clone(&stats),
@@ -214,7 +218,8 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
-    /// Starts every source; options were validated with the configuration.
+    /// Starts every source, each with a watch on whether it is starved; options
+    /// were validated with the configuration. `node` is the gateway's node name.
     pub(crate) fn start(
         specs: &[SourceSpec],
         forwarders: &[ForwarderSpec],
@@ -224,6 +229,7 @@ impl Sources {
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         let mut views = Vec::new();
+        let node: Arc<str> = Arc::from(node);
         for spec in specs {
             let invalid = |problem: String| SourceError::Invalid {
                 name: spec.name.clone(),
@@ -232,10 +238,14 @@ impl Sources {
             let name: Arc<str> = Arc::from(spec.name.as_str());
             let options =
                 kafka::SourceOptions::parse(&spec.options).map_err(|e| invalid(e.to_string()))?;
+            let instance = options
+                .group_instance_id(&name, &node)
+                .map_err(|e| invalid(e.to_string()))?;
             let stats = Arc::new(SourceStats::new(
                 &spec.name,
                 &options.topics,
                 &options.group,
+                instance,
             ));
             let claims = match &options.offsets {
                 Some(store) => {
@@ -250,9 +260,12 @@ impl Sources {
                 }
                 None => None,
             };
+            let backlog =
+                kafka::KafkaBacklog::new(&name, &options).map_err(|e| invalid(e.to_string()))?;
             let consumer = kafka::Consumer::start(
                 Arc::clone(&name),
                 &options,
+                &node,
                 exchange.clone(),
                 cancel.child_token(),
                 Arc::clone(&stats),
@@ -260,9 +273,21 @@ impl Sources {
             )
             .map_err(|e| invalid(e.to_string()))?;
             views.push(Arc::clone(&stats));
+            let watch = starvation::watch(
+                Arc::clone(&stats),
+                Arc::new(backlog),
+                options.session_timeout(),
+                options.start == kafka::options::Start::Latest,
+                cancel.child_token(),
+            );
+            tasks.push((
+                format!("{} (starvation watch)", spec.name),
+                tokio::spawn(watch),
+            ));
             let task = supervise(
                 name,
                 spec.options.clone(),
+                Arc::clone(&node),
                 consumer,
                 exchange.clone(),
                 cancel.clone(),
