@@ -138,16 +138,15 @@ impl Serialize for SourceSpec {
 /// Runs a source's consumer, and starts a new one if it ever ends (a panic, a
 /// failed write) before the gateway stops: the new consumer reads on from the
 /// group's last commit, and stores drop what it reads twice.
-async fn supervise(
-    name: Arc<str>,
-    options: Options,
-    node: Arc<str>,
-    mut consumer: kafka::Consumer,
-    exchange: Exchange,
-    cancel: CancellationToken,
-    stats: Arc<SourceStats>,
-    claims: Option<Arc<kafka::Claims>>,
-) {
+async fn supervise(source: Supervised, mut consumer: kafka::Consumer, cancel: CancellationToken) {
+    let Supervised {
+        name,
+        options,
+        node,
+        exchange,
+        stats,
+        claims,
+    } = source;
     loop {
         let running = tokio::spawn(consumer.run());
         // Aborted with the supervisor (a stop that timed out), not left running.
@@ -197,6 +196,17 @@ async fn supervise(
             }
         }
     }
+}
+
+/// What it takes to start a source's consumer again.
+struct Supervised {
+    name: Arc<str>,
+    /// Parsed again at each start.
+    options: Options,
+    node: Arc<str>,
+    exchange: Exchange,
+    stats: Arc<SourceStats>,
+    claims: Option<Arc<kafka::Claims>>,
 }
 
 struct AbortOnDrop(tokio::task::AbortHandle);
@@ -284,16 +294,15 @@ impl Sources {
                 format!("{} (starvation watch)", spec.name),
                 tokio::spawn(watch),
             ));
-            let task = supervise(
+            let supervised = Supervised {
                 name,
-                spec.options.clone(),
-                Arc::clone(&node),
-                consumer,
-                exchange.clone(),
-                cancel.clone(),
+                options: spec.options.clone(),
+                node: Arc::clone(&node),
+                exchange: exchange.clone(),
                 stats,
                 claims,
-            );
+            };
+            let task = supervise(supervised, consumer, cancel.clone());
             tasks.push((spec.name.clone(), tokio::spawn(task)));
         }
         Ok(Self {
