@@ -175,7 +175,10 @@ impl ConsumerContext for SourceContext {
                 let listed = listed(partitions);
                 let held = self.stats.revoked(Some(&listed));
                 self.assigned.set(held as f64);
-                let generation = membership(consumer).map(|(generation, _)| generation);
+                // The generation of the assignment it gives up: no request to
+                // librdkafka's group thread, which a closing consumer may have
+                // stopped serving.
+                let generation = self.stats.assignment().generation;
                 tracing::info!(
                     source = %self.source,
                     generation,
