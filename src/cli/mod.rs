@@ -15,6 +15,7 @@ mod replay;
 mod serve;
 mod stats;
 mod status;
+mod store;
 mod timeline;
 mod top;
 mod witness;

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Local, Utc};
 use clap::{Args, ValueEnum};
 
+use super::store::StoreArgs;
 use super::{CliError, timeline};
 use crate::config::Config;
 use crate::filter::{Filter, quote};
@@ -82,7 +83,7 @@ pub enum Format {
 )]
 pub struct QueryArgs {
     #[command(flatten)]
-    pub location: StoreLocation,
+    pub location: StoreArgs,
     /// Events at or after this time: RFC 3339 (2024-05-01T10:00:00Z) or a duration
     /// back from now (15m, 2h, 7d). Compared with the event's own timestamp.
     #[arg(long, value_name = "TIME", value_parser = time_bound)]
@@ -150,9 +151,9 @@ pub(super) async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
         until: args.until,
         limit: args.limit,
     };
-    let path = args.location.path();
+    let store = args.location.resolve()?;
     tokio::task::spawn_blocking(move || {
-        let reader = Reader::open(&path)?;
+        let reader = Reader::open_store(&store, None)?;
         if let Some(name) = &args.pod {
             let pod = timeline::resolve(&reader, name, args.pod_namespace.as_deref(), &query)?;
             query = timeline::narrow(query, &pod);
