@@ -165,7 +165,7 @@ impl Config {
                 name: spec.name.clone(),
                 problem,
             };
-            spec.validate().map_err(invalid)?;
+            spec.validate(&self.forwarders).map_err(invalid)?;
             if !names.insert(spec.name.as_str()) {
                 return Err(invalid(
                     "two sources have this name; give each a unique `name`".into(),

@@ -23,9 +23,11 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # dockerd; golang-go and golang-golang-x-mod-dev build Go's sumdb/note and
 # sumdb/tlog for tests/tools/note_interop.rs and tlog_interop.rs; python3-venv lets Debian's python3 make the tests'
 # virtual environment (below); chromium and chromium-driver are the browser
-# tests/browser drives through WebDriver.
+# tests/browser drives through WebDriver; postgresql brings the server binaries
+# (/usr/lib/postgresql/<major>/bin) and the postgres user tests/postgres starts its
+# private clusters with (the system's own cluster it may start is not used).
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
-  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver
+  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver postgresql
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
@@ -57,11 +59,11 @@ cargo clippy --locked --all-targets --all-features -- -D warnings
 # Every test group (tests/<group>/main.rs), each behind the feature naming what it
 # needs (Cargo.toml): all of it is installed above. --include-ignored for the unit
 # tests the library itself marks (a broker in src/bench).
-features=bench,tools-tests,containerd-tests,kafka-tests,privileged-tests,browser-tests
+features=bench,tools-tests,containerd-tests,kafka-tests,postgres-tests,privileged-tests,browser-tests
 cargo build --all-targets --locked --features "$features"
-cargo test --lib --bins --examples --test plain --test tools --test kafka --test privileged \
-    --test containerd --test browser --test bench --locked --features "$features" --no-fail-fast \
-    -- --include-ignored
+cargo test --lib --bins --examples --test plain --test tools --test kafka --test postgres \
+    --test privileged --test containerd --test browser --test bench --locked --features "$features" \
+    --no-fail-fast -- --include-ignored
 
 # A short fuzzing pass over every untrusted input (tests/fuzz; nightly only here).
 ./tests/fuzz.sh 20

@@ -158,7 +158,7 @@ pub(super) fn start_upstreams_and_sources(
         &config.data_dir,
         Some(spool.clone()),
     );
-    let sources = Sources::start(&config.sources, exchange)?;
+    let sources = Sources::start(&config.sources, &config.forwarders, &config.node, exchange)?;
     Ok((upstreams, sources))
 }
 

@@ -265,8 +265,18 @@ impl Target {
             source,
         };
         let connected = match &self.tls {
-            Some(tls) => {
-                let tls = tokio_postgres_rustls::MakeRustlsConnect::new((**tls).clone());
+            Some(checked) => {
+                // The CA file is read again for each connection, so a corrected file
+                // is used without a restart; the one checked at start stands in if
+                // it has become unreadable since.
+                let roots = match self.options.tls_config() {
+                    Ok(roots) => roots,
+                    Err(error) => {
+                        tracing::warn!(target = %what, %error, "the CA file is unreadable now; using the one read at start");
+                        (**checked).clone()
+                    }
+                };
+                let tls = tokio_postgres_rustls::MakeRustlsConnect::new(roots);
                 let connecting = config.connect(tls);
                 let (client, connection) = tokio::time::timeout(timeout, connecting)
                     .await

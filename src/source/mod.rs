@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exchange::Exchange;
 use crate::forward::Options;
+use crate::pipeline::ForwarderSpec;
 
 pub(crate) mod kafka;
 pub(crate) mod metric_table;
@@ -47,18 +48,60 @@ pub enum SourceError {
 
 impl SourceSpec {
     /// Every check `serve` makes before it starts the source, the librdkafka
-    /// configuration included; `check-config` runs the same.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// configuration included, and that the forwarder named by `offsets` is a
+    /// `postgres` one of `forwarders`; `check-config` runs the same.
+    pub(crate) fn validate(&self, forwarders: &[ForwarderSpec]) -> Result<(), String> {
         crate::pipeline::check_name(&self.name)?;
         match self.kind.as_str() {
-            "kafka" => kafka::SourceOptions::parse(&self.options)
-                .and_then(|options| options.probe(&self.name))
-                .map_err(|e| e.to_string()),
+            "kafka" => {
+                let options = kafka::SourceOptions::parse(&self.options)
+                    .and_then(|options| options.probe(&self.name).map(|()| options))
+                    .map_err(|e| e.to_string())?;
+                if let Some(store) = &options.offsets {
+                    offsets_store(store, forwarders)?;
+                }
+                Ok(())
+            }
             other => Err(format!(
                 "`kind` {other:?} is not a source kind (known: \"kafka\")"
             )),
         }
     }
+}
+
+/// Where the forwarder named by a source's `offsets` connects.
+fn offsets_store(
+    store: &str,
+    forwarders: &[ForwarderSpec],
+) -> Result<crate::postgres::Target, String> {
+    let Some(forwarder) = forwarders.iter().find(|f| f.name == store) else {
+        let postgres: Vec<&str> = forwarders
+            .iter()
+            .filter(|f| f.kind == "postgres")
+            .map(|f| f.name.as_str())
+            .collect();
+        return Err(format!(
+            "`offsets` names forwarder {store:?}, which is not configured (postgres forwarders: {})",
+            match postgres.is_empty() {
+                true => "none".to_owned(),
+                false => postgres.join(", "),
+            }
+        ));
+    };
+    if forwarder.kind != "postgres" {
+        return Err(format!(
+            "`offsets` names forwarder {store:?} of kind {:?}: only a `postgres` forwarder keeps offsets with its rows",
+            forwarder.kind
+        ));
+    }
+    crate::forward::postgres::PostgresOptions::parse(&forwarder.options)
+        .and_then(|options| {
+            options
+                .connect
+                .target()
+                .map_err(|e| crate::forward::BuildError::Options(e.to_string()))
+        })
+        .map_err(|e| format!("`offsets` names forwarder {store:?}, whose options are invalid: {e}"))
 }
 
 impl<'de> Deserialize<'de> for SourceSpec {
@@ -100,12 +143,17 @@ async fn supervise(
     exchange: Exchange,
     cancel: CancellationToken,
     stats: Arc<SourceStats>,
+    claims: Option<Arc<kafka::Claims>>,
 ) {
     loop {
         let running = tokio::spawn(consumer.run());
         // Aborted with the supervisor (a stop that timed out), not left running.
         let _abort = AbortOnDrop(running.abort_handle());
         let ended = running.await;
+        // The next consumer claims its partitions anew.
+        if let Some(claims) = &claims {
+            claims.clear();
+        }
         if cancel.is_cancelled() {
             return;
         }
@@ -129,6 +177,7 @@ async fn supervise(
                     exchange.clone(),
                     cancel.child_token(),
                     Arc::clone(&stats),
+                    claims.clone(),
                 )
             });
             match started {
@@ -166,7 +215,12 @@ pub(crate) struct Sources {
 
 impl Sources {
     /// Starts every source; options were validated with the configuration.
-    pub(crate) fn start(specs: &[SourceSpec], exchange: &Exchange) -> Result<Self, SourceError> {
+    pub(crate) fn start(
+        specs: &[SourceSpec],
+        forwarders: &[ForwarderSpec],
+        node: &str,
+        exchange: &Exchange,
+    ) -> Result<Self, SourceError> {
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         let mut views = Vec::new();
@@ -183,12 +237,26 @@ impl Sources {
                 &options.topics,
                 &options.group,
             ));
+            let claims = match &options.offsets {
+                Some(store) => {
+                    let target = offsets_store(store, forwarders).map_err(&invalid)?;
+                    tracing::info!(source = %name, store = %store, group = %options.group, "kafka source keeps its offsets in the postgres store");
+                    Some(Arc::new(kafka::Claims::new(
+                        Arc::from(store.as_str()),
+                        Arc::from(options.group.trim()),
+                        format!("{node}/{name}"),
+                        target,
+                    )))
+                }
+                None => None,
+            };
             let consumer = kafka::Consumer::start(
                 Arc::clone(&name),
                 &options,
                 exchange.clone(),
                 cancel.child_token(),
                 Arc::clone(&stats),
+                claims.clone(),
             )
             .map_err(|e| invalid(e.to_string()))?;
             views.push(Arc::clone(&stats));
@@ -199,6 +267,7 @@ impl Sources {
                 exchange.clone(),
                 cancel.clone(),
                 stats,
+                claims,
             );
             tasks.push((spec.name.clone(), tokio::spawn(task)));
         }

@@ -23,6 +23,7 @@ pub mod fronts;
 pub mod image;
 pub mod kubelet;
 pub mod messages;
+pub mod postgres;
 pub mod prometheus;
 pub mod pyconsumer;
 pub mod spooled;

@@ -21,8 +21,11 @@ use tokio_util::sync::CancellationToken;
 use crate::exchange::{AcceptError, Durable, Exchange, Incoming};
 use crate::forward::BuildError;
 
+pub(crate) mod claims;
 pub(crate) mod decode;
 pub(crate) mod options;
+
+pub(crate) use claims::Claims;
 
 pub(crate) use options::SourceOptions;
 
@@ -61,6 +64,8 @@ struct SourceContext {
     secrets: Vec<String>,
     /// librdkafka's errors (a broker down) count as the consumer failing.
     stats: Arc<super::SourceStats>,
+    /// Claims partitions in the store that keeps the offsets, at each assignment.
+    claims: Option<Arc<Claims>>,
 }
 
 impl ClientContext for SourceContext {
@@ -89,6 +94,59 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
+    /// librdkafka's own rebalance (assign what the group gave, give back what it took)
+    /// with the claims of a source whose store keeps its offsets: the assigned
+    /// partitions are claimed, and start where the store's offsets say, before
+    /// librdkafka fetches from them. A claim that fails assigns nothing; the
+    /// consumer then ends and rejoins (see [`Claims`]).
+    fn rebalance(
+        &self,
+        consumer: &rdkafka::consumer::BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        partitions: &mut TopicPartitionList,
+    ) {
+        use rdkafka::consumer::RebalanceProtocol;
+        use rdkafka::types::RDKafkaRespErr;
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let done = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let claimed = match &self.claims {
+                    Some(claims) => claims.assign(partitions),
+                    None => Ok(()),
+                };
+                match claimed {
+                    Ok(()) if cooperative => consumer.incremental_assign(partitions),
+                    Ok(()) => consumer.assign(partitions),
+                    Err(error) => {
+                        self.stats.consumer_failed(format!(
+                            "cannot claim the assigned partitions in the offsets' store: {error}"
+                        ));
+                        tracing::error!(source = %self.source, %error, "cannot claim the assigned partitions in the offsets' store; reading nothing, the consumer starts again and rejoins");
+                        match cooperative {
+                            true => Ok(()),
+                            false => consumer.assign(&TopicPartitionList::new()),
+                        }
+                    }
+                }
+            }
+            other => {
+                if other != RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS {
+                    tracing::warn!(source = %self.source, error = ?other, "kafka rebalance error; giving the partitions back");
+                }
+                if let Some(claims) = &self.claims {
+                    claims.revoke(partitions);
+                }
+                match cooperative {
+                    true => consumer.incremental_unassign(partitions),
+                    false => consumer.unassign(),
+                }
+            }
+        };
+        if let Err(error) = done {
+            tracing::warn!(source = %self.source, %error, "kafka (un)assignment failed");
+        }
+    }
+
     fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
         if let Err(error) = result {
             // Nothing to store means nothing new to commit: not a failure.
@@ -129,6 +187,7 @@ pub(crate) struct Consumer {
     inflight: metrics::Gauge,
     taken_in: metrics::Counter,
     stats: Arc<super::SourceStats>,
+    claims: Option<Arc<Claims>>,
 }
 
 impl Consumer {
@@ -139,11 +198,13 @@ impl Consumer {
         exchange: Exchange,
         cancel: CancellationToken,
         stats: Arc<super::SourceStats>,
+        claims: Option<Arc<Claims>>,
     ) -> Result<Self, BuildError> {
         let context = SourceContext {
             source: Arc::clone(&name),
             secrets: options.secrets(),
             stats: Arc::clone(&stats),
+            claims: claims.clone(),
         };
         let consumer: StreamConsumer<SourceContext> = options
             .client_config(&name)
@@ -170,15 +231,25 @@ impl Consumer {
             topics: HashMap::new(),
             inflight,
             stats,
+            claims,
         })
     }
 
     pub(crate) async fn run(mut self) {
+        let claims = self.claims.clone();
+        let claim_failed = async {
+            match &claims {
+                Some(claims) => claims.failed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(claim_failed);
         loop {
             let room = self.pending.len() < MAX_IN_FLIGHT;
             tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => break,
+                () = &mut claim_failed => break,
                 synced = next_durable(&mut self.pending) => {
                     if !self.done(synced) {
                         break;
@@ -280,9 +351,21 @@ impl Consumer {
             self.push(at, None);
             return true;
         };
+        let position = match &self.claims {
+            Some(claims) => match claims.position(&at.topic, at.partition, at.offset) {
+                Some(position) => Some(position),
+                None => {
+                    // Revoked since it was fetched: its new owner reads it.
+                    tracing::debug!(source = %self.name, topic = %at.topic, partition = at.partition, offset = at.offset, "message of a partition this gateway no longer claims; left to its owner");
+                    return true;
+                }
+            },
+            None => None,
+        };
         let mut warned = false;
         loop {
-            let incoming = Incoming::taken_in(event.identity.clone(), event.envelope.clone());
+            let incoming = Incoming::taken_in(event.identity.clone(), event.envelope.clone())
+                .kafka_position(position.clone());
             match self.exchange.append(incoming).await {
                 Ok(appended) => {
                     self.taken_in.increment(1);

@@ -27,6 +27,11 @@ pub(crate) struct SourceOptions {
     /// topic still holds) or `latest`.
     #[serde(default)]
     pub(crate) start: Start,
+    /// The `postgres` forwarder whose database keeps the group's offsets, in each
+    /// batch's own transaction (docs/fleet.md); none: librdkafka commits them to the
+    /// group once the events are in the spool.
+    #[serde(default)]
+    pub(crate) offsets: Option<String>,
     pub(crate) tls: Option<Tls>,
     pub(crate) sasl: Option<Sasl>,
     #[serde(default)]
@@ -103,6 +108,14 @@ impl SourceOptions {
         }
         if self.group.trim().is_empty() {
             return bad("`group` must not be empty".into());
+        }
+        if let Some(store) = &self.offsets
+            && store.trim().is_empty()
+        {
+            return bad(
+                "`offsets` must name a `postgres` forwarder (or be left out: the group's commits)"
+                    .into(),
+            );
         }
         for (key, _) in self.properties.iter() {
             if key.trim().is_empty() {
