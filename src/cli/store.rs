@@ -283,8 +283,10 @@ mod tests {
         with_flags.config = Some(config.clone());
         let error = with_flags.resolve().unwrap_err().to_string();
         assert!(error.contains("go with a postgres:// URL"), "{error}");
-        let error = args("central").resolve().unwrap_err().to_string();
-        assert!(error.contains("--config"), "{error}");
+        let mut no_config = args("central");
+        no_config.store_tls = None;
+        let error = no_config.resolve().unwrap_err().to_string();
+        assert!(error.contains("give the configuration file"), "{error}");
     }
 
     #[test]

@@ -62,7 +62,9 @@ impl Claims {
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
-                        .map_err(|e| PostgresError::Config(format!("cannot claim partitions: {e}")))?;
+                        .map_err(|e| {
+                            PostgresError::Config(format!("cannot claim partitions: {e}"))
+                        })?;
                     runtime.block_on(self.claim(&by_topic))
                 })
                 .join()

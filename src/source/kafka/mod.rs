@@ -107,7 +107,10 @@ impl ConsumerContext for SourceContext {
     ) {
         use rdkafka::consumer::RebalanceProtocol;
         use rdkafka::types::RDKafkaRespErr;
-        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
         let done = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let claimed = match &self.claims {
