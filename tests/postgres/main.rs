@@ -8,3 +8,4 @@ mod support;
 
 mod forwarder;
 mod harness;
+mod query;
