@@ -219,7 +219,7 @@ fn events() -> Vec<Stored> {
     out.push(live(
         T0 + 45,
         "default",
-        "/custom/thing",
+        "/Custom/thing",
         Some(prost_types::Any {
             type_url: "example.com/custom.Event".into(),
             value: vec![1, 2, 3],
@@ -321,7 +321,12 @@ struct Stores {
 
 async fn write_both(pg: &Postgres, events: &[Stored]) -> Stores {
     pg.create_role(ROLE, PASSWORD);
-    pg.create_database(DB, ROLE);
+    // A collation that does not order text by its bytes (as most databases' do not):
+    // the output must still be SQLite's.
+    pg.sql(&format!(
+        "CREATE DATABASE {DB} OWNER {ROLE} LOCALE_PROVIDER icu ICU_LOCALE 'en-US' \
+         TEMPLATE template0"
+    ));
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("pg-password");
     std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
@@ -556,6 +561,15 @@ async fn query_stats_and_timeline_print_the_same_from_sqlite_and_postgres() {
     let events = events();
     let stores = write_both(&pg, &events).await;
     let read = Read::Forwarder;
+    assert_eq!(
+        pg.sql_in(
+            DB,
+            "SELECT '/Custom/thing' < '/containers/create', \
+             '/Custom/thing' < '/containers/create' COLLATE \"C\""
+        ),
+        "f|t",
+        "the database orders text otherwise than SQLite"
+    );
 
     // Every event, in each format: the whole rows come back the same.
     let all = stores.same(read, &["query", "--format", "json"]);
