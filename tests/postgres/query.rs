@@ -16,7 +16,7 @@ use eventgate::proto::containerd::types::Envelope;
 use eventgate::publisher::Publisher;
 
 use crate::support::postgres::Postgres;
-use crate::support::{eventgate, path_str};
+use crate::support::{Gateway as Running, eventgate, http, path_str};
 
 const T0: i64 = 1_714_557_600; // 2024-05-01T10:00:00Z
 
@@ -306,6 +306,23 @@ fn events() -> Vec<Stored> {
             s.workload = Some(Arc::new(workload));
         }
     }
+    // The gateway's own markers: a gap in node db-1's record of its containerd.
+    let marker = |secs: i64, topic: &'static str, type_name: &str, json: &str| Stored {
+        node: Some("db-1"),
+        ..live(secs, "eventgate", topic, any(type_name, json))
+    };
+    out.push(marker(
+        T0 + 3,
+        "/eventgate/upstream/disconnected",
+        "eventgate.events.v1.UpstreamDisconnected",
+        r#"{"upstream":"containerd","disconnected_at":"2024-05-01T10:00:03Z","reason":"closed"}"#,
+    ));
+    out.push(marker(
+        T0 + 9,
+        "/eventgate/upstream/connected",
+        "eventgate.events.v1.UpstreamConnected",
+        r#"{"upstream":"containerd","connected_at":"2024-05-01T10:00:09Z","gap_started_at":"2024-05-01T10:00:03Z"}"#,
+    ));
     out
 }
 
@@ -316,6 +333,7 @@ struct Stores {
     config: PathBuf,
     url: String,
     ca: PathBuf,
+    password_file: PathBuf,
     out: PathBuf,
 }
 
@@ -395,6 +413,7 @@ async fn write_both(pg: &Postgres, events: &[Stored]) -> Stores {
         config,
         url,
         ca: pg.ca().to_path_buf(),
+        password_file: password,
         out,
         _dir: dir,
     }
@@ -461,6 +480,32 @@ impl Stores {
         let (a, b) = (read(&sqlite), read(&postgres));
         assert_eq!(a, b, "{args:?}");
         a
+    }
+}
+
+impl Stores {
+    /// A gateway whose `/ui` reads the store of `forwarder` (`audit`: the SQLite file,
+    /// `central`: the PostgreSQL database), the only forwarder it has.
+    fn ui_gateway(&self, forwarder: &str) -> Running {
+        let table = match forwarder {
+            "audit" => format!("kind = \"sqlite\"\npath = \"{}\"", self.db.display()),
+            _ => format!(
+                "kind = \"postgres\"\nurl = \"{}\"\npassword_file = \"{}\"\nca_file = \"{}\"",
+                self.url,
+                self.password_file.display(),
+                self.ca.display()
+            ),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("ui.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[admin]\nui_store = \"{forwarder}\"\n[[forwarder]]\nname = \"{forwarder}\"\n{table}\n"
+            ),
+        )
+        .unwrap();
+        Running::start_in(dir, &["--config", path_str(&config)])
     }
 }
 
@@ -756,5 +801,54 @@ async fn query_stats_and_timeline_print_the_same_from_sqlite_and_postgres() {
             "--max-rows",
             "5",
         ],
+    );
+
+    // /ui, reading the store admin.ui_store names: the same answers from both.
+    let mut sqlite_ui = stores.ui_gateway("audit");
+    let mut postgres_ui = stores.ui_gateway("central");
+    let (a, b) = (sqlite_ui.admin_addr(), postgres_ui.admin_addr());
+    for path in [
+        "/ui/api/events",
+        "/ui/api/events?limit=5&after=3",
+        "/ui/api/events?filter=topic%3D%3D%22%2Ftasks%2Fexit%22&limit=7",
+        "/ui/api/events?filter=event.container_id&since=2024-05-01T10:00:11Z&until=2024-05-01T10:30:31Z",
+        "/ui/api/events?filter=topic~%3Dexit&limit=3",
+        "/ui/api/event/5",
+        "/ui/api/event/999",
+        "/ui/api/export?format=csv",
+        "/ui/api/export?format=jsonl&filter=pod.name%3D%3Dweb-7",
+        "/ui/api/timeline.svg?pod=web-7&ns=shop",
+        "/ui/api/timeline.svg?pod=web-7",
+        "/ui/api/timeline.html?group=node&since=2024-05-01T10:00:00Z&until=2024-05-01T12:00:00Z",
+    ] {
+        let (sqlite, postgres) = (http(a, "GET", path), http(b, "GET", path));
+        assert_eq!(sqlite, postgres, "{path}");
+        if !path.ends_with("999") && !path.ends_with("timeline.svg?pod=web-7") {
+            assert_eq!(sqlite.0, 200, "{path}: {}", sqlite.1);
+        }
+    }
+    // The rates are per hour up to the moment of each request.
+    let fleet = |addr| {
+        let (code, body) = http(addr, "GET", "/ui/api/fleet?since=2024-05-01T09:00:00Z");
+        assert_eq!(code, 200, "{body}");
+        let mut body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for node in body["nodes"].as_array_mut().unwrap() {
+            node.as_object_mut().unwrap().remove("events_per_hour");
+        }
+        body
+    };
+    let nodes = fleet(a);
+    assert_eq!(nodes, fleet(b));
+    assert_eq!(nodes["nodes"].as_array().unwrap().len(), 5, "{nodes}");
+    let db = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "db-1")
+        .unwrap();
+    assert_eq!(
+        (db["gaps"].as_u64(), db["gap_seconds"].as_f64()),
+        (Some(1), Some(6.0)),
+        "{db}"
     );
 }
