@@ -304,7 +304,7 @@ impl Reader {
                 return true;
             }
             matched += 1;
-            emit(stored) && !query.limit.is_some_and(|limit| matched >= limit)
+            emit(stored) && query.limit.is_none_or(|limit| matched < limit)
         })?;
         Ok(matched)
     }
@@ -456,7 +456,7 @@ const TIME_SLACK: Duration = Duration::from_secs(60);
 
 impl Query {
     /// The WHERE clause shared by queries and stats, in SQLite's SQL.
-    #[cfg(any(test, feature = "bench"))]
+    #[cfg(test)]
     pub(crate) fn predicate(&self, rows: RowRange) -> sql::Predicate {
         self.predicate_in(rows, Binder::new(Dialect::Sqlite))
     }

@@ -82,8 +82,8 @@ fn the_dialects_leave_the_same_selectors_to_the_matcher() {
             (true, true) => {}
         }
         assert_eq!(
-            s.params().len() > 0,
-            p.params().len() > 0,
+            !s.params().is_empty(),
+            !p.params().is_empty(),
             "{text}: {} / {}",
             s.sql,
             p.sql
