@@ -34,8 +34,8 @@ pub struct AdminSettings {
     pub reload_token_file: Option<PathBuf>,
     /// Serve the history page and its read-only API under `/ui`.
     pub ui: bool,
-    /// The `sqlite` forwarder whose store `/ui` reads; unset: the only one, or with
-    /// several the first that takes every event.
+    /// The `sqlite` or `postgres` forwarder whose store `/ui` reads; unset: the only
+    /// `sqlite` one, or with several the first that takes every event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ui_store: Option<String>,
 }

@@ -1,4 +1,5 @@
-//! `eventgate query`: events from the SQLite audit store, filtered like Subscribe.
+//! `eventgate query`: events from the audit store (a SQLite file, or a PostgreSQL
+//! database with `--store`), filtered like Subscribe.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,7 +80,13 @@ pub enum Format {
     eventgate query --pod web-7 --pod-namespace shop --format json\n\n\
     The node an event was captured on (the capturing gateway's `node`) is the field \
     node; --node NAME is short for a filter node==NAME AND'd with the others:\n  \
-    eventgate query --node web-1 'topic==\"/tasks/exit\"'"
+    eventgate query --node web-1 'topic==\"/tasks/exit\"'\n\n\
+    A PostgreSQL store (what a `postgres` forwarder writes), by URL or by the \
+    forwarder's name in the gateway's configuration (query, --pod, stats and \
+    timeline alike):\n  \
+    PGPASSWORD=... eventgate query --store postgres://reader@db:5432/history \
+    --store-ca ca.pem --since 1h\n  \
+    eventgate query --store central --config /etc/eventgate/eventgate.toml --pod web-7"
 )]
 pub struct QueryArgs {
     #[command(flatten)]

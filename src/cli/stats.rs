@@ -1,5 +1,6 @@
 //! `eventgate stats`: event counts per topic or namespace per time bucket, or
-//! restarts, OOMs and non-zero exits per pod, from the SQLite audit store.
+//! restarts, OOMs and non-zero exits per pod, from the audit store (SQLite, or
+//! PostgreSQL with `--store`).
 
 use std::io::Write;
 use std::process::ExitCode;
