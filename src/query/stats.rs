@@ -9,10 +9,13 @@ use super::sql::Dialect;
 use super::{Query, QueryError, Reader, RowRange};
 
 /// Unix seconds of the text `t` (an RFC 3339 time as stored) in PostgreSQL, NULL where
-/// it is not one.
-const POSTGRES_SECONDS: &str = "CASE WHEN t ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}' \
-     THEN extract(epoch FROM (CASE WHEN left(t, 4) = '0000' \
-     THEN '0001' || substr(t, 5, 15) || 'Z BC' ELSE left(t, 19) || 'Z' END)::timestamptz)::bigint END";
+/// it is not one: the date's days and the time of day's seconds, the fraction dropped,
+/// as SQLite's unixepoch reads them. Year 0000 is 1 BC to PostgreSQL. (Arithmetic on
+/// the date is twice as fast as casting the whole text to a timestamptz.)
+const POSTGRES_SECONDS: &str = "CASE WHEN t LIKE '____-__-__T__:__:__%' THEN \
+     ((CASE WHEN left(t, 4) = '0000' THEN '0001' || substr(t, 5, 6) || ' BC' \
+     ELSE left(t, 10) END)::date - date '1970-01-01')::bigint * 86400 \
+     + substr(t, 12, 2)::int * 3600 + substr(t, 15, 2)::int * 60 + substr(t, 18, 2)::int END";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum GroupBy {
@@ -67,9 +70,8 @@ impl Reader {
                 // SQLite numbers each bare `?` one above the highest so far: 2, 3, ...
                 predicate.sql,
             ),
-            // The seconds of the stored text, as SQLite's unixepoch reads them (the
-            // fraction dropped); year 0000 is 1 BC to PostgreSQL. Groups in byte
-            // order, as SQLite sorts them.
+            // The seconds of the stored text, as SQLite's unixepoch reads them; groups
+            // in byte order, as SQLite sorts them.
             Dialect::Postgres => format!(
                 "SELECT b - ((b % {width}) + {width}) % {width} AS bucket, g, count(*) FROM \
                  (SELECT {POSTGRES_SECONDS} AS b, {} AS g FROM \

@@ -262,6 +262,13 @@ fn events() -> Vec<Stored> {
     y1999.at = Some((946_684_798, 999_999_999));
     out.push(y1999);
     out.push(live(T0 + 7200, "default", "/tasks/a/b", None));
+    // Year 0000: SQLite's dates have it, PostgreSQL calls it 1 BC.
+    out.push(live(
+        -62_167_219_200 + 86_400 + 7,
+        "moby",
+        "/tasks/exit",
+        exit("y0", 8),
+    ));
 
     // Origins, witnesses, reasons, publishers and nodes, spread over the shapes above.
     let witnesses = [Witness::Containerd, Witness::Cri, Witness::Docker];
@@ -778,6 +785,10 @@ async fn query_stats_and_timeline_print_the_same_from_sqlite_and_postgres() {
     let by_second = stores.same(read, &["stats", "--utc", "--bucket", "1s"]);
     assert!(
         by_second.contains("1999-12-31T23:59:58.000000000Z"),
+        "{by_second}"
+    );
+    assert!(
+        by_second.contains("0000-01-02T00:00:07.000000000Z"),
         "{by_second}"
     );
     assert!(
