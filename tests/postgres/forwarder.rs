@@ -325,3 +325,95 @@ fn retention_drops_whole_partitions_past_max_age() {
     });
     assert_eq!(stored(&pg), (3, 3));
 }
+
+#[cfg(feature = "privileged-tests")]
+#[test]
+fn a_full_table_space_is_named_the_events_wait_and_go_in_once_there_is_room() {
+    let mut pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let password = store(&pg, dir.path());
+    // Every table of the store (the partitions among them) on a small file system.
+    pg.small_tablespace("tiny", ROLE, 8);
+    pg.sql(&format!(
+        "ALTER DATABASE {DB} SET default_tablespace = 'tiny'"
+    ));
+    let mut gw = gateway(&pg, &password, r#"tls = "disable""#);
+    publish_exits(&gw, 1, 6);
+    wait_stored(&pg, 5);
+    // Fill the rest of it.
+    let full = pg.try_sql_in(
+        DB,
+        "SET ROLE eventgate;
+         CREATE TABLE filler (t text);
+         INSERT INTO filler SELECT repeat(md5(g::text), 8) FROM generate_series(1, 100000) g",
+    );
+    assert!(full.is_err(), "8 MiB held the filler");
+    // More than the partition's and its indexes' last pages hold.
+    publish_exits(&gw, 6, 206);
+    let said = wait_not_ready(&mut gw, "forwarder central");
+    assert!(
+        said.contains("53100") && said.contains("No space left on device"),
+        "{said}"
+    );
+    assert!(stored(&pg).0 < 205, "the events fit after all");
+    pg.sql_in(DB, "DROP TABLE filler");
+    wait_stored(&pg, 205);
+    wait_ready(&mut gw);
+}
+
+#[test]
+fn a_row_the_server_refuses_goes_to_the_dead_letters_and_its_batch_is_written() {
+    use eventgate::proto::containerd::services::events::v1::PublishRequest;
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let password = store(&pg, dir.path());
+    let gw = gateway(&pg, &password, "tls = \"disable\"\nbatch = { events = 50 }");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut client = gw.client().await;
+        for n in 0..9u8 {
+            // A type URL with a NUL byte: the SQLite store keeps it, PostgreSQL's
+            // text cannot (22021).
+            let type_url = match n {
+                4 => "example.com/bad\0type".to_owned(),
+                _ => format!("example.com/t{n}"),
+            };
+            let mut request = tonic::Request::new(PublishRequest {
+                topic: "/things/happened".into(),
+                event: Some(prost_types::Any {
+                    type_url,
+                    value: vec![n],
+                }),
+            });
+            request
+                .metadata_mut()
+                .insert("containerd-namespace", "default".parse().unwrap());
+            client.publish(request).await.expect("publish");
+        }
+    });
+    wait_stored(&pg, 8);
+    let data = gw.dir.path().join("data");
+    let listed = wait_for("the refused row in the dead letters", STORED, || {
+        let out = eventgate()
+            .args(["dlq", "list", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("central").then_some(text)
+    });
+    let entry: Vec<&str> = listed.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        (entry[1], entry[2], entry[6]),
+        ("central", "5", "permanent"),
+        "{listed}"
+    );
+    assert_eq!(listed.lines().count(), 2, "more than the one row: {listed}");
+    assert_eq!(
+        pg.sql_in(
+            DB,
+            "SELECT count(*) FROM events WHERE type_url LIKE 'example.com/t%'"
+        ),
+        "8"
+    );
+}

@@ -109,13 +109,19 @@ impl SourceOptions {
         if self.group.trim().is_empty() {
             return bad("`group` must not be empty".into());
         }
-        if let Some(store) = &self.offsets
-            && store.trim().is_empty()
-        {
-            return bad(
-                "`offsets` must name a `postgres` forwarder (or be left out: the group's commits)"
-                    .into(),
-            );
+        if let Some(store) = &self.offsets {
+            if store.trim().is_empty() {
+                return bad(
+                    "`offsets` must name a `postgres` forwarder (or be left out: the group's commits)"
+                        .into(),
+                );
+            }
+            if self.start == Start::Latest {
+                return bad(
+                    "`start = \"latest\"` cannot go with `offsets`: a partition the store has no offset for is read from its beginning, so that what one gateway read but did not store is read again by the next"
+                        .into(),
+                );
+            }
         }
         for (key, _) in self.properties.iter() {
             if key.trim().is_empty() {
