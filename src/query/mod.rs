@@ -45,6 +45,9 @@ pub enum QueryError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Connecting failed: the message names the store.
+    #[error(transparent)]
+    PostgresConnect(Box<dyn std::error::Error + Send + Sync>),
     #[error("audit store {store}: row {row_id} is damaged: {what}")]
     BadRow {
         store: String,

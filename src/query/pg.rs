@@ -61,7 +61,10 @@ impl Session {
             .build()
             .map_err(|source| QueryError::Runtime { source })?;
         let client = runtime.block_on(async {
-            let client = target.connect().await.map_err(failed("connecting"))?;
+            let client = target
+                .connect()
+                .await
+                .map_err(|e| QueryError::PostgresConnect(Box::new(e)))?;
             migrate::check(&client)
                 .await
                 .map_err(failed("checking the schema"))?;

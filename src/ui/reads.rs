@@ -142,8 +142,9 @@ fn store_error(error: &QueryError) -> UiError {
     let message = crate::errors::chain(error);
     tracing::warn!(error = %message, "/ui could not read the audit store");
     match error {
-        // A missing file (nothing stored yet), a locked one: worth trying again.
-        QueryError::Store(_) => UiError::Unavailable(message),
+        // A missing file (nothing stored yet), a locked one, a database server that
+        // is down or refuses the login: worth trying again.
+        QueryError::Store(_) | QueryError::PostgresConnect(_) => UiError::Unavailable(message),
         _ => UiError::Internal(message),
     }
 }

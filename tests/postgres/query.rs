@@ -609,7 +609,7 @@ const FILTERS: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread")]
 async fn query_stats_and_timeline_print_the_same_from_sqlite_and_postgres() {
-    let pg = Postgres::start_tls();
+    let mut pg = Postgres::start_tls();
     let events = events();
     let stores = write_both(&pg, &events).await;
     let read = Read::Forwarder;
@@ -862,4 +862,18 @@ async fn query_stats_and_timeline_print_the_same_from_sqlite_and_postgres() {
         (Some(1), Some(6.0)),
         "{db}"
     );
+
+    // The server gone: the command says where it could not connect, /ui that the
+    // store is unavailable for now (503), not that it failed.
+    pg.stop();
+    let down = stores.run(Read::Forwarder, &["query"]);
+    let message = String::from_utf8_lossy(&down.stderr);
+    assert!(!down.status.success());
+    assert!(
+        message.contains(&format!("cannot connect to {}", stores.url)),
+        "{message}"
+    );
+    let (code, body) = http(b, "GET", "/ui/api/events");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("cannot connect to"), "{body}");
 }
