@@ -179,7 +179,7 @@ impl Config {
         self.admin
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
-        crate::admin::settings::ui_store_path(&self.admin, &self.forwarders, &self.data_dir)
+        crate::admin::settings::ui_store(&self.admin, &self.forwarders, &self.data_dir)
             .map_err(|(key, problem)| invalid(key, problem))?;
         self.signing
             .validate()

@@ -11,3 +11,4 @@ mod support;
 mod fleet;
 mod forwarder;
 mod harness;
+mod query;
