@@ -223,6 +223,11 @@ fn mentions(url: &str, key: &str) -> bool {
 }
 
 impl Target {
+    /// How long one connection attempt may take.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.options.connect_timeout
+    }
+
     /// The server, database and user, for messages (never the password).
     pub(crate) fn describe(&self) -> String {
         let hosts: Vec<String> = self

@@ -66,7 +66,19 @@ impl Claims {
                         .map_err(|e| {
                             PostgresError::Config(format!("cannot claim partitions: {e}"))
                         })?;
-                    runtime.block_on(self.claim(&by_topic))
+                    // The gateway's runtime waits for this callback: a server that
+                    // accepts the connection and then hangs must not hold it longer
+                    // than one connection attempt may take.
+                    let budget = self.target.connect_timeout();
+                    runtime
+                        .block_on(async {
+                            tokio::time::timeout(budget, self.claim(&by_topic)).await
+                        })
+                        .unwrap_or_else(|_| {
+                            Err(PostgresError::Config(format!(
+                                "claiming partitions took longer than {budget:?} (connect_timeout)"
+                            )))
+                        })
                 })
                 .join()
                 .unwrap_or_else(|_| {
