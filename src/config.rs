@@ -165,7 +165,8 @@ impl Config {
                 name: spec.name.clone(),
                 problem,
             };
-            spec.validate(&self.forwarders).map_err(invalid)?;
+            spec.validate(&self.node, &self.forwarders)
+                .map_err(invalid)?;
             if !names.insert(spec.name.as_str()) {
                 return Err(invalid(
                     "two sources have this name; give each a unique `name`".into(),
@@ -178,7 +179,7 @@ impl Config {
         self.admin
             .validate()
             .map_err(|(key, problem)| invalid(key, problem))?;
-        crate::admin::settings::ui_store_path(&self.admin, &self.forwarders, &self.data_dir)
+        crate::admin::settings::ui_store(&self.admin, &self.forwarders, &self.data_dir)
             .map_err(|(key, problem)| invalid(key, problem))?;
         self.signing
             .validate()

@@ -344,3 +344,89 @@ fn very_large_durations_are_refused_naming_the_key() {
     );
     assert!(crate::units::parse_duration("100y").is_ok());
 }
+
+#[test]
+fn a_source_keeping_its_offsets_names_a_postgres_forwarder() {
+    let postgres = r#"
+[[forwarder]]
+name = "central"
+kind = "postgres"
+url = "postgres://eventgate@db/history"
+tls = "disable"
+
+[[forwarder]]
+name = "audit"
+kind = "sqlite"
+"#;
+    let source = |extra: &str| {
+        format!(
+            "{postgres}\n[[source]]\nkind = \"kafka\"\nbrokers = \"k:9092\"\ntopics = [\"fleet\"]\n{extra}"
+        )
+    };
+    let config = Config::parse(&source("offsets = \"central\""), "test").unwrap();
+    config
+        .check_kinds(&crate::forward::Kinds::default())
+        .unwrap();
+    let cases = [
+        (
+            source("offsets = \"nowhere\""),
+            "not configured (postgres forwarders: central)",
+        ),
+        (source("offsets = \"audit\""), "of kind \"sqlite\""),
+        (source("offsets = \"\""), "must name a `postgres` forwarder"),
+        (
+            source("offsets = \"central\"\nstart = \"latest\""),
+            "cannot go with `offsets`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = format!(
+            "{:#}",
+            anyhow::Error::from(Config::parse(&text, "test").unwrap_err())
+        );
+        assert!(message.contains(expected), "{text:?} -> {message}");
+    }
+}
+
+#[test]
+fn bad_postgres_forwarder_keys_are_named() {
+    let table =
+        |body: &str| format!("[[forwarder]]\nname = \"central\"\nkind = \"postgres\"\n{body}");
+    let cases = [
+        (table(""), "url"),
+        (
+            table("url = \"postgres://u:pw@db/h\""),
+            "must not hold the password",
+        ),
+        (
+            table("url = \"postgres://u@db/h\"\nurl_typo = 1"),
+            "unknown key `url_typo`",
+        ),
+        (
+            table("url = \"postgres://u@db/h\"\ntls = \"prefer\""),
+            "prefer",
+        ),
+        (
+            table("url = \"postgres://u@db/h\"\npartition = \"week\""),
+            "week",
+        ),
+        (
+            table(
+                "url = \"postgres://u@db/h\"\ntls = \"disable\"\nretention = { max_age = \"10m\" }",
+            ),
+            "at least 1h",
+        ),
+        (
+            table("url = \"postgres://u@db/h\"\npassword_file = \"/a\"\npassword_env = \"B\""),
+            "not both",
+        ),
+    ];
+    for (text, expected) in cases {
+        let config = Config::parse(&text, "test").unwrap();
+        let message = config
+            .check_kinds(&crate::forward::Kinds::default())
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains(expected), "{text:?} -> {message}");
+    }
+}

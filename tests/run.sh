@@ -25,9 +25,10 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # virtual environment (below); chromium and chromium-driver are the browser
 # tests/browser drives through WebDriver; postgresql brings the server binaries
 # (/usr/lib/postgresql/<major>/bin) and the postgres user tests/postgres starts its
-# private clusters with (the system's own cluster it may start is not used).
+# private clusters with (the system's own cluster it may start is not used);
+# stress-ng loads every core while tests/kafka/fleet.rs restarts a central gateway.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
-  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver postgresql
+  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver postgresql stress-ng
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.

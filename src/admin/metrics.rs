@@ -128,6 +128,14 @@ pub(crate) fn refresh(observed: &Observed) {
     }
     metrics::gauge!("eventgate_subscribers_unmatched_events")
         .set(observed.exchange.unmatched_events() as f64);
+    // Set where they change too; here so that they stay while nothing changes.
+    for source in &observed.sources {
+        let held = source.assignment().partitions.len();
+        metrics::gauge!("eventgate_source_assigned_partitions", "source" => source.name.clone())
+            .set(held as f64);
+        metrics::gauge!("eventgate_source_starved", "source" => source.name.clone())
+            .set(f64::from(u8::from(source.starved().is_some())));
+    }
     // Also before the first connection, which the upstream task's own updates miss.
     for status in observed.upstreams.statuses() {
         let connected = f64::from(u8::from(status.is_connected()));

@@ -12,7 +12,10 @@
 //!   stopping, to be restarted);
 //! - with `[signing]`, every audit store's signed checkpoints are being published;
 //! - every `[[source]]`'s consumer runs: it has not been failing (consumer errors,
-//!   restarts) for longer than `admin.max_failing`, and it has not stopped.
+//!   restarts) for longer than `admin.max_failing`, and it has not stopped; and it
+//!   is not starved: it has not held no partition for longer than its group's
+//!   session timeout while its group's messages wait unread, committed offsets
+//!   standing still (src/source/starvation.rs).
 //!
 //! The decisions are plain functions of snapshots, so they are tested without a
 //! running gateway.
@@ -196,10 +199,11 @@ pub(crate) fn check(observed: &Observed) -> Readiness {
 /// reports a broker that stays unreachable again (at least every 30 s).
 pub(crate) const SOURCE_QUIET: Duration = Duration::from_secs(60);
 
-/// What a source's consumer is doing: `reading`, `failing`, `restarting` or
-/// `stopped`, and since when it has been failing.
+/// What a source's consumer is doing: `reading`, `failing`, `starved`,
+/// `restarting` or `stopped`, and since when it has been failing.
 pub(crate) fn source_state(
     health: &crate::source::SourceHealth,
+    starved: bool,
     now: SystemTime,
 ) -> (&'static str, Option<&crate::source::SourceFailing>) {
     let failing = health.failing.as_ref().filter(|failing| {
@@ -212,15 +216,68 @@ pub(crate) fn source_state(
         "restarting"
     } else if failing.is_some() {
         "failing"
+    } else if starved {
+        "starved"
     } else {
         "reading"
     };
     (state, failing)
 }
 
+/// What a source holds: `holds fleet/0, fleet/1 (generation 4)`, or `holds no
+/// partition (for 3s)`.
+fn holding(assignment: &crate::source::Assignment, now: SystemTime) -> String {
+    let generation = assignment
+        .generation
+        .map(|g| format!(" (generation {g})"))
+        .unwrap_or_default();
+    if assignment.partitions.is_empty() {
+        let since = assignment
+            .empty_since
+            .map(|(_, at)| {
+                format!(
+                    " for {}",
+                    human_duration(now.duration_since(at).unwrap_or(Duration::ZERO))
+                )
+            })
+            .unwrap_or_default();
+        return format!("holds no partition{since}{generation}");
+    }
+    let listed: Vec<(String, i32)> = assignment.partitions.iter().cloned().collect();
+    format!(
+        "holds {}{generation}",
+        few_partitions(&listed, MAX_LISTED_PARTITIONS)
+    )
+}
+
+/// Partitions named in a readiness line before "and N more".
+const MAX_LISTED_PARTITIONS: usize = 8;
+
+fn few_partitions(partitions: &[(String, i32)], at_most: usize) -> String {
+    let shown =
+        crate::source::starvation::partition_list(&partitions[..partitions.len().min(at_most)]);
+    match partitions.len().saturating_sub(at_most) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
+/// Why a starved source is not ready.
+fn starved_problem(label: &str, starved: &crate::source::Starved, now: SystemTime) -> String {
+    let held_nothing = now.duration_since(starved.since).unwrap_or(Duration::ZERO);
+    format!(
+        "{label}: starved: holds no partition for {}, longer than the group's session timeout ({}), while {} message(s) wait unread in {} with the group's committed offsets standing still as long: no member reads them and the group gives this one none (see docs/fleet.md, \"A member without partitions\")",
+        human_duration(held_nothing),
+        human_duration(starved.session_timeout),
+        starved.unread,
+        few_partitions(&starved.stuck, MAX_LISTED_PARTITIONS),
+    )
+}
+
 /// One `[[source]]`: not ready once its consumer has been failing or restarting for
 /// `admin.max_failing` (a streak runs from the first error until a message is read,
-/// or until no error has come for [`SOURCE_QUIET`]), and once it has stopped.
+/// or until no error has come for [`SOURCE_QUIET`]), once it has stopped, and while
+/// it is starved.
 pub(crate) fn source(stats: &SourceStats, rules: Rules, now: SystemTime) -> Part {
     let ago = |t: SystemTime| human_duration(now.duration_since(t).unwrap_or(Duration::ZERO));
     let label = format!(
@@ -232,7 +289,9 @@ pub(crate) fn source(stats: &SourceStats, rules: Rules, now: SystemTime) -> Part
     let (taken_in, skipped, restarts, _) = stats.counts();
     let counts = format!("taken in {taken_in}, skipped {skipped}, restarts {restarts}");
     let health = stats.health();
-    let (state, failing) = source_state(&health, now);
+    let starved = stats.starved();
+    let (state, failing) = source_state(&health, starved.is_some(), now);
+    let holding = holding(&stats.assignment(), now);
     let failing = failing.map(|failing| {
         let streak = now.duration_since(failing.since).unwrap_or(Duration::ZERO);
         let what = if health.restarting {
@@ -255,14 +314,19 @@ pub(crate) fn source(stats: &SourceStats, rules: Rules, now: SystemTime) -> Part
             .as_ref()
             .filter(|(streak, _)| *streak >= rules.max_failing)
             .map(|(_, text)| text.clone())
+            .or_else(|| {
+                starved
+                    .as_ref()
+                    .map(|starved| starved_problem(&label, starved, now))
+            })
     };
     let detail = match failing {
         // A blip shorter than admin.max_failing: fine, but shown.
         Some((_, text)) => format!(
-            "{text} (admin.max_failing is {}); {counts}",
+            "{text} (admin.max_failing is {}); {holding}; {counts}",
             human_duration(rules.max_failing)
         ),
-        None => format!("{label}: {state} ({counts})"),
+        None => format!("{label}: {state}; {holding} ({counts})"),
     };
     Part {
         name: format!("source {}", stats.name),

@@ -390,7 +390,7 @@ fn a_witness_that_gives_no_cosignature_is_not_ready_and_says_why() {
 }
 
 fn kafka_source() -> crate::source::SourceStats {
-    crate::source::SourceStats::new("fleet", &["events".to_owned()], "central")
+    crate::source::SourceStats::new("fleet", &["events".to_owned()], "central", None)
 }
 
 fn source_rules() -> Rules {
@@ -403,6 +403,13 @@ fn source_rules() -> Rules {
 #[test]
 fn a_source_reading_is_ready_and_verbose_counts_it() {
     let stats = kafka_source();
+    stats.assignment_reset();
+    stats.assigned(
+        &[("events".to_owned(), 1), ("events".to_owned(), 0)],
+        false,
+        Some(4),
+        Some("m-1".into()),
+    );
     stats.read_one();
     stats.took_in();
     stats.skipped_one();
@@ -410,7 +417,7 @@ fn a_source_reading_is_ready_and_verbose_counts_it() {
     assert_eq!(part.problem, None);
     assert_eq!(
         part.detail,
-        "source fleet (topics events; group central): reading (taken in 1, skipped 1, restarts 0)"
+        "source fleet (topics events; group central): reading; holds events/0, events/1 (generation 4) (taken in 1, skipped 1, restarts 0)"
     );
     assert!(
         Readiness { parts: vec![part] }
@@ -428,14 +435,14 @@ fn a_source_failing_within_max_failing_is_ready_but_shown() {
     assert_eq!(part.problem, None);
     assert_eq!(
         part.detail,
-        "source fleet (topics events; group central): consumer failing for 5s (2 error(s); last error: broker down again) (admin.max_failing is 10s); taken in 0, skipped 0, restarts 0"
+        "source fleet (topics events; group central): consumer failing for 5s (2 error(s); last error: broker down again) (admin.max_failing is 10s); holds no partition; taken in 0, skipped 0, restarts 0"
     );
     // A message read ends the streak.
     stats.read_one();
     assert!(
         source(&stats, source_rules(), now())
             .detail
-            .contains(": reading (")
+            .contains(": reading; holds no partition (")
     );
 }
 
@@ -489,4 +496,58 @@ fn a_stopped_source_is_not_ready() {
         part.problem.as_deref(),
         Some("source fleet (topics events; group central): stopped")
     );
+}
+
+#[test]
+fn a_starved_source_is_not_ready_and_says_why() {
+    let stats = kafka_source();
+    stats.assignment_reset();
+    let since = now() - Duration::from_secs(41);
+    let stuck: Vec<(String, i32)> = (0..10).map(|p| ("events".to_owned(), p)).collect();
+    stats.set_starved(Some(crate::source::Starved {
+        since,
+        session_timeout: Duration::from_secs(10),
+        unread: 5310,
+        stuck,
+    }));
+    let part = source(&stats, source_rules(), now());
+    assert_eq!(
+        part.problem.as_deref(),
+        Some(
+            "source fleet (topics events; group central): starved: holds no partition for 41s, longer than the group's session timeout (10s), while 5310 message(s) wait unread in events/0, events/1, events/2, events/3, events/4, events/5, events/6, events/7 and 2 more with the group's committed offsets standing still as long: no member reads them and the group gives this one none (see docs/fleet.md, \"A member without partitions\")"
+        )
+    );
+    assert!(
+        part.detail.contains(": starved; holds no partition for "),
+        "{}",
+        part.detail
+    );
+    let (state, _) = source_state(&stats.health(), true, now());
+    assert_eq!(state, "starved");
+    // A consumer failing says so first; a stopped one is stopped.
+    stats.consumer_failed_at("broker down".into(), now() - Duration::from_secs(12));
+    assert!(
+        source(&stats, source_rules(), now())
+            .problem
+            .is_some_and(|p| p.contains("consumer failing for 12s"))
+    );
+    stats.stopped();
+    assert_eq!(
+        source(&stats, source_rules(), now()).problem.as_deref(),
+        Some("source fleet (topics events; group central): stopped")
+    );
+}
+
+#[test]
+fn a_source_no_longer_starved_is_ready_again() {
+    let stats = kafka_source();
+    stats.set_starved(Some(crate::source::Starved {
+        since: now(),
+        session_timeout: Duration::from_secs(45),
+        unread: 1,
+        stuck: vec![("events".to_owned(), 0)],
+    }));
+    assert!(source(&stats, source_rules(), now()).problem.is_some());
+    stats.set_starved(None);
+    assert_eq!(source(&stats, source_rules(), now()).problem, None);
 }

@@ -34,8 +34,8 @@ pub struct AdminSettings {
     pub reload_token_file: Option<PathBuf>,
     /// Serve the history page and its read-only API under `/ui`.
     pub ui: bool,
-    /// The `sqlite` forwarder whose store `/ui` reads; unset: the only one, or with
-    /// several the first that takes every event.
+    /// The `sqlite` or `postgres` forwarder whose store `/ui` reads; unset: the only
+    /// `sqlite` one, or with several the first that takes every event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ui_store: Option<String>,
 }
@@ -104,16 +104,36 @@ impl AdminSettings {
     }
 }
 
-/// The audit store `/ui` reads: the file of the `sqlite` forwarder `admin.ui_store`
-/// names, else of the only `sqlite` forwarder, else of the first one with no route
-/// filters (it holds every event), else of the first. `None` without any (or with
-/// `admin.ui = false`). Its path is resolved as the forwarder resolves it (relative to
-/// `data_dir`). Errors name the key.
-pub(crate) fn ui_store_path(
+/// The audit store `/ui` reads: the database of the `postgres` forwarder
+/// `admin.ui_store` names, or the file of the `sqlite` forwarder it names, else of the
+/// only `sqlite` forwarder, else of the first one with no route filters (it holds
+/// every event), else of the first. `None` without any (or with `admin.ui = false`).
+/// A file's path is resolved as the forwarder resolves it (relative to `data_dir`).
+/// Errors name the key.
+pub(crate) fn ui_store(
     admin: &AdminSettings,
     forwarders: &[crate::pipeline::ForwarderSpec],
     data_dir: &std::path::Path,
-) -> Result<Option<PathBuf>, (&'static str, String)> {
+) -> Result<Option<crate::query::StoreSpec>, (&'static str, String)> {
+    let named_postgres = admin.ui_store.as_ref().and_then(|name| {
+        forwarders
+            .iter()
+            .find(|f| &f.name == name && f.kind == "postgres")
+    });
+    if let Some(spec) = named_postgres {
+        let target = crate::forward::postgres::PostgresOptions::parse(&spec.options)
+            .map_err(|e| e.to_string())
+            .and_then(|options| options.connect.target().map_err(|e| e.to_string()))
+            .map_err(|problem| {
+                (
+                    "admin.ui_store",
+                    format!("the postgres forwarder {:?}: {problem}", spec.name),
+                )
+            })?;
+        return Ok(admin
+            .ui
+            .then(|| crate::query::StoreSpec::Postgres(Box::new(target))));
+    }
     let stores: Vec<_> = forwarders.iter().filter(|f| f.kind == "sqlite").collect();
     let chosen = match &admin.ui_store {
         Some(name) => match stores.iter().find(|f| &f.name == name) {
@@ -126,7 +146,7 @@ pub(crate) fn ui_store_path(
                 };
                 return Err((
                     "admin.ui_store",
-                    format!("{name:?} is not the name of a sqlite forwarder; {known}"),
+                    format!("{name:?} is not the name of a sqlite or postgres forwarder; {known}"),
                 ));
             }
         },
@@ -145,7 +165,7 @@ pub(crate) fn ui_store_path(
             .get("path")
             .and_then(|p| p.as_str())
             .map_or_else(|| PathBuf::from("audit.db"), PathBuf::from);
-        data_dir.join(path)
+        crate::query::StoreSpec::Sqlite(data_dir.join(path))
     }))
 }
 

@@ -90,6 +90,28 @@ pub(crate) struct SourceStatus {
     /// The last thing that went wrong: a skipped message (where it is, and why), a
     /// consumer error, a restart.
     pub last_error: Option<String>,
+    /// The partitions its consumer holds (empty in documents of versions before
+    /// static membership, as when it holds none).
+    #[serde(default)]
+    pub partitions: Vec<PartitionRef>,
+    /// Since how long it has held no partition; absent while it holds some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unassigned_seconds: Option<f64>,
+    /// The group generation and member id of its last assignment or revocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    /// Its `group.instance.id` (static membership), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+}
+
+/// One partition of a topic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PartitionRef {
+    pub topic: String,
+    pub partition: i32,
 }
 
 fn ready_by_default() -> bool {
@@ -156,7 +178,8 @@ pub(crate) fn collect(observed: &Observed) -> Status {
         .map(|s| {
             let (taken_in, skipped, restarts, last_error) = s.counts();
             let part = readiness::source(s, observed.readiness, now);
-            let (state, _) = readiness::source_state(&s.health(), now);
+            let (state, _) = readiness::source_state(&s.health(), s.starved().is_some(), now);
+            let assignment = s.assignment();
             SourceStatus {
                 name: s.name.clone(),
                 topics: s.topics.clone(),
@@ -167,6 +190,20 @@ pub(crate) fn collect(observed: &Observed) -> Status {
                 skipped,
                 restarts,
                 last_error,
+                partitions: assignment
+                    .partitions
+                    .iter()
+                    .map(|(topic, partition)| PartitionRef {
+                        topic: topic.clone(),
+                        partition: *partition,
+                    })
+                    .collect(),
+                unassigned_seconds: assignment
+                    .empty_since
+                    .map(|(_, since)| now.duration_since(since).map_or(0.0, |d| d.as_secs_f64())),
+                generation: assignment.generation,
+                member_id: assignment.member_id,
+                instance_id: s.instance_id.clone(),
             }
         })
         .collect();

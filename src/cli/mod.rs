@@ -15,6 +15,7 @@ mod replay;
 mod serve;
 mod stats;
 mod status;
+mod store;
 mod timeline;
 mod top;
 mod witness;
@@ -66,7 +67,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Dead letters: events forwarders gave up on (list, retry, purge).
     Dlq(dlq::DlqArgs),
-    /// Stored events from the SQLite audit store, filtered like Subscribe.
+    /// Stored events from the audit store (a SQLite file, or PostgreSQL with
+    /// --store), filtered like Subscribe.
     Query(query::QueryArgs),
     /// Event counts per topic or namespace per time bucket, from the audit store.
     Stats(stats::StatsArgs),

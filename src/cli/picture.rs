@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Args;
 
-use super::query::{StoreLocation, parse_filters, time_bound};
+use super::query::{parse_filters, time_bound};
+use super::store::StoreArgs;
 use super::{CliError, timeline};
 use crate::query::{Query, Reader};
 use crate::ui::picture::{self, Group, PictureError, PictureQuery};
@@ -33,7 +34,7 @@ const DEADLINE: Duration = Duration::from_secs(300);
 )]
 pub struct TimelineArgs {
     #[command(flatten)]
-    pub location: StoreLocation,
+    pub location: StoreArgs,
     /// Events at or after this time: RFC 3339 (2024-05-01T10:00:00Z) or a duration
     /// back from now (15m, 2h, 7d). The axis starts here.
     #[arg(long, value_name = "TIME", value_parser = time_bound)]
@@ -90,9 +91,9 @@ pub(super) async fn run(args: TimelineArgs) -> Result<ExitCode, CliError> {
         until: args.until,
         limit: None,
     };
-    let path = args.location.path();
+    let store = args.location.resolve()?;
     tokio::task::spawn_blocking(move || {
-        let reader = Reader::open(&path)?;
+        let reader = Reader::open_store(&store, None)?;
         let pod = match &args.pod {
             Some(name) => Some(timeline::resolve(
                 &reader,

@@ -1,4 +1,5 @@
-//! `eventgate query`: events from the SQLite audit store, filtered like Subscribe.
+//! `eventgate query`: events from the audit store (a SQLite file, or a PostgreSQL
+//! database with `--store`), filtered like Subscribe.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Local, Utc};
 use clap::{Args, ValueEnum};
 
+use super::store::StoreArgs;
 use super::{CliError, timeline};
 use crate::config::Config;
 use crate::filter::{Filter, quote};
@@ -78,11 +80,17 @@ pub enum Format {
     eventgate query --pod web-7 --pod-namespace shop --format json\n\n\
     The node an event was captured on (the capturing gateway's `node`) is the field \
     node; --node NAME is short for a filter node==NAME AND'd with the others:\n  \
-    eventgate query --node web-1 'topic==\"/tasks/exit\"'"
+    eventgate query --node web-1 'topic==\"/tasks/exit\"'\n\n\
+    A PostgreSQL store (what a `postgres` forwarder writes), by URL or by the \
+    forwarder's name in the gateway's configuration (query, --pod, stats and \
+    timeline alike):\n  \
+    PGPASSWORD=... eventgate query --store postgres://reader@db:5432/history \
+    --store-ca ca.pem --since 1h\n  \
+    eventgate query --store central --config /etc/eventgate/eventgate.toml --pod web-7"
 )]
 pub struct QueryArgs {
     #[command(flatten)]
-    pub location: StoreLocation,
+    pub location: StoreArgs,
     /// Events at or after this time: RFC 3339 (2024-05-01T10:00:00Z) or a duration
     /// back from now (15m, 2h, 7d). Compared with the event's own timestamp.
     #[arg(long, value_name = "TIME", value_parser = time_bound)]
@@ -150,9 +158,9 @@ pub(super) async fn run(args: QueryArgs) -> Result<ExitCode, CliError> {
         until: args.until,
         limit: args.limit,
     };
-    let path = args.location.path();
+    let store = args.location.resolve()?;
     tokio::task::spawn_blocking(move || {
-        let reader = Reader::open(&path)?;
+        let reader = Reader::open_store(&store, None)?;
         if let Some(name) = &args.pod {
             let pod = timeline::resolve(&reader, name, args.pod_namespace.as_deref(), &query)?;
             query = timeline::narrow(query, &pod);

@@ -1,5 +1,6 @@
 //! `eventgate stats`: event counts per topic or namespace per time bucket, or
-//! restarts, OOMs and non-zero exits per pod, from the SQLite audit store.
+//! restarts, OOMs and non-zero exits per pod, from the audit store (SQLite, or
+//! PostgreSQL with `--store`).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -8,7 +9,8 @@ use std::time::SystemTime;
 use clap::Args;
 
 use super::CliError;
-use super::query::{StoreLocation, format_time, parse_filters_on, time_bound};
+use super::query::{format_time, parse_filters_on, time_bound};
+use super::store::StoreArgs;
 use crate::query::pods::{PodCounts, PodName};
 use crate::query::stats::{Count, GroupBy};
 use crate::query::time::bucket_seconds;
@@ -52,7 +54,7 @@ pub enum By {
 )]
 pub struct StatsArgs {
     #[command(flatten)]
-    pub location: StoreLocation,
+    pub location: StoreArgs,
     /// Events at or after this time: RFC 3339 or a duration back from now (15m, 2h, 7d).
     #[arg(long, value_name = "TIME", value_parser = time_bound)]
     pub since: Option<SystemTime>,
@@ -88,7 +90,7 @@ pub(super) async fn run(args: StatsArgs) -> Result<ExitCode, CliError> {
         until: args.until,
         limit: None,
     };
-    let path = args.location.path();
+    let store = args.location.resolve()?;
     let by = match args.by {
         By::Topic => GroupBy::Topic,
         By::Namespace => GroupBy::Namespace,
@@ -99,21 +101,22 @@ pub(super) async fn run(args: StatsArgs) -> Result<ExitCode, CliError> {
             ));
         }
         By::Pod => {
-            let pods = tokio::task::spawn_blocking(move || Reader::open(&path)?.pod_stats(&query))
-                .await
-                .map_err(|e| {
-                    CliError::Usage(format!("the statistics query stopped unexpectedly: {e}"))
-                })??;
-            return Ok(print(&pod_table(&pods)));
-        }
-    };
-    let bucket = args.bucket.unwrap_or(DEFAULT_BUCKET);
-    let counts =
-        tokio::task::spawn_blocking(move || Reader::open(&path)?.stats(&query, by, bucket))
+            let pods = tokio::task::spawn_blocking(move || {
+                Reader::open_store(&store, None)?.pod_stats(&query)
+            })
             .await
             .map_err(|e| {
                 CliError::Usage(format!("the statistics query stopped unexpectedly: {e}"))
             })??;
+            return Ok(print(&pod_table(&pods)));
+        }
+    };
+    let bucket = args.bucket.unwrap_or(DEFAULT_BUCKET);
+    let counts = tokio::task::spawn_blocking(move || {
+        Reader::open_store(&store, None)?.stats(&query, by, bucket)
+    })
+    .await
+    .map_err(|e| CliError::Usage(format!("the statistics query stopped unexpectedly: {e}")))??;
     Ok(print(&table(&counts, by, args.utc)))
 }
 

@@ -172,7 +172,14 @@ pub(super) fn render(status: &Status, previous: Option<&Status>) -> String {
         out.push('\n');
         let mut rows = vec![
             [
-                "SOURCE", "STATE", "TOPICS", "GROUP", "TAKEN IN", "SKIPPED", "RESTARTS",
+                "SOURCE",
+                "STATE",
+                "TOPICS",
+                "GROUP",
+                "PARTITIONS",
+                "TAKEN IN",
+                "SKIPPED",
+                "RESTARTS",
             ]
             .map(String::from)
             .to_vec(),
@@ -188,6 +195,7 @@ pub(super) fn render(status: &Status, previous: Option<&Status>) -> String {
                 state,
                 s.topics.join(","),
                 s.group.clone(),
+                partitions(s),
                 s.taken_in.to_string(),
                 s.skipped.to_string(),
                 s.restarts.to_string(),
@@ -207,6 +215,32 @@ pub(super) fn render(status: &Status, previous: Option<&Status>) -> String {
         }
     }
     out
+}
+
+/// What a source holds, per topic: `fleet:0,1,3 audit:2`; `none (for 12s)` or `-`
+/// (a document from a version that did not say).
+fn partitions(source: &crate::admin::status::SourceStatus) -> String {
+    if source.partitions.is_empty() {
+        return match source.unassigned_seconds {
+            Some(seconds) => format!(
+                "none (for {})",
+                human_duration(Duration::from_secs_f64(seconds.max(0.0)))
+            ),
+            None => "-".into(),
+        };
+    }
+    let mut by_topic: Vec<(&str, Vec<String>)> = Vec::new();
+    for p in &source.partitions {
+        match by_topic.iter_mut().find(|(topic, _)| *topic == p.topic) {
+            Some((_, ids)) => ids.push(p.partition.to_string()),
+            None => by_topic.push((&p.topic, vec![p.partition.to_string()])),
+        }
+    }
+    by_topic
+        .iter()
+        .map(|(topic, ids)| format!("{topic}:{}", ids.join(",")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Left-aligned columns, two spaces apart; the last column is not padded.

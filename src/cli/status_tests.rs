@@ -90,3 +90,54 @@ fn problems_errors_and_upstreams_are_shown() {
         "{text}"
     );
 }
+
+#[test]
+fn sources_show_the_partitions_they_hold() {
+    use crate::admin::status::{PartitionRef, SourceStatus};
+    let source = |name: &str, partitions: &[(&str, i32)], unassigned: Option<f64>| SourceStatus {
+        name: name.into(),
+        topics: vec!["fleet".into(), "audit".into()],
+        group: "central".into(),
+        state: "reading".into(),
+        ready: true,
+        taken_in: 7,
+        skipped: 0,
+        restarts: 0,
+        last_error: None,
+        partitions: partitions
+            .iter()
+            .map(|(topic, partition)| PartitionRef {
+                topic: (*topic).into(),
+                partition: *partition,
+            })
+            .collect(),
+        unassigned_seconds: unassigned,
+        generation: Some(3),
+        member_id: None,
+        instance_id: Some("central-1-kafka".into()),
+    };
+    let mut s = status(5.0, 0);
+    s.sources = vec![
+        source("kafka", &[("audit", 2), ("fleet", 0), ("fleet", 1)], None),
+        source("idle", &[], Some(12.0)),
+        // A document from a version that did not say.
+        source("old", &[], None),
+    ];
+    s.sources[1].state = "starved".into();
+    s.sources[1].ready = false;
+    let text = render(&s, None);
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("SOURCE"))
+        .collect();
+    assert_eq!(
+        rows[..4],
+        [
+            "SOURCE  STATE        TOPICS       GROUP    PARTITIONS         TAKEN IN  SKIPPED  RESTARTS",
+            "kafka   reading      fleet,audit  central  audit:2 fleet:0,1  7         0        0",
+            "idle    starved (!)  fleet,audit  central  none (for 12s)     7         0        0",
+            "old     reading      fleet,audit  central  -                  7         0        0",
+        ],
+        "{text}"
+    );
+}

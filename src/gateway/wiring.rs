@@ -195,12 +195,9 @@ impl Gateway {
             reload_token,
         } = admin;
         // Checked by the config's validation already.
-        let store = crate::admin::settings::ui_store_path(
-            &config.admin,
-            &config.forwarders,
-            &config.data_dir,
-        )
-        .unwrap_or_default();
+        let store =
+            crate::admin::settings::ui_store(&config.admin, &config.forwarders, &config.data_dir)
+                .unwrap_or_default();
         let ui = config
             .admin
             .ui

@@ -89,16 +89,16 @@ impl ConnectOptions {
     /// source, the CA file. `check-config` runs the same.
     pub(crate) fn target(&self) -> Result<Target, PostgresError> {
         let invalid = |problem: String| PostgresError::Config(problem);
-        let config: tokio_postgres::Config = self.url.parse().map_err(|e| {
-            invalid(format!(
-                "`url` is neither a postgres:// URL nor libpq key=value words: {e}"
-            ))
-        })?;
         for (key, instead) in REFUSED_KEYS {
             if mentions(&self.url, key) {
                 return Err(invalid(format!("`url` must not set {key}: use {instead}")));
             }
         }
+        let config: tokio_postgres::Config = self.url.parse().map_err(|e| {
+            invalid(format!(
+                "`url` is neither a postgres:// URL nor libpq key=value words: {e}"
+            ))
+        })?;
         if config.get_password().is_some() {
             return Err(invalid(
                 "`url` must not hold the password: use `password_file` or `password_env`".into(),
@@ -223,6 +223,11 @@ fn mentions(url: &str, key: &str) -> bool {
 }
 
 impl Target {
+    /// How long one connection attempt may take.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.options.connect_timeout
+    }
+
     /// The server, database and user, for messages (never the password).
     pub(crate) fn describe(&self) -> String {
         let hosts: Vec<String> = self

@@ -26,15 +26,23 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<i32, PostgresError> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
         .await?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS eventgate_schema (
+    // Looked up first: CREATE TABLE IF NOT EXISTS would send a NOTICE at every
+    // connection.
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('eventgate_schema') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !exists {
+        tx.batch_execute(
+            "CREATE TABLE eventgate_schema (
              id         integer PRIMARY KEY CHECK (id = 1),
              version    integer NOT NULL,
              store_id   uuid NOT NULL,
              created_at timestamptz NOT NULL DEFAULT now()
          )",
-    )
-    .await?;
+        )
+        .await?;
+    }
     let found: Option<i32> = tx
         .query_opt("SELECT version FROM eventgate_schema WHERE id = 1", &[])
         .await?

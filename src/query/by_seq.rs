@@ -25,8 +25,8 @@ impl Reader {
         let sql = format!(
             "SELECT {COLUMNS} FROM events WHERE seq >= ?1 AND seq < ?2 ORDER BY seq LIMIT ?3"
         );
-        let mut stmt = self
-            .conn()
+        let (conn, path) = self.sqlite_only("reading by seq")?;
+        let mut stmt = conn
             .prepare_cached(&sql)
             .map_err(self.sqlite("preparing a read by seq"))?;
         let mut rows = stmt
@@ -38,14 +38,15 @@ impl Reader {
             .map_err(self.sqlite("reading by seq"))?;
         let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(self.sqlite("reading a row"))? {
-            out.push(row::read(row, self.path())?);
+            out.push(row::read(row, path)?);
         }
         Ok(out)
     }
 
     /// The row with the lowest seq; `None` when the store is empty.
     pub(crate) fn oldest(&self) -> Result<Option<Oldest>, QueryError> {
-        self.conn()
+        self.sqlite_only("reading by seq")?
+            .0
             .query_row(
                 "SELECT seq, timestamp FROM events ORDER BY seq LIMIT 1",
                 [],
@@ -63,7 +64,8 @@ impl Reader {
 
     /// The highest seq stored; `None` when the store is empty.
     pub(crate) fn newest_seq(&self) -> Result<Option<u64>, QueryError> {
-        self.conn()
+        self.sqlite_only("reading by seq")?
+            .0
             .query_row("SELECT max(seq) FROM events", [], |r| {
                 r.get::<_, Option<i64>>(0)
             })
@@ -76,7 +78,8 @@ impl Reader {
         &self,
         since: std::time::SystemTime,
     ) -> Result<Option<u64>, QueryError> {
-        self.conn()
+        self.sqlite_only("reading by seq")?
+            .0
             .query_row(
                 "SELECT min(seq) FROM events WHERE timestamp >= ?1",
                 [stored_form(since)],
@@ -84,6 +87,23 @@ impl Reader {
             )
             .map_err(self.sqlite("finding the first event since a time"))
             .map(|seq| seq.map(|s| u64::try_from(s).unwrap_or(0)))
+    }
+}
+
+impl Reader {
+    /// The SQLite connection and file, for reads only a SQLite store serves (the
+    /// resumable Subscribe reads the gateway's own store by seq).
+    fn sqlite_only(
+        &self,
+        what: &'static str,
+    ) -> Result<(&rusqlite::Connection, &std::path::Path), QueryError> {
+        match (self.conn(), self.path()) {
+            (Some(conn), Some(path)) => Ok((conn, path)),
+            _ => Err(QueryError::SqliteOnly {
+                store: self.name(),
+                what,
+            }),
+        }
     }
 }
 

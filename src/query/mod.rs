@@ -8,6 +8,7 @@
 
 mod by_seq;
 pub(crate) mod eventpath;
+mod pg;
 pub(crate) mod pods;
 mod row;
 pub(crate) mod sql;
@@ -17,11 +18,11 @@ pub(crate) mod time;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 use thiserror::Error;
 
 pub use row::StoredEvent;
+use sql::{Binder, Dialect, Param};
 
 use crate::filter::Filter;
 use crate::store::{self, StoreError};
@@ -37,22 +38,88 @@ pub enum QueryError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("audit store {path}: row {row_id} is damaged: {what}")]
+    #[error("PostgreSQL store {store}: {what}")]
+    Postgres {
+        store: String,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Connecting failed: the message names the store.
+    #[error(transparent)]
+    PostgresConnect(Box<dyn std::error::Error + Send + Sync>),
+    #[error("audit store {store}: row {row_id} is damaged: {what}")]
     BadRow {
-        path: PathBuf,
+        store: String,
         row_id: i64,
         what: String,
     },
+    #[error("audit store {store}: {what}")]
+    BadValue { store: String, what: String },
+    #[error("PostgreSQL store {store}: a read was started while another was under way")]
+    Busy { store: String },
+    #[error("cannot start the runtime a PostgreSQL read runs on")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} reads only a SQLite audit store; {store} is a PostgreSQL store")]
+    SqliteOnly { store: String, what: &'static str },
 }
 
 /// How long a read waits for a lock; in WAL mode only a checkpoint's brief exclusive
 /// moments (or a migration) can hold one.
 const READ_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Which audit store to read: a SQLite file (what the `sqlite` forwarder writes) or
+/// a PostgreSQL database (the `postgres` forwarder's).
+#[derive(Clone, Debug)]
+pub(crate) enum StoreSpec {
+    Sqlite(PathBuf),
+    Postgres(Box<crate::postgres::Target>),
+}
+
+/// One value of a row a query returned (counts, names, a marker's payload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Cell {
+    pub(crate) fn int(&self) -> Option<i64> {
+        match self {
+            Cell::Int(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// Text; `None` for NULL (or a value of another type).
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            Cell::Text(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Cell::Bytes(bytes) => Some(bytes),
+            _ => None,
+        }
+    }
+}
+
 /// An open audit store, read-only.
 pub struct Reader {
-    conn: Connection,
-    path: PathBuf,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite { conn: Connection, path: PathBuf },
+    Postgres(pg::Session),
 }
 
 impl Reader {
@@ -62,21 +129,66 @@ impl Reader {
     pub fn open(path: &Path) -> Result<Reader, QueryError> {
         let conn = store::open_reader(path, READ_BUSY_TIMEOUT)?;
         Ok(Reader {
-            conn,
-            path: path.to_path_buf(),
+            backend: Backend::Sqlite {
+                conn,
+                path: path.to_path_buf(),
+            },
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Either store. A PostgreSQL store is connected to (and its schema version
+    /// checked); with `statement_timeout` the server cancels a statement that runs
+    /// longer. Blocking: never call it on an async task.
+    pub(crate) fn open_store(
+        store: &StoreSpec,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Reader, QueryError> {
+        match store {
+            StoreSpec::Sqlite(path) => Reader::open(path),
+            StoreSpec::Postgres(target) => Ok(Reader {
+                backend: Backend::Postgres(pg::Session::connect(target, statement_timeout)?),
+            }),
+        }
     }
 
-    pub(crate) fn conn(&self) -> &Connection {
-        &self.conn
+    /// The SQLite file; `None` for a PostgreSQL store.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Sqlite { path, .. } => Some(path),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// The file, or `postgres://user@host:port/db`, for messages.
+    pub(crate) fn name(&self) -> String {
+        match &self.backend {
+            Backend::Sqlite { path, .. } => path.display().to_string(),
+            Backend::Postgres(session) => session.name().to_owned(),
+        }
+    }
+
+    /// The SQLite connection; `None` for a PostgreSQL store.
+    pub(crate) fn conn(&self) -> Option<&Connection> {
+        match &self.backend {
+            Backend::Sqlite { conn, .. } => Some(conn),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        match &self.backend {
+            Backend::Sqlite { .. } => Dialect::Sqlite,
+            Backend::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Values for a statement in this store's SQL.
+    pub(crate) fn binder(&self) -> Binder {
+        Binder::new(self.dialect())
     }
 
     pub(crate) fn sqlite(&self, what: &'static str) -> impl Fn(rusqlite::Error) -> QueryError {
-        let path = self.path.clone();
+        let path = self.path().map(Path::to_path_buf).unwrap_or_default();
         move |source| QueryError::Sqlite {
             path: path.clone(),
             what,
@@ -84,13 +196,100 @@ impl Reader {
         }
     }
 
+    /// A value of an unexpected type where the store's schema allows only one.
+    pub(crate) fn bad_value(&self, what: impl Into<String>) -> QueryError {
+        QueryError::BadValue {
+            store: self.name(),
+            what: what.into(),
+        }
+    }
+
+    /// Runs `sql`, a SELECT of the row columns, and calls `emit` with each row
+    /// rebuilt, in the statement's order, until it returns false.
+    pub(crate) fn stream(
+        &self,
+        sql: &str,
+        params: &[Param],
+        mut emit: impl FnMut(StoredEvent) -> bool,
+    ) -> Result<(), QueryError> {
+        match &self.backend {
+            Backend::Sqlite { conn, path } => {
+                let mut stmt = conn
+                    .prepare_cached(sql)
+                    .map_err(self.sqlite("preparing the query"))?;
+                let mut cursor = stmt
+                    .query(rusqlite::params_from_iter(params.iter()))
+                    .map_err(self.sqlite("running the query"))?;
+                while let Some(row) = cursor.next().map_err(self.sqlite("reading a row"))? {
+                    if !emit(row::read(row, path)?) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Backend::Postgres(session) => session.stream(sql, params, emit),
+        }
+    }
+
+    /// The rows of a query of counts, names and payloads, as cells.
+    pub(crate) fn cells(
+        &self,
+        sql: &str,
+        params: &[Param],
+        what: &'static str,
+    ) -> Result<Vec<Vec<Cell>>, QueryError> {
+        match &self.backend {
+            Backend::Sqlite { conn, .. } => {
+                let mut stmt = conn.prepare_cached(sql).map_err(self.sqlite(what))?;
+                let columns = stmt.column_count();
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(params.iter()), |row| {
+                        (0..columns)
+                            .map(|i| {
+                                use rusqlite::types::ValueRef;
+                                Ok(match row.get_ref(i)? {
+                                    ValueRef::Null => Cell::Null,
+                                    ValueRef::Integer(n) => Cell::Int(n),
+                                    ValueRef::Real(x) => Cell::Text(x.to_string()),
+                                    ValueRef::Text(text) => {
+                                        Cell::Text(String::from_utf8_lossy(text).into_owned())
+                                    }
+                                    ValueRef::Blob(bytes) => Cell::Bytes(bytes.to_vec()),
+                                })
+                            })
+                            .collect::<rusqlite::Result<Vec<Cell>>>()
+                    })
+                    .map_err(self.sqlite(what))?;
+                rows.collect::<Result<_, _>>().map_err(self.sqlite(what))
+            }
+            Backend::Postgres(session) => session.cells(sql, params, what),
+        }
+    }
+
+    /// The one integer a query returns (`None` for no row or NULL).
+    fn scalar(
+        &self,
+        sql: &str,
+        params: &[Param],
+        what: &'static str,
+    ) -> Result<Option<i64>, QueryError> {
+        let rows = self.cells(sql, params, what)?;
+        match rows.first().and_then(|row| row.first()) {
+            None | Some(Cell::Null) => Ok(None),
+            Some(Cell::Int(n)) => Ok(Some(*n)),
+            Some(other) => Err(self.bad_value(format!("{what}: {other:?} is not a number"))),
+        }
+    }
+
     /// The highest row_id stored so far (0 when empty): where following starts.
     pub fn last_row_id(&self) -> Result<i64, QueryError> {
-        self.conn
-            .query_row("SELECT coalesce(max(row_id), 0) FROM events", [], |r| {
-                r.get(0)
-            })
-            .map_err(self.sqlite("reading the last row"))
+        Ok(self
+            .scalar(
+                "SELECT coalesce(max(row_id), 0) FROM events",
+                &[],
+                "reading the last row",
+            )?
+            .unwrap_or(0))
     }
 
     /// Calls `emit` for each matching row in store order (row_id) with
@@ -101,32 +300,22 @@ impl Reader {
         rows: RowRange,
         mut emit: impl FnMut(StoredEvent) -> bool,
     ) -> Result<u64, QueryError> {
-        let plan = query.plan(rows);
-        let mut stmt = self
-            .conn
-            .prepare_cached(&plan.sql)
-            .map_err(self.sqlite("preparing the query"))?;
-        let mut cursor = stmt
-            .query(rusqlite::params_from_iter(plan.params.iter()))
-            .map_err(self.sqlite("running the query"))?;
+        let plan = query.plan_in(rows, self.binder());
         let mut matched = 0;
-        while let Some(row) = cursor.next().map_err(self.sqlite("reading a row"))? {
-            let stored = row::read(row, &self.path)?;
+        self.stream(&plan.sql, &plan.params, |stored| {
             if plan.recheck && !query.filter.matches(&stored.event.record_fields()) {
-                continue;
+                return true;
             }
             matched += 1;
-            if !emit(stored) || query.limit.is_some_and(|limit| matched >= limit) {
-                break;
-            }
-        }
+            emit(stored) && query.limit.is_none_or(|limit| matched < limit)
+        })?;
         Ok(matched)
     }
 
     /// How many rows `each` would emit for `rows` (ignoring `limit`): one `count(*)`
     /// when SQL answers the filter exactly, otherwise the rows are read and matched.
     pub fn count(&self, query: &Query, rows: RowRange) -> Result<u64, QueryError> {
-        let predicate = query.predicate(rows);
+        let predicate = query.predicate_in(rows, self.binder());
         if predicate.recheck {
             let query = Query {
                 limit: None,
@@ -135,15 +324,8 @@ impl Reader {
             return self.each(&query, rows, |_| true);
         }
         let sql = format!("SELECT count(*) FROM events WHERE {}", predicate.sql);
-        let count: i64 = self
-            .conn
-            .query_row(
-                &sql,
-                rusqlite::params_from_iter(predicate.params.iter()),
-                |r| r.get(0),
-            )
-            .map_err(self.sqlite("counting the rows"))?;
-        Ok(u64::try_from(count).unwrap_or(0))
+        let count = self.scalar(&sql, predicate.params(), "counting the rows")?;
+        Ok(count.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
     }
 
     /// The row_id of the `n`th newest row (1 for the newest) `each` would emit for
@@ -161,27 +343,21 @@ impl Reader {
         let Some(offset) = n.checked_sub(1).and_then(|o| i64::try_from(o).ok()) else {
             return Ok(None);
         };
-        let predicate = query.predicate(rows);
+        let mut predicate = query.predicate_in(rows, self.binder());
         // As in `plan`: with a time range, `+row_id` keeps SQLite on a time index and
         // only the ids are sorted.
         let timed = query.since.is_some() || query.until.is_some();
-        let order = if timed { "+row_id" } else { "row_id" };
+        let sqlite = self.dialect() == Dialect::Sqlite;
+        let order = if timed && sqlite { "+row_id" } else { "row_id" };
         if !predicate.recheck {
+            let offset = predicate.bind.int(offset);
             let sql = format!(
-                "SELECT row_id FROM events WHERE {} ORDER BY {order} DESC LIMIT 1 OFFSET ?",
+                "SELECT row_id FROM events WHERE {} ORDER BY {order} DESC LIMIT 1 OFFSET {offset}",
                 predicate.sql
             );
-            let mut params = predicate.params;
-            params.push(Value::Integer(offset));
-            return self
-                .conn
-                .query_row(&sql, rusqlite::params_from_iter(params.iter()), |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(self.sqlite("finding the newest rows"));
+            return self.scalar(&sql, predicate.params(), "finding the newest rows");
         }
-        let sql = match timed {
+        let sql = match timed && sqlite {
             true => format!(
                 "SELECT {} FROM events WHERE row_id IN (SELECT row_id FROM events WHERE {}) \
                  ORDER BY row_id DESC",
@@ -194,28 +370,19 @@ impl Reader {
                 predicate.sql
             ),
         };
-        let mut stmt = self
-            .conn
-            .prepare_cached(&sql)
-            .map_err(self.sqlite("preparing the query"))?;
-        let mut cursor = stmt
-            .query(rusqlite::params_from_iter(predicate.params.iter()))
-            .map_err(self.sqlite("running the query"))?;
-        let (mut read, mut matched) = (0, 0);
-        while let Some(row) = cursor.next().map_err(self.sqlite("reading a row"))? {
-            let stored = row::read(row, &self.path)?;
+        let (mut read, mut matched, mut found) = (0, 0, None);
+        self.stream(&sql, predicate.params(), |stored| {
             read += 1;
             if query.filter.matches(&stored.event.record_fields()) {
                 matched += 1;
                 if matched == n {
-                    return Ok(Some(stored.row_id));
+                    found = Some(stored.row_id);
+                    return false;
                 }
             }
-            if !go_on(read) {
-                break;
-            }
-        }
-        Ok(None)
+            go_on(read)
+        })?;
+        Ok(found)
     }
 
     /// `tail -f`: prints (through `emit`) rows stored after `after` as they arrive,
@@ -279,56 +446,90 @@ pub struct Query {
 
 pub(crate) struct Plan {
     pub sql: String,
-    pub params: Vec<Value>,
+    pub params: Vec<Param>,
     pub recheck: bool,
 }
 
+/// How far the PostgreSQL writer's `time` column may be from the `timestamp` text it
+/// was made from: nothing but rounding to microseconds, or, for an envelope whose
+/// nanos overflow a second (the text carries them into the seconds, `time` clamps
+/// them), about two seconds. Bounds on `time` widened by this much keep every row the
+/// exact comparison of the texts keeps, and let PostgreSQL use its `time` index.
+const TIME_SLACK: Duration = Duration::from_secs(60);
+
 impl Query {
-    /// The WHERE clause shared by queries and stats.
+    /// The WHERE clause shared by queries and stats, in SQLite's SQL.
+    #[cfg(test)]
     pub(crate) fn predicate(&self, rows: RowRange) -> sql::Predicate {
-        let mut out = sql::translate(&self.filter);
-        let mut terms = vec![out.sql];
-        let mut params = Vec::new();
+        self.predicate_in(rows, Binder::new(Dialect::Sqlite))
+    }
+
+    /// The WHERE clause in `bind`'s dialect, its values after those `bind` holds.
+    pub(crate) fn predicate_in(&self, rows: RowRange, bind: Binder) -> sql::Predicate {
+        let mut out = sql::translate_with(&self.filter, bind);
+        let d = out.bind.dialect;
+        // The filter's parameters come first, as its text does.
+        let mut terms = vec![std::mem::take(&mut out.sql)];
         if rows.after > 0 {
-            terms.push("row_id > ?".into());
-            params.push(Value::Integer(rows.after));
+            terms.push(format!("row_id > {}", out.bind.int(rows.after)));
         }
         if rows.up_to < i64::MAX {
-            terms.push("row_id <= ?".into());
-            params.push(Value::Integer(rows.up_to));
+            terms.push(format!("row_id <= {}", out.bind.int(rows.up_to)));
         }
-        for (bound, op) in [(self.since, ">="), (self.until, "<")] {
-            if let Some(time) = bound {
-                terms.push(format!("timestamp {op} ?"));
-                params.push(Value::Text(time::stored_form(time)));
+        for (bound, op, slack) in [(self.since, ">=", false), (self.until, "<", true)] {
+            let Some(time) = bound else { continue };
+            let text = out.bind.text(time::stored_form(time));
+            match d {
+                Dialect::Sqlite => terms.push(format!("timestamp {op} {text}")),
+                Dialect::Postgres => {
+                    // Byte order, as SQLite compares text: the database's collation
+                    // may order punctuation otherwise.
+                    terms.push(format!("timestamp COLLATE \"C\" {op} {text}"));
+                    let widened = match slack {
+                        false => time.checked_sub(TIME_SLACK),
+                        true => time.checked_add(TIME_SLACK),
+                    };
+                    if let Some(widened) = widened.and_then(time::postgres_form) {
+                        let at = out.bind.text(widened);
+                        terms.push(format!("(time {op} {at}::timestamptz OR time IS NULL)"));
+                    }
+                }
             }
         }
-        // The filter's parameters come first, as its text does.
-        out.params.extend(params);
         out.sql = terms.join(" AND ");
         out
     }
 
+    /// The statement `each` runs, in SQLite's SQL.
+    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn plan(&self, rows: RowRange) -> Plan {
-        let predicate = self.predicate(rows);
-        let mut params = predicate.params;
+        self.plan_in(rows, Binder::new(Dialect::Sqlite))
+    }
+
+    pub(crate) fn plan_in(&self, rows: RowRange, bind: Binder) -> Plan {
+        let mut predicate = self.predicate_in(rows, bind);
+        let sqlite = predicate.bind.dialect == Dialect::Sqlite;
+        // With a recheck, SQL cannot know which rows will count towards the limit.
+        let limit = match (self.limit, predicate.recheck) {
+            (Some(limit), false) => {
+                Some(predicate.bind.int(i64::try_from(limit).unwrap_or(i64::MAX)))
+            }
+            _ => None,
+        };
         // A time range is served by a (column, timestamp) or (timestamp) index, which
         // holds the rows in timestamp order, not row_id order. Sorting the whole rows
         // makes SQLite copy every one into its sorter; selecting the row_ids first
         // sorts only the ids (from the index alone when the filter is on topic or
         // namespace), then reads the rows in row_id order with no sort at all.
-        // With a recheck, SQL cannot know which rows will count towards the limit.
-        let limit = match (self.limit, predicate.recheck) {
-            (Some(limit), false) => Some(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX))),
-            _ => None,
-        };
-        let sql = match (self.since.is_some() || self.until.is_some(), &limit) {
+        // PostgreSQL's planner chooses between its indexes itself.
+        let timed = (self.since.is_some() || self.until.is_some()) && sqlite;
+        let sql = match (timed, &limit) {
             // The first rows of a time range: the limit goes inside, so only that many
             // ids are kept (a bounded top-N sort) instead of every id in the range.
             // `+row_id` keeps SQLite on the time index: ordering by the bare rowid
             // would have it walk the table in row order and test each row's time.
-            (true, Some(_)) => format!(
-                "SELECT {} FROM events WHERE row_id IN (SELECT row_id FROM events WHERE {} ORDER BY +row_id LIMIT ?) ORDER BY row_id",
+            (true, Some(limit)) => format!(
+                "SELECT {} FROM events WHERE row_id IN (SELECT row_id FROM events WHERE {} ORDER BY +row_id LIMIT {limit}) ORDER BY row_id",
                 row::COLUMNS,
                 predicate.sql
             ),
@@ -337,8 +538,8 @@ impl Query {
                 row::COLUMNS,
                 predicate.sql
             ),
-            (false, Some(_)) => format!(
-                "SELECT {} FROM events WHERE {} ORDER BY row_id LIMIT ?",
+            (false, Some(limit)) => format!(
+                "SELECT {} FROM events WHERE {} ORDER BY row_id LIMIT {limit}",
                 row::COLUMNS,
                 predicate.sql
             ),
@@ -348,10 +549,9 @@ impl Query {
                 predicate.sql
             ),
         };
-        params.extend(limit);
         Plan {
             sql,
-            params,
+            params: predicate.bind.params,
             recheck: predicate.recheck,
         }
     }

@@ -20,12 +20,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::SystemTime;
 
-use prost_reflect::{DynamicMessage, Value as Field};
-use rusqlite::types::Value;
-
+use super::sql::Dialect;
 use super::{Query, QueryError, Reader, RowRange, time};
 use crate::event::Event;
 use crate::filter::{Filter, quote};
+use prost_reflect::{DynamicMessage, Value as Field};
 
 /// The exit status of a process killed by SIGKILL (128 + 9).
 pub(crate) const SIGKILL_STATUS: u32 = 137;
@@ -299,7 +298,7 @@ impl Reader {
             limit: None,
             ..query.clone()
         };
-        let predicate = query.predicate(RowRange::ALL);
+        let predicate = query.predicate_in(RowRange::ALL, self.binder());
         let mut found: BTreeMap<String, u64> = BTreeMap::new();
         if predicate.recheck {
             self.each(&query, RowRange::ALL, |stored| {
@@ -317,18 +316,11 @@ impl Reader {
                 "SELECT coalesce(pod_namespace, ''), count(*) FROM events WHERE {} GROUP BY 1",
                 predicate.sql
             );
-            let mut stmt = self
-                .conn()
-                .prepare(&sql)
-                .map_err(self.sqlite("preparing the pod lookup"))?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(predicate.params.iter()), |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-                })
-                .map_err(self.sqlite("looking up the pod"))?;
-            for row in rows {
-                let (namespace, count) = row.map_err(self.sqlite("looking up the pod"))?;
-                found.insert(namespace, u64::try_from(count).unwrap_or(0));
+            for row in self.cells(&sql, predicate.params(), "looking up the pod")? {
+                let (Some(namespace), Some(count)) = (row[0].text(), row[1].int()) else {
+                    return Err(self.bad_value(format!("the pod lookup returned {row:?}")));
+                };
+                found.insert(namespace.to_owned(), u64::try_from(count).unwrap_or(0));
             }
         }
         Ok(found.into_iter().collect())
@@ -341,36 +333,42 @@ impl Reader {
         pod: Option<&PodName>,
         before: SystemTime,
     ) -> Result<Vec<ContainerKey>, QueryError> {
-        let mut sql =
+        let mut bind = self.binder();
+        // Compared as bytes, as SQLite compares text (not by the database's collation).
+        let timestamp = match bind.dialect {
+            Dialect::Sqlite => "timestamp",
+            Dialect::Postgres => "timestamp COLLATE \"C\"",
+        };
+        let mut sql = format!(
             "SELECT DISTINCT coalesce(pod_namespace, ''), pod_name, coalesce(pod_uid, ''), \
-             container_name FROM events WHERE topic = '/tasks/start' AND timestamp < ? \
+             container_name FROM events WHERE topic = '/tasks/start' AND {timestamp} < {} \
              AND pod_name IS NOT NULL AND container_name IS NOT NULL \
-             AND coalesce(container_kind, '') <> 'sandbox'"
-                .to_owned();
-        let mut params = vec![Value::Text(time::stored_form(before))];
+             AND coalesce(container_kind, '') <> 'sandbox'",
+            bind.text(time::stored_form(before))
+        );
         if let Some(pod) = pod {
-            sql.push_str(" AND pod_name = ? AND pod_namespace = ?");
-            params.push(Value::Text(pod.name.clone()));
-            params.push(Value::Text(pod.namespace.clone()));
+            sql.push_str(&format!(
+                " AND pod_name = {} AND pod_namespace = {}",
+                bind.text(&pod.name),
+                bind.text(&pod.namespace)
+            ));
         }
-        let mut stmt = self
-            .conn()
-            .prepare(&sql)
-            .map_err(self.sqlite("preparing the earlier starts"))?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                Ok(ContainerKey {
-                    pod: PodName {
-                        namespace: r.get(0)?,
-                        name: r.get(1)?,
-                    },
-                    uid: r.get(2)?,
-                    container: r.get(3)?,
-                })
-            })
-            .map_err(self.sqlite("reading the earlier starts"))?;
-        rows.collect::<Result<_, _>>()
-            .map_err(self.sqlite("reading the earlier starts"))
+        let rows = self.cells(&sql, &bind.params, "reading the earlier starts")?;
+        rows.iter()
+            .map(
+                |row| match (row[0].text(), row[1].text(), row[2].text(), row[3].text()) {
+                    (Some(namespace), Some(name), Some(uid), Some(container)) => Ok(ContainerKey {
+                        pod: PodName {
+                            namespace: namespace.to_owned(),
+                            name: name.to_owned(),
+                        },
+                        uid: uid.to_owned(),
+                        container: container.to_owned(),
+                    }),
+                    _ => Err(self.bad_value(format!("an earlier start read as {row:?}"))),
+                },
+            )
+            .collect()
     }
 
     /// `stats --by pod`: restarts, OOMs and non-zero exits per pod among the rows

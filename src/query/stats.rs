@@ -5,7 +5,17 @@
 use std::collections::BTreeMap;
 use std::time::UNIX_EPOCH;
 
+use super::sql::Dialect;
 use super::{Query, QueryError, Reader, RowRange};
+
+/// Unix seconds of the text `t` (an RFC 3339 time as stored) in PostgreSQL, NULL where
+/// it is not one: the date's days and the time of day's seconds, the fraction dropped,
+/// as SQLite's unixepoch reads them. Year 0000 is 1 BC to PostgreSQL. (Arithmetic on
+/// the date is twice as fast as casting the whole text to a timestamptz.)
+const POSTGRES_SECONDS: &str = "CASE WHEN t LIKE '____-__-__T__:__:__%' THEN \
+     ((CASE WHEN left(t, 4) = '0000' THEN '0001' || substr(t, 5, 6) || ' BC' \
+     ELSE left(t, 10) END)::date - date '1970-01-01')::bigint * 86400 \
+     + substr(t, 12, 2)::int * 3600 + substr(t, 15, 2)::int * 60 + substr(t, 18, 2)::int END";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum GroupBy {
@@ -44,36 +54,47 @@ impl Reader {
         bucket_secs: i64,
     ) -> Result<Vec<Count>, QueryError> {
         let bucket_secs = bucket_secs.max(1);
-        let predicate = query.predicate(RowRange::ALL);
+        let mut bind = self.binder();
+        let width = bind.int(bucket_secs);
+        let predicate = query.predicate_in(RowRange::ALL, bind);
         if predicate.recheck {
             return self.stats_by_matching(query, by, bucket_secs);
         }
-        // rem_euclid in SQL: `%` keeps the sign of the dividend.
-        let sql = format!(
-            "SELECT b - ((b % ?1) + ?1) % ?1 AS bucket, g, count(*) FROM \
-             (SELECT unixepoch(coalesce(timestamp, received_at)) AS b, {} AS g \
-              FROM events WHERE {}) GROUP BY bucket, g ORDER BY bucket, g",
-            by.column(),
-            // SQLite numbers each bare `?` one above the highest so far: 2, 3, ...
-            predicate.sql,
-        );
-        let mut params = vec![rusqlite::types::Value::Integer(bucket_secs)];
-        params.extend(predicate.params);
-        let mut stmt = self
-            .conn()
-            .prepare(&sql)
-            .map_err(self.sqlite("preparing the statistics query"))?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), |row| {
-                Ok(Count {
-                    bucket: row.get(0)?,
-                    group: row.get(1)?,
-                    count: row.get::<_, i64>(2)?.try_into().unwrap_or(0),
-                })
+        let sql = match predicate.bind.dialect {
+            // rem_euclid in SQL: `%` keeps the sign of the dividend.
+            Dialect::Sqlite => format!(
+                "SELECT b - ((b % ?1) + ?1) % ?1 AS bucket, g, count(*) FROM \
+                 (SELECT unixepoch(coalesce(timestamp, received_at)) AS b, {} AS g \
+                  FROM events WHERE {}) GROUP BY bucket, g ORDER BY bucket, g",
+                by.column(),
+                // SQLite numbers each bare `?` one above the highest so far: 2, 3, ...
+                predicate.sql,
+            ),
+            // The seconds of the stored text, as SQLite's unixepoch reads them; groups
+            // in byte order, as SQLite sorts them.
+            Dialect::Postgres => format!(
+                "SELECT b - ((b % {width}) + {width}) % {width} AS bucket, g, count(*) FROM \
+                 (SELECT {POSTGRES_SECONDS} AS b, {} AS g FROM \
+                  (SELECT coalesce(timestamp, received_at) AS t, * FROM events WHERE {}) AS e) AS s \
+                 GROUP BY bucket, g ORDER BY bucket, g COLLATE \"C\"",
+                by.column(),
+                predicate.sql,
+            ),
+        };
+        let rows = self.cells(&sql, predicate.params(), "running the statistics query")?;
+        rows.iter()
+            .map(|row| match (row[0].int(), row[1].text(), row[2].int()) {
+                (Some(bucket), Some(group), Some(count)) => Ok(Count {
+                    bucket,
+                    group: group.to_owned(),
+                    count: count.try_into().unwrap_or(0),
+                }),
+                _ => Err(self.bad_value(format!(
+                    "reading the statistics: {row:?} (an event time the store cannot read \
+                     as seconds?)"
+                ))),
             })
-            .map_err(self.sqlite("running the statistics query"))?;
-        rows.collect::<Result<_, _>>()
-            .map_err(self.sqlite("reading the statistics"))
+            .collect()
     }
 
     /// The same counts when the filter needs the in-memory matcher.

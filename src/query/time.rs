@@ -44,6 +44,25 @@ pub(crate) fn stored_form(time: SystemTime) -> String {
         .to_string()
 }
 
+/// `time` as PostgreSQL reads a timestamptz (to the microsecond), when it is one
+/// PostgreSQL holds and RFC 3339 writes (years 1 to 9999).
+pub(crate) fn postgres_form(time: SystemTime) -> Option<String> {
+    const YEAR_1: i64 = -62_135_596_800;
+    const YEAR_10000: i64 = 253_402_300_800;
+    let seconds = match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_secs()).ok()?,
+        Err(before) => -i64::try_from(before.duration().as_secs()).ok()? - 1,
+    };
+    if !(YEAR_1..YEAR_10000 - 1).contains(&seconds) {
+        return None;
+    }
+    Some(
+        DateTime::<Utc>::from(time)
+            .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+            .to_string(),
+    )
+}
+
 /// Reads a stored time back; `None` if the text is not RFC 3339.
 pub(crate) fn from_stored(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)

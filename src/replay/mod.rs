@@ -211,7 +211,7 @@ pub(crate) async fn run(
     let reader = tokio::task::spawn_blocking(move || Reader::open(&path))
         .await
         .map_err(ReplayError::Task)??;
-    let store = std::fs::canonicalize(reader.path()).unwrap_or_else(|_| selection.store.clone());
+    let store = std::fs::canonicalize(&selection.store).unwrap_or_else(|_| selection.store.clone());
     let resolved = target.resolve()?;
     let identity = Identity {
         store: store.clone(),

@@ -26,6 +26,16 @@ pub(crate) const METRICS: &[Metric] = &[
         "Errors the Kafka consumer of a [[source]] reported (brokers unreachable, offset commits that failed); librdkafka retries them.",
     ),
     Metric::gauge(
+        "eventgate_source_assigned_partitions",
+        Count,
+        "Partitions a [[source]]'s consumer holds in its group, as its last assignment or revocation left them.",
+    ),
+    Metric::gauge(
+        "eventgate_source_starved",
+        Count,
+        "1 while a [[source]] is starved: it has held no partition for longer than its group's session timeout while its group's messages wait unread with the committed offsets standing still (it is then not ready); else 0.",
+    ),
+    Metric::gauge(
         "eventgate_source_inflight_events",
         Count,
         "Events a [[source]] appended and that are not yet durable, with their offsets not yet stored for commit (at most 4096).",

@@ -17,9 +17,10 @@ use crate::pipeline::ForwarderSpec;
 
 pub(crate) mod kafka;
 pub(crate) mod metric_table;
+pub(crate) mod starvation;
 mod stats;
 
-pub(crate) use stats::{SourceFailing, SourceHealth, SourceStats};
+pub(crate) use stats::{Assignment, SourceFailing, SourceHealth, SourceStats, Starved};
 
 /// A Kafka record as the `kafka` forwarder encodes it, read back as a source reads
 /// it (tests check that what one writes the other takes in).
@@ -49,13 +50,14 @@ pub enum SourceError {
 impl SourceSpec {
     /// Every check `serve` makes before it starts the source, the librdkafka
     /// configuration included, and that the forwarder named by `offsets` is a
-    /// `postgres` one of `forwarders`; `check-config` runs the same.
-    pub(crate) fn validate(&self, forwarders: &[ForwarderSpec]) -> Result<(), String> {
+    /// `postgres` one of `forwarders`; `check-config` runs the same. `node` is the
+    /// gateway's node name (the default `instance_id` is made of it).
+    pub(crate) fn validate(&self, node: &str, forwarders: &[ForwarderSpec]) -> Result<(), String> {
         crate::pipeline::check_name(&self.name)?;
         match self.kind.as_str() {
             "kafka" => {
                 let options = kafka::SourceOptions::parse(&self.options)
-                    .and_then(|options| options.probe(&self.name).map(|()| options))
+                    .and_then(|options| options.probe(&self.name, node).map(|()| options))
                     .map_err(|e| e.to_string())?;
                 if let Some(store) = &options.offsets {
                     offsets_store(store, forwarders)?;
@@ -136,15 +138,15 @@ impl Serialize for SourceSpec {
 /// Runs a source's consumer, and starts a new one if it ever ends (a panic, a
 /// failed write) before the gateway stops: the new consumer reads on from the
 /// group's last commit, and stores drop what it reads twice.
-async fn supervise(
-    name: Arc<str>,
-    options: Options,
-    mut consumer: kafka::Consumer,
-    exchange: Exchange,
-    cancel: CancellationToken,
-    stats: Arc<SourceStats>,
-    claims: Option<Arc<kafka::Claims>>,
-) {
+async fn supervise(source: Supervised, mut consumer: kafka::Consumer, cancel: CancellationToken) {
+    let Supervised {
+        name,
+        options,
+        node,
+        exchange,
+        stats,
+        claims,
+    } = source;
     loop {
         let running = tokio::spawn(consumer.run());
         // Aborted with the supervisor (a stop that timed out), not left running.
@@ -174,6 +176,7 @@ async fn supervise(
                 kafka::Consumer::start(
                     Arc::clone(&name),
                     &options,
+                    &node,
                     exchange.clone(),
                     cancel.child_token(),
                     Arc::clone(&stats),
@@ -195,6 +198,17 @@ async fn supervise(
     }
 }
 
+/// What it takes to start a source's consumer again.
+struct Supervised {
+    name: Arc<str>,
+    /// Parsed again at each start.
+    options: Options,
+    node: Arc<str>,
+    exchange: Exchange,
+    stats: Arc<SourceStats>,
+    claims: Option<Arc<kafka::Claims>>,
+}
+
 struct AbortOnDrop(tokio::task::AbortHandle);
 
 impl Drop for AbortOnDrop {
@@ -214,7 +228,8 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
-    /// Starts every source; options were validated with the configuration.
+    /// Starts every source, each with a watch on whether it is starved; options
+    /// were validated with the configuration. `node` is the gateway's node name.
     pub(crate) fn start(
         specs: &[SourceSpec],
         forwarders: &[ForwarderSpec],
@@ -224,6 +239,7 @@ impl Sources {
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         let mut views = Vec::new();
+        let node: Arc<str> = Arc::from(node);
         for spec in specs {
             let invalid = |problem: String| SourceError::Invalid {
                 name: spec.name.clone(),
@@ -232,10 +248,14 @@ impl Sources {
             let name: Arc<str> = Arc::from(spec.name.as_str());
             let options =
                 kafka::SourceOptions::parse(&spec.options).map_err(|e| invalid(e.to_string()))?;
+            let instance = options
+                .group_instance_id(&name, &node)
+                .map_err(|e| invalid(e.to_string()))?;
             let stats = Arc::new(SourceStats::new(
                 &spec.name,
                 &options.topics,
                 &options.group,
+                instance,
             ));
             let claims = match &options.offsets {
                 Some(store) => {
@@ -250,9 +270,12 @@ impl Sources {
                 }
                 None => None,
             };
+            let backlog =
+                kafka::KafkaBacklog::new(&name, &options).map_err(|e| invalid(e.to_string()))?;
             let consumer = kafka::Consumer::start(
                 Arc::clone(&name),
                 &options,
+                &node,
                 exchange.clone(),
                 cancel.child_token(),
                 Arc::clone(&stats),
@@ -260,15 +283,26 @@ impl Sources {
             )
             .map_err(|e| invalid(e.to_string()))?;
             views.push(Arc::clone(&stats));
-            let task = supervise(
+            let watch = starvation::watch(
+                Arc::clone(&stats),
+                Arc::new(backlog),
+                options.session_timeout(),
+                options.start == kafka::options::Start::Latest,
+                cancel.child_token(),
+            );
+            tasks.push((
+                format!("{} (starvation watch)", spec.name),
+                tokio::spawn(watch),
+            ));
+            let supervised = Supervised {
                 name,
-                spec.options.clone(),
-                consumer,
-                exchange.clone(),
-                cancel.clone(),
+                options: spec.options.clone(),
+                node: Arc::clone(&node),
+                exchange: exchange.clone(),
                 stats,
                 claims,
-            );
+            };
+            let task = supervise(supervised, consumer, cancel.clone());
             tasks.push((spec.name.clone(), tokio::spawn(task)));
         }
         Ok(Self {

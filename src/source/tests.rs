@@ -40,7 +40,7 @@ async fn a_consumer_that_ends_is_started_again() {
         "kind = \"kafka\"\nbrokers = \"{brokers}\"\ntopics = [\"fleet\"]\ngroup = \"g\"\n"
     ))
     .expect("spec");
-    let mut sources = Sources::start(&[spec], &exchange).expect("start");
+    let mut sources = Sources::start(&[spec], &[], "central-1", &exchange).expect("start");
     let stats = Arc::clone(&sources.views()[0]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while stats.counts().2 < 1 {
@@ -113,7 +113,7 @@ async fn another_gateways_own_events_are_taken_in_under_its_node() {
         "kind = \"kafka\"\nbrokers = \"{brokers}\"\ntopics = [\"fleet\"]\ngroup = \"central\"\n"
     ))
     .expect("spec");
-    let mut sources = Sources::start(&[spec], &exchange).expect("start");
+    let mut sources = Sources::start(&[spec], &[], "central-1", &exchange).expect("start");
     for expected in &sent {
         let event = tokio::time::timeout(Duration::from_secs(30), subscription.next())
             .await

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use http::Response;
-use rusqlite::types::Value;
 use serde::Serialize;
 
 use crate::markers::NAMESPACE;
+use crate::query::sql::{Dialect, Param};
 use crate::query::time::{parse_bound, stored_form};
 
 use super::gaps::GapsError;
@@ -66,34 +66,40 @@ fn counts(
     since: SystemTime,
     hours: f64,
 ) -> Result<BTreeMap<String, Node>, ReadError> {
-    let sql = "SELECT coalesce(node, ''), sum(namespace != ?2), \
-               max(CASE WHEN namespace != ?2 THEN timestamp END) \
-               FROM events WHERE timestamp >= ?1 GROUP BY 1 ORDER BY 1 LIMIT ?3";
+    let sql = match reader.dialect() {
+        Dialect::Sqlite => {
+            "SELECT coalesce(node, ''), sum(namespace != ?2), \
+             max(CASE WHEN namespace != ?2 THEN timestamp END) \
+             FROM events WHERE timestamp >= ?1 GROUP BY 1 ORDER BY 1 LIMIT ?3"
+        }
+        // Texts compared and sorted as bytes, as SQLite does.
+        Dialect::Postgres => {
+            "SELECT coalesce(node, ''), count(*) FILTER (WHERE namespace <> $2::text), \
+             max(CASE WHEN namespace <> $2::text THEN timestamp END COLLATE \"C\") \
+             FROM events WHERE timestamp COLLATE \"C\" >= $1::text \
+             GROUP BY 1 ORDER BY coalesce(node, '') COLLATE \"C\" LIMIT $3::bigint"
+        }
+    };
     let params = [
-        Value::Text(stored_form(since)),
-        Value::Text(NAMESPACE.to_owned()),
-        Value::Integer(MAX_NODES as i64),
+        Param::Text(stored_form(since)),
+        Param::Text(NAMESPACE.to_owned()),
+        Param::Integer(MAX_NODES as i64),
     ];
-    let mut stmt = reader
-        .conn()
-        .prepare(sql)
-        .map_err(reader.sqlite("preparing the fleet query"))?;
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(params.iter()), |row| {
-            let events: i64 = row.get(1)?;
-            let events = u64::try_from(events).unwrap_or(0);
-            Ok(Node {
-                node: row.get(0)?,
-                last_event: row.get(2)?,
-                events,
-                events_per_hour: events as f64 / hours,
-                ..Node::default()
-            })
-        })
-        .map_err(reader.sqlite("running the fleet query"))?;
     let mut nodes = BTreeMap::new();
-    for node in rows {
-        let node = node.map_err(reader.sqlite("reading the fleet query"))?;
+    for row in reader.cells(sql, &params, "running the fleet query")? {
+        let (Some(node), Some(events)) = (row[0].text(), row[1].int()) else {
+            return Err(reader
+                .bad_value(format!("the fleet query returned {row:?}"))
+                .into());
+        };
+        let events = u64::try_from(events).unwrap_or(0);
+        let node = Node {
+            node: node.to_owned(),
+            last_event: row[2].text().map(str::to_owned),
+            events,
+            events_per_hour: events as f64 / hours,
+            ..Node::default()
+        };
         nodes.insert(node.node.clone(), node);
     }
     Ok(nodes)

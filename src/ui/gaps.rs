@@ -13,10 +13,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use prost::Message;
 use prost_types::Timestamp;
-use rusqlite::types::Value;
 
 use crate::markers::{CONNECTED_TOPIC, DISCONNECTED_TOPIC, NAMESPACE};
 use crate::proto::eventgate::events::v1::{UpstreamConnected, UpstreamDisconnected};
+use crate::query::sql::{Dialect, Param};
 use crate::query::time::stored_form;
 use crate::query::{QueryError, Reader};
 use crate::upstream::roster::REMOVED;
@@ -26,8 +26,6 @@ use crate::upstream::roster::REMOVED;
 const LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Markers read at most, the newest: one pair per reconnect.
 const MAX_MARKERS: i64 = 20_000;
-/// Rows between two looks at the deadline.
-const DEADLINE_EVERY: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Gap {
@@ -60,35 +58,46 @@ pub(crate) fn read(
     let earliest = since
         .checked_sub(LOOKBACK)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let sql = "SELECT coalesce(node, ''), topic, payload FROM events \
-               WHERE namespace = ?1 AND topic IN (?2, ?3) AND timestamp >= ?4 \
-               ORDER BY row_id DESC LIMIT ?5";
-    let params = [
-        Value::Text(NAMESPACE.to_owned()),
-        Value::Text(CONNECTED_TOPIC.to_owned()),
-        Value::Text(DISCONNECTED_TOPIC.to_owned()),
-        Value::Text(stored_form(earliest)),
-        Value::Integer(MAX_MARKERS),
-    ];
-    let mut stmt = reader
-        .conn()
-        .prepare(sql)
-        .map_err(reader.sqlite("preparing the gap markers query"))?;
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, Option<Vec<u8>>>(2)?,
-            ))
-        })
-        .map_err(reader.sqlite("reading the gap markers"))?;
-    let mut markers = Vec::new();
-    for (n, row) in rows.enumerate() {
-        if n % DEADLINE_EVERY == 0 && Instant::now() > deadline {
-            return Err(GapsError::Deadline);
+    let sql = match reader.dialect() {
+        Dialect::Sqlite => {
+            "SELECT coalesce(node, ''), topic, payload FROM events \
+             WHERE namespace = ?1 AND topic IN (?2, ?3) AND timestamp >= ?4 \
+             ORDER BY row_id DESC LIMIT ?5"
         }
-        markers.push(row.map_err(reader.sqlite("reading a gap marker"))?);
+        Dialect::Postgres => {
+            "SELECT coalesce(node, ''), topic, payload FROM events \
+             WHERE namespace = $1::text AND topic IN ($2::text, $3::text) \
+             AND timestamp COLLATE \"C\" >= $4::text ORDER BY row_id DESC LIMIT $5::bigint"
+        }
+    };
+    let params = [
+        Param::Text(NAMESPACE.to_owned()),
+        Param::Text(CONNECTED_TOPIC.to_owned()),
+        Param::Text(DISCONNECTED_TOPIC.to_owned()),
+        Param::Text(stored_form(earliest)),
+        Param::Integer(MAX_MARKERS),
+    ];
+    let rows = reader.cells(sql, &params, "reading the gap markers")?;
+    if Instant::now() > deadline {
+        return Err(GapsError::Deadline);
+    }
+    let mut markers = Vec::with_capacity(rows.len());
+    for row in rows {
+        let [node, topic, payload] = row.as_slice() else {
+            return Err(reader
+                .bad_value("a gap marker read as other columns")
+                .into());
+        };
+        let (Some(node), Some(topic)) = (node.text(), topic.text()) else {
+            return Err(reader
+                .bad_value(format!("a gap marker read as {row:?}"))
+                .into());
+        };
+        markers.push((
+            node.to_owned(),
+            topic.to_owned(),
+            payload.bytes().map(<[u8]>::to_vec),
+        ));
     }
     markers.reverse();
     let mut open: HashMap<(String, String), SystemTime> = HashMap::new();

@@ -22,7 +22,6 @@ pub(crate) mod svg;
 mod timeline;
 
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -33,6 +32,7 @@ use thiserror::Error;
 use tokio::sync::Semaphore;
 
 use crate::exchange::Exchange;
+use crate::query::StoreSpec;
 
 /// What a `/ui` response's body is: whole, or streamed (live events, exports).
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
@@ -51,8 +51,9 @@ const MAX_LIVE: usize = 16;
 /// What `/ui` serves from: the audit store it reads and the exchange live pages
 /// subscribe to.
 pub(crate) struct Ui {
-    /// `None`: no `sqlite` forwarder; the store's endpoints answer 503.
-    store: Option<PathBuf>,
+    /// `None`: no `sqlite` forwarder (nor a `postgres` one named by
+    /// `admin.ui_store`); the store's endpoints answer 503.
+    store: Option<StoreSpec>,
     exchange: Exchange,
     reads: Arc<Semaphore>,
     /// Where reads run; `None` when no thread could be started (reads answer 503).
@@ -61,7 +62,7 @@ pub(crate) struct Ui {
 }
 
 impl Ui {
-    pub(crate) fn new(store: Option<PathBuf>, exchange: Exchange) -> Self {
+    pub(crate) fn new(store: Option<StoreSpec>, exchange: Exchange) -> Self {
         Self {
             store,
             exchange,
@@ -84,7 +85,8 @@ pub(crate) enum UiError {
     },
     #[error(
         "no audit store to read: /ui reads the file of a `sqlite` forwarder; add a \
-         [[forwarder]] with kind = \"sqlite\" (or name one with admin.ui_store)"
+         [[forwarder]] with kind = \"sqlite\" (or name one, or a `postgres` forwarder, \
+         with admin.ui_store)"
     )]
     NoStore,
     #[error("{0}")]

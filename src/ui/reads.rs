@@ -1,7 +1,8 @@
 //! How `/ui` reads the audit store without blocking ingest or taking its CPU: each
 //! read on a thread of its own at the lowest CPU and I/O priority ([`threads`]), with
 //! its own read-only [`Reader`] (WAL readers never block the writer), at most
-//! `MAX_READS` at once, and a deadline after which SQLite is interrupted.
+//! `MAX_READS` at once, and a deadline after which SQLite is interrupted (or, for a
+//! PostgreSQL store, the server cancels the statement: `statement_timeout`).
 
 pub(crate) mod threads;
 
@@ -54,7 +55,7 @@ async fn read_within<T: Send + 'static>(
     allowed: Duration,
     work: impl FnOnce(&Reader, Instant) -> Result<T, ReadError> + Send + 'static,
 ) -> Result<T, UiError> {
-    let Some(path) = ui.store.clone() else {
+    let Some(store) = ui.store.clone() else {
         return Err(UiError::NoStore);
     };
     let permit = match tokio::time::timeout(QUEUE_WAIT, Arc::clone(&ui.reads).acquire_owned()).await
@@ -84,8 +85,13 @@ async fn read_within<T: Send + 'static>(
         if expired(deadline) {
             return Err(ReadError::Ui(too_long()));
         }
-        let reader = Reader::open(&path)?;
-        let _ = handle_tx.send(reader.conn().get_interrupt_handle());
+        // PostgreSQL cancels a statement past the deadline itself; SQLite is
+        // interrupted from here.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let reader = Reader::open_store(&store, Some(left))?;
+        if let Some(conn) = reader.conn() {
+            let _ = handle_tx.send(conn.get_interrupt_handle());
+        }
         // Sent before this look: a deadline passing after it finds the handle.
         if expired(deadline) {
             return Err(ReadError::Ui(too_long()));
@@ -136,8 +142,9 @@ fn store_error(error: &QueryError) -> UiError {
     let message = crate::errors::chain(error);
     tracing::warn!(error = %message, "/ui could not read the audit store");
     match error {
-        // A missing file (nothing stored yet), a locked one: worth trying again.
-        QueryError::Store(_) => UiError::Unavailable(message),
+        // A missing file (nothing stored yet), a locked one, a database server that
+        // is down or refuses the login: worth trying again.
+        QueryError::Store(_) | QueryError::PostgresConnect(_) => UiError::Unavailable(message),
         _ => UiError::Internal(message),
     }
 }
@@ -150,7 +157,10 @@ mod tests {
 
     fn ui(store: &TempStore) -> Ui {
         let exchange = Exchange::new(ExchangeSettings::default(), ExchangeParts::default());
-        Ui::new(Some(store.path().to_path_buf()), exchange)
+        Ui::new(
+            Some(crate::query::StoreSpec::Sqlite(store.path().to_path_buf())),
+            exchange,
+        )
     }
 
     /// A query SQLite would run forever is interrupted at the deadline.
@@ -164,6 +174,7 @@ mod tests {
                            SELECT count(*) FROM c";
             let n: i64 = reader
                 .conn()
+                .unwrap()
                 .query_row(endless, [], |r| r.get(0))
                 .map_err(reader.sqlite("counting forever"))?;
             Ok(n)

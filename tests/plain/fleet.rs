@@ -12,7 +12,7 @@ use support::*;
 // ---------------------------------------------------------------- tests
 
 /// A bad `[[source]]` is refused by check-config (and serve), naming the source and
-/// the key.
+/// the key: its `instance_id` (or the default one, made of the node name) included.
 #[test]
 fn check_config_refuses_a_bad_source_naming_it_and_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -29,6 +29,19 @@ fn check_config_refuses_a_bad_source_naming_it_and_the_key() {
         (
             "[[source]]\nkind = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"t\"]\nstart = \"middle\"\n",
             ["source \"kafka\"", "middle"],
+        ),
+        (
+            "[[source]]\nname = \"fleet\"\nkind = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"t\"]\ninstance_id = \"a b\"\n",
+            ["source \"fleet\"", "`instance_id` \"a b\" contains ' '"],
+        ),
+        // The default instance id is made of the node name, which may hold what a
+        // group.instance.id may not.
+        (
+            "node = \"web:1\"\n[[source]]\nkind = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\ntopics = [\"t\"]\n",
+            [
+                "source \"kafka\"",
+                "the default `instance_id` \"web:1-kafka\" (the node name \"web:1\"",
+            ],
         ),
     ];
     for (config, wanted) in cases {

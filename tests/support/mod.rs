@@ -28,6 +28,7 @@ pub mod prometheus;
 pub mod pyconsumer;
 pub mod spooled;
 pub mod stores;
+pub mod stress;
 pub mod tansu;
 pub mod webdriver;
 pub mod witness;

@@ -33,7 +33,7 @@ fn in_memory(events: &[Event], filter: &Filter) -> Vec<String> {
         .collect()
 }
 
-const SELECTORS: &[&str] = &[
+pub(super) const SELECTORS: &[&str] = &[
     "topic",
     "namespace",
     r#"topic=="/tasks/exit""#,

@@ -2,6 +2,7 @@
 
 mod equivalence;
 mod plan;
+mod postgres;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -24,6 +24,7 @@ fn plan(reader: &Reader, query: &Query) -> String {
     let plan = query.plan(RowRange::ALL);
     let mut stmt = reader
         .conn()
+        .unwrap()
         .prepare(&format!("EXPLAIN QUERY PLAN {}", plan.sql))
         .unwrap();
     let rows = stmt

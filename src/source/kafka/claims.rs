@@ -2,11 +2,12 @@
 //! the consumer side of the transactional consumer ([`crate::postgres::offsets`]).
 //!
 //! At each assignment the partitions are claimed in the database before librdkafka
-//! starts fetching them, and each starts at the offset the database holds (the
-//! group's committed offset, or `start`, for a partition never stored). Every message
-//! read carries its partition's claim, and the store writes it only while that claim
-//! is current. A claim that cannot be made (the server is down) ends the consumer: it
-//! starts again a second later and rejoins, and nothing is read meanwhile.
+//! starts fetching them, and each starts at the offset the database holds; one the
+//! database has no offset for starts at its beginning, never at the group's committed
+//! offset (see [`Claims::assign`]). Every message read carries its partition's claim,
+//! and the store writes it only while that claim is current. A claim that cannot be
+//! made (the server is down) ends the consumer: it starts again a second later and
+//! rejoins, and nothing is read meanwhile.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -62,8 +63,22 @@ impl Claims {
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
-                        .map_err(|e| PostgresError::Config(format!("cannot claim partitions: {e}")))?;
-                    runtime.block_on(self.claim(&by_topic))
+                        .map_err(|e| {
+                            PostgresError::Config(format!("cannot claim partitions: {e}"))
+                        })?;
+                    // The gateway's runtime waits for this callback: a server that
+                    // accepts the connection and then hangs must not hold it longer
+                    // than one connection attempt may take.
+                    let budget = self.target.connect_timeout();
+                    runtime
+                        .block_on(async {
+                            tokio::time::timeout(budget, self.claim(&by_topic)).await
+                        })
+                        .unwrap_or_else(|_| {
+                            Err(PostgresError::Config(format!(
+                                "claiming partitions took longer than {budget:?} (connect_timeout)"
+                            )))
+                        })
                 })
                 .join()
                 .unwrap_or_else(|_| {
@@ -83,14 +98,14 @@ impl Claims {
         for (topic, claims) in claimed {
             let topic: Arc<str> = Arc::from(topic.as_str());
             for claim in claims {
-                if let Some(next) = claim.next_offset {
-                    // The partition is in the list librdkafka handed over.
-                    let _ = partitions.set_partition_offset(
-                        &topic,
-                        claim.partition,
-                        Offset::Offset(next),
-                    );
-                }
+                // Never the group's committed offset: librdkafka commits what is in
+                // the spool, ahead of what the store holds, and starting there would
+                // skip what another member read but did not store. A partition
+                // never stored starts at its beginning (`start = "earliest"`, the
+                // only start such a source takes).
+                let start = claim.next_offset.map_or(Offset::Beginning, Offset::Offset);
+                // The partition is in the list librdkafka handed over.
+                let _ = partitions.set_partition_offset(&topic, claim.partition, start);
                 tracing::info!(
                     store = %self.store,
                     group = %self.group,

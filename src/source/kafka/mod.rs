@@ -12,7 +12,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{CommitMode, Consumer as _, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer as _, ConsumerContext, RebalanceProtocol, StreamConsumer,
+};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers as _, Message as _};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -21,12 +23,13 @@ use tokio_util::sync::CancellationToken;
 use crate::exchange::{AcceptError, Durable, Exchange, Incoming};
 use crate::forward::BuildError;
 
+pub(crate) mod backlog;
 pub(crate) mod claims;
 pub(crate) mod decode;
 pub(crate) mod options;
 
+pub(crate) use backlog::KafkaBacklog;
 pub(crate) use claims::Claims;
-
 pub(crate) use options::SourceOptions;
 
 #[cfg(test)]
@@ -58,12 +61,16 @@ const FULL_PAUSE: Duration = Duration::from_millis(50);
 /// After a consumer error, before reading again.
 const ERROR_PAUSE: Duration = Duration::from_millis(100);
 
-/// librdkafka's logs and errors, into tracing, secrets scrubbed.
+/// librdkafka's logs and errors, into tracing, secrets scrubbed; and the group's
+/// assignments and revocations.
 struct SourceContext {
     source: Arc<str>,
     secrets: Vec<String>,
-    /// librdkafka's errors (a broker down) count as the consumer failing.
+    /// librdkafka's errors (a broker down) count as the consumer failing; the
+    /// partitions held are kept here for `/status` and `/readyz`.
     stats: Arc<super::SourceStats>,
+    /// `eventgate_source_assigned_partitions`.
+    assigned: metrics::Gauge,
     /// Claims partitions in the store that keeps the offsets, at each assignment.
     claims: Option<Arc<Claims>>,
 }
@@ -94,56 +101,105 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
-    /// librdkafka's own rebalance (assign what the group gave, give back what it took)
-    /// with the claims of a source whose store keeps its offsets: the assigned
-    /// partitions are claimed, and start where the store's offsets say, before
-    /// librdkafka fetches from them. A claim that fails assigns nothing; the
-    /// consumer then ends and rejoins (see [`Claims`]).
+    /// Every assignment and revocation passes here, to be logged and kept for
+    /// `/status`; librdkafka's assign and unassign are then done as its default
+    /// handler does them (incrementally with the cooperative protocol).
     fn rebalance(
         &self,
-        consumer: &rdkafka::consumer::BaseConsumer<Self>,
+        consumer: &BaseConsumer<Self>,
         err: rdkafka::types::RDKafkaRespErr,
         partitions: &mut TopicPartitionList,
     ) {
-        use rdkafka::consumer::RebalanceProtocol;
-        use rdkafka::types::RDKafkaRespErr;
-        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
-        let done = match err {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let claimed = match &self.claims {
-                    Some(claims) => claims.assign(partitions),
-                    None => Ok(()),
-                };
-                match claimed {
-                    Ok(()) if cooperative => consumer.incremental_assign(partitions),
-                    Ok(()) => consumer.assign(partitions),
-                    Err(error) => {
-                        self.stats.consumer_failed(format!(
-                            "cannot claim the assigned partitions in the offsets' store: {error}"
-                        ));
-                        tracing::error!(source = %self.source, %error, "cannot claim the assigned partitions in the offsets' store; reading nothing, the consumer starts again and rejoins");
-                        match cooperative {
-                            true => Ok(()),
-                            false => consumer.assign(&TopicPartitionList::new()),
-                        }
+        use rdkafka::types::RDKafkaRespErr::{
+            RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS,
+        };
+        let incremental = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        match err {
+            RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Err(error) = self.on_assign(partitions) {
+                    self.stats.consumer_failed(format!(
+                        "cannot claim the assigned partitions in the offsets' store: {error}"
+                    ));
+                    tracing::error!(source = %self.source, %error, "cannot claim the assigned partitions in the offsets' store; reading nothing, the consumer starts again and rejoins");
+                    if !incremental && let Err(error) = consumer.assign(&TopicPartitionList::new())
+                    {
+                        tracing::warn!(source = %self.source, %error, "librdkafka could not assign nothing");
                     }
+                    return;
                 }
+                let done = if incremental {
+                    consumer.incremental_assign(partitions)
+                } else {
+                    consumer.assign(partitions)
+                };
+                if let Err(error) = done {
+                    tracing::error!(source = %self.source, %error, "librdkafka refused the group's assignment; the source reads nothing until the next rebalance");
+                    self.stats
+                        .consumer_failed(format!("assigning partitions: {error}"));
+                    return;
+                }
+                let listed = listed(partitions);
+                let (generation, member_id) = membership(consumer).unzip();
+                let held = self
+                    .stats
+                    .assigned(&listed, incremental, generation, member_id.clone());
+                self.assigned.set(held as f64);
+                tracing::info!(
+                    source = %self.source,
+                    generation,
+                    member_id,
+                    partitions = %super::starvation::partition_list(&listed),
+                    held,
+                    "kafka source assigned partitions"
+                );
             }
-            other => {
-                if other != RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS {
-                    tracing::warn!(source = %self.source, error = ?other, "kafka rebalance error; giving the partitions back");
-                }
+            RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                // Lost rather than handed over: the group went on without this
+                // member (a session that ran out); what it read since its last
+                // commit is read again by the new owner.
+                let lost = consumer.assignment_lost();
                 if let Some(claims) = &self.claims {
                     claims.revoke(partitions);
                 }
-                match cooperative {
-                    true => consumer.incremental_unassign(partitions),
-                    false => consumer.unassign(),
+                let done = if incremental {
+                    consumer.incremental_unassign(partitions)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(error) = done {
+                    tracing::warn!(source = %self.source, %error, "librdkafka could not unassign the revoked partitions");
                 }
+                let listed = listed(partitions);
+                let held = self.stats.revoked(Some(&listed));
+                self.assigned.set(held as f64);
+                // The generation of the assignment it gives up: no request to
+                // librdkafka's group thread, which a closing consumer may have
+                // stopped serving.
+                let generation = self.stats.assignment().generation;
+                tracing::info!(
+                    source = %self.source,
+                    generation,
+                    partitions = %super::starvation::partition_list(&listed),
+                    held,
+                    lost,
+                    "kafka source revoked partitions"
+                );
             }
-        };
-        if let Err(error) = done {
-            tracing::warn!(source = %self.source, %error, "kafka (un)assignment failed");
+            other => {
+                let error = KafkaError::Rebalance(other.into());
+                tracing::warn!(source = %self.source, %error, "kafka rebalance failed; the source gives up its partitions until the next one");
+                if let Err(error) = consumer.unassign() {
+                    tracing::warn!(source = %self.source, %error, "librdkafka could not unassign");
+                }
+                if let Some(claims) = &self.claims {
+                    claims.clear();
+                }
+                self.stats.revoked(None);
+                self.assigned.set(0.0);
+            }
         }
     }
 
@@ -156,6 +212,61 @@ impl ConsumerContext for SourceContext {
                 tracing::warn!(source = %self.source, %error, "committing offsets failed; they are committed again with the next ones");
             }
         }
+    }
+}
+
+impl SourceContext {
+    /// Where assigned partitions start, before librdkafka fetches them: for a source
+    /// whose offsets a `postgres` store keeps, each is claimed there and starts at
+    /// the store's offset ([`Claims::assign`]); otherwise at the group's committed
+    /// offset (nothing to do). It runs on the task polling the consumer, during the
+    /// rebalance, and the group waits for it.
+    fn on_assign(
+        &self,
+        partitions: &mut TopicPartitionList,
+    ) -> Result<(), crate::postgres::PostgresError> {
+        match &self.claims {
+            Some(claims) => claims.assign(partitions),
+            None => Ok(()),
+        }
+    }
+}
+
+/// (topic, partition) pairs of a list, in order.
+fn listed(partitions: &TopicPartitionList) -> Vec<(String, i32)> {
+    let mut listed: Vec<(String, i32)> = partitions
+        .elements()
+        .iter()
+        .map(|p| (p.topic().to_owned(), p.partition()))
+        .collect();
+    listed.sort();
+    listed
+}
+
+/// The consumer's group generation and member id, as librdkafka has them now;
+/// `None` before it has joined (or without a group).
+fn membership(consumer: &BaseConsumer<SourceContext>) -> Option<(i32, String)> {
+    use rdkafka::bindings as rd;
+    let native = consumer.client().native_ptr();
+    // SAFETY: `native` is the live client `consumer` owns. The metadata object
+    // librdkafka returns is owned here: read, then destroyed once; the member id
+    // string it points to is copied before that.
+    unsafe {
+        let metadata = rd::rd_kafka_consumer_group_metadata(native);
+        if metadata.is_null() {
+            return None;
+        }
+        let generation = rd::rd_kafka_consumer_group_metadata_generation_id(metadata);
+        let member = rd::rd_kafka_consumer_group_metadata_member_id(metadata);
+        let member = if member.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(member)
+                .to_string_lossy()
+                .into_owned()
+        };
+        rd::rd_kafka_consumer_group_metadata_destroy(metadata);
+        (generation >= 0).then_some((generation, member))
     }
 }
 
@@ -192,30 +303,45 @@ pub(crate) struct Consumer {
 
 impl Consumer {
     /// Creates the consumer and subscribes; connecting happens in the background.
+    /// `node` is the gateway's node name, of which the default `instance_id` is
+    /// made.
     pub(crate) fn start(
         name: Arc<str>,
         options: &SourceOptions,
+        node: &str,
         exchange: Exchange,
         cancel: CancellationToken,
         stats: Arc<super::SourceStats>,
         claims: Option<Arc<Claims>>,
     ) -> Result<Self, BuildError> {
+        let instance = options.group_instance_id(&name, node)?;
+        let label = name.to_string();
+        let assigned =
+            metrics::gauge!("eventgate_source_assigned_partitions", "source" => label.clone());
+        assigned.set(0.0);
+        stats.assignment_reset();
         let context = SourceContext {
             source: Arc::clone(&name),
             secrets: options.secrets(),
             stats: Arc::clone(&stats),
+            assigned,
             claims: claims.clone(),
         };
         let consumer: StreamConsumer<SourceContext> = options
-            .client_config(&name)
+            .client_config(&name, instance.as_deref())
             .create_with_context(context)
             .map_err(|e| BuildError::Options(options.describe(&e)))?;
         let topics: Vec<&str> = options.topics.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
             .map_err(|e| BuildError::Options(options.describe(&e)))?;
-        tracing::info!(source = %name, topics = ?options.topics, group = %options.group, "kafka source subscribed");
-        let label = name.to_string();
+        tracing::info!(
+            source = %name,
+            topics = ?options.topics,
+            group = %options.group,
+            instance_id = instance.as_deref().unwrap_or("(none: dynamic membership)"),
+            "kafka source subscribed"
+        );
         let inflight =
             metrics::gauge!("eventgate_source_inflight_events", "source" => label.clone());
         inflight.set(0.0);
