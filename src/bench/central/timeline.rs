@@ -1,26 +1,34 @@
 //! The pod timeline on a PostgreSQL store: the query benchmark's generated events
 //! (`bench::query::generate`: realistic containerd payloads, their JSON rendered as
 //! the forwarders render it, the `k8s.io` containers three to a pod) copied into a
-//! fresh database, then one pod's rows read in time order, as `query --pod` reads a
-//! pod, for many pods.
+//! fresh database, then many pods' timelines read:
 //!
-//! The SQL is the pod timeline's own: the pod's namespace and name, ordered by
-//! `time`, which the `events_pod (pod_namespace, pod_name, time)` index of each
-//! partition answers in order (PostgreSQL merges the partitions' index scans).
+//! - as `eventgate query --pod` reads them: `query::Reader::each` on a PostgreSQL
+//!   store (the filter translated to SQL, every row decoded into an event);
+//! - as `eventgate timeline --pod` and `/ui` draw them: a connection opened (as each
+//!   `/ui` read opens one), the rows read, the lanes laid out, the SVG written;
+//! - the reader's SQL text run by plain tokio-postgres, every column decoded into an
+//!   owned value: what the server and the client library take on their own.
 
 use std::collections::BTreeSet;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::oneshot;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::{copy, failed, on_own_runtime, query_failed, thread_answer};
 use crate::bench::BenchError;
 use crate::bench::postgres::Cluster;
 use crate::bench::query::generate::{Generator, Params};
 use crate::event::Event;
-use crate::postgres::{Period, migrate, partitions};
+use crate::filter::{Filter, quote};
+use crate::postgres::{Period, Target, migrate, partitions};
 use crate::query::pods::PodName;
+use crate::query::sql::Param;
+use crate::query::{Query, Reader, RowRange, StoreSpec};
+use crate::ui::picture::{self, Group, PictureError, PictureQuery};
+use crate::ui::svg;
 
 /// The database the generated store is written to.
 pub(crate) const DATABASE: &str = "timeline";
@@ -29,13 +37,22 @@ pub(crate) const DATABASE: &str = "timeline";
 /// measured).
 const LOAD_ROWS: usize = 50_000;
 
-/// The pod timeline's SQL: every column of the pod's rows, oldest first.
-pub(crate) const POD_SQL: &str = "SELECT row_id, received, id, seq, timestamp, time, received_at, \
-     namespace, topic, type_url, payload, event::text, source, publisher_uid, publisher_gid, \
-     publisher_pid, publisher_subject, origin, origin_clock, pod_name, pod_namespace, pod_uid, \
-     container_name, container_kind, image, labels::text, node, node_seq, reconciled_from, \
-     reason, written_by \
-     FROM events WHERE pod_namespace = $1 AND pod_name = $2 ORDER BY time";
+/// One way of reading the pods' timelines, timed pod by pod.
+#[derive(Clone, Debug)]
+pub(crate) struct Timing {
+    pub name: &'static str,
+    /// One timing per pod, sorted.
+    pub times: Vec<Duration>,
+    /// Rows returned per pod, sorted.
+    pub rows: Vec<u64>,
+}
+
+impl Timing {
+    /// The `q` quantile (0..=1) of the pods' times.
+    pub(crate) fn quantile(&self, q: f64) -> Duration {
+        quantile(&self.times, q)
+    }
+}
 
 /// What the timeline measurement found.
 #[derive(Clone, Debug)]
@@ -45,10 +62,10 @@ pub(crate) struct Measured {
     /// The database's size after the load (tables and indexes).
     pub bytes: u64,
     pub pods_in_store: usize,
-    /// One timing per pod, sorted.
-    pub times: Vec<Duration>,
-    /// Rows returned per pod, sorted.
-    pub pod_rows: Vec<u64>,
+    pub pods_timed: usize,
+    pub timings: Vec<Timing>,
+    /// The SQL `query --pod` runs (its placeholders numbered).
+    pub sql: String,
     /// The pod the plan is shown for.
     pub explained: PodName,
     /// `EXPLAIN (ANALYZE, BUFFERS)` of the pod's query.
@@ -56,11 +73,6 @@ pub(crate) struct Measured {
 }
 
 impl Measured {
-    /// The `q` quantile (0..=1) of the pods' times.
-    pub(crate) fn quantile(&self, q: f64) -> Duration {
-        quantile(&self.times, q)
-    }
-
     /// What the plan does, from its lines.
     pub(crate) fn summary(&self) -> PlanSummary {
         summarize(&self.plan)
@@ -179,33 +191,158 @@ pub(crate) async fn run(
             what: "the generated store has no pods (too few --rows?)".into(),
         });
     };
-    let statement = client
-        .prepare(POD_SQL)
-        .await
-        .map_err(query_failed("preparing the pod timeline"))?;
-    // One untimed run first: the connection's plan cache and catalog lookups.
-    read_pod(&client, &statement, &first).await?;
-    let mut times = Vec::with_capacity(chosen.len());
-    let mut pod_rows = Vec::with_capacity(chosen.len());
-    for pod in &chosen {
-        let start = Instant::now();
-        let n = read_pod(&client, &statement, pod).await?;
-        times.push(start.elapsed());
-        pod_rows.push(n);
+    let target = cluster.target(DATABASE).map_err(failed("the cluster"))?;
+    let plans = {
+        let target = target.clone();
+        let chosen = chosen.clone();
+        blocking(move || reader_plans(&target, &chosen)).await?
+    };
+    let sql = plans[0].0.clone();
+    // Warm cache: every timed pod's rows read once, untimed, first.
+    for (sql, params) in &plans {
+        read_plain(&client, sql, params).await?;
     }
-    times.sort();
-    pod_rows.sort();
-    let plan = explain(&client, &first).await?;
+    let (query_timing, picture_timing) = {
+        let chosen = chosen.clone();
+        blocking(move || time_reader(&target, &chosen)).await?
+    };
+    let mut plain = Timing {
+        name: "the same SQL, plain tokio-postgres",
+        times: Vec::with_capacity(plans.len()),
+        rows: Vec::with_capacity(plans.len()),
+    };
+    for (sql, params) in &plans {
+        let start = Instant::now();
+        let n = read_plain(&client, sql, params).await?;
+        plain.times.push(start.elapsed());
+        plain.rows.push(n);
+    }
+    let mut timings = vec![query_timing, picture_timing, plain];
+    for timing in &mut timings {
+        timing.times.sort();
+        timing.rows.sort();
+    }
+    let plan = explain(&client, &plans[0].0, &plans[0].1).await?;
     Ok(Measured {
         rows: loaded,
         load: load_time,
         bytes: u64::try_from(bytes).unwrap_or(0),
         pods_in_store: all.len(),
-        times,
-        pod_rows,
+        pods_timed: chosen.len(),
+        timings,
+        sql,
         explained: first,
         plan,
     })
+}
+
+/// Runs blocking `work` (the readers are blocking code with runtimes of their own)
+/// on a thread of its own.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, BenchError> + Send + 'static,
+) -> Result<T, BenchError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| BenchError::Failed {
+            what: format!("a reader's thread failed: {e}"),
+        })?
+}
+
+/// `query --pod`'s filter for `pod`: what `pods::pod_filter` narrows to.
+fn pod_query(pod: &PodName) -> Result<Query, BenchError> {
+    let text = format!(
+        "pod.name=={},pod.namespace=={}",
+        quote(&pod.name),
+        quote(&pod.namespace)
+    );
+    let filter = Filter::parse(&text).map_err(|e| BenchError::Failed {
+        what: format!("filter {text}: {e}"),
+    })?;
+    Ok(Query {
+        filter,
+        ..Query::default()
+    })
+}
+
+fn open(target: &Target) -> Result<Reader, BenchError> {
+    Ok(Reader::open_store(
+        &StoreSpec::Postgres(Box::new(target.clone())),
+        None,
+    )?)
+}
+
+/// The SQL text and parameters the PostgreSQL reader runs for each pod's query.
+fn reader_plans(
+    target: &Target,
+    pods: &[PodName],
+) -> Result<Vec<(String, Vec<Param>)>, BenchError> {
+    let reader = open(target)?;
+    pods.iter()
+        .map(|pod| {
+            let plan = pod_query(pod)?.plan_in(RowRange::ALL, reader.binder());
+            if plan.recheck {
+                return Err(BenchError::Failed {
+                    what: format!("the pod filter of {pod} is rechecked in Rust: not all SQL"),
+                });
+            }
+            Ok((plan.sql, plan.params))
+        })
+        .collect()
+}
+
+/// `query --pod` (one reader kept, as the command keeps its connection) and the
+/// timeline picture (a connection per picture, as `/ui` connects per read) for
+/// every pod.
+fn time_reader(target: &Target, pods: &[PodName]) -> Result<(Timing, Timing), BenchError> {
+    let reader = open(target)?;
+    let mut query = Timing {
+        name: "query --pod (Reader::each)",
+        times: Vec::with_capacity(pods.len()),
+        rows: Vec::with_capacity(pods.len()),
+    };
+    for pod in pods {
+        let narrowed = pod_query(pod)?;
+        let start = Instant::now();
+        let n = reader.each(&narrowed, RowRange::ALL, |stored| {
+            std::hint::black_box(stored);
+            true
+        })?;
+        query.times.push(start.elapsed());
+        query.rows.push(n);
+    }
+    let mut picture = Timing {
+        name: "timeline picture (connect + build + SVG)",
+        times: Vec::with_capacity(pods.len()),
+        rows: Vec::with_capacity(pods.len()),
+    };
+    for pod in pods {
+        let start = Instant::now();
+        let reader = open(target)?;
+        let request = PictureQuery {
+            query: Query::default(),
+            pod: Some(pod.clone()),
+            group: Group::Pod,
+            max_rows: PICTURE_MAX_ROWS,
+            deadline: std::time::Instant::now() + Duration::from_secs(600),
+        };
+        let drawn = picture::build(&reader, &request).map_err(|e| match e {
+            PictureError::Store(e) => BenchError::from(e),
+            other => BenchError::Failed {
+                what: format!("the pod timeline picture of {pod}: {other}"),
+            },
+        })?;
+        std::hint::black_box(svg::render(&drawn));
+        picture.times.push(start.elapsed());
+        picture.rows.push(drawn.rows);
+    }
+    Ok((query, picture))
+}
+
+/// The picture's row cap, as `eventgate timeline` has it by default.
+const PICTURE_MAX_ROWS: u64 = 100_000;
+
+fn bound(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(Param::postgres).collect()
 }
 
 /// `count` pods spread evenly over `all`, the first among them.
@@ -281,72 +418,71 @@ async fn load(
     copied
 }
 
-/// Reads `pod`'s rows, every column into an owned value; returns how many.
-async fn read_pod(
+/// Runs `sql` with `params`, every column of every row read into an owned value;
+/// returns the rows.
+async fn read_plain(
     client: &tokio_postgres::Client,
-    statement: &tokio_postgres::Statement,
-    pod: &PodName,
+    sql: &str,
+    params: &[Param],
 ) -> Result<u64, BenchError> {
     let rows = client
-        .query(statement, &[&pod.namespace, &pod.name])
+        .query(sql, &bound(params))
         .await
-        .map_err(query_failed("the pod timeline"))?;
+        .map_err(query_failed("the pod's rows"))?;
     let mut bytes = 0usize;
     for row in &rows {
-        let decoded = decode(row).map_err(query_failed("decoding a pod timeline row"))?;
-        bytes += decoded;
+        bytes += decode(row).map_err(|what| BenchError::Failed { what })?;
     }
     std::hint::black_box(bytes);
     Ok(rows.len() as u64)
 }
 
-/// Every column of a row, as owned values; returns their size (so nothing is
-/// optimized away).
-fn decode(row: &tokio_postgres::Row) -> Result<usize, tokio_postgres::Error> {
-    let text = |i: usize| -> Result<usize, tokio_postgres::Error> {
-        Ok(row.try_get::<_, Option<String>>(i)?.map_or(0, |s| s.len()))
-    };
-    let int = |i: usize| -> Result<usize, tokio_postgres::Error> {
-        Ok(row.try_get::<_, Option<i64>>(i)?.map_or(0, |_| 8))
-    };
-    let time = |i: usize| -> Result<usize, tokio_postgres::Error> {
-        Ok(row.try_get::<_, Option<SystemTime>>(i)?.map_or(0, |_| 12))
-    };
-    let mut size = int(0)? + time(1)?;
-    size += row.try_get::<_, uuid::Uuid>(2)?.as_bytes().len();
-    size += int(3)? + text(4)? + time(5)?;
-    for i in 6..=9 {
-        size += text(i)?;
-    }
-    size += row
-        .try_get::<_, Option<Vec<u8>>>(10)?
-        .map_or(0, |b| b.len());
-    size += text(11)? + text(12)?;
-    for i in 13..=15 {
-        size += int(i)?;
-    }
-    for i in 16..=26 {
-        size += text(i)?;
-    }
-    size += int(27)?;
-    for i in 28..=30 {
-        size += text(i)?;
+/// Every column of a row as an owned value of its type; returns their size (so
+/// nothing is optimized away).
+fn decode(row: &tokio_postgres::Row) -> Result<usize, String> {
+    let mut size = 0;
+    for (i, column) in row.columns().iter().enumerate() {
+        let ty = column.type_();
+        let got = match *ty {
+            Type::INT8 => row.try_get::<_, Option<i64>>(i).map(|v| v.map_or(0, |_| 8)),
+            Type::INT4 => row.try_get::<_, Option<i32>>(i).map(|v| v.map_or(0, |_| 4)),
+            Type::TEXT | Type::VARCHAR => row
+                .try_get::<_, Option<String>>(i)
+                .map(|v| v.map_or(0, |s| s.len())),
+            Type::BYTEA => row
+                .try_get::<_, Option<Vec<u8>>>(i)
+                .map(|v| v.map_or(0, |b| b.len())),
+            Type::UUID => row
+                .try_get::<_, Option<uuid::Uuid>>(i)
+                .map(|v| v.map_or(0, |_| 16)),
+            Type::TIMESTAMPTZ => row
+                .try_get::<_, Option<SystemTime>>(i)
+                .map(|v| v.map_or(0, |_| 12)),
+            Type::JSONB | Type::JSON => row
+                .try_get::<_, Option<serde_json::Value>>(i)
+                .map(|v| v.map_or(0, |v| v.to_string().len())),
+            _ => {
+                return Err(format!(
+                    "column {} has type {ty}, not decoded here",
+                    column.name()
+                ));
+            }
+        };
+        size += got.map_err(|e| format!("column {}: {e}", column.name()))?;
     }
     Ok(size)
 }
 
-/// `EXPLAIN (ANALYZE, BUFFERS)` of `pod`'s timeline, line by line.
+/// `EXPLAIN (ANALYZE, BUFFERS)` of `sql`, line by line.
 async fn explain(
     client: &tokio_postgres::Client,
-    pod: &PodName,
+    sql: &str,
+    params: &[Param],
 ) -> Result<Vec<String>, BenchError> {
     let rows = client
-        .query(
-            &format!("EXPLAIN (ANALYZE, BUFFERS) {POD_SQL}"),
-            &[&pod.namespace, &pod.name],
-        )
+        .query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &bound(params))
         .await
-        .map_err(query_failed("EXPLAIN of the pod timeline"))?;
+        .map_err(query_failed("EXPLAIN of the pod's query"))?;
     rows.iter()
         .map(|row| row.try_get::<_, String>(0))
         .collect::<Result<_, _>>()
