@@ -31,8 +31,8 @@ use crate::postgres::write::Writer;
 use crate::postgres::{Period, migrate, partitions};
 use crate::source::kafka::decode;
 
-/// Events per transaction: the `postgres` forwarder's default batch, used by the raw
-/// COPY and the writer alone too.
+/// Events per transaction: the `postgres` forwarder's default batch (the raw COPY
+/// and the writer alone use the same).
 pub(crate) const BATCH: usize = 1000;
 
 /// The gateways' sources' `heartbeat.interval.ms` (librdkafka's default is 3000): a
@@ -117,25 +117,31 @@ impl Row {
         }
     }
 
-    /// What the row runs, for the table's second cell.
-    pub(crate) fn configuration(self) -> String {
+    /// What the row runs with batches of `batch` events, for the table's second cell.
+    pub(crate) fn configuration(self, batch: usize) -> String {
         match self {
             Row::Raw { connections } => format!(
                 "tokio-postgres binary COPY straight into the partitioned `events` (no staging, \
-                 no ON CONFLICT), {BATCH} rows per transaction, {connections} connection(s) \
+                 no ON CONFLICT), {batch} rows per transaction, {connections} connection(s) \
                  splitting the rows; rows built before the clock"
             ),
             Row::Writer => format!(
-                "`postgres::write::Writer` in-process, batches of {BATCH}: COPY into its \
+                "`postgres::write::Writer` in-process, batches of {batch}: COPY into its \
                  temporary staging table, then INSERT ... ON CONFLICT DO NOTHING, one \
                  transaction per batch"
             ),
             Row::Gateways { gateways, setup } => {
+                let batched = match batch {
+                    BATCH => String::new(),
+                    n => format!(" with `batch = {{ events = {n} }}`"),
+                };
                 let forwarders = match setup {
-                    Setup::PostgresOnly => "`forwarder` = the `postgres` one only",
-                    Setup::Defaults => {
-                        "the default forwarders `log` (file) + `audit` (SQLite), and `postgres`"
+                    Setup::PostgresOnly => {
+                        format!("`forwarder` = the `postgres` one{batched} only")
                     }
+                    Setup::Defaults => format!(
+                        "the default forwarders `log` (file) + `audit` (SQLite), and `postgres`{batched}"
+                    ),
                 };
                 format!(
                     "{gateways} in-process `Gateway`(s), each on its own thread: a kafka \
@@ -271,10 +277,15 @@ pub(crate) struct Measured {
     /// Gateways: looks at the server (every 10 ms) that found a gateway waiting for
     /// a lock, of all looks.
     pub lock_waits: Option<(u64, u64)>,
+    /// Gateways: the statements found waiting for a lock (their start), and in how
+    /// many looks.
+    pub waiting_in: Vec<(String, u64)>,
     /// Rows per `written_by`, for the gateway rows.
     pub by_writer: Vec<(String, u64)>,
     /// Partitions per claim owner at the end, for the gateway rows.
     pub partitions_by_owner: Vec<(String, u64)>,
+    /// Gateways: what their `postgres` forwarders reported (their metrics).
+    pub forwarded: Option<Forwarded>,
     pub server_cpu: Duration,
     /// The benchmark's process: the gateways, or the raw client.
     pub eventgate_cpu: Duration,
@@ -301,6 +312,74 @@ impl Measured {
     }
 }
 
+/// What the gateways' `postgres` forwarders did in a row, from their metrics (the
+/// process's recorder, shared by the gateways in it).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Forwarded {
+    /// Batches written (transactions committed or not).
+    pub transactions: f64,
+    /// Their time, summed over the gateways.
+    pub transaction_seconds: f64,
+    /// Events in the batches handed to the forwarders.
+    pub batch_events: f64,
+    pub batches: f64,
+    /// Rows the batches inserted, and found stored before (read again).
+    pub inserted: f64,
+    pub duplicates: f64,
+    pub fenced: f64,
+}
+
+impl Forwarded {
+    /// The forwarders' figures so far.
+    fn now() -> Self {
+        let Some(handle) = crate::admin::metrics::install() else {
+            return Self::default();
+        };
+        let text = handle.render();
+        let sum = |name: &str, labels: &[&str]| -> f64 {
+            text.lines()
+                .filter(|line| {
+                    line.starts_with(name)
+                        && line[name.len()..].starts_with('{')
+                        && labels.iter().all(|l| line.contains(l))
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        let ours = "forwarder=\"central\"";
+        Self {
+            transactions: sum("eventgate_postgres_transaction_seconds_count", &[ours]),
+            transaction_seconds: sum("eventgate_postgres_transaction_seconds_sum", &[ours]),
+            batch_events: sum("eventgate_forwarder_batch_events_sum", &[ours]),
+            batches: sum("eventgate_forwarder_batch_events_count", &[ours]),
+            inserted: sum(
+                "eventgate_postgres_rows_total",
+                &[ours, "outcome=\"inserted\""],
+            ),
+            duplicates: sum(
+                "eventgate_postgres_rows_total",
+                &[ours, "outcome=\"duplicate\""],
+            ),
+            fenced: sum(
+                "eventgate_postgres_rows_total",
+                &[ours, "outcome=\"fenced\""],
+            ),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            transactions: self.transactions - before.transactions,
+            transaction_seconds: self.transaction_seconds - before.transaction_seconds,
+            batch_events: self.batch_events - before.batch_events,
+            batches: self.batches - before.batches,
+            inserted: self.inserted - before.inserted,
+            duplicates: self.duplicates - before.duplicates,
+            fenced: self.fenced - before.fenced,
+        }
+    }
+}
+
 /// What every row needs.
 pub(crate) struct Bench<'a> {
     pub cluster: &'a Cluster,
@@ -309,6 +388,8 @@ pub(crate) struct Bench<'a> {
     pub input: &'a Input,
     /// The gateways' data directories go under it.
     pub dir: &'a Path,
+    /// Events per batch (transaction), every row.
+    pub batch: usize,
 }
 
 fn failed(what: &str) -> impl FnOnce(crate::postgres::PostgresError) -> BenchError + '_ {
@@ -396,6 +477,7 @@ impl Bench<'_> {
         let barrier = Arc::new(Barrier::new(connections + 1));
         let total = self.input.events.len();
         let share = total.div_ceil(connections).max(1);
+        let batch = self.batch;
         let release = CancellationToken::new();
         let mut done = Vec::new();
         for i in 0..connections {
@@ -415,7 +497,7 @@ impl Bench<'_> {
                             let copied = copy::copy_batches(
                                 &mut client,
                                 &events[range],
-                                BATCH,
+                                batch,
                                 &format!("raw-{i}"),
                             )
                             .await
@@ -453,6 +535,7 @@ impl Bench<'_> {
     async fn writer(&self, db: &str, cpu: &Cpu) -> Result<Measured, BenchError> {
         let target = self.cluster.target(db).map_err(failed("the cluster"))?;
         let events = Arc::clone(&self.input.shared);
+        let batch = self.batch;
         let (tx, rx) = oneshot::channel();
         let release = CancellationToken::new();
         let released = release.clone();
@@ -464,7 +547,7 @@ impl Bench<'_> {
                     // Connected (and the schema checked) before the clock.
                     writer.client().await.map_err(|e| e.to_string())?;
                     let start = Instant::now();
-                    for batch in events.chunks(BATCH) {
+                    for batch in events.chunks(batch) {
                         writer.write(batch).await.map_err(|e| e.to_string())?;
                     }
                     Ok::<_, String>(start.elapsed())
@@ -511,6 +594,7 @@ impl Bench<'_> {
                 &name,
                 &dir,
                 setup,
+                self.batch,
                 &self.cluster.forwarder_keys(db),
                 self.brokers,
                 group,
@@ -522,6 +606,7 @@ impl Bench<'_> {
             dirs.push(dir);
         }
         let total = self.input.len() as u64;
+        let forwarded = Forwarded::now();
         let stop = CancellationToken::new();
         let mut started = Vec::new();
         let mut ended = Vec::new();
@@ -556,14 +641,17 @@ impl Bench<'_> {
             let Watched {
                 samples,
                 lock_waits,
+                waiting_in,
             } = match watch(client, total, start).await? {
                 Ok(watched) => watched,
                 Err(stalled) => return Ok(Err(stalled)),
             };
             // Measured before the gateways stop: stopping is not ingest.
             let mut measured = cpu.measured(self, start.elapsed());
+            measured.forwarded = Some(Forwarded::now().since(forwarded));
             measured.elapsed = samples.last().map_or(measured.elapsed, |(at, _)| *at);
             measured.lock_waits = Some((lock_waits, samples.len() as u64));
+            measured.waiting_in = waiting_in.into_iter().collect();
             // What the clock's end claims: every row is in the table.
             let rows: i64 = client
                 .query_one("SELECT count(*) FROM events", &[])
@@ -692,6 +780,8 @@ struct Watched {
     /// Looks that found a gateway's connection waiting for a lock (another's
     /// transaction holding a row it needs).
     lock_waits: u64,
+    /// The statements found waiting (their start), and how often.
+    waiting_in: std::collections::BTreeMap<String, u64>,
 }
 
 /// Polls the gateways' store until `events` holds `total` rows: every look's (time
@@ -709,8 +799,9 @@ async fn watch(
 ) -> Result<Result<Watched, String>, BenchError> {
     let waiting = client
         .prepare(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 72) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock' \
+             AND pid <> pg_backend_pid()",
         )
         .await
         .map_err(query_failed("preparing the watch"))?;
@@ -724,16 +815,20 @@ async fn watch(
         .map_err(query_failed("preparing the watch"))?;
     let mut samples = Vec::new();
     let mut lock_waits = 0;
+    let mut waiting_in = std::collections::BTreeMap::new();
     let mut counted_at: Option<Instant> = None;
     // The last time the rows moved, and where they were.
     let mut moved = (Instant::now(), 0);
     loop {
-        let waiters: i64 = client
-            .query_one(&waiting, &[])
+        let waiters = client
+            .query(&waiting, &[])
             .await
-            .map_err(query_failed("watching the locks"))?
-            .get(0);
-        lock_waits += u64::from(waiters > 0);
+            .map_err(query_failed("watching the locks"))?;
+        lock_waits += u64::from(!waiters.is_empty());
+        for waiter in &waiters {
+            let statement: Option<String> = waiter.get(0);
+            *waiting_in.entry(statement.unwrap_or_default()).or_insert(0) += 1;
+        }
         let highest: i64 = client
             .query_one(&top, &[])
             .await
@@ -766,6 +861,7 @@ async fn watch(
                 return Ok(Ok(Watched {
                     samples,
                     lock_waits,
+                    waiting_in,
                 }));
             }
         }
@@ -786,6 +882,7 @@ pub(crate) fn gateway_config(
     name: &str,
     dir: &Path,
     setup: Setup,
+    batch: usize,
     postgres_keys: &str,
     brokers: &str,
     group: &str,
@@ -797,9 +894,14 @@ pub(crate) fn gateway_config(
              [[forwarder]]\nname = \"audit\"\nkind = \"sqlite\"\npath = \"audit.db\"\n\n"
         }
     };
+    // Only a batch size other than the forwarder's default is written out.
+    let batched = match batch {
+        BATCH => String::new(),
+        n => format!("batch = {{ events = {n} }}\n"),
+    };
     format!(
         "node = {name:?}\ndata_dir = {dir:?}\n[admin]\nlisten = \"\"\n[exchange]\nsocket = {socket:?}\n\n\
-         {defaults}[[forwarder]]\nname = \"central\"\nkind = \"postgres\"\n{postgres_keys}writer = {name:?}\n\n\
+         {defaults}[[forwarder]]\nname = \"central\"\nkind = \"postgres\"\n{postgres_keys}writer = {name:?}\n{batched}\n\
          [[source]]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopics = [{TOPIC:?}]\ngroup = {group:?}\noffsets = \"central\"\n\
          properties = {{ \"heartbeat.interval.ms\" = \"{HEARTBEAT_MS}\" }}\n",
         dir = dir.display().to_string(),
@@ -850,6 +952,8 @@ impl Cpu {
             steady_from: None,
             offsets_stored: None,
             lock_waits: None,
+            waiting_in: Vec::new(),
+            forwarded: None,
             rows: 0,
             by_writer: Vec::new(),
             partitions_by_owner: Vec::new(),

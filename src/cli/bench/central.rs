@@ -16,7 +16,7 @@ use super::forwarder::find_tansu;
 use super::median;
 use crate::bench::central::timeline;
 use crate::bench::central::{
-    Bench, Input, Measured, Outcome, Row, STALL, Setup, load_average, produce,
+    Bench, Forwarded, Input, Measured, Outcome, Row, STALL, Setup, load_average, produce,
 };
 use crate::bench::daemon::Daemon;
 use crate::bench::micros;
@@ -38,6 +38,11 @@ pub struct CentralBenchArgs {
     /// Pods whose timeline is timed, spread over the store's pods.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub pods: u32,
+    /// Events per transaction in every row: the gateways' `postgres` forwarders'
+    /// `batch.events` (written out only when not the default), the raw COPY's and
+    /// the writer's batches.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch: u32,
     /// Only these rows (repeatable); every row by default.
     #[arg(long, value_enum, value_name = "ROW")]
     pub only: Vec<RowName>,
@@ -136,6 +141,7 @@ async fn ingest(
         brokers: &brokers,
         input: &input,
         dir,
+        batch: args.batch as usize,
     };
     let wanted: Vec<Row> = args.only.iter().map(|name| name.row()).collect();
     let rows: Vec<Row> = Row::all()
@@ -248,7 +254,7 @@ fn print_ingest(
             println!(
                 "| {} | {} | - | - | - | - | - | - | - | - | - | - | - | - | - | {stalled} |",
                 row.label(),
-                row.configuration()
+                row.configuration(args.batch as usize)
             );
             continue;
         };
@@ -273,7 +279,7 @@ fn print_ingest(
         println!(
             "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {lock_waits} | {} | {} | {} | {:.2} | {stalled} |",
             row.label(),
-            row.configuration(),
+            row.configuration(args.batch as usize),
             med(&measured, Measured::rate),
             med(&measured, Measured::steady_rate),
             time(|m| m.first_rows),
@@ -289,6 +295,59 @@ fn print_ingest(
                 (m.server_cpu + m.eventgate_cpu + m.broker_cpu).as_secs_f64()
                     / m.elapsed.as_secs_f64().max(1e-9)
             }),
+        );
+    }
+    println!(
+        "\nThe gateways' `postgres` forwarders in those rows (their metrics, summed over the gateways; medians over the rounds):\n"
+    );
+    println!(
+        "| row | transactions | events per batch | time per transaction | time in transactions (of each gateway's clock) | rows found stored before | rows fenced |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (row, rounds) in rows.iter().zip(results) {
+        let Row::Gateways { gateways, .. } = row else {
+            continue;
+        };
+        let measured: Vec<&Measured> = rounds.iter().flatten().collect();
+        if measured.is_empty() {
+            continue;
+        }
+        let f = |g: fn(&Forwarded) -> f64| med(&measured, |m| m.forwarded.as_ref().map_or(0.0, g));
+        let transactions = f(|f| f.transactions);
+        println!(
+            "| {} | {:.0} | {:.0} | {} | {:.0}% | {:.0} | {:.0} |",
+            row.label(),
+            transactions,
+            f(|f| f.batch_events / f.batches.max(1.0)),
+            micros((f(|f| f.transaction_seconds / f.transactions.max(1.0)) * 1e6) as u64),
+            med(&measured, |m| {
+                let seconds = m.forwarded.as_ref().map_or(0.0, |f| f.transaction_seconds);
+                100.0 * seconds / (*gateways as f64 * m.elapsed.as_secs_f64()).max(1e-9)
+            }),
+            f(|f| f.duplicates),
+            f(|f| f.fenced),
+        );
+    }
+    for (row, rounds) in rows.iter().zip(results) {
+        let mut waits: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for measured in rounds.iter().flatten() {
+            for (statement, looks) in &measured.waiting_in {
+                *waits.entry(statement).or_insert(0) += looks;
+            }
+        }
+        if waits.is_empty() {
+            continue;
+        }
+        let mut waits: Vec<_> = waits.into_iter().collect();
+        waits.sort_by(|a, b| b.1.cmp(&a.1));
+        let listed: Vec<String> = waits
+            .iter()
+            .map(|(statement, looks)| format!("`{statement}...` ({looks})"))
+            .collect();
+        println!(
+            "- {}: the statements found waiting for a lock (looks, all rounds): {}",
+            row.label(),
+            listed.join(", ")
         );
     }
     println!();
