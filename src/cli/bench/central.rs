@@ -454,12 +454,13 @@ async fn pod_timeline(args: &CentralBenchArgs, cluster: &Cluster) -> Result<(), 
     .await?;
     let gib = measured.bytes as f64 / (1u64 << 30) as f64;
     println!(
-        "\nPod timeline: {} rows generated (the query benchmark's generator: 7 days, 20,000 \
+        "\nPod timeline: {} rows generated (the query benchmark's generator: 7 days, {} \
          containers, seed 1; the k8s.io containers three to a pod) and copied into a fresh \
          database with binary COPY in {:.0} s ({:.0} rows/s); then VACUUM (ANALYZE); {:.2} GiB \
          with its indexes. {} of the store's {} pods, spread over them; every one's rows read \
          once untimed first (warm cache), then each way below once per pod.\n",
         measured.rows,
+        measured.containers,
         measured.load.as_secs_f64(),
         measured.rows as f64 / measured.load.as_secs_f64().max(1e-9),
         gib,
@@ -497,7 +498,7 @@ async fn pod_timeline(args: &CentralBenchArgs, cluster: &Cluster) -> Result<(), 
     }
     let plan = measured.summary();
     println!(
-        "\n- plan: {} partition(s) read through their events_pod index{}, {}; every row through the index: {}",
+        "\n- plan: {} partition(s) read through their events_pod index (index or bitmap index scans){}, {}; every row through the index: {}",
         plan.index_scans,
         match plan.other_scans {
             0 => String::new(),
