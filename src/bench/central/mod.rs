@@ -250,7 +250,7 @@ pub(crate) async fn produce(brokers: &str, input: &Input) -> Result<(), BenchErr
 /// How one row's round ended.
 #[derive(Clone, Debug)]
 pub(crate) enum Outcome {
-    Measured(Measured),
+    Measured(Box<Measured>),
     /// The gateways stopped storing (the server's sessions then, as text).
     Stalled(String),
 }
@@ -467,7 +467,7 @@ impl Bench<'_> {
                 ),
             });
         }
-        Ok(Outcome::Measured(measured))
+        Ok(Outcome::Measured(Box::new(measured)))
     }
 
     /// The raw COPY: `connections` threads, each its share of the rows, started

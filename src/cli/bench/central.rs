@@ -174,7 +174,7 @@ async fn ingest(
                         measured.server_cpu.as_secs_f64(),
                         measured.eventgate_cpu.as_secs_f64(),
                     );
-                    results[i].push(Some(measured));
+                    results[i].push(Some(*measured));
                 }
                 Outcome::Stalled(sessions) => {
                     eprintln!("round {} {:>36}: stalled", round + 1, rows[i].label());
@@ -339,7 +339,7 @@ fn print_ingest(
             continue;
         }
         let mut waits: Vec<_> = waits.into_iter().collect();
-        waits.sort_by(|a, b| b.1.cmp(&a.1));
+        waits.sort_by_key(|(_, looks)| std::cmp::Reverse(*looks));
         let listed: Vec<String> = waits
             .iter()
             .map(|(statement, looks)| format!("`{statement}...` ({looks})"))
