@@ -244,6 +244,34 @@ fn the_central_benchmark_stores_every_row_in_each_configuration_and_times_the_po
         plan.join("\n")
     );
     assert!(index_scans >= 1, "{}", plan.join("\n"));
+    // Any other scan (a bitmap heap scan is the heap side of a bitmap index scan, not
+    // one of its own) and the rows it found: the summary's "every row through the
+    // index" is yes only when they found none.
+    let other_rows: u64 = plan
+        .iter()
+        .map(|l| l.trim_start().trim_start_matches("->").trim_start())
+        .filter(|node| {
+            let scan = node.split("  (").next().unwrap_or_default();
+            scan.contains("Scan")
+                && !scan.starts_with("Bitmap Heap Scan")
+                && !scan.contains("pod_namespace_pod_name_time_idx")
+        })
+        .map(|node| {
+            let actual = node.split("(actual ").nth(1).unwrap_or_default();
+            let rows = actual.split("rows=").nth(1).unwrap_or_default();
+            rows.split(' ')
+                .next()
+                .unwrap_or_default()
+                .parse::<u64>()
+                .expect("rows=")
+        })
+        .sum();
+    let through = if other_rows == 0 { "yes" } else { "no" };
+    assert!(
+        summary.ends_with(&format!("every row through the index: {through}")),
+        "{summary} but other scans found {other_rows} rows:\n{}",
+        plan.join("\n")
+    );
     let sorted = plan.iter().any(|l| {
         let node = l.trim_start().trim_start_matches("->").trim_start();
         node.starts_with("Sort ") || node.starts_with("Incremental Sort ")
