@@ -330,7 +330,10 @@ fn retention_drops_whole_partitions_past_max_age() {
     pg.sql_in(DB, &format!("DROP TABLE {today}"));
     publish_exits(&gw, 4, 6);
     wait_stored(&pg, 2);
-    assert_eq!(pg.sql_in(DB, &format!("SELECT to_regclass('{today}') IS NOT NULL")), "t");
+    assert_eq!(
+        pg.sql_in(DB, &format!("SELECT to_regclass('{today}') IS NOT NULL")),
+        "t"
+    );
 }
 
 #[cfg(feature = "privileged-tests")]
