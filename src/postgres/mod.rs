@@ -122,8 +122,13 @@ impl PostgresError {
 
 /// Classes 22 (data exception: bad encoding, a value out of range) and 54 (program
 /// limit exceeded: a row or value too large), and integrity violations (23) other
-/// than the key conflict the insert already absorbs.
+/// than the key conflict the insert already absorbs and a row with no partition.
 fn permanent(code: &SqlState) -> bool {
+    // "No partition of relation events found for row": a partition dropped by
+    // retention after this writer made it; made again at the next attempt.
+    if *code == SqlState::CHECK_VIOLATION {
+        return false;
+    }
     let text = code.code();
     text.starts_with("22") || text.starts_with("23") || text.starts_with("54")
 }
@@ -139,6 +144,7 @@ mod tests {
             (SqlState::UNTRANSLATABLE_CHARACTER, true),
             (SqlState::PROGRAM_LIMIT_EXCEEDED, true),
             (SqlState::NOT_NULL_VIOLATION, true),
+            (SqlState::CHECK_VIOLATION, false),
             (SqlState::DISK_FULL, false),
             (SqlState::ADMIN_SHUTDOWN, false),
             (SqlState::INVALID_PASSWORD, false),

@@ -148,8 +148,14 @@ impl Writer {
         }
         let written = self.write_once(events).await;
         self.interrupted = false;
-        if written.is_err() && self.client.as_ref().is_some_and(Client::is_closed) {
-            self.client = None;
+        if written.is_err() {
+            // Retention may have dropped a partition this writer made (a late
+            // event for that day then finds none): the next attempt makes each
+            // partition its batch needs again.
+            self.partitions.clear();
+            if self.client.as_ref().is_some_and(Client::is_closed) {
+                self.client = None;
+            }
         }
         written
     }
