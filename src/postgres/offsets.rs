@@ -11,7 +11,7 @@
 //! itself from the offset this table holds. Nothing is written twice, and nothing
 //! is skipped, whichever gateway wins.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use tokio_postgres::{Client, Transaction};
 
@@ -77,33 +77,42 @@ pub(crate) struct Fenced {
     advance: HashMap<(String, String, i32), (i64, i64)>,
 }
 
-/// Locks the offset rows of every partition `positions` come from (this store's
+/// Locks the offset rows of the partitions `positions` come from (this store's
 /// only), and decides which events to store. `positions[i]` is event i's position,
 /// `None` for events that came another way (always kept).
+///
+/// Only the batch's own partitions are locked: the rest of the group's belong to
+/// other members (or to this one, with nothing in this batch), and locking them
+/// too would make every member's batch wait for every other's commit.
 pub(crate) async fn fence(
     tx: &Transaction<'_>,
     store: &str,
     positions: &[Option<&KafkaPosition>],
 ) -> Result<Fenced, PostgresError> {
-    let mut topics: HashMap<&str, Vec<&str>> = HashMap::new();
+    // Per group, the batch's partitions: (topic, partition), each once.
+    let mut wanted: HashMap<&str, BTreeSet<(&str, i32)>> = HashMap::new();
     for position in positions.iter().flatten() {
         if &*position.store != store {
             continue;
         }
-        let listed = topics.entry(&position.group).or_default();
-        if !listed.contains(&&*position.topic) {
-            listed.push(&position.topic);
-        }
+        wanted
+            .entry(&position.group)
+            .or_default()
+            .insert((&position.topic, position.partition));
     }
     let mut current: HashMap<(String, String, i32), (Option<i64>, i64)> = HashMap::new();
-    for (group, topics) in &topics {
+    for (group, partitions) in &wanted {
+        let (topics, numbers): (Vec<&str>, Vec<i32>) = partitions.iter().copied().unzip();
+        // Locked in (topic, partition) order, as every batch locks them: two
+        // batches never wait for each other in a cycle.
         let rows = tx
             .query(
                 "SELECT topic, partition, next_offset, epoch FROM kafka_offsets
-                 WHERE consumer_group = $1 AND topic = ANY($2)
+                 WHERE consumer_group = $1
+                   AND (topic, partition) IN (SELECT * FROM unnest($2::text[], $3::int4[]))
                  ORDER BY topic, partition
                  FOR UPDATE",
-                &[group, topics],
+                &[group, &topics, &numbers],
             )
             .await?;
         for row in rows {
@@ -164,4 +173,107 @@ pub(crate) async fn advance(tx: &Transaction<'_>, fenced: &Fenced) -> Result<(),
         .await?;
     }
     Ok(())
+}
+
+/// Against a real server: the benchmark's own cluster (`bench` feature), as the
+/// soak benchmark's broker tests do.
+#[cfg(all(test, feature = "bench"))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::bench::postgres::{Cluster, find_bin};
+    use crate::postgres::migrate;
+
+    fn read(partition: i32, offset: i64, epoch: i64) -> KafkaPosition {
+        KafkaPosition {
+            store: Arc::from("central"),
+            group: Arc::from("g"),
+            topic: Arc::from("t"),
+            partition,
+            offset,
+            epoch,
+        }
+    }
+
+    fn positions(read: &[KafkaPosition]) -> Vec<Option<&KafkaPosition>> {
+        read.iter().map(Some).collect()
+    }
+
+    async fn next_offsets(client: &Client) -> Vec<(i32, Option<i64>, i64, String)> {
+        client
+            .query(
+                "SELECT partition, next_offset, epoch, owner FROM kafka_offsets ORDER BY 1",
+                &[],
+            )
+            .await
+            .expect("reading the offsets")
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+            .collect()
+    }
+
+    /// Two members' batches, each of its own partitions, do not wait for each
+    /// other; a claim of a partition whose batch is still open does.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL's server binaries; run tests/run.sh"]
+    async fn a_batch_locks_its_own_partitions_only() {
+        let bin = find_bin().expect("PostgreSQL's server binaries");
+        let cluster = Cluster::start(&bin, None).await.expect("a cluster");
+        cluster.fresh_database("fence").await.expect("a database");
+        let mut a = cluster.connect("fence").await.expect("a");
+        let mut b = cluster.connect("fence").await.expect("b");
+        let mut c = cluster.connect("fence").await.expect("c");
+        migrate::migrate(&mut a).await.expect("the schema");
+        claim(&mut a, "g", "t", &[0, 1], "a")
+            .await
+            .expect("a claims");
+        claim(&mut b, "g", "t", &[2, 3], "b")
+            .await
+            .expect("b claims");
+
+        // a's batch (partitions 0 and 1), its transaction left open.
+        let tx_a = a.transaction().await.expect("a's transaction");
+        let of_a = [read(0, 0, 1), read(1, 0, 1), read(0, 1, 1)];
+        let fenced_a = fence(&tx_a, "central", &positions(&of_a))
+            .await
+            .expect("a's fence");
+        assert_eq!(fenced_a.keep, [true, true, true]);
+
+        // b's batch (partitions 2 and 3) meanwhile: it must not wait for a's.
+        let tx_b = b.transaction().await.expect("b's transaction");
+        tx_b.batch_execute("SET LOCAL lock_timeout = '2s'")
+            .await
+            .expect("a lock timeout");
+        let of_b = [read(2, 0, 1), read(3, 0, 1)];
+        let fenced_b = fence(&tx_b, "central", &positions(&of_b))
+            .await
+            .expect("b's partitions are not locked by a's batch");
+        assert_eq!(fenced_b.keep, [true, true]);
+        advance(&tx_b, &fenced_b).await.expect("b's offsets");
+        tx_b.commit()
+            .await
+            .expect("b commits while a's batch is open");
+
+        // Claiming partition 0 while a's batch holds it waits for a's commit.
+        c.batch_execute("SET lock_timeout = '500ms'")
+            .await
+            .expect("a lock timeout");
+        let waited = claim(&mut c, "g", "t", &[0], "c")
+            .await
+            .expect_err("partition 0 is locked by a's open batch");
+        assert_eq!(waited.code(), Some("55P03"), "{waited}");
+
+        advance(&tx_a, &fenced_a).await.expect("a's offsets");
+        tx_a.commit().await.expect("a commits");
+        assert_eq!(
+            next_offsets(&c).await,
+            [
+                (0, Some(2), 1, "a".to_owned()),
+                (1, Some(1), 1, "a".to_owned()),
+                (2, Some(1), 1, "b".to_owned()),
+                (3, Some(1), 1, "b".to_owned()),
+            ]
+        );
+    }
 }
