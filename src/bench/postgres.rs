@@ -505,6 +505,12 @@ fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// CPU time (user + system) of process `pid` so far (zero once it is gone).
+pub(crate) fn process_cpu_time(pid: u32) -> Duration {
+    let ticks = stat_fields(pid).map_or(0, |f| f.own);
+    Duration::from_secs_f64(ticks as f64 / clock_ticks())
+}
+
 fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

@@ -23,6 +23,7 @@ use super::daemon::{Daemon, own_cpu_time};
 use super::fleet::{TOPIC, node_events, produce_records, records};
 use super::load::lifecycle;
 use super::postgres::Cluster;
+use super::postgres::process_cpu_time;
 use crate::config::Config;
 use crate::event::Event;
 use crate::forward::kafka::Record;
@@ -174,6 +175,8 @@ pub(crate) struct Input {
     events: Arc<Vec<Event>>,
     /// The same, shared, for the writer.
     shared: Arc<Vec<Arc<Event>>>,
+    /// Their ids: each must be stored exactly once.
+    ids: Vec<uuid::Uuid>,
     /// Decoding and rendering, per event: what the raw rows did before their clock.
     pub prepared_per_event: Duration,
 }
@@ -217,8 +220,13 @@ impl Input {
                 Arc::new(shared)
             })
             .collect();
+        let ids = decoded
+            .iter()
+            .map(|e| uuid::Uuid::from_bytes(*e.identity.id.as_bytes()))
+            .collect();
         Ok(Self {
             records,
+            ids,
             events: Arc::new(decoded),
             shared: Arc::new(shared),
             prepared_per_event,
@@ -253,6 +261,9 @@ pub(crate) enum Outcome {
     Measured(Box<Measured>),
     /// The gateways stopped storing (the server's sessions then, as text).
     Stalled(String),
+    /// Not every one of the row's gateways wrote rows and held partitions at the
+    /// end: not a figure of that many gateways (who did, as text).
+    NotShared(String),
 }
 
 /// One row's figures in one round.
@@ -286,7 +297,11 @@ pub(crate) struct Measured {
     pub partitions_by_owner: Vec<(String, u64)>,
     /// Gateways: what their `postgres` forwarders reported (their metrics).
     pub forwarded: Option<Forwarded>,
+    /// The server's, less what the benchmark's own watching cost it.
     pub server_cpu: Duration,
+    /// The server's CPU time for the benchmark's watching (the gateway rows' looks
+    /// at the table and at the sessions every 10 ms), left out of `server_cpu`.
+    pub watching_cpu: Duration,
     /// The benchmark's process: the gateways, or the raw client.
     pub eventgate_cpu: Duration,
     pub broker_cpu: Duration,
@@ -419,7 +434,12 @@ impl Bench<'_> {
             .map_err(failed("making partitions"))?;
         self.cluster.checkpoint().await?;
         let group = format!("central-{round}-{}", row.key());
-        let cpu = Cpu::now(self);
+        let watcher_pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .map_err(query_failed("asking for the server process"))?
+            .get(0);
+        let cpu = Cpu::now(self, u32::try_from(watcher_pid).unwrap_or(0));
         let mut measured = match row {
             Row::Raw { connections } => self.raw(&db, connections, &cpu).await?,
             Row::Writer => self.writer(&db, &cpu).await?,
@@ -437,12 +457,21 @@ impl Bench<'_> {
                 }
             }
         };
-        let rows: i64 = client
-            .query_one("SELECT count(*) FROM events", &[])
+        // Every event exactly once: as many rows as events, each id once, and none
+        // of the input's ids missing.
+        let counted = client
+            .query_one(
+                "SELECT count(*), count(DISTINCT id), \
+                 (SELECT count(*) FROM unnest($1::uuid[]) AS input(id) \
+                  WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.id = input.id)) \
+                 FROM events",
+                &[&self.input.ids],
+            )
             .await
-            .map_err(query_failed("counting rows"))?
-            .get(0);
-        measured.rows = u64::try_from(rows).unwrap_or(0);
+            .map_err(query_failed("counting rows"))?;
+        let count = |i| u64::try_from(counted.get::<_, i64>(i)).unwrap_or(0);
+        let (rows, distinct, missing) = (count(0), count(1), count(2));
+        measured.rows = rows;
         if matches!(row, Row::Gateways { .. }) {
             measured.by_writer = counts(
                 &client,
@@ -457,15 +486,26 @@ impl Bench<'_> {
         }
         drop(client);
         self.cluster.drop_database(&db).await?;
-        if measured.rows != self.input.len() as u64 {
+        let total = self.input.len() as u64;
+        if rows != total || distinct != total || missing != 0 {
             return Err(BenchError::Failed {
                 what: format!(
-                    "{}: {} rows stored of {}",
+                    "{}: not every event stored exactly once: {rows} rows for {total} events, \
+                     {distinct} distinct ids, {missing} of the events missing",
                     row.label(),
-                    measured.rows,
-                    self.input.len()
                 ),
             });
+        }
+        if let Row::Gateways { gateways, .. } = row
+            && (measured.by_writer.len() != gateways
+                || measured.partitions_by_owner.len() != gateways)
+        {
+            return Ok(Outcome::NotShared(format!(
+                "rows by gateway: {}; partitions claimed at the end: {}; not a figure of \
+                 {gateways} gateways",
+                listed(&measured.by_writer),
+                listed(&measured.partitions_by_owner),
+            )));
         }
         Ok(Outcome::Measured(Box::new(measured)))
     }
@@ -909,6 +949,18 @@ pub(crate) fn gateway_config(
     )
 }
 
+/// `name count, name count`, or `none`.
+fn listed(counts: &[(String, u64)]) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `(name, count)` rows of `sql`.
 async fn counts(
     client: &tokio_postgres::Client,
@@ -932,19 +984,26 @@ struct Cpu {
     server: Duration,
     eventgate: Duration,
     broker: Duration,
+    /// The server process of the benchmark's own connection (the one that watches
+    /// the gateways' rows), and its CPU time: not the row's, and left out of it.
+    watcher_pid: u32,
+    watcher: Duration,
 }
 
 impl Cpu {
-    fn now(bench: &Bench<'_>) -> Self {
+    fn now(bench: &Bench<'_>, watcher_pid: u32) -> Self {
         Self {
             server: bench.cluster.cpu_time(),
             eventgate: own_cpu_time(),
             broker: bench.broker.cpu_time().unwrap_or_default(),
+            watcher_pid,
+            watcher: process_cpu_time(watcher_pid),
         }
     }
 
     fn measured(&self, bench: &Bench<'_>, elapsed: Duration) -> Measured {
-        let now = Cpu::now(bench);
+        let now = Cpu::now(bench, self.watcher_pid);
+        let watching = now.watcher.saturating_sub(self.watcher);
         Measured {
             elapsed,
             first_rows: None,
@@ -957,7 +1016,11 @@ impl Cpu {
             rows: 0,
             by_writer: Vec::new(),
             partitions_by_owner: Vec::new(),
-            server_cpu: now.server.saturating_sub(self.server),
+            server_cpu: now
+                .server
+                .saturating_sub(self.server)
+                .saturating_sub(watching),
+            watching_cpu: watching,
             eventgate_cpu: now.eventgate.saturating_sub(self.eventgate),
             broker_cpu: now.broker.saturating_sub(self.broker),
         }
