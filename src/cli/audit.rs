@@ -247,27 +247,24 @@ fn run_verify_central(
         );
         return Ok(ExitCode::from(TAMPERED));
     }
+    let start = match report.seeded_at {
+        Some(seq) => format!(", from the checkpoint at node seq {seq} (the copy begins after it)"),
+        None => ", from the chain's start".to_owned(),
+    };
+    let newest_seq = report
+        .newest
+        .as_ref()
+        .and_then(|s| s.checkpoint.seq)
+        .unwrap_or_default();
     line(
         "proven",
         format!(
-            "{} up to node seq {}, recomputed as node {} chained them, matching {} of its store {}{}",
+            "{} up to node seq {newest_seq}, recomputed as node {} chained them, matching {} of the {} checkpoints of its store {}{start}",
             rows(report.verified),
-            report
-                .newest
-                .as_ref()
-                .and_then(|s| s.checkpoint.seq)
-                .unwrap_or_default(),
             report.node,
-            format!(
-                "{} of the {} checkpoints",
-                report.matched, report.checkpoints
-            ),
+            report.matched,
+            report.checkpoints,
             report.store,
-            match report.seeded_at {
-                Some(seq) =>
-                    format!(", from the checkpoint at node seq {seq} (the copy begins after it)"),
-                None => ", from the chain's start".to_owned(),
-            }
         ),
     );
     if report.unsigned > 0 {

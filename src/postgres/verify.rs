@@ -594,7 +594,7 @@ impl Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::EventRow;
+    use crate::store::{EventRow, chain};
 
     /// The values made again from what PostgreSQL keeps are the values the node's
     /// store hashed, for an event with every column set.
