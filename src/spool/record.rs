@@ -310,7 +310,11 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         }
         _ => None,
     };
+    // Only a Kafka source's event has one; the bit on another is damage.
     let node_source = if kind & HAS_NODE_SOURCE != 0 {
+        if kind & SOURCE_BITS != KAFKA {
+            return None;
+        }
         let (&len, after) = rest.split_first()?;
         let (text, after) = after.split_at_checked(usize::from(len))?;
         rest = after;
