@@ -182,8 +182,10 @@ fn query_store() -> &'static std::path::Path {
         let mut conn = crate::store::open_writer(&path, &crate::store::WriterOptions::default())
             .expect("a new store");
         let all: Vec<&Event> = events().iter().chain(stored_events()).collect();
-        let rows: Vec<crate::store::EventRow<'_>> =
-            all.iter().map(|e| crate::store::EventRow::from_event(e)).collect();
+        let rows: Vec<crate::store::EventRow<'_>> = all
+            .iter()
+            .map(|e| crate::store::EventRow::from_event(e))
+            .collect();
         crate::store::insert_rows(&mut conn, &rows).expect("the events stored");
         (dir, path)
     });
@@ -320,12 +322,119 @@ pub fn unary(data: &[u8]) {
     let Ok(request) = request.body(http_body_util::StreamBody::new(frames)) else {
         return;
     };
-    let service = EventsService::new(exchange().clone());
-    let response = runtime().block_on(unary::serve(method, service, request));
-    assert!(
-        response.headers().contains_key("content-type") || response.status() != 200,
-        "every answer is gRPC"
+    let (spool, exchange) = spooled();
+    let before = spool.next_seq();
+    let service = EventsService::new(exchange.clone());
+    let (code, appended) = runtime().block_on(async {
+        let response = unary::serve(method, service, request).await;
+        let code = grpc_status(response).await;
+        let appended = match code {
+            0 => Some(read_back(spool, before).await),
+            _ => None,
+        };
+        (code, appended)
+    });
+    match appended {
+        // Answered OK: the event is durable in the spool, where every forwarder reads
+        // what its queue could not hold, and a restart reads everything.
+        Some(event) => {
+            assert_eq!(spool.next_seq(), before + 1, "one call, one event");
+            assert_eq!(event.seq, before);
+            let mut record = Vec::new();
+            crate::spool::record::encode(&event, &mut record).expect("a spooled event fits");
+        }
+        None => assert_eq!(
+            spool.next_seq(),
+            before,
+            "grpc-status {code}: refused, yet something was spooled"
+        ),
+    }
+}
+
+/// An exchange in front of a spool of its own (small, dropping its oldest segments,
+/// so a long run stays bounded), as `serve` builds it.
+struct Spooled {
+    _dir: tempfile::TempDir,
+    spool: crate::spool::Spool,
+    exchange: Exchange,
+}
+
+fn spooled() -> (&'static crate::spool::Spool, &'static Exchange) {
+    static SPOOLED: OnceLock<Spooled> = OnceLock::new();
+    let spooled = SPOOLED.get_or_init(|| {
+        let _entered = runtime().enter();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let settings = crate::spool::SpoolSettings {
+            fsync: crate::spool::Fsync::None,
+            segment_bytes: crate::units::ByteSize(1 << 20),
+            max_bytes: crate::units::ByteSize(8 << 20),
+            full: crate::spool::FullPolicy::DropOldest,
+            ..Default::default()
+        };
+        let (spool, _) =
+            crate::spool::Spool::open(dir.path(), &settings, &["a"]).expect("a new spool");
+        let exchange = Exchange::new(
+            ExchangeSettings::default(),
+            ExchangeParts {
+                spool: Some(spool.clone()),
+                ..ExchangeParts::default()
+            },
+        );
+        Spooled {
+            _dir: dir,
+            spool,
+            exchange,
+        }
+    });
+    (&spooled.spool, &spooled.exchange)
+}
+
+/// The answer's `grpc-status`: in the headers of a trailers-only answer (a refusal)
+/// or in the trailers after the empty message (OK). Exactly one, a code gRPC has,
+/// on an HTTP 200 `application/grpc` answer: what a containerd client reads.
+async fn grpc_status(response: http::Response<tonic::body::Body>) -> u32 {
+    use http_body_util::BodyExt as _;
+    assert_eq!(response.status(), 200, "gRPC answers HTTP 200");
+    assert_eq!(
+        response.headers().get("content-type").map(|v| v.as_bytes()),
+        Some(&b"application/grpc"[..]),
+        "{:?}",
+        response.headers()
     );
+    let in_headers = response.headers().get("grpc-status").cloned();
+    let collected = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the answer's body is whole");
+    let in_trailers = collected
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .cloned();
+    let status = match (in_headers, in_trailers) {
+        (Some(status), None) | (None, Some(status)) => status,
+        other => panic!("one grpc-status, in the headers or the trailers: {other:?}"),
+    };
+    let code: u32 = std::str::from_utf8(status.as_bytes())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("grpc-status {status:?} is not a number"));
+    assert!(code <= 16, "grpc-status {code} is no gRPC code");
+    code
+}
+
+/// The event the spool holds at `seq`.
+async fn read_back(spool: &crate::spool::Spool, seq: u64) -> Arc<Event> {
+    let mut reader = spool.reader(seq);
+    let batch = tokio::time::timeout(Duration::from_secs(5), reader.next(1, 1 << 24))
+        .await
+        .expect("an acknowledged event is readable at once")
+        .unwrap_or_else(|e| panic!("reading the spool: {e}"));
+    batch
+        .events
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no event at seq {seq} though it was answered OK"))
 }
 
 /// Every type the registry knows, by its index in the pool.
@@ -466,5 +575,32 @@ mod tests {
         ] {
             super::filter(text.as_bytes());
         }
+    }
+
+    /// The unary seeds keep their properties, and a well-formed Publish is
+    /// answered OK and found in the spool (the input: flags, namespace chunk, split,
+    /// then the gRPC frame).
+    #[test]
+    fn the_unary_seeds_hold_and_a_publish_is_spooled() {
+        use prost::Message as _;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/unary");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            super::unary(&std::fs::read(entry.unwrap().path()).unwrap());
+        }
+        let request = crate::proto::containerd::services::events::v1::PublishRequest {
+            topic: "/tasks/exit".into(),
+            event: None,
+        };
+        let message = request.encode_to_vec();
+        let mut input = vec![2u8, 7];
+        input.extend_from_slice(b"default");
+        input.push(0);
+        input.push(0);
+        input.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        input.extend_from_slice(&message);
+        let (spool, _) = super::spooled();
+        let before = spool.next_seq();
+        super::unary(&input);
+        assert_eq!(spool.next_seq(), before + 1, "the publish was accepted");
     }
 }

@@ -276,7 +276,10 @@ fn check_position(
         }
         (Start::Since(since), Ok(from)) => {
             if since >= kept.now {
-                assert_eq!(*from, next, "a time to come starts at the next event: {said}");
+                assert_eq!(
+                    *from, next,
+                    "a time to come starts at the next event: {said}"
+                );
             } else if let Some(first) = first_since {
                 assert_eq!(*from, first.clamp(oldest.min(next), next), "{said}");
             } else {
