@@ -215,29 +215,43 @@ pub(crate) fn bind_unix(
         })?;
     }
     remove_if_stale(path)?;
-    let listener = UnixListener::bind(path).map_err(|source| ListenError::BindUnix {
+    // Clients may connect the moment the file exists, so it must never exist with the
+    // process's umask: bind under a private name beside it, set group and mode there,
+    // then rename it into place (a rename keeps the inode the listener is bound to).
+    let staging = staging_path(path);
+    let bound_at = staging.as_deref().unwrap_or(path);
+    let listener = UnixListener::bind(bound_at).map_err(|source| ListenError::BindUnix {
         path: path.into(),
         source,
     })?;
-    if let Some(group) = group {
-        std::os::unix::fs::chown(path, None, Some(group.gid)).map_err(|source| {
-            // The socket must not stay behind with the wrong group.
-            let _ = std::fs::remove_file(path);
-            ListenError::Chown {
-                path: path.into(),
-                group: group.name.clone(),
-                gid: group.gid,
-                source,
-            }
-        })?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
-        ListenError::Chmod {
-            path: path.into(),
-            mode,
-            source,
+    let finish = || -> Result<(), ListenError> {
+        if let Some(group) = group {
+            std::os::unix::fs::chown(bound_at, None, Some(group.gid)).map_err(|source| {
+                ListenError::Chown {
+                    path: path.into(),
+                    group: group.name.clone(),
+                    gid: group.gid,
+                    source,
+                }
+            })?;
         }
-    })?;
+        std::fs::set_permissions(bound_at, std::fs::Permissions::from_mode(mode)).map_err(
+            |source| ListenError::Chmod {
+                path: path.into(),
+                mode,
+                source,
+            },
+        )?;
+        if bound_at != path {
+            rename_no_replace(bound_at, path)?;
+        }
+        Ok(())
+    };
+    if let Err(error) = finish() {
+        // The socket must not stay behind with the wrong group or mode.
+        let _ = std::fs::remove_file(bound_at);
+        return Err(error);
+    }
     let inode = std::fs::metadata(path)
         .map_err(|source| ListenError::BindUnix {
             path: path.into(),
@@ -249,6 +263,54 @@ pub(crate) fn bind_unix(
         path: path.into(),
         inode,
     })
+}
+
+/// A name beside `path` to bind under before the socket is renamed into place, or
+/// `None` when that name would not fit in a socket address (then the socket is bound
+/// in place and is briefly visible with the umask's mode).
+fn staging_path(path: &Path) -> Option<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!(".{}-{n}.bind", std::process::id());
+    let staging = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(name),
+        _ => PathBuf::from(name),
+    };
+    (staging.as_os_str().len() <= MAX_SOCKET_PATH).then_some(staging)
+}
+
+/// Renames the staged socket into place unless something took `to` since the stale
+/// check (another gateway starting at the same moment keeps its socket).
+fn rename_no_replace(from: &Path, to: &Path) -> Result<(), ListenError> {
+    use std::os::unix::ffi::OsStrExt;
+    let bind_error = |source| ListenError::BindUnix {
+        path: to.into(),
+        source,
+    };
+    let c_from = std::ffi::CString::new(from.as_os_str().as_bytes())
+        .map_err(|_| bind_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    let c_to = std::ffi::CString::new(to.as_os_str().as_bytes())
+        .map_err(|_| bind_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    // SAFETY: both pointers are NUL-terminated strings that outlive the call.
+    let code = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            c_from.as_ptr(),
+            libc::AT_FDCWD,
+            c_to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if code == 0 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EEXIST) => Err(ListenError::InUse { path: to.into() }),
+        // File systems without RENAME_NOREPLACE: a plain rename.
+        Some(libc::EINVAL | libc::ENOSYS) => std::fs::rename(from, to).map_err(bind_error),
+        _ => Err(bind_error(error)),
+    }
 }
 
 fn remove_if_stale(path: &Path) -> Result<(), ListenError> {
@@ -372,6 +434,44 @@ mod tests {
         ));
         drop(live);
         assert!(!path.exists());
+    }
+
+    /// A client that connects the moment the socket appears must find it with its
+    /// final mode: a watcher looks at the path as fast as it can while it is bound
+    /// again and again, and nothing but the socket is left in the directory.
+    #[tokio::test]
+    async fn the_socket_never_appears_with_the_umask_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let (path, done) = (path.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeSet::new();
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                        seen.insert(meta.permissions().mode() & 0o777);
+                    }
+                }
+                seen
+            })
+        };
+        for _ in 0..2000 {
+            drop(bind_unix(&path, 0o600, None).unwrap());
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = watcher.join().unwrap();
+        assert!(seen.iter().all(|m| *m == 0o600), "modes seen: {seen:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+        std::fs::write(&path, b"taken").unwrap();
+        let staged = dir.path().join("staged");
+        std::fs::write(&staged, b"ours").unwrap();
+        assert!(matches!(
+            rename_no_replace(&staged, &path),
+            Err(ListenError::InUse { .. })
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), b"taken");
     }
 
     #[tokio::test]

@@ -98,6 +98,7 @@ struct Known<'a> {
     workload: Option<&'a Workload>,
     node: Option<&'a str>,
     node_seq: Option<u64>,
+    node_source: Option<&'a str>,
 }
 
 impl<'a> Known<'a> {
@@ -114,6 +115,7 @@ impl<'a> Known<'a> {
             workload,
             node,
             node_seq,
+            node_source,
         } = &event.identity;
         Self {
             id: *id,
@@ -124,6 +126,7 @@ impl<'a> Known<'a> {
             workload: workload.as_deref(),
             node: node.as_deref(),
             node_seq: *node_seq,
+            node_source: node_source.as_deref(),
         }
     }
 }
@@ -150,7 +153,7 @@ fn base64_of(bytes: &[u8]) -> String {
 }
 
 /// The keys, in the byte order a sorted map would give them: `container`, `event`,
-/// `id`, `namespace`, `node`, `node_seq`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`,
+/// `id`, `namespace`, `node`, `node_seq`, `node_source`, `origin`, `origin_clock`, `pod`, `publisher`, `raw`,
 /// `reason`, `reconciled_from`, `seq`, `source`, `timestamp`, `topic`, `type_url`. `container` (`image`, `kind`,
 /// `labels`, `name`) and `pod` (`name`, `namespace`, `uid`) are what the
 /// container's record said at capture ([`Workload`]), each there only when it says
@@ -162,7 +165,8 @@ fn base64_of(bytes: &[u8]) -> String {
 /// for reconciled events only, `reason` (the manager's reason for the container's
 /// state, such as `OOMKilled`) only when set. `node` is where the event was captured, `null` when unknown (events
 /// spooled, or rows stored, before nodes were kept); `node_seq`, the event's seq on
-/// its node's gateway, only for events taken in from another gateway. Without the gateway's identity
+/// its node's gateway, and `node_source`, how it entered that gateway
+/// (`upstream:containerd`), only for events taken in from another gateway. Without the gateway's identity
 /// (a bare envelope) none of these is written.
 fn write_object(
     out: &mut Vec<u8>,
@@ -196,6 +200,10 @@ fn write_object(
         }
         if let Some(node_seq) = identity.node_seq {
             let _ = write!(out, ",\"node_seq\":{node_seq}");
+        }
+        if let Some(node_source) = identity.node_source {
+            out.extend_from_slice(b",\"node_source\":");
+            let _ = serde_json::to_writer(&mut *out, node_source);
         }
         let _ = write!(out, ",\"origin\":\"{}\"", identity.origin.label());
         if let Some(clock) = identity.origin.clock() {

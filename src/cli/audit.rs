@@ -13,7 +13,7 @@ use super::CliError;
 use super::query::StoreLocation;
 use crate::note::Verifier;
 use crate::store::chain::hex;
-use crate::store::verify::checkpoints::{self, CheckpointsError, Verified, count};
+use crate::store::verify::checkpoints::{self, CheckpointsError, Verified, archive_problem, count};
 use crate::store::verify::shipped;
 use crate::store::verify::{self, Anchor, Problem, Report};
 
@@ -73,7 +73,16 @@ pub enum AuditCommand {
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
-    pub location: StoreLocation,
+    pub store: super::store::StoreArgs,
+    /// Check a central store's copy of this node's rows against the node's own
+    /// signed checkpoints (--key, --checkpoints): a PostgreSQL --store that central
+    /// gateways fill from Kafka.
+    #[arg(long, value_name = "NAME", requires = "checkpoints")]
+    pub node: Option<String>,
+    /// The node's store whose checkpoints to check against (its id, as the
+    /// checkpoints' `store` line says), when they name several.
+    #[arg(long, value_name = "STORE_ID", requires = "node")]
+    pub node_store: Option<String>,
     /// A hash recorded earlier for a row, as `eventgate audit head` prints it
     /// (ROW_ID:HASH); the row must still have it. May be given more than once.
     #[arg(long, value_name = "ROW_ID:HASH", value_parser = parse_anchor)]
@@ -142,7 +151,21 @@ pub(super) async fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
 }
 
 fn run_verify(args: VerifyArgs) -> Result<ExitCode, CliError> {
-    let path = args.location.path();
+    let spec = args.store.resolve().map_err(|e| match e {
+        CliError::Usage(message) => CliError::AuditUsage(message),
+        other => other,
+    })?;
+    let path = match spec {
+        crate::query::StoreSpec::Sqlite(path) => path,
+        crate::query::StoreSpec::Postgres(target) => return run_verify_central(&target, &args),
+    };
+    if args.node.is_some() {
+        return Err(CliError::AuditUsage(
+            "--node checks a central PostgreSQL store (--store postgres://... or a postgres \
+             forwarder's name): a SQLite store is checked whole, against its own checkpoints"
+                .to_owned(),
+        ));
+    }
     if let Some(input) = &args.checkpoints {
         return run_verify_checkpoints(&path, &args, input);
     }
@@ -165,11 +188,128 @@ fn run_verify(args: VerifyArgs) -> Result<ExitCode, CliError> {
     }
 }
 
-fn run_verify_checkpoints(
-    path: &Path,
+/// `audit verify --store postgres://... --node NAME`: a central copy of one node's
+/// rows against that node's signed checkpoints.
+fn run_verify_central(
+    target: &crate::postgres::Target,
     args: &VerifyArgs,
-    input: &Path,
 ) -> Result<ExitCode, CliError> {
+    let (Some(node), Some(input)) = (&args.node, &args.checkpoints) else {
+        return Err(CliError::AuditUsage(
+            "a PostgreSQL store holds many nodes' rows, each chained on its own node: check \
+             one node's at a time against that node's signed checkpoints (--node NAME --key \
+             VERIFIER_KEY --checkpoints FILE)"
+                .to_owned(),
+        ));
+    };
+    if !args.anchor.is_empty() || !args.witness_keys.is_empty() || args.max_age.is_some() {
+        return Err(CliError::AuditUsage(
+            "--anchor, --witness-key and --max-age check a SQLite store; a central copy is \
+             checked against the node's checkpoints alone"
+                .to_owned(),
+        ));
+    }
+    let shipped = read_shipped(args, input)?;
+    if let Some(problem) = archive_problem(&shipped) {
+        println!("TAMPERED: {problem}");
+        return Ok(ExitCode::from(TAMPERED));
+    }
+    let options = crate::postgres::verify::Options {
+        node: node.clone(),
+        store: args.node_store.clone(),
+    };
+    let started = std::time::Instant::now();
+    let report = tokio::runtime::Handle::current()
+        .block_on(crate::postgres::verify::verify(target, &shipped, &options))?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut out = String::new();
+    let mut line = |name: &str, value: String| out.push_str(&format!("{name:<14}{value}\n"));
+    line(
+        "copy",
+        format!(
+            "{} of node {} (node seq {} to {})",
+            rows(report.rows),
+            report.node,
+            report.first_seq.unwrap_or_default(),
+            report.last_seq.unwrap_or_default()
+        ),
+    );
+    if let Some(problem) = &report.problem {
+        println!(
+            "central copy of node {} in {}: TAMPERED: {problem}",
+            report.node,
+            target.describe()
+        );
+        print!("{out}");
+        println!(
+            "({} proven before it, {elapsed:.2} s)",
+            rows(report.verified)
+        );
+        return Ok(ExitCode::from(TAMPERED));
+    }
+    let start = match report.seeded_at {
+        Some(seq) => format!(", from the checkpoint at node seq {seq} (the copy begins after it)"),
+        None => ", from the chain's start".to_owned(),
+    };
+    let newest_seq = report
+        .newest
+        .as_ref()
+        .and_then(|s| s.checkpoint.seq)
+        .unwrap_or_default();
+    line(
+        "proven",
+        format!(
+            "{} up to node seq {newest_seq}, recomputed as node {} chained them, matching {} of the {} checkpoints of its store {}{start}",
+            rows(report.verified),
+            report.node,
+            report.matched,
+            report.checkpoints,
+            report.store,
+        ),
+    );
+    if report.unsigned > 0 {
+        line(
+            "not signed",
+            format!(
+                "{} after the newest checkpoint: not checked until the node signs past them",
+                rows(report.unsigned)
+            ),
+        );
+    }
+    if report.newer > 0 {
+        line(
+            "newer",
+            format!(
+                "{} past the copy's last row: the node's events after node seq {} have not reached this store (yet)",
+                count(report.newer as u64, "checkpoint"),
+                report.last_seq.unwrap_or_default()
+            ),
+        );
+    }
+    if let Some(newest) = &report.newest {
+        line(
+            "newest",
+            format!(
+                "node seq {}, signed at {} by {} ({})",
+                newest.checkpoint.seq.unwrap_or_default(),
+                checkpoints::time(&newest.checkpoint),
+                newest.signed_by.join(" and "),
+                shipped.at(newest.line)
+            ),
+        );
+    }
+    line("time", format!("{elapsed:.2} s"));
+    println!(
+        "central copy of node {} in {}: intact",
+        report.node,
+        target.describe()
+    );
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The checkpoints in `input`, opened with the `--key`s given.
+fn read_shipped(args: &VerifyArgs, input: &Path) -> Result<shipped::Shipped, CliError> {
     let mut keys: Vec<Verifier> = Vec::with_capacity(args.keys.len());
     for (number, text) in (1..).zip(&args.keys) {
         let key = Verifier::from_text(text).map_err(|source| {
@@ -195,6 +335,15 @@ fn run_verify_checkpoints(
         }
     }
     .map_err(verify::VerifyError::from)?;
+    Ok(shipped)
+}
+
+fn run_verify_checkpoints(
+    path: &Path,
+    args: &VerifyArgs,
+    input: &Path,
+) -> Result<ExitCode, CliError> {
+    let shipped = read_shipped(args, input)?;
     let mut witnesses = Vec::with_capacity(args.witness_keys.len());
     for (number, text) in (1..).zip(&args.witness_keys) {
         let key = crate::tlog::cosignature::WitnessKey::from_text(text).map_err(|source| {

@@ -69,6 +69,7 @@ fn the_workload_is_listed_as_json_lines_show_it() {
             workload,
             node: node.map(String::from),
             node_seq: None,
+            node_source: None,
         };
         let listed = json_line(&entry);
         let line: Value = serde_json::from_str(&render::event_json(&event)).unwrap();
@@ -132,6 +133,7 @@ fn the_witness_and_reason_are_listed_as_json_lines_show_them() {
             workload,
             node: None,
             node_seq: None,
+            node_source: None,
         };
         let listed = json_line(&entry);
         let line: Value = serde_json::from_str(&render::event_json(&event)).unwrap();

@@ -169,6 +169,11 @@ pub enum CliError {
     #[error(transparent)]
     Verify(#[from] crate::store::verify::VerifyError),
     #[error(transparent)]
+    CentralVerify(#[from] crate::postgres::verify::CentralVerifyError),
+    /// A usage error of `audit`, whose exit status 1 means tampering found.
+    #[error("{0}")]
+    AuditUsage(String),
+    #[error(transparent)]
     KeyFile(#[from] crate::note::KeyFileError),
     // Not `{0}`: `main` prints the causes after the message, and the proof's error is one.
     #[error("cannot make the proof")]
@@ -182,7 +187,10 @@ impl CliError {
     /// `audit verify` always means tampering was found.
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            CliError::Verify(_) | CliError::Prove(_) => ExitCode::from(2),
+            CliError::Verify(_)
+            | CliError::CentralVerify(_)
+            | CliError::AuditUsage(_)
+            | CliError::Prove(_) => ExitCode::from(2),
             _ => ExitCode::FAILURE,
         }
     }

@@ -203,6 +203,10 @@ pub struct Entry {
     /// The event's seq on its node's gateway, for an event taken in from another
     /// gateway; `None` otherwise (and for entries recorded before it was kept).
     pub node_seq: Option<u64>,
+    /// How the event entered its node's gateway, for an event taken in from another
+    /// gateway that said so; `None` otherwise (and for entries recorded before it
+    /// was kept).
+    pub node_source: Option<String>,
 }
 
 /// An entry that cannot be turned back into an event (a damaged row).
@@ -240,6 +244,7 @@ impl Entry {
             workload: self.workload.clone().map(Arc::new),
             node: self.node.as_deref().map(Arc::from),
             node_seq: self.node_seq,
+            node_source: self.node_source.as_deref().map(Arc::from),
         };
         Ok(Event::from_identity(self.seq, identity, envelope))
     }

@@ -58,6 +58,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0008_reconciled_from.sql",
         sql: include_str!("../../migrations/deadletter/0008_reconciled_from.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_node_source.sql",
+        sql: include_str!("../../migrations/deadletter/0009_node_source.sql"),
+    },
 ];
 
 const SCHEMA: Schema = Schema {

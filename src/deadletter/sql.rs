@@ -15,8 +15,8 @@ use crate::publisher::Publisher;
 const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source, envelope, received_at, \
      error, reason, attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
      publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq, \
-     reconciled_from) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
+     reconciled_from, node_source) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, NULL, 'dead', ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23) \
      ON CONFLICT (forwarder, event_id) DO UPDATE SET \
        seq = excluded.seq, error = excluded.error, reason = excluded.reason, \
        attempts = attempts + excluded.attempts, \
@@ -27,7 +27,7 @@ const RECORD: &str = "INSERT INTO dead_letters (forwarder, event_id, seq, source
 const COLUMNS: &str = "id, forwarder, event_id, seq, source, envelope, received_at, error, reason, \
      attempts, first_attempt_at, last_attempt_at, dead_at, retry_requested_at, state, \
      publisher_uid, publisher_gid, publisher_pid, publisher_subject, origin, origin_clock, workload, node, node_seq, \
-     reconciled_from";
+     reconciled_from, node_source";
 
 fn sql_int(n: u64) -> rusqlite::Result<i64> {
     i64::try_from(n).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
@@ -56,6 +56,7 @@ pub(super) fn record(
                 workload,
                 node,
                 node_seq,
+                node_source,
             } = &event.identity;
             let (uid, gid, pid, subject) = Publisher::columns(publisher.as_ref());
             stmt.execute(params![
@@ -81,6 +82,7 @@ pub(super) fn record(
                 node.as_deref(),
                 node_seq.map(sql_int).transpose()?,
                 origin.witness().map(Witness::label),
+                node_source.as_deref(),
             ])?;
         }
     }
@@ -160,6 +162,7 @@ fn entry(row: &Row<'_>) -> rusqlite::Result<Entry> {
                 })
             })
             .transpose()?,
+        node_source: row.get(25)?,
     })
 }
 

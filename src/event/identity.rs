@@ -41,6 +41,12 @@ pub struct Identity {
     /// gateway (a Kafka source); `None` for events this gateway captured, whose seq
     /// is their own.
     pub node_seq: Option<u64>,
+    /// How the event entered its node's gateway (`upstream:containerd`, `publish`,
+    /// ..., as [`Source::describe`] says it there), for an event taken in from
+    /// another gateway that said so; `None` for events this gateway captured, whose
+    /// `source` is that. With it a central copy of a node's rows hashes as the node's
+    /// audit store hashed them (`audit verify --node`).
+    pub node_source: Option<Arc<str>>,
 }
 
 impl Identity {
@@ -56,6 +62,7 @@ impl Identity {
             workload: None,
             node: None,
             node_seq: None,
+            node_source: None,
         }
     }
 }

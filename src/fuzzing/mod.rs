@@ -151,17 +151,137 @@ pub fn filter(data: &[u8]) {
     };
     let compiled = runtime().block_on(compile_filters(exchange(), filters.clone()));
     if let Ok(filter) = &compiled {
-        assert!(
-            by_bytes.is_ok(),
-            "{filters:?} compiled for Subscribe but did not parse: {by_bytes:?}"
-        );
+        let Ok(parsed) = &by_bytes else {
+            panic!("{filters:?} compiled for Subscribe but did not parse: {by_bytes:?}");
+        };
         for event in events() {
             // Subscribe's view (containerd's fields) and the record's (a superset:
-            // origin, pod, container...) used by route filters and queries.
-            let _ = filter.matches(event);
-            let _ = filter.matches(&event.record_fields());
+            // origin, pod, container...) used by route filters and queries. The
+            // compiled filter and the parsed one are one filter.
+            assert_eq!(
+                filter.matches(event),
+                parsed.matches(event),
+                "{filters:?} on {event:?}"
+            );
+            assert_eq!(
+                filter.matches(&event.record_fields()),
+                parsed.matches(&event.record_fields()),
+                "{filters:?} on the record of {event:?}"
+            );
         }
+        same_rows_as_sql(parsed, &filters);
     }
+}
+
+/// The store `query` reads, holding [`events`] and [`stored_events`].
+fn query_store() -> &'static std::path::Path {
+    static STORE: OnceLock<(tempfile::TempDir, std::path::PathBuf)> = OnceLock::new();
+    let (_, path) = STORE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("audit.db");
+        let mut conn = crate::store::open_writer(&path, &crate::store::WriterOptions::default())
+            .expect("a new store");
+        let all: Vec<&Event> = events().iter().chain(stored_events()).collect();
+        let rows: Vec<crate::store::EventRow<'_>> = all
+            .iter()
+            .map(|e| crate::store::EventRow::from_event(e))
+            .collect();
+        crate::store::insert_rows(&mut conn, &rows).expect("the events stored");
+        (dir, path)
+    });
+    path
+}
+
+/// Events with what only the record has: a pod and container, labels, a node, a
+/// reconciled origin and a reason, a publisher.
+fn stored_events() -> &'static [Event] {
+    static EVENTS: OnceLock<Vec<Event>> = OnceLock::new();
+    EVENTS.get_or_init(|| {
+        let registry = Registry::global();
+        let exit = registry
+            .encode_json(
+                "containerd.events.TaskExit",
+                r#"{"container_id":"web-0","id":"web-0","pid":7,"exit_status":1}"#,
+            )
+            .expect("a TaskExit");
+        (0..3u64)
+            .map(|i| {
+                let envelope = Envelope {
+                    timestamp: (i != 2).then_some(Timestamp {
+                        seconds: 1_700_000_100 + i as i64,
+                        nanos: 0,
+                    }),
+                    namespace: ["k8s.io", "moby", "default"][i as usize].into(),
+                    topic: "/tasks/exit".into(),
+                    event: Some(exit.clone()),
+                };
+                let mut event = Event::new(
+                    10 + i,
+                    EventId::generate(),
+                    Source::Upstream(Arc::from("node")),
+                    envelope,
+                );
+                let identity = &mut event.identity;
+                identity.node = Some(Arc::from(["web-1", "db-1", "web-1"][i as usize]));
+                if i != 1 {
+                    identity.workload = Some(Arc::new(crate::event::Workload {
+                        kind: Some("container".into()),
+                        pod_name: Some(format!("web-{i}")),
+                        pod_namespace: Some("shop".into()),
+                        pod_uid: Some(format!("uid-{i}")),
+                        container_name: Some("nginx".into()),
+                        image: "nginx:1.27".into(),
+                        labels: [("team".to_owned(), format!("t{i}"))].into(),
+                        reason: (i == 0).then(|| "OOMKilled".to_owned()),
+                    }));
+                }
+                if i == 2 {
+                    identity.origin = crate::event::Origin::Reconciled {
+                        clock: crate::event::Clock::Daemon,
+                        from: Witness::Docker,
+                    };
+                    identity.publisher = Some(crate::publisher::Publisher::Process {
+                        uid: 0,
+                        gid: 0,
+                        pid: Some(1),
+                    });
+                }
+                event
+            })
+            .collect()
+    })
+}
+
+/// `eventgate query` with the same filter selects exactly the events the matcher
+/// accepts: SQL never drops one the matcher keeps, and where SQL alone decides (no
+/// recheck), never keeps one the matcher drops.
+fn same_rows_as_sql(filter: &Filter, text: &[String]) {
+    use crate::query::{Query, Reader, RowRange};
+    thread_local! {
+        static READER: Reader = Reader::open(query_store()).expect("the query store opens");
+    }
+    let expected: Vec<EventId> = events()
+        .iter()
+        .chain(stored_events())
+        .filter(|e| filter.matches(&e.record_fields()))
+        .map(|e| e.identity.id)
+        .collect();
+    let query = Query {
+        filter: filter.clone(),
+        since: None,
+        until: None,
+        limit: None,
+    };
+    let mut selected = Vec::new();
+    READER.with(|reader| {
+        reader
+            .each(&query, RowRange::ALL, |stored| {
+                selected.push(stored.event.identity.id);
+                true
+            })
+            .unwrap_or_else(|e| panic!("{text:?}: the query fails: {e}"));
+    });
+    assert_eq!(selected, expected, "{text:?}: query and matcher disagree");
 }
 
 /// One Publish or Forward call: the method, the namespace and encoding headers and
@@ -202,12 +322,119 @@ pub fn unary(data: &[u8]) {
     let Ok(request) = request.body(http_body_util::StreamBody::new(frames)) else {
         return;
     };
-    let service = EventsService::new(exchange().clone());
-    let response = runtime().block_on(unary::serve(method, service, request));
-    assert!(
-        response.headers().contains_key("content-type") || response.status() != 200,
-        "every answer is gRPC"
+    let (spool, exchange) = spooled();
+    let before = spool.next_seq();
+    let service = EventsService::new(exchange.clone());
+    let (code, appended) = runtime().block_on(async {
+        let response = unary::serve(method, service, request).await;
+        let code = grpc_status(response).await;
+        let appended = match code {
+            0 => Some(read_back(spool, before).await),
+            _ => None,
+        };
+        (code, appended)
+    });
+    match appended {
+        // Answered OK: the event is durable in the spool, where every forwarder reads
+        // what its queue could not hold, and a restart reads everything.
+        Some(event) => {
+            assert_eq!(spool.next_seq(), before + 1, "one call, one event");
+            assert_eq!(event.seq, before);
+            let mut record = Vec::new();
+            crate::spool::record::encode(&event, &mut record).expect("a spooled event fits");
+        }
+        None => assert_eq!(
+            spool.next_seq(),
+            before,
+            "grpc-status {code}: refused, yet something was spooled"
+        ),
+    }
+}
+
+/// An exchange in front of a spool of its own (small, dropping its oldest segments,
+/// so a long run stays bounded), as `serve` builds it.
+struct Spooled {
+    _dir: tempfile::TempDir,
+    spool: crate::spool::Spool,
+    exchange: Exchange,
+}
+
+fn spooled() -> (&'static crate::spool::Spool, &'static Exchange) {
+    static SPOOLED: OnceLock<Spooled> = OnceLock::new();
+    let spooled = SPOOLED.get_or_init(|| {
+        let _entered = runtime().enter();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let settings = crate::spool::SpoolSettings {
+            fsync: crate::spool::Fsync::None,
+            segment_bytes: crate::units::ByteSize(1 << 20),
+            max_bytes: crate::units::ByteSize(8 << 20),
+            full: crate::spool::FullPolicy::DropOldest,
+            ..Default::default()
+        };
+        let (spool, _) =
+            crate::spool::Spool::open(dir.path(), &settings, &["a"]).expect("a new spool");
+        let exchange = Exchange::new(
+            ExchangeSettings::default(),
+            ExchangeParts {
+                spool: Some(spool.clone()),
+                ..ExchangeParts::default()
+            },
+        );
+        Spooled {
+            _dir: dir,
+            spool,
+            exchange,
+        }
+    });
+    (&spooled.spool, &spooled.exchange)
+}
+
+/// The answer's `grpc-status`: in the headers of a trailers-only answer (a refusal)
+/// or in the trailers after the empty message (OK). Exactly one, a code gRPC has,
+/// on an HTTP 200 `application/grpc` answer: what a containerd client reads.
+async fn grpc_status(response: http::Response<tonic::body::Body>) -> u32 {
+    use http_body_util::BodyExt as _;
+    assert_eq!(response.status(), 200, "gRPC answers HTTP 200");
+    assert_eq!(
+        response.headers().get("content-type").map(|v| v.as_bytes()),
+        Some(&b"application/grpc"[..]),
+        "{:?}",
+        response.headers()
     );
+    let in_headers = response.headers().get("grpc-status").cloned();
+    let collected = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the answer's body is whole");
+    let in_trailers = collected
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .cloned();
+    let status = match (in_headers, in_trailers) {
+        (Some(status), None) | (None, Some(status)) => status,
+        other => panic!("one grpc-status, in the headers or the trailers: {other:?}"),
+    };
+    let code: u32 = std::str::from_utf8(status.as_bytes())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("grpc-status {status:?} is not a number"));
+    assert!(code <= 16, "grpc-status {code} is no gRPC code");
+    code
+}
+
+/// The event the spool holds at `seq`.
+async fn read_back(spool: &crate::spool::Spool, seq: u64) -> Arc<Event> {
+    let mut reader = spool.reader(seq);
+    let batch = tokio::time::timeout(Duration::from_secs(5), reader.next(1, 1 << 24))
+        .await
+        .expect("an acknowledged event is readable at once")
+        .unwrap_or_else(|e| panic!("reading the spool: {e}"));
+    batch
+        .events
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no event at seq {seq} though it was answered OK"))
 }
 
 /// Every type the registry knows, by its index in the pool.
@@ -319,3 +546,61 @@ pub use managers::{cri, docker};
 pub use proofs::proof;
 pub use stored::{kafka, note, note_signer, resume, spool_record, spool_segment};
 pub use witness::witness;
+
+#[cfg(test)]
+mod tests {
+    /// Every committed seed of the filter target keeps its properties (the query
+    /// agreeing with the matcher included), and the seeds reach both kinds of plan.
+    #[test]
+    fn the_filter_seeds_hold() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/filter");
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            super::filter(&std::fs::read(entry.unwrap().path()).unwrap());
+            seeds += 1;
+        }
+        assert!(seeds > 10);
+        for text in [
+            "topic==\"/tasks/exit\"",
+            "namespace~=\"^k8s\"",
+            "pod.name==web-0",
+            "container.labels.team==t2",
+            "origin==reconciled,reconciled_from==docker",
+            "node==web-1",
+            "node!=web-1",
+            "reason==OOMKilled",
+            "event.exit_status==1",
+            "publisher.uid==0",
+            "container.image!=nginx:1.27",
+        ] {
+            super::filter(text.as_bytes());
+        }
+    }
+
+    /// The unary seeds keep their properties, and a well-formed Publish is
+    /// answered OK and found in the spool (the input: flags, namespace chunk, split,
+    /// then the gRPC frame).
+    #[test]
+    fn the_unary_seeds_hold_and_a_publish_is_spooled() {
+        use prost::Message as _;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/unary");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            super::unary(&std::fs::read(entry.unwrap().path()).unwrap());
+        }
+        let request = crate::proto::containerd::services::events::v1::PublishRequest {
+            topic: "/tasks/exit".into(),
+            event: None,
+        };
+        let message = request.encode_to_vec();
+        let mut input = vec![2u8, 7];
+        input.extend_from_slice(b"default");
+        input.push(0);
+        input.push(0);
+        input.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        input.extend_from_slice(&message);
+        let (spool, _) = super::spooled();
+        let before = spool.next_seq();
+        super::unary(&input);
+        assert_eq!(spool.next_seq(), before + 1, "the publish was accepted");
+    }
+}

@@ -105,8 +105,11 @@ pub fn spool_record(data: &[u8]) {
     let mut again = Vec::new();
     if crate::spool::record::encode(&event, &mut again).is_ok() {
         let back = decode(&again).expect("a record written from a decoded one decodes");
+        assert_eq!(back.seq, event.seq);
         assert_eq!(back.envelope, event.envelope);
-        assert_eq!(back.identity.id, event.identity.id);
+        // Every identity field, not only the id: a field the encoder drops or
+        // changes would be lost at the next restart.
+        assert_eq!(back.identity, event.identity);
     }
 }
 
@@ -135,6 +138,8 @@ pub fn kafka(data: &[u8]) {
         "event_id",
         "node",
         "node_seq",
+        "node_source",
+        "source",
         "seq",
         "origin",
         "origin_clock",
@@ -172,8 +177,11 @@ pub fn kafka(data: &[u8]) {
         let mut record = Vec::new();
         if crate::spool::record::encode(&event, &mut record).is_ok() {
             let len = record.len();
-            let back = crate::spool::record::decode(&record[..len]);
-            assert!(back.is_some(), "an event from Kafka spools and reads back");
+            let back = crate::spool::record::decode(&record[..len])
+                .expect("an event from Kafka spools and reads back");
+            // Whole: what a restart reads back is what was taken in.
+            assert_eq!(back.identity, event.identity);
+            assert_eq!(back.envelope, event.envelope);
         }
     }
 }
@@ -213,9 +221,8 @@ pub fn resume(data: &[u8]) {
                 next_seq,
                 now,
             };
-            if let Ok(from) = resolve(start, &kept, |_| first_since) {
-                assert!(from <= next_seq.max(from), "{from}");
-            }
+            let resolved = resolve(start, &kept, |_| first_since);
+            check_position(start, &kept, first_since, &resolved);
         }
         1 => {
             let Ok(text) = std::str::from_utf8(rest) else {
@@ -240,6 +247,54 @@ pub fn resume(data: &[u8]) {
     }
 }
 
+/// What docs/history.md ("Resuming") promises of a resolved position, stated apart
+/// from the code that resolves it: where each kind of start begins, and that a
+/// refusal happens exactly when the promise allows one.
+fn check_position(
+    start: crate::resume::position::Start,
+    kept: &crate::resume::position::Kept,
+    first_since: Option<u64>,
+    resolved: &Result<u64, crate::resume::position::PositionError>,
+) {
+    use crate::resume::position::Start;
+    let (oldest, next) = (kept.oldest_seq, kept.next_seq);
+    let said = format!("{start:?} against {kept:?}, first_since {first_since:?}: {resolved:?}");
+    if let Ok(from) = resolved {
+        // Never past the next event, never before what is kept.
+        assert!(*from <= next && *from >= oldest.min(next), "{said}");
+    }
+    match (start, resolved) {
+        (Start::Live, resolved) => assert_eq!(resolved.as_ref().ok(), Some(&next), "{said}"),
+        // Exactly the event after the client's last one, when it is still kept and
+        // was given out; refused otherwise, never served from another point.
+        (Start::After(after), Ok(from)) => {
+            assert!(after < next && after + 1 >= oldest, "{said}");
+            assert_eq!(*from, after + 1, "{said}");
+        }
+        (Start::After(after), Err(_)) => {
+            assert!(after >= next || after.saturating_add(1) < oldest, "{said}");
+        }
+        (Start::Since(since), Ok(from)) => {
+            if since >= kept.now {
+                assert_eq!(
+                    *from, next,
+                    "a time to come starts at the next event: {said}"
+                );
+            } else if let Some(first) = first_since {
+                assert_eq!(*from, first.clamp(oldest.min(next), next), "{said}");
+            } else {
+                assert_eq!(*from, oldest.min(next), "{said}");
+            }
+        }
+        // Refused only when something older than what is kept was discarded and the
+        // time may fall in it.
+        (Start::Since(since), Err(_)) => {
+            assert!(oldest > 1 && since < kept.now, "{said}");
+            assert!(kept.oldest_time.is_none_or(|t| since < t), "{said}");
+        }
+    }
+}
+
 /// The signer behind [`note`]'s verifier key; seeds sign with it.
 pub fn note_signer() -> crate::note::Signer {
     crate::note::Signer::from_seed("fuzz.example/log", &[7; 32])
@@ -256,4 +311,65 @@ pub fn note(data: &[u8]) {
         let _ = crate::note::Signer::from_text(text.trim_end());
     }
     let _ = crate::store::verify::shipped::read(data, "checkpoints", &verifiers);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::check_position;
+    use crate::resume::position::{Kept, PositionError, Start, resolve};
+
+    fn kept() -> Kept {
+        Kept {
+            oldest_seq: 10,
+            oldest_time: Some(UNIX_EPOCH + Duration::from_secs(100)),
+            next_seq: 20,
+            now: UNIX_EPOCH + Duration::from_secs(1000),
+        }
+    }
+
+    #[test]
+    fn the_real_resolver_keeps_the_promises() {
+        let at = |s| UNIX_EPOCH + Duration::from_secs(s);
+        for start in [
+            Start::Live,
+            Start::After(0),
+            Start::After(8),
+            Start::After(9),
+            Start::After(19),
+            Start::After(20),
+            Start::Since(at(50)),
+            Start::Since(at(150)),
+            Start::Since(at(5000)),
+        ] {
+            for first in [None, Some(0), Some(15), Some(99)] {
+                check_position(start, &kept(), first, &resolve(start, &kept(), |_| first));
+            }
+        }
+    }
+
+    /// The checks fail on a resolver that is one off, serves a position it must
+    /// refuse, or refuses one it must serve.
+    #[test]
+    fn a_wrong_resolution_is_caught() {
+        let caught = |start, resolved: Result<u64, PositionError>| {
+            std::panic::catch_unwind(|| check_position(start, &kept(), None, &resolved)).is_err()
+        };
+        assert!(caught(Start::After(12), Ok(12)));
+        assert!(caught(Start::After(5), Ok(10)));
+        assert!(caught(Start::Live, Ok(19)));
+        assert!(caught(
+            Start::Since(UNIX_EPOCH + Duration::from_secs(150)),
+            Err(PositionError::SinceTooOld {
+                since: UNIX_EPOCH + Duration::from_secs(150),
+                oldest_seq: 10,
+                oldest_time: None,
+            })
+        ));
+        assert!(caught(
+            Start::Since(UNIX_EPOCH + Duration::from_secs(5000)),
+            Ok(10)
+        ));
+    }
 }

@@ -8,10 +8,16 @@ use tokio_postgres::Client;
 use super::PostgresError;
 
 /// Every migration, in order; its number is its position + 1.
-pub(crate) const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_events.sql",
-    include_str!("../../migrations/postgres/0001_events.sql"),
-)];
+pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_events.sql",
+        include_str!("../../migrations/postgres/0001_events.sql"),
+    ),
+    (
+        "0002_node_source.sql",
+        include_str!("../../migrations/postgres/0002_node_source.sql"),
+    ),
+];
 
 /// The version this binary writes and reads.
 pub(crate) const LATEST: i32 = MIGRATIONS.len() as i32;

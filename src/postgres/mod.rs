@@ -8,6 +8,7 @@ pub(crate) mod connect;
 pub(crate) mod migrate;
 pub(crate) mod offsets;
 pub(crate) mod partitions;
+pub(crate) mod verify;
 pub(crate) mod write;
 
 use std::time::Duration;

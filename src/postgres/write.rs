@@ -51,6 +51,7 @@ const COLUMNS: &[(&str, Type)] = &[
     ("reconciled_from", Type::TEXT),
     ("reason", Type::TEXT),
     ("written_by", Type::TEXT),
+    ("node_source", Type::TEXT),
 ];
 
 /// What one batch did.
@@ -121,7 +122,7 @@ impl Writer {
                          pod_name text, pod_namespace text, pod_uid text,
                          container_name text, container_kind text, image text, labels text,
                          node text, node_seq bigint, reconciled_from text, reason text,
-                         written_by text
+                         written_by text, node_source text
                      ) ON COMMIT DELETE ROWS",
                 )
                 .await?;
@@ -254,6 +255,7 @@ struct Row<'a> {
     columns: EventRow<'a>,
     seq: i64,
     written_by: &'a str,
+    node_source: Option<&'a str>,
 }
 
 impl<'a> Row<'a> {
@@ -268,6 +270,7 @@ impl<'a> Row<'a> {
             seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
             columns,
             written_by,
+            node_source: event.identity.node_source.as_deref(),
         }
     }
 
@@ -306,6 +309,7 @@ impl<'a> Row<'a> {
             &c.reconciled_from,
             &c.reason,
             &self.written_by,
+            &self.node_source,
         ]
     }
 }
@@ -349,10 +353,14 @@ mod tests {
 
     #[test]
     fn the_staged_columns_are_the_tables() {
-        let schema = include_str!("../../migrations/postgres/0001_events.sql");
+        let schema: String = super::migrate::MIGRATIONS
+            .iter()
+            .map(|(_, sql)| *sql)
+            .collect();
         for (name, _) in COLUMNS {
             assert!(
-                schema.contains(&format!("\n    {name} ")),
+                schema.contains(&format!("\n    {name} "))
+                    || schema.contains(&format!("ADD COLUMN {name} ")),
                 "{name} is not a column of events"
             );
         }

@@ -148,6 +148,9 @@ impl RawRow {
             workload: workload.map(Arc::new),
             node: self.node.map(Arc::from),
             node_seq,
+            // Not read back: the SQLite store has no such column, and `audit verify
+            // --node` reads PostgreSQL's itself.
+            node_source: None,
         };
         Ok(StoredEvent {
             row_id,

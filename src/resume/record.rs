@@ -17,6 +17,7 @@ pub(crate) fn to_record(event: &Event) -> wire::Record {
         // orders and deduplicates by seq and event id.
         received_at: _,
         node_seq: _,
+        node_source: _,
         source,
         publisher,
         origin,
@@ -68,6 +69,7 @@ pub(crate) fn from_record(record: wire::Record) -> Result<Event, String> {
         node: Some(record.node).filter(|n| !n.is_empty()).map(Arc::from),
         // Not in the record.
         node_seq: None,
+        node_source: None,
     };
     Ok(Event::from_identity(record.seq, identity, envelope))
 }

@@ -28,6 +28,11 @@
 //! by an earlier version) reads as an event whose node is unknown (`None`), not as
 //! this gateway's node: the host may have been renamed since, and a wrong name in an
 //! audit trail is worse than none.
+//!
+//! The fifth bit ([`HAS_NODE_SOURCE`]) says a node source block follows the node
+//! seq: `u8 len | UTF-8 text`, how the event entered its node's gateway
+//! (`upstream:containerd`), for an event a Kafka source took in from a gateway that
+//! said so. Records without it read as before, without one.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -51,8 +56,10 @@ pub(crate) const HAS_ORIGIN: u8 = 0x40;
 pub(crate) const HAS_WORKLOAD: u8 = 0x20;
 /// The bit of the kind byte that announces a node block.
 pub(crate) const HAS_NODE: u8 = 0x10;
+/// The bit of the kind byte that announces a node source block.
+pub(crate) const HAS_NODE_SOURCE: u8 = 0x08;
 /// The source's bits of the kind byte.
-const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN | HAS_WORKLOAD | HAS_NODE);
+const SOURCE_BITS: u8 = !(HAS_PUBLISHER | HAS_ORIGIN | HAS_WORKLOAD | HAS_NODE | HAS_NODE_SOURCE);
 /// The source kind of an event from a Kafka source, the last one.
 const KAFKA: u8 = 4;
 /// Where the kind byte is in the body.
@@ -77,12 +84,19 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         workload,
         node,
         node_seq,
+        node_source,
     } = &event.identity;
     let name: &[u8] = match source {
         Source::Upstream(name) | Source::Kafka(name) => name.as_bytes(),
         _ => &[],
     };
     let node_seq = matches!(source, Source::Kafka(_)).then(|| node_seq.unwrap_or(0));
+    // Only a taken-in event has one; the Kafka source refuses a longer one, so the
+    // cut never happens to a record it wrote.
+    let node_source = node_source
+        .as_deref()
+        .filter(|_| node_seq.is_some())
+        .map(|s| crate::node::cut(s).as_bytes());
     // Source names come from validated config, so they are short; clip defensively.
     let name = &name[..name.len().min(u16::MAX as usize)];
     let subject = match publisher {
@@ -115,6 +129,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         + workload_len
         + node.map_or(0, |n| 1 + n.len())
         + node_seq.map_or(0, |_| 8)
+        + node_source.map_or(0, |s| 1 + s.len())
         + event.envelope.encoded_len();
     if body_len > MAX_BODY {
         return Err(body_len);
@@ -149,7 +164,11 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
         Some(_) => HAS_NODE,
         None => 0,
     };
-    buf.push(kind | publisher_bit | origin_bit | workload_bit | node_bit);
+    let node_source_bit = match node_source {
+        Some(_) => HAS_NODE_SOURCE,
+        None => 0,
+    };
+    buf.push(kind | publisher_bit | origin_bit | workload_bit | node_bit | node_source_bit);
     buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
     buf.extend_from_slice(name);
     match publisher {
@@ -180,6 +199,10 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
     }
     if let Some(node_seq) = node_seq {
         buf.extend_from_slice(&node_seq.to_le_bytes());
+    }
+    if let Some(node_source) = node_source {
+        buf.push(node_source.len() as u8);
+        buf.extend_from_slice(node_source);
     }
     // Encoding into a Vec cannot run out of room.
     let _ = event.envelope.encode(buf);
@@ -287,6 +310,18 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         }
         _ => None,
     };
+    // Only a Kafka source's event has one; the bit on another is damage.
+    let node_source = if kind & HAS_NODE_SOURCE != 0 {
+        if kind & SOURCE_BITS != KAFKA {
+            return None;
+        }
+        let (&len, after) = rest.split_first()?;
+        let (text, after) = after.split_at_checked(usize::from(len))?;
+        rest = after;
+        Some(Arc::from(std::str::from_utf8(text).ok()?))
+    } else {
+        None
+    };
     let envelope = Envelope::decode(rest).ok()?;
     let identity = Identity {
         id: EventId::from_bytes(id),
@@ -297,6 +332,7 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         workload,
         node,
         node_seq,
+        node_source,
     };
     Some(Event::from_identity(seq, identity, envelope))
 }

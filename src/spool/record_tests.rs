@@ -405,3 +405,34 @@ fn kafka_sourced_events_keep_their_source_and_node_seq() {
     unknown_kind[4..8].copy_from_slice(&crc);
     assert_eq!(check(&unknown_kind), Check::Bad, "source 5 is not known");
 }
+
+/// A taken-in event keeps how it entered its node; the block exists only for a
+/// Kafka source's event, so a record claiming one for another source is damage, and
+/// a record written before the block existed reads without one.
+#[test]
+fn node_sources_survive_the_round_trip_and_only_kafka_events_have_one() {
+    let mut event = testing::event(9)
+        .envelope(envelope())
+        .node("web-1")
+        .taken_in_by_kafka("fleet", 41)
+        .build();
+    event.identity.node_source = Some("upstream:containerd".into());
+    let mut buf = Vec::new();
+    encode(&event, &mut buf).unwrap();
+    assert_eq!(buf[HEADER + KIND_AT] & HAS_NODE_SOURCE, HAS_NODE_SOURCE);
+    let back = decode(&buf).unwrap();
+    assert_eq!(back.identity, event.identity);
+
+    event.identity.node_source = None;
+    let mut without = Vec::new();
+    encode(&event, &mut without).unwrap();
+    assert_eq!(without[HEADER + KIND_AT] & HAS_NODE_SOURCE, 0);
+    assert_eq!(decode(&without).unwrap().identity.node_source, None);
+
+    // The same bytes under another source's kind.
+    let mut publish = buf.clone();
+    publish[HEADER + KIND_AT] &= !0x07;
+    let crc = crc32fast::hash(&publish[HEADER..]);
+    publish[4..8].copy_from_slice(&crc.to_le_bytes());
+    assert!(decode(&publish).is_none());
+}

@@ -311,6 +311,9 @@ impl<'a> EventRow<'a> {
             workload,
             node,
             node_seq,
+            // Not a column of the SQLite store (its rows hash their own `source`);
+            // the PostgreSQL writer keeps it beside these (`node_source`).
+            node_source: _,
         } = &event.identity;
         let any = event.envelope.event.as_ref();
         Self {

@@ -242,6 +242,7 @@ impl EventBuilder {
             workload: self.workload,
             node: self.node,
             node_seq: self.node_seq,
+            node_source: None,
         };
         Event::from_identity(self.seq, identity, self.envelope.build())
     }

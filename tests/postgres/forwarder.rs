@@ -289,10 +289,10 @@ fn a_newer_schema_and_another_applications_table_are_refused_by_name() {
     publish_exits(&gw, 3, 4);
     let said = wait_not_ready(&mut gw, "forwarder central");
     assert!(
-        said.contains("version 99, newer than this eventgate knows (1)"),
+        said.contains("version 99, newer than this eventgate knows (2)"),
         "{said}"
     );
-    pg.sql_in(DB, "UPDATE eventgate_schema SET version = 1");
+    pg.sql_in(DB, "UPDATE eventgate_schema SET version = 2");
     pg.terminate_connections();
     wait_stored(&pg, 3);
 }

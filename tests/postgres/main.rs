@@ -8,6 +8,8 @@
 mod support;
 
 #[cfg(feature = "kafka-tests")]
+mod central_verify;
+#[cfg(feature = "kafka-tests")]
 mod fleet;
 mod forwarder;
 mod harness;

@@ -51,6 +51,7 @@ fn base() -> Identity {
         })),
         node: Some("web-1".into()),
         node_seq: Some(41),
+        node_source: Some("upstream:containerd".into()),
     }
 }
 
@@ -79,6 +80,7 @@ fn other() -> Identity {
         })),
         node: Some("web-2".into()),
         node_seq: Some(42),
+        node_source: Some("publish".into()),
     }
 }
 
@@ -93,6 +95,7 @@ fn differing(sent: &Identity, back: &Identity) -> Vec<&'static str> {
         workload,
         node,
         node_seq,
+        node_source,
     } = sent;
     [
         ("id", *id == back.id),
@@ -103,6 +106,7 @@ fn differing(sent: &Identity, back: &Identity) -> Vec<&'static str> {
         ("workload", *workload == back.workload),
         ("node", *node == back.node),
         ("node_seq", *node_seq == back.node_seq),
+        ("node_source", *node_source == back.node_source),
     ]
     .into_iter()
     .filter_map(|(name, same)| (!same).then_some(name))
@@ -121,6 +125,7 @@ fn with_field_of(base: &Identity, other: &Identity, name: &str) -> Identity {
         "workload" => identity.workload = other.workload.clone(),
         "node" => identity.node = other.node.clone(),
         "node_seq" => identity.node_seq = other.node_seq,
+        "node_source" => identity.node_source = other.node_source.clone(),
         _ => panic!("no variation of the identity field {name:?}: add one here"),
     }
     identity
@@ -130,7 +135,7 @@ fn with_field_of(base: &Identity, other: &Identity, name: &str) -> Identity {
 fn cases() -> Vec<(&'static str, Identity)> {
     let (base, other) = (base(), other());
     let names = differing(&base, &other);
-    assert_eq!(names.len(), 8, "every field differs between base and other");
+    assert_eq!(names.len(), 9, "every field differs between base and other");
     let mut cases = vec![("none", base.clone())];
     for name in names {
         let changed = with_field_of(&base, &other, name);
@@ -183,7 +188,8 @@ fn a_spool_record_keeps_the_whole_identity() {
 #[test]
 fn an_audit_store_row_keeps_the_whole_identity() {
     use crate::query::{Query, Reader, RowRange};
-    assert_round_trips("audit store", &[], |event| {
+    // The SQLite store hashes its own `source`; a node's source is PostgreSQL's.
+    assert_round_trips("audit store", &["node_source"], |event| {
         // A store each: rows with an id already stored are skipped.
         let store = testing::TempStore::with(&[event]);
         let reader = Reader::open(store.path()).unwrap();
@@ -284,12 +290,47 @@ fn a_kafka_record_keeps_the_whole_identity_but_the_source() {
     }
 }
 
+/// A node's own event (no node source yet) is taken in with the source it entered
+/// the node by as its node source, in every format: what a central copy needs to
+/// hash as the node's store did.
+#[test]
+fn a_kafka_record_of_a_nodes_own_event_carries_its_source_as_the_node_source() {
+    use crate::forward::kafka::ValueFormat;
+    for format in [
+        ValueFormat::Protobuf,
+        ValueFormat::Json,
+        ValueFormat::CloudeventsBinary,
+        ValueFormat::CloudeventsStructured,
+    ] {
+        for source in [
+            Source::Upstream("containerd".into()),
+            Source::Publish,
+            Source::Forward,
+            Source::Internal,
+        ] {
+            let mut identity = base();
+            identity.source = source.clone();
+            identity.node_seq = None;
+            identity.node_source = None;
+            let back = through_kafka(format, event(identity));
+            assert_eq!(
+                back.identity.node_source.as_deref(),
+                Some(source.describe().as_ref()),
+                "{format:?}"
+            );
+            assert_eq!(back.identity.node_seq, Some(7), "{format:?}");
+        }
+    }
+}
+
 #[test]
 fn a_resume_record_keeps_the_identity_but_the_arrival_time_and_node_seq() {
     use crate::resume::record::{from_record, to_record};
-    assert_round_trips("resume record", &["received_at", "node_seq"], |event| {
-        from_record(to_record(&event)).unwrap()
-    });
+    assert_round_trips(
+        "resume record",
+        &["received_at", "node_seq", "node_source"],
+        |event| from_record(to_record(&event)).unwrap(),
+    );
 }
 
 /// Write-only codecs: every case but the first changes what is written.
@@ -311,7 +352,7 @@ fn assert_every_field_changes(codec: &str, left_out: &[&str], write: impl Fn(&Ev
 #[test]
 fn the_audit_chain_hash_covers_the_whole_identity() {
     use crate::store::{EventRow, chain};
-    assert_every_field_changes("audit chain hash", &[], |event| {
+    assert_every_field_changes("audit chain hash", &["node_source"], |event| {
         let row = EventRow::from_event(event);
         chain::row_hash(&chain::ZERO, &chain::values(7, &row)).to_vec()
     });

@@ -54,6 +54,7 @@ fn attributes(event: &Event, node: &str, subject: &str) -> Vec<Attribute> {
         received_at: _,
         publisher: _,
         node_seq: _,
+        node_source: _,
         source,
         origin,
         workload,

@@ -308,14 +308,13 @@ impl RecordEncoder {
         let Identity {
             id,
             received_at,
-            // Not a header: the source that takes the record in is the event's source
-            // there. CloudEvents formats write it in `ce_source`.
-            source: _,
+            source,
             publisher,
             origin,
             workload,
             node,
             node_seq,
+            node_source,
         } = &event.identity;
         let cloudevents = matches!(
             self.format,
@@ -350,6 +349,13 @@ impl RecordEncoder {
         }
         if let Some(node_seq) = node_seq {
             headers.push(("node_seq", node_seq.to_string()));
+        }
+        // How the event entered its node's gateway: the source that takes the record
+        // in becomes the event's source there, and a central copy needs this to hash
+        // as the node's audit store hashed the row.
+        headers.push(("source", source.describe().into_owned()));
+        if let Some(node_source) = node_source {
+            headers.push(("node_source", node_source.to_string()));
         }
         headers.push((
             "received_at",

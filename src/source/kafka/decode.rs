@@ -102,6 +102,10 @@ impl Message<'_> {
     }
 }
 
+/// The longest node source kept (as the spool record keeps it): a source's
+/// description is a short configured name behind `upstream:` or `kafka:`.
+pub(crate) const MAX_NODE_SOURCE: usize = 255;
+
 /// The event `message` carries, taken in by the source `source`.
 pub(crate) fn decode(
     message: &Message<'_>,
@@ -145,6 +149,25 @@ pub(crate) fn decode(
         None => field("node").and_then(Value::as_str),
     }
     .map(|node| crate::node::cut(node).to_owned());
+    // A relayed event says how it entered its node in `node_source`; a node's own
+    // record in `source`.
+    let node_source = match message.header("node_source")?.or(message.header("source")?) {
+        Some(text) => Some(text),
+        None => field("node_source")
+            .or(field("source"))
+            .and_then(Value::as_str),
+    }
+    .map(|text| match text.len() <= MAX_NODE_SOURCE {
+        true => Ok(Arc::from(text)),
+        false => Err(DecodeError::Header {
+            name: "source",
+            problem: format!(
+                "{} bytes, longer than the {MAX_NODE_SOURCE} a gateway's source name has",
+                text.len()
+            ),
+        }),
+    })
+    .transpose()?;
     let origin = match message.header("origin")? {
         Some(origin) => {
             let clock = message.header("origin_clock")?;
@@ -182,6 +205,7 @@ pub(crate) fn decode(
         workload: workload(message)?.map(Arc::new),
         node: node.map(Arc::from),
         node_seq,
+        node_source,
     };
     // Its seq here is the exchange's to give.
     Ok(Event::from_identity(0, identity, envelope))

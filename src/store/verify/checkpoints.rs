@@ -176,7 +176,7 @@ pub(crate) fn verify_checkpoints(
 
 /// The archive's own problem: the first forged note, else the first note of a key
 /// that bears a given key's name, else the first malformed note.
-fn archive_problem(shipped: &Shipped) -> Option<Problem> {
+pub(crate) fn archive_problem(shipped: &Shipped) -> Option<Problem> {
     if let Some(forged) = &shipped.forged {
         return Some(forged_problem(shipped, forged));
     }
