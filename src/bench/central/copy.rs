@@ -48,6 +48,7 @@ pub(crate) const COLUMNS: &[(&str, Type)] = &[
     ("reconciled_from", Type::TEXT),
     ("reason", Type::TEXT),
     ("written_by", Type::TEXT),
+    ("node_source", Type::TEXT),
 ];
 
 /// JSON text sent as jsonb's binary form (a version byte, then the text): the
@@ -90,6 +91,7 @@ struct Values<'a> {
     event: Option<Jsonb<&'a str>>,
     labels: Option<Jsonb<String>>,
     row: EventRow<'a>,
+    node_source: Option<&'a str>,
 }
 
 impl<'a> Values<'a> {
@@ -108,6 +110,7 @@ impl<'a> Values<'a> {
                 .map(Jsonb),
             labels,
             row,
+            node_source: event.identity.node_source.as_deref(),
         }
     }
 
@@ -146,6 +149,7 @@ impl<'a> Values<'a> {
             &c.reconciled_from,
             &c.reason,
             written_by,
+            &self.node_source,
         ]
     }
 }
@@ -186,19 +190,29 @@ mod tests {
 
     #[test]
     fn the_columns_are_every_column_of_the_table_but_row_id() {
-        let schema = include_str!("../../../migrations/postgres/0001_events.sql");
-        let table = schema
+        let migrations = crate::postgres::migrate::MIGRATIONS;
+        let table = migrations[0]
+            .1
             .split("CREATE TABLE events (")
             .nth(1)
             .and_then(|rest| rest.split(") PARTITION BY").next())
             .expect("the events table");
-        let columns: Vec<&str> = table
+        let mut columns: Vec<&str> = table
             .lines()
             .map(str::trim)
             .filter(|line| !line.is_empty() && !line.starts_with("PRIMARY KEY"))
             .filter_map(|line| line.split_whitespace().next())
             .filter(|name| *name != "row_id")
             .collect();
+        // Columns added by later versions, in order.
+        for (_, sql) in &migrations[1..] {
+            columns.extend(sql.lines().filter_map(|line| {
+                line.trim()
+                    .strip_prefix("ALTER TABLE events ADD COLUMN ")?
+                    .split_whitespace()
+                    .next()
+            }));
+        }
         let ours: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
         assert_eq!(ours, columns);
     }
