@@ -1,7 +1,7 @@
 //! `eventgate bench central` at a tiny size, so the README's central-ingest and
-//! pod-timeline tables cannot rot: every row stores every event, the two-gateway
-//! rows run two gateways, the ratios come from the run, and the timeline's summary
-//! says what its EXPLAIN shows. Needs tansu and PostgreSQL's server binaries.
+//! pod-timeline tables cannot rot: every row stores every event (the same rows), the
+//! two-gateway rows run two gateways, the ratios come from the run, and the
+//! timeline's summary says what its EXPLAIN shows. Needs tansu and PostgreSQL's server binaries.
 
 use crate::support;
 
@@ -150,6 +150,12 @@ fn the_central_benchmark_stores_every_row_in_each_configuration_and_times_the_po
         }
         assert!(number(cells[14]) > 0.0, "{label} cores busy: {cells:?}");
     }
+
+    // Whoever wrote them, the rows hold the same values.
+    assert!(
+        table.contains("- every round of every row above stored the same rows: md5 "),
+        "no digest line in:\n{table}"
+    );
 
     // The ratios are of this run's rows.
     let rate = |label: &str| number(row(&table, label)[2]);

@@ -282,6 +282,8 @@ pub(crate) struct Measured {
     pub steady_from: Option<(Duration, u64)>,
     /// Rows in `events` afterwards (counted).
     pub rows: u64,
+    /// What they hold ([`digest_sql`]): the same in every row of a run.
+    pub digest: Option<String>,
     /// Gateways: the sum of the partitions' stored offsets when every row was in:
     /// the messages the offsets say are stored.
     pub offsets_stored: Option<u64>,
@@ -472,6 +474,11 @@ impl Bench<'_> {
         let count = |i| u64::try_from(counted.get::<_, i64>(i)).unwrap_or(0);
         let (rows, distinct, missing) = (count(0), count(1), count(2));
         measured.rows = rows;
+        measured.digest = client
+            .query_one(&digest_sql(), &[])
+            .await
+            .map_err(query_failed("digesting the rows"))?
+            .get(0);
         if matches!(row, Row::Gateways { .. }) {
             measured.by_writer = counts(
                 &client,
@@ -949,6 +956,24 @@ pub(crate) fn gateway_config(
     )
 }
 
+/// The columns every row writes alike: all but `row_id` (the server's), `seq` (each
+/// writer's own numbering) and `written_by` (who wrote it).
+fn same_columns() -> impl Iterator<Item = &'static str> {
+    copy::COLUMNS
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| !matches!(*name, "seq" | "written_by"))
+}
+
+/// An md5 of the stored rows' [`same_columns`], row by row in id order: equal for
+/// two rows of the table that stored the same events with the same values.
+fn digest_sql() -> String {
+    format!(
+        "SELECT md5(string_agg(md5(row({})::text), '' ORDER BY id, received)) FROM events",
+        same_columns().collect::<Vec<_>>().join(", ")
+    )
+}
+
 /// `name count, name count`, or `none`.
 fn listed(counts: &[(String, u64)]) -> String {
     if counts.is_empty() {
@@ -1014,6 +1039,7 @@ impl Cpu {
             waiting_in: Vec::new(),
             forwarded: None,
             rows: 0,
+            digest: None,
             by_writer: Vec::new(),
             partitions_by_owner: Vec::new(),
             server_cpu: now

@@ -196,7 +196,40 @@ async fn ingest(
         }
     }
     broker.stop(Duration::from_secs(5)).await;
+    // The same rows, whoever wrote them.
+    let digests: std::collections::BTreeMap<&str, Vec<String>> = rows
+        .iter()
+        .zip(&results)
+        .flat_map(|(row, rounds)| {
+            rounds
+                .iter()
+                .flatten()
+                .map(move |m| (m.digest.as_deref().unwrap_or("none"), row.label()))
+        })
+        .fold(Default::default(), |mut by, (digest, label)| {
+            by.entry(digest).or_insert_with(Vec::new).push(label);
+            by
+        });
+    if digests.len() > 1 {
+        let listed: Vec<String> = digests
+            .iter()
+            .map(|(digest, labels)| format!("{digest}: {}", labels.join(", ")))
+            .collect();
+        return Err(CliError::Bench(crate::bench::BenchError::Failed {
+            what: format!(
+                "the rows stored differ between rows of the table (md5 of their columns but \
+                 row_id, seq and written_by): {}",
+                listed.join("; ")
+            ),
+        }));
+    }
     print_ingest(args, &rows, &results, &input);
+    if let Some(digest) = digests.keys().next() {
+        println!(
+            "- every round of every row above stored the same rows: md5 of their columns but \
+             row_id, seq and written_by, row by row in id order, {digest}"
+        );
+    }
     if !stalls.is_empty() {
         println!(
             "\nStalled rounds: the gateways stored nothing more for {:?}, and the round was \
