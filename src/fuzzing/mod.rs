@@ -544,7 +544,10 @@ mod witness;
 
 pub use managers::{cri, docker};
 pub use proofs::proof;
-pub use stored::{kafka, note, note_signer, resume, spool_record, spool_segment};
+pub use stored::{
+    cursors, file_checkpoint, kafka, note, note_signer, resume, snapshot, spool_record,
+    spool_segment,
+};
 pub use witness::witness;
 
 #[cfg(test)]
@@ -602,5 +605,30 @@ mod tests {
         let before = spool.next_seq();
         super::unary(&input);
         assert_eq!(spool.next_seq(), before + 1, "the publish was accepted");
+    }
+
+    /// The state files' targets on what the gateway writes and on damage.
+    #[test]
+    fn the_state_file_targets_hold_on_real_and_damaged_files() {
+        super::cursors(b"eventgate spool cursors 1\naudit 1042\nlog 1040\n");
+        super::cursors(b"eventgate spool cursors 1\naudit x\n");
+        let mut record = vec![0u8; 24];
+        record.extend_from_slice(
+            b"eventgate file checkpoint 1\nnext 5\nfile 1 2\nlen 10\nsealed 0\n",
+        );
+        super::file_checkpoint(&record);
+        super::snapshot(b"{\"version\":1");
+        super::snapshot(b"\0{}");
+        super::snapshot(b"{\"version\":999}");
+        let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds");
+        for (target, run) in [
+            ("cursors", super::cursors as fn(&[u8])),
+            ("file_checkpoint", super::file_checkpoint),
+            ("snapshot", super::snapshot),
+        ] {
+            for entry in std::fs::read_dir(seeds.join(target)).unwrap() {
+                run(&std::fs::read(entry.unwrap().path()).unwrap());
+            }
+        }
     }
 }

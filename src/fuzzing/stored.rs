@@ -295,6 +295,91 @@ fn check_position(
     }
 }
 
+/// The spool's `cursors` file, as a crash or a bad disk may leave it: the raw bytes,
+/// and the same text under a correct checksum (so the parser, not the checksum, is
+/// what the bytes meet). What parses renders back to the same cursors: a cursor
+/// moved by a save and load would skip or repeat events.
+pub fn cursors(data: &[u8]) {
+    use crate::spool::cursors::{parse, render};
+    let _ = parse(data);
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(cursors) = parse(crate::spool::seal(text.to_owned()).as_bytes()) {
+        let again = render(&cursors);
+        assert_eq!(parse(again.as_bytes()), Ok(cursors), "{again:?}");
+    }
+}
+
+/// The file forwarder's checkpoint record, raw and sealed as for [`cursors`], then
+/// judged against an active file and spool end from the input: what parses renders
+/// back the same, and a cut never goes past the active file's length or the spool's
+/// end.
+pub fn file_checkpoint(data: &[u8]) {
+    use crate::forward::file::checkpoint::{FileId, Resume, parse, render};
+    let mut input = Input::new(data);
+    let active = FileId {
+        dev: input.u64() % 4,
+        ino: input.u64() % 4,
+    };
+    let active_len = input.u64();
+    let end = input.u64();
+    let rest = input.rest();
+    let _ = parse(rest);
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let Ok(record) = parse(crate::spool::seal(text.to_owned()).as_bytes()) else {
+        return;
+    };
+    assert_eq!(parse(render(&record).as_bytes()), Ok(record));
+    match record.resume(active, active_len, end) {
+        Resume::CutTo { len, next } => {
+            assert!(
+                len <= active_len,
+                "{record:?}: cut to {len} of {active_len}"
+            );
+            assert!(next <= end, "{record:?}: resume at {next} past {end}");
+        }
+        Resume::Keep(why) => assert!(!why.is_empty()),
+    }
+}
+
+/// A reconcile's saved state snapshot and pending snapshot (NUL between them) as
+/// a crash, a lying disk or another version may leave them, opened as `serve` opens
+/// them: never a panic; the snapshot is either taken or set aside, never left in
+/// place unread (the next save would keep a file nobody reads).
+pub fn snapshot(data: &[u8]) {
+    let mut parts = data.splitn(2, |b| *b == 0);
+    let saved = parts.next().unwrap_or_default();
+    let pending = parts.next();
+    let Ok(dir) = tempfile::tempdir() else {
+        return;
+    };
+    let path = crate::reconcile::snapshot::path(dir.path(), "node");
+    let pending_path = crate::reconcile::pending::path(dir.path(), "node");
+    for (file, bytes) in [(&path, Some(saved)), (&pending_path, pending)] {
+        let Some(bytes) = bytes else { continue };
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).expect("the snapshot directory");
+        }
+        std::fs::write(file, bytes).expect("the snapshot file");
+    }
+    let opened = runtime().block_on(crate::reconcile::snapshot::Snapshot::open(
+        dir.path(),
+        "node",
+        None,
+    ));
+    match opened {
+        Ok(snapshot) => assert!(
+            snapshot.known || !path.exists(),
+            "an unreadable snapshot stays in place"
+        ),
+        // Only a snapshot of a newer eventgate is refused, and it is left alone.
+        Err(_) => assert!(path.exists()),
+    }
+}
+
 /// The signer behind [`note`]'s verifier key; seeds sign with it.
 pub fn note_signer() -> crate::note::Signer {
     crate::note::Signer::from_seed("fuzz.example/log", &[7; 32])

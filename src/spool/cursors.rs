@@ -17,7 +17,7 @@ use super::files;
 
 const MAGIC: &str = "eventgate spool cursors 1";
 
-pub(super) type Cursors = BTreeMap<String, u64>;
+pub(crate) type Cursors = BTreeMap<String, u64>;
 
 /// `Ok(None)` when there is no file yet; `Err(problem)` when it cannot be trusted.
 pub(super) fn load(path: &Path) -> io::Result<Result<Option<Cursors>, String>> {
@@ -29,7 +29,7 @@ pub(super) fn load(path: &Path) -> io::Result<Result<Option<Cursors>, String>> {
     Ok(parse(&bytes).map(Some))
 }
 
-fn parse(bytes: &[u8]) -> Result<Cursors, String> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Cursors, String> {
     let mut lines = files::unseal(bytes)?.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("the first line is not {MAGIC:?}"));
@@ -45,7 +45,7 @@ fn parse(bytes: &[u8]) -> Result<Cursors, String> {
     Ok(cursors)
 }
 
-pub(super) fn render(cursors: &Cursors) -> String {
+pub(crate) fn render(cursors: &Cursors) -> String {
     let mut text = format!("{MAGIC}\n");
     for (name, seq) in cursors {
         text.push_str(&format!("{name} {seq}\n"));

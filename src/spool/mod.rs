@@ -20,7 +20,7 @@
 //! (`fsync = "batch"`), so concurrent publishers share an fdatasync.
 
 mod backlog;
-mod cursors;
+pub(crate) mod cursors;
 mod files;
 pub(crate) mod format;
 #[cfg(test)]

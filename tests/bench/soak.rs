@@ -64,4 +64,20 @@ fn a_short_soak_loses_nothing_acknowledged_and_says_so() {
     let csv = std::fs::read_to_string(out_dir.path().join("resources.csv")).expect("resources.csv");
     assert!(csv.lines().count() > 2, "{csv}");
     assert!(out_dir.path().join("soak.md").is_file());
+    // The machine-readable report says the same, and the growth check ran on a
+    // sample a second: it could have failed.
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out_dir.path().join("soak.json")).expect("soak.json"),
+    )
+    .expect("soak.json is JSON");
+    assert_eq!(json["verdict"], "PASS", "{json}");
+    assert_eq!(json["acknowledged"].as_u64(), Some(acked), "{json}");
+    assert_eq!(json["growth"]["run_checked"], true, "{json}");
+    assert!(json["samples"].as_u64().is_some_and(|n| n >= 30), "{json}");
+    assert_eq!(
+        json["exits"]["unexplained"],
+        serde_json::json!([]),
+        "{json}"
+    );
+    assert_eq!(json["sinks"]["sqlite"]["lost"], 0, "{json}");
 }

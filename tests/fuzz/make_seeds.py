@@ -416,10 +416,34 @@ def witness():
     write("witness", "cosignatures", f"\u2014 witness.example/w1 {cosig}\n\u2014 witness.example/w2 {cosig}\n")
 
 
+def state_files():
+    # The spool's cursors file and the file forwarder's checkpoint record, as the
+    # gateway writes them (the target seals the text itself), and damaged ones.
+    write("cursors", "two", "eventgate spool cursors 1\naudit 1042\nlog 1040\n")
+    write("cursors", "none", "eventgate spool cursors 1\n")
+    write("cursors", "bad-seq", "eventgate spool cursors 1\naudit -1\n")
+    write("cursors", "sealed", "eventgate spool cursors 1\naudit 7\ncrc32 00000000\n")
+    head = (1).to_bytes(8, "little") + (2).to_bytes(8, "little") + (10).to_bytes(8, "little") + (99).to_bytes(8, "little")
+    for name, text in [
+        ("active", "eventgate file checkpoint 1\nnext 42\nfile 1 2\nlen 10\nsealed 0\n"),
+        ("sealed", "eventgate file checkpoint 1\nnext 42\nfile 3 3\nlen 10\nsealed 1\n"),
+        ("past-end", "eventgate file checkpoint 1\nnext 100\nfile 1 2\nlen 10\nsealed 0\n"),
+        ("longer", "eventgate file checkpoint 1\nnext 5\nfile 1 2\nlen 99\nsealed 0\n"),
+    ]:
+        write("file_checkpoint", name, head + text.encode())
+    # A reconcile's saved snapshot, then NUL and a pending one.
+    state = '{"namespaces":{"default":{"containers":{"c1":{"image":"busybox","labels":{}}},"tasks":{"c1":{"pid":42,"status":"running"}}}}}'
+    write("snapshot", "saved", '{"version":1,"upstream":"node","next_seq":7,"state":%s}' % state)
+    write("snapshot", "with-pending", ('{"version":1,"upstream":"node","next_seq":7,"state":%s}\0'
+                                       '{"version":1,"upstream":"node","marker":"m","from_seq":7,"state":%s}') % (state, state))
+    write("snapshot", "newer", '{"version":99}')
+    write("snapshot", "torn", '{"version":1,"upstream":"node","next_')
+
+
 def main():
     if SEEDS.exists():
         shutil.rmtree(SEEDS)
-    for make in (filters, unary, render, spool, config, kafka, resume, cri, docker, note, witness):
+    for make in (filters, unary, render, spool, config, kafka, resume, cri, docker, note, witness, state_files):
         make()
     total = sum(f.stat().st_size for f in SEEDS.rglob("*") if f.is_file())
     print(f"seeds: {sum(1 for f in SEEDS.rglob('*') if f.is_file())} files, {total} bytes")

@@ -134,6 +134,10 @@ fn write(path: &Path, text: &str) -> Result<(), BenchError> {
 /// How long the end check waits for the sinks to catch up after the last fault.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How often the gateway's resources are sampled: often enough that even the short
+/// CI soak has samples to compare.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
 /// Everything the soak runs, owned by its one control loop.
 struct Rig {
     soak: Soak,
@@ -235,7 +239,7 @@ pub(crate) async fn run(soak: Soak) -> Result<Report, BenchError> {
         rig.gateway.ensure_running().await?;
         if Instant::now() >= next_sample {
             samples.extend(rig.gateway.sample(started));
-            next_sample += Duration::from_secs(10);
+            next_sample += SAMPLE_EVERY;
         }
         if Instant::now() >= next_fault {
             let fault = Fault::ALL[rng.random_range(0..Fault::ALL.len())];
@@ -299,6 +303,7 @@ impl Rig {
                 self.broker.listen().await?;
             }
             Fault::DiskFull => {
+                self.gateway.disk_fault_began();
                 let taken = faults::fill(&self.filler)?;
                 tokio::time::sleep(hold).await;
                 let alive = self.gateway.pid().is_some_and(|pid| {
@@ -310,6 +315,7 @@ impl Rig {
                     source,
                 })?;
                 tracing::info!(taken, alive, "disk freed");
+                self.gateway.disk_fault_ended();
                 self.gateway.ensure_running().await?;
             }
             Fault::SlowSink => {

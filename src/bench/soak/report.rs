@@ -74,19 +74,31 @@ fn grew(samples: &[&Sample]) -> Option<Vec<String>> {
     Some(grown)
 }
 
+/// A process is compared with itself once it lived this long: long enough for a
+/// leak of a few MiB a second to show above the slack, short enough that the
+/// short CI soak, where a fault restarts the gateway every ten seconds or so, has
+/// some.
+pub(super) const LONG_LIFE_S: f64 = 20.0;
+
 impl Report {
-    /// Processes that lived at least three minutes, sampled enough to compare.
+    /// Processes that lived at least [`LONG_LIFE_S`], sampled enough to compare.
     fn long_lives(&self) -> BTreeMap<usize, Vec<&Sample>> {
         let mut lives: BTreeMap<usize, Vec<&Sample>> = BTreeMap::new();
         for s in &self.samples {
             lives.entry(s.life).or_default().push(s);
         }
-        lives.retain(|_, v| v.last().is_some_and(|s| s.age >= 180.0));
+        lives.retain(|_, v| v.len() >= 6 && v.last().is_some_and(|s| s.age >= LONG_LIFE_S));
         lives
     }
 
+    /// Whether the growth checks had samples enough to say anything: the whole run
+    /// always needs them; a run without them fails rather than passing unchecked.
+    fn checked(&self) -> (bool, usize) {
+        (self.samples.len() >= 6, self.long_lives().len())
+    }
+
     /// Resource growth found: over the whole run (last third against second third
-    /// of all samples), and within each process that lived three minutes or more.
+    /// of all samples), and within each process that lived [`LONG_LIFE_S`] or more.
     pub(crate) fn growth(&self) -> Vec<String> {
         let all: Vec<&Sample> = self.samples.iter().collect();
         let mut found: Vec<String> = grew(&all)
@@ -106,6 +118,12 @@ impl Report {
         let mut failures = Vec::new();
         if self.acked == 0 {
             failures.push("no event was acknowledged".into());
+        }
+        if !self.checked().0 {
+            failures.push(format!(
+                "only {} resource samples: too few to check growth",
+                self.samples.len()
+            ));
         }
         for (name, sink) in [
             ("SQLite", &self.sqlite),
@@ -143,15 +161,63 @@ impl Report {
     }
 
     pub(crate) fn csv(&self) -> String {
-        let mut out = String::from("at_s,process,age_s,rss_kib,fds,threads\n");
+        let mut out =
+            String::from("at_s,process,age_s,rss_kib,fds,threads,spool_bytes,store_bytes\n");
         for s in &self.samples {
             let _ = writeln!(
                 out,
-                "{:.0},{},{:.0},{},{},{}",
-                s.at, s.life, s.age, s.rss_kib, s.fds, s.threads
+                "{:.1},{},{:.1},{},{},{},{},{}",
+                s.at, s.life, s.age, s.rss_kib, s.fds, s.threads, s.spool_bytes, s.store_bytes
             );
         }
         out
+    }
+
+    /// The figures and verdict as one JSON object (`soak.json`), for tools.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let sink = |s: &SinkCheck| {
+            serde_json::json!({
+                "lost": s.lost,
+                "duplicated": s.duplicated,
+                "unacknowledged_stored": s.unacknowledged,
+                "lost_examples": s.lost_examples,
+            })
+        };
+        let (run_checked, lives_checked) = self.checked();
+        let failures = self.failures();
+        serde_json::json!({
+            "duration_s": self.duration.as_secs_f64(),
+            "seed": self.seed,
+            "rate": self.rate,
+            "acknowledged": self.acked,
+            "refused": self.refused,
+            "upstream": { "published": self.upstream_published, "stored": self.upstream_stored },
+            "faults": self.faults.iter().map(|(f, n)| (f.label().to_owned(), *n)).collect::<BTreeMap<_, _>>(),
+            "processes": self.lives,
+            "exits": {
+                "killed": self.exits.killed,
+                "status_1_disk": self.exits.status_1,
+                "unexplained": self.exits.unexpected,
+                "failed_starts": self.exits.failed_starts,
+            },
+            "sinks": {
+                "sqlite": sink(&self.sqlite),
+                "file": sink(&self.file),
+                "kafka": sink(&self.kafka),
+            },
+            "chain_intact": self.chain_ok,
+            "drained_s": self.drained.map(|d| d.map(|d| d.as_secs_f64())),
+            "clean_stop": self.last_exit,
+            "samples": self.samples.len(),
+            "growth": {
+                "run_checked": run_checked,
+                "processes_checked": lives_checked,
+                "found": self.growth(),
+            },
+            "notes": self.notes,
+            "failures": failures,
+            "verdict": if failures.is_empty() { "PASS" } else { "FAIL" },
+        })
     }
 
     pub(crate) fn markdown(&self) -> String {
@@ -187,7 +253,7 @@ impl Report {
         }
         row("gateway processes (starts)", self.lives.to_string());
         row(
-            "gateway exits: SIGKILLed / status 1 (disk) / other / failed starts",
+            "gateway exits: SIGKILLed / status 1 in a disk fault / unexplained / failed starts",
             format!(
                 "{} / {} / {} / {}",
                 self.exits.killed,
@@ -257,17 +323,28 @@ impl Report {
         row("open fds min / median / max", figures(|s| s.fds));
         row("threads min / median / max", figures(|s| s.threads));
         let growth = self.growth();
+        let (_, lives_checked) = self.checked();
         row(
-            "resources bounded",
+            "resources bounded (the run, and each process that lived 20 s or more)",
             if growth.is_empty() {
-                "yes".into()
+                format!(
+                    "yes ({} samples; {lives_checked} processes compared with themselves)",
+                    self.samples.len()
+                )
             } else {
                 format!("NO: {}", growth.join("; "))
             },
         );
+        let last = self.samples.last();
+        row(
+            "spool / store MiB at the last sample",
+            last.map_or("no samples".into(), |s| {
+                format!("{} / {}", s.spool_bytes >> 20, s.store_bytes >> 20)
+            }),
+        );
         let _ = writeln!(
             out,
-            "\nRSS over time (max per tenth of the run, every 10 s sampled):\n"
+            "\nRSS over time (max per tenth of the run, sampled every second):\n"
         );
         let _ = writeln!(
             out,
@@ -311,5 +388,101 @@ impl Report {
             }
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(seconds: u64, lives: u64, rss_kib: impl Fn(f64) -> u64) -> Vec<Sample> {
+        (0..seconds)
+            .map(|at| {
+                let life = (at * lives / seconds) as usize;
+                let life_start = (life as u64 * seconds / lives) as f64;
+                Sample {
+                    at: at as f64,
+                    life,
+                    age: at as f64 - life_start,
+                    rss_kib: rss_kib(at as f64),
+                    fds: 40,
+                    threads: 12,
+                    spool_bytes: at << 20,
+                    store_bytes: at << 20,
+                }
+            })
+            .collect()
+    }
+
+    fn report(samples: Vec<Sample>) -> Report {
+        Report {
+            duration: Duration::from_secs(40),
+            seed: 1,
+            rate: 100.0,
+            acked: 10,
+            refused: BTreeMap::new(),
+            upstream_published: 0,
+            upstream_stored: 0,
+            faults: BTreeMap::new(),
+            sqlite: SinkCheck::default(),
+            file: SinkCheck::default(),
+            kafka: SinkCheck::default(),
+            chain_ok: true,
+            chain: String::new(),
+            exits: Exits::default(),
+            lives: 1,
+            last_exit: None,
+            drained: [None; 3],
+            samples,
+            notes: Vec::new(),
+        }
+    }
+
+    /// A 40-second run sampled every second: flat use passes; a leak of 5 MiB a
+    /// second fails it, over the run and within the one process that lived long
+    /// enough; too few samples fail rather than pass unchecked. (The slack, a fifth
+    /// plus 16 MiB, is what makes a short run catch only a fast leak.)
+    #[test]
+    fn the_growth_check_of_a_short_run_can_fail() {
+        let flat = report(samples(40, 1, |_| 60 << 10));
+        assert_eq!(flat.growth(), Vec::<String>::new());
+        assert!(flat.failures().is_empty(), "{:?}", flat.failures());
+        assert_eq!(flat.checked(), (true, 1));
+
+        let leak = report(samples(40, 1, |at| (60 << 10) + (at as u64) * (5 << 10)));
+        let found = leak.growth();
+        assert!(
+            found.iter().any(|g| g.starts_with("over the run: RSS")),
+            "{found:?}"
+        );
+        assert!(
+            found.iter().any(|g| g.starts_with("within process 0: RSS")),
+            "{found:?}"
+        );
+
+        // A restart every 21 s hides a per-process leak from the run's check, but
+        // not from a process that lived 20 s.
+        let two = report(samples(42, 2, |at| {
+            (60 << 10) + ((at as u64) % 21) * (8 << 10)
+        }));
+        assert!(
+            two.growth().iter().any(|g| g.starts_with("within process")),
+            "{:?}",
+            two.growth()
+        );
+
+        let short = report(samples(4, 1, |_| 60 << 10));
+        assert!(
+            short
+                .failures()
+                .iter()
+                .any(|f| f.contains("too few to check growth")),
+            "{:?}",
+            short.failures()
+        );
+        assert_eq!(
+            report(samples(40, 1, |_| 60 << 10)).json()["growth"]["run_checked"],
+            true
+        );
     }
 }

@@ -25,8 +25,8 @@ pub struct SoakBenchArgs {
     /// Publish calls per second over all publishers.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rate: u32,
-    /// Where the report (soak.md), the resource samples (resources.csv), the
-    /// gateway's config and log go.
+    /// Where the report (soak.md, and soak.json for tools), the resource samples
+    /// (resources.csv, one a second), the gateway's config and log go.
     #[arg(long, default_value = "soak-out")]
     pub out: PathBuf,
     /// The containerd binary (needs root).
@@ -77,6 +77,9 @@ pub(super) async fn run_soak(args: SoakBenchArgs) -> Result<ExitCode, CliError> 
     };
     write("soak.md", &markdown)?;
     write("resources.csv", &report.csv())?;
+    let mut json = report.json().to_string();
+    json.push('\n');
+    write("soak.json", &json)?;
     Ok(if report.failures().is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -29,7 +29,7 @@ const MAGIC: &str = "eventgate file checkpoint 1";
 
 /// Which file: device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct FileId {
+pub(crate) struct FileId {
     pub dev: u64,
     pub ino: u64,
 }
@@ -44,7 +44,7 @@ impl FileId {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Record {
+pub(crate) struct Record {
     /// The spool position everything before which is durable in the files.
     pub next: u64,
     pub file: FileId,
@@ -56,7 +56,7 @@ pub(super) struct Record {
 
 /// What to do with the active file before sending resumes.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Resume {
+pub(crate) enum Resume {
     /// Cut the active file to this length and resume at `next`.
     CutTo { len: u64, next: u64 },
     /// The record does not describe the active file (or the spool): keep the file,
@@ -67,7 +67,7 @@ pub(super) enum Resume {
 impl Record {
     /// What the record says about `active` (the active file's identity and length)
     /// for a pipeline resuming at `cursor` with a spool that ends at `end`.
-    pub(super) fn resume(&self, active: FileId, active_len: u64, end: u64) -> Resume {
+    pub(crate) fn resume(&self, active: FileId, active_len: u64, end: u64) -> Resume {
         if self.next > end {
             return Resume::Keep(format!(
                 "the checkpoint is at spool position {}, past the spool's end {end}",
@@ -97,7 +97,7 @@ impl Record {
     }
 }
 
-pub(super) fn render(record: &Record) -> String {
+pub(crate) fn render(record: &Record) -> String {
     seal(format!(
         "{MAGIC}\nnext {}\nfile {} {}\nlen {}\nsealed {}\n",
         record.next,
@@ -108,7 +108,7 @@ pub(super) fn render(record: &Record) -> String {
     ))
 }
 
-pub(super) fn parse(bytes: &[u8]) -> Result<Record, String> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Record, String> {
     let mut lines = unseal(bytes)?.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("the first line is not {MAGIC:?}"));

@@ -23,7 +23,7 @@
 //! shared with the periodic tick and shutdown).
 
 mod archive;
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod disk;
 pub(crate) mod metric_table;
 mod options;

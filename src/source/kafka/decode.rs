@@ -112,7 +112,8 @@ pub(crate) fn decode(
     format: Format,
     source: &Arc<str>,
 ) -> Result<Event, DecodeError> {
-    let (envelope, body) = match message.format(format)? {
+    let resolved = message.format(format)?;
+    let (envelope, body) = match resolved {
         Format::Protobuf => (protobuf(message)?, None),
         Format::CloudeventsBinary => (cloudevents_binary(message)?, None),
         Format::Json => {
@@ -150,12 +151,13 @@ pub(crate) fn decode(
     }
     .map(|node| crate::node::cut(node).to_owned());
     // A relayed event says how it entered its node in `node_source`; a node's own
-    // record in `source`.
+    // record in `source`. In a CloudEvents body `source` is the event's URI, not this.
     let node_source = match message.header("node_source")?.or(message.header("source")?) {
         Some(text) => Some(text),
-        None => field("node_source")
+        None if matches!(resolved, Format::Json) => field("node_source")
             .or(field("source"))
             .and_then(Value::as_str),
+        None => None,
     }
     .map(|text| match text.len() <= MAX_NODE_SOURCE {
         true => Ok(Arc::from(text)),
