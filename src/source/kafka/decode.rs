@@ -102,6 +102,15 @@ impl Message<'_> {
     }
 }
 
+/// Whether the spool's nanosecond count can hold `time` exactly.
+fn spoolable(time: SystemTime) -> bool {
+    let limit = u128::from(i64::MAX.unsigned_abs());
+    match time.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => after.as_nanos() <= limit,
+        Err(before) => before.duration().as_nanos() <= limit,
+    }
+}
+
 /// The longest node source kept (as the spool record keeps it): a source's
 /// description is a short configured name behind `upstream:` or `kafka:`.
 pub(crate) const MAX_NODE_SOURCE: usize = 255;
@@ -189,13 +198,27 @@ pub(crate) fn decode(
         None => None,
     };
     let received_at = match message.header("received_at")? {
-        Some(text) => Timestamp::from_str(text)
-            .ok()
-            .and_then(|ts| SystemTime::try_from(ts).ok())
-            .ok_or_else(|| DecodeError::Header {
-                name: "received_at",
-                problem: format!("{text:?} is not an RFC 3339 time"),
-            })?,
+        Some(text) => {
+            let time = Timestamp::from_str(text)
+                .ok()
+                .and_then(|ts| SystemTime::try_from(ts).ok())
+                .ok_or_else(|| DecodeError::Header {
+                    name: "received_at",
+                    problem: format!("{text:?} is not an RFC 3339 time"),
+                })?;
+            // The spool keeps it as nanoseconds in an i64: a time it cannot hold
+            // would come back another after a restart. No gateway accepted an event
+            // then.
+            if !spoolable(time) {
+                return Err(DecodeError::Header {
+                    name: "received_at",
+                    problem: format!(
+                        "{text:?} is outside the years 1678 to 2261 that a gateway's clock gives"
+                    ),
+                });
+            }
+            time
+        }
         None => SystemTime::now(),
     };
     let identity = Identity {
