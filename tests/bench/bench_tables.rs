@@ -1,4 +1,4 @@
-//! `bench exchange` and `bench forwarder` at tiny sizes, so the rows the README's
+//! `bench exchange` and `bench forwarder` at tiny sizes, so the rows docs/benchmarks.md's
 //! tables come from cannot rot: each row is produced, and says what it ran.
 
 use crate::support;
@@ -231,7 +231,7 @@ fn the_forwarder_benchmark_compares_each_sink_with_its_raw_baseline() {
     }
 }
 
-/// `bench fleet` at a tiny size: every row of the README's table is produced, each
+/// `bench fleet` at a tiny size: every row of docs/benchmarks.md's table is produced, each
 /// with a rate taken in and the plain consumer's rate from the same run.
 #[cfg(feature = "kafka-tests")]
 #[test]

@@ -1,4 +1,4 @@
-//! `eventgate bench central` at a tiny size, so the README's central-ingest and
+//! `eventgate bench central` at a tiny size, so docs/benchmarks.md's central-ingest and
 //! pod-timeline tables cannot rot: every row stores every event (the same rows), the
 //! two-gateway rows run two gateways, the ratios come from the run, and the
 //! timeline's summary says what its EXPLAIN shows. Needs tansu and PostgreSQL's server binaries.
