@@ -316,7 +316,7 @@ impl<'a> Row<'a> {
 
 /// The envelope's time when PostgreSQL can hold it (years 1 to 9999, as RFC 3339
 /// writes them); `timestamp` keeps the exact text either way.
-fn storable_time(timestamp: &prost_types::Timestamp) -> Option<SystemTime> {
+pub(crate) fn storable_time(timestamp: &prost_types::Timestamp) -> Option<SystemTime> {
     const YEAR_1: i64 = -62_135_596_800;
     const YEAR_10000: i64 = 253_402_300_800;
     if !(YEAR_1..YEAR_10000).contains(&timestamp.seconds) {

@@ -4,7 +4,7 @@
 //! conflict handling. The values are the ones the `postgres` forwarder's writer
 //! stages (`src/postgres/write.rs`); `event` and `labels` go in as jsonb.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bytes::BufMut;
 use futures::pin_mut;
@@ -74,14 +74,6 @@ impl<T: AsRef<str> + std::fmt::Debug> ToSql for Jsonb<T> {
     to_sql_checked!();
 }
 
-/// The envelope's time when PostgreSQL can hold it, as the writer keeps it.
-fn time_of(event: &Event) -> Option<SystemTime> {
-    let at = event.envelope.timestamp.as_ref()?;
-    let seconds = u64::try_from(at.seconds).ok()?;
-    let nanos = u32::try_from(at.nanos).ok()?;
-    UNIX_EPOCH.checked_add(std::time::Duration::new(seconds, nanos.min(999_999_999)))
-}
-
 /// One row's values, owned where the event does not hold them.
 struct Values<'a> {
     received: SystemTime,
@@ -102,7 +94,12 @@ impl<'a> Values<'a> {
             received: event.identity.received_at,
             id: uuid::Uuid::from_bytes(*event.identity.id.as_bytes()),
             seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
-            time: time_of(event),
+            // As the writer makes it.
+            time: event
+                .envelope
+                .timestamp
+                .as_ref()
+                .and_then(crate::postgres::write::storable_time),
             // jsonb has no \u0000 (the writer keeps such an event's payload only).
             event: row
                 .event
