@@ -71,6 +71,9 @@ value_format = "{format}"
 fn central(tansu: &Tansu, pg: &Postgres) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("eventgate.toml");
+    // A file of this gateway's own: tests run in parallel, each with its own server.
+    let password = dir.path().join("pg-password");
+    std::fs::write(&password, pg.password()).unwrap();
     std::fs::write(
         &config,
         format!(
@@ -80,7 +83,7 @@ fn central(tansu: &Tansu, pg: &Postgres) -> Gateway {
 name = "central"
 kind = "postgres"
 url = "postgres://postgres@127.0.0.1:{port}/history"
-password_env = "TEST_PG_PASSWORD"
+password_file = "{password}"
 tls = "disable"
 retry = {{ initial = "50ms", max = "500ms" }}
 
@@ -93,12 +96,11 @@ group = "centrals"
 offsets = "central"
 "#,
             port = pg.port(),
+            password = password.display(),
             brokers = tansu.brokers()
         ),
     )
     .unwrap();
-    // SAFETY: set before the central starts, the same value for the whole test.
-    unsafe { std::env::set_var("TEST_PG_PASSWORD", pg.password()) };
     Gateway::start_in(dir, &["--config", path_str(&config)])
 }
 

@@ -40,6 +40,9 @@ partitions = {PARTITIONS}
 fn central(tansu: &Tansu, pg: &Postgres, name: &str) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("eventgate.toml");
+    // A file of this gateway's own: tests run in parallel, each with its own server.
+    let password = dir.path().join("pg-password");
+    std::fs::write(&password, pg.password()).unwrap();
     std::fs::write(
         &config,
         format!(
@@ -47,7 +50,7 @@ fn central(tansu: &Tansu, pg: &Postgres, name: &str) -> Gateway {
 name = "central"
 kind = "postgres"
 url = "postgres://postgres@127.0.0.1:{port}/history"
-password_env = "TEST_PG_PASSWORD"
+password_file = "{password}"
 tls = "disable"
 writer = "{name}"
 retry = {{ initial = "50ms", max = "500ms" }}
@@ -62,12 +65,11 @@ offsets = "central"
 properties = {{ "session.timeout.ms" = "10000", "heartbeat.interval.ms" = "1000" }}
 "#,
             port = pg.port(),
+            password = password.display(),
             brokers = tansu.brokers()
         ),
     )
     .unwrap();
-    // SAFETY: set once per test process before any central starts, the same value.
-    unsafe { std::env::set_var("TEST_PG_PASSWORD", pg.password()) };
     Gateway::start_in(dir, &["--config", path_str(&config), "--node", name])
 }
 
