@@ -11,6 +11,11 @@ pub(crate) const METRICS: &[Metric] = &[
         "Rows the PostgreSQL forwarder handled, by outcome (inserted; duplicate: stored before; fenced: read from a Kafka partition another gateway has claimed since, left to it).",
     ),
     Metric::counter(
+        "eventgate_postgres_batches_total",
+        Count,
+        "PostgreSQL forwarder batches committed with rows, by path (direct: one COPY into events; staged: a batch holding, or following one that held, events stored before, written through the staging table with ON CONFLICT DO NOTHING).",
+    ),
+    Metric::counter(
         "eventgate_postgres_errors_total",
         Count,
         "PostgreSQL forwarder batches that failed and were rolled back, by class (retryable, permanent).",

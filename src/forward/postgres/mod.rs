@@ -156,6 +156,11 @@ impl Forwarder for PostgresForwarder {
             };
             match written {
                 Ok(written) => {
+                    if written.kept > 0 {
+                        let path = if written.staged { "staged" } else { "direct" };
+                        metrics::counter!("eventgate_postgres_batches_total", "forwarder" => self.name.to_string(), "path" => path)
+                            .increment(1);
+                    }
                     rows("inserted", written.inserted);
                     rows("duplicate", written.duplicates);
                     rows("fenced", written.fenced);
