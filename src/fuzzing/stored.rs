@@ -387,7 +387,11 @@ pub fn note_signer() -> crate::note::Signer {
 
 /// A checkpoints file for `audit verify --checkpoints` (signed notes, or the file
 /// forwarder's JSON lines carrying them), read and opened with a verifier key; and
-/// the same bytes as one note and as a verifier key.
+/// the same bytes as one note and as a verifier key. Then an archive made from the
+/// input: genuine checkpoints signed with the key, in either format, with what an
+/// archive picks up on its way (CRs, a byte order mark, blank lines, notes shipped
+/// twice, other lines between JSON lines, a torn tail after the notes): every
+/// genuine checkpoint is read back, once, in order, with its values.
 pub fn note(data: &[u8]) {
     let verifiers = [note_signer().verifier()];
     let _ = crate::note::open_bytes(data, &verifiers);
@@ -396,6 +400,112 @@ pub fn note(data: &[u8]) {
         let _ = crate::note::Signer::from_text(text.trim_end());
     }
     let _ = crate::store::verify::shipped::read(data, "checkpoints", &verifiers);
+    archive_keeps_every_genuine_note(data);
+}
+
+fn archive_keeps_every_genuine_note(data: &[u8]) {
+    use crate::store::checkpoint::Checkpoint;
+    let mut input = Input::new(data);
+    let signer = note_signer();
+    let json = input.byte() & 1 == 1;
+    let crlf = input.byte() & 1 == 1;
+    let mut archive = Vec::new();
+    if input.byte() & 1 == 1 {
+        archive.extend_from_slice("\u{feff}".as_bytes());
+    }
+    let newline: &[u8] = if crlf { b"\r\n" } else { b"\n" };
+    let mut expected: Vec<Checkpoint> = Vec::new();
+    let mut junk = false;
+    for n in 0..usize::from(input.byte() % 6) {
+        let row_id = i64::try_from(input.u64() >> 2).unwrap_or(0);
+        let with_hash = input.byte() & 1 == 1;
+        let checkpoint = Checkpoint {
+            node: format!("node-{}", input.byte() % 3),
+            store: "audit".to_owned(),
+            row_id,
+            seq: with_hash.then_some(row_id),
+            hash: with_hash.then(|| {
+                let mut hash = crate::store::chain::ZERO;
+                hash[..8].copy_from_slice(&row_id.to_be_bytes());
+                hash
+            }),
+            pruned_rows: 0,
+            time: UNIX_EPOCH + Duration::from_secs(1_700_000_000 + input.u64() % 1_000_000_000),
+            prev: None,
+            tree: None,
+        };
+        let Ok(note) = signer.sign(&checkpoint.to_text()) else {
+            return;
+        };
+        let copies = 1 + usize::from(input.byte() % 2);
+        for _ in 0..copies {
+            for _ in 0..input.byte() % 3 {
+                archive.extend_from_slice(newline);
+            }
+            if json {
+                let line = serde_json::json!({
+                    "topic": crate::store::checkpoint::TOPIC,
+                    "seq": n,
+                    "event": { "note": note },
+                });
+                archive.extend_from_slice(line.to_string().as_bytes());
+                archive.extend_from_slice(newline);
+                // Another line between checkpoint lines: any bytes but a newline.
+                let other = input.chunk();
+                if !other.is_empty() {
+                    junk = true;
+                    archive.extend(other.iter().filter(|&&b| b != b'\n'));
+                    archive.extend_from_slice(newline);
+                }
+            } else {
+                for line in note.split_inclusive('\n') {
+                    archive.extend_from_slice(line.trim_end_matches('\n').as_bytes());
+                    archive.extend_from_slice(newline);
+                }
+            }
+        }
+        if !expected.contains(&checkpoint) {
+            expected.push(checkpoint);
+        }
+    }
+    // A torn tail: whatever the rest of the input is, after a blank line.
+    let tail = input.rest();
+    if !tail.is_empty() {
+        junk = true;
+        archive.extend_from_slice(newline);
+        archive.extend_from_slice(tail);
+    }
+    let Ok(shipped) =
+        crate::store::verify::shipped::read(archive.as_slice(), "archive", &[signer.verifier()])
+    else {
+        // Refused whole (too large): impossible at these sizes.
+        panic!("an archive of {} bytes was refused", archive.len());
+    };
+    let found: Vec<&Checkpoint> = shipped.checkpoints.iter().map(|s| &s.checkpoint).collect();
+    // The input's own bytes may hold notes too (never one signed by the key, which
+    // the fuzzer cannot make): the genuine ones are all there, in order, once.
+    let mut rest = found.iter().filter(|c| expected.contains(c));
+    for checkpoint in &expected {
+        assert_eq!(
+            rest.next(),
+            Some(&checkpoint),
+            "a genuine checkpoint was not read back in order (json: {json}, crlf: {crlf}) from\n{}",
+            String::from_utf8_lossy(&archive)
+        );
+    }
+    if !junk {
+        assert_eq!(
+            found.len(),
+            expected.len(),
+            "only the genuine notes are read"
+        );
+        assert!(
+            shipped.forged.is_none() && shipped.malformed.is_none(),
+            "a genuine note was refused: {:?} {:?}",
+            shipped.forged,
+            shipped.malformed
+        );
+    }
 }
 
 #[cfg(test)]

@@ -279,12 +279,16 @@ pub(super) fn read_at_most(
         }
         number += 1;
         let line = buffer.strip_suffix(b"\r").unwrap_or(&buffer);
+        // A byte order mark, as some editors write, is not content: not part of the
+        // first note's text nor of the first JSON line.
+        let line = match number {
+            1 => line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line),
+            _ => line,
+        };
         let format = match format {
             Some(format) => format,
             None => {
                 let start = line.trim_ascii_start();
-                // A byte order mark, as some editors write, is not content.
-                let start = start.strip_prefix("\u{feff}".as_bytes()).unwrap_or(start);
                 if start.is_empty() && !long {
                     continue;
                 }

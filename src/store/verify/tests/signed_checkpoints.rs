@@ -158,6 +158,13 @@ fn an_intact_store_verifies_against_its_checkpoints_in_every_format_and_order() 
         (as_json_lines(&reversed), Format::JsonLines),
         (as_consumer_records(&notes), Format::JsonLines),
         (as_kcat_records(&notes), Format::JsonLines),
+        // A byte order mark before the first note or the first line, as an editor
+        // saving the file may put there.
+        (format!("\u{feff}{}", as_text(&notes)), Format::Notes),
+        (
+            format!("\u{feff}{}", as_consumer_records(&notes)),
+            Format::JsonLines,
+        ),
     ] {
         let verified = check_input(store.path(), &input, &keys).unwrap();
         assert_eq!(verified.report.problem, None, "{input}");
