@@ -157,6 +157,14 @@ pub trait Forwarder: Send + Sync + 'static {
     fn close(&self) -> BoxFuture<'_, Result<(), ForwardError>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// Work on a batch that needs no sink (rendering what `send` will write, into the
+    /// events' own caches), done while the batch before it is being sent: the
+    /// pipeline calls it for a batch it read ahead from the spool. It may be skipped;
+    /// `send` must not depend on it. The default does nothing.
+    fn prepare(&self, batch: &Batch) {
+        let _ = batch;
+    }
 }
 
 /// What a forwarder kind gets to build one forwarder.

@@ -74,6 +74,11 @@ impl DeliveryMeters {
 }
 
 impl Delivery {
+    /// The forwarder the stack calls.
+    pub(super) fn forwarder(&self) -> Arc<dyn Forwarder> {
+        Arc::clone(&self.forwarder)
+    }
+
     /// `stack` calls `forwarder`; the forwarder itself is closed at the end.
     pub(super) fn new(
         common: &Common,

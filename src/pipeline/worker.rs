@@ -26,6 +26,8 @@ pub(super) struct Worker {
     health: Arc<Health>,
     stop: CancellationToken,
     meters: WorkerMeters,
+    /// The backlog batch after the one being delivered, read while it was.
+    prefetched: Option<Next>,
 }
 
 /// The worker's own series, looked up once per forwarder.
@@ -69,6 +71,7 @@ impl Worker {
             health: Arc::clone(&common.health),
             stop: common.stop.clone(),
             meters: WorkerMeters::new(&common.name),
+            prefetched: None,
         }
     }
 
@@ -97,7 +100,7 @@ impl Worker {
             let cursor = self.cursor.position();
             // What was sent since the last checkpoint is sent again from the spool.
             self.cursor.forget_pending();
-            let lost = self.intake.restart_from(cursor);
+            let lost = self.restart_from(cursor);
             self.health
                 .attempt_failed(restarts, "the worker panicked; restarting".to_owned());
             tracing::error!(
@@ -164,7 +167,30 @@ impl Worker {
             self.health
                 .batch_started(batch.events().first().map(|e| e.identity.received_at));
             let delivered_before = report.delivered;
-            let finished = self.delivery.deliver_isolating(batch, report).await;
+            let finished = if from_backlog.is_some() {
+                // Reading and decoding the next batch from the spool overlaps this
+                // one's delivery instead of following it: the sink is not kept
+                // waiting between batches while the worker catches up.
+                let forwarder = self.delivery.forwarder();
+                let (finished, read) =
+                    tokio::join!(self.delivery.deliver_isolating(batch, report), async {
+                        let read = self.intake.read_backlog().await;
+                        if let FromBacklog::Read(Next::Backlog(next, _)) = &read {
+                            // Skipped if it panics: `send` renders what it needs under
+                            // the delivery's isolation anyway.
+                            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                                forwarder.prepare(next);
+                            }));
+                        }
+                        read
+                    },);
+                if let FromBacklog::Read(next) = read {
+                    self.prefetched = Some(next);
+                }
+                finished
+            } else {
+                self.delivery.deliver_isolating(batch, report).await
+            };
             let (depth, bytes) = self.intake.depth();
             self.meters.queue_events.set(depth as f64);
             self.meters.queue_bytes.set(bytes as f64);
@@ -193,6 +219,9 @@ impl Worker {
     /// dead letters due for redelivery sent first. `None` at shutdown (queue closed
     /// and drained) or at the deadline.
     async fn next(&mut self) -> Option<Next> {
+        if let Some(next) = self.prefetched.take() {
+            return Some(next);
+        }
         match self.intake.read_backlog().await {
             FromBacklog::Read(next) => return Some(next),
             FromBacklog::Closed => return None,
@@ -249,7 +278,7 @@ impl Worker {
         };
         // The sink is back at its last checkpoint: read everything after it from the
         // spool again, after the pause.
-        self.intake.restart_from(self.cursor.position());
+        self.restart_from(self.cursor.position());
         tokio::select! {
             biased;
             () = self.stop.cancelled() => return false,
@@ -257,6 +286,13 @@ impl Worker {
         }
         self.resume().await;
         false
+    }
+
+    /// Reads on from `cursor` (in the spool): nothing read past it before is kept,
+    /// the prefetched batch included. Returns the events dropped from memory.
+    fn restart_from(&mut self, cursor: u64) -> usize {
+        self.prefetched = None;
+        self.intake.restart_from(cursor)
     }
 
     /// Asks the sink where to send from, now that everything from the cursor on will

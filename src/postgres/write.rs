@@ -61,6 +61,10 @@ pub(crate) const COLUMNS: &[(&str, Type)] = &[
     ("node_source", Type::TEXT),
 ];
 
+/// The temporary table a batch holding events stored before goes through (each
+/// connection has its own).
+pub(crate) const STAGING: &str = "eventgate_staging";
+
 /// What one batch did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Written {
@@ -113,10 +117,6 @@ impl Writer {
         }
     }
 
-    pub(crate) fn target(&self) -> &Target {
-        &self.target
-    }
-
     /// The open connection, connecting (and migrating) first when there is none or
     /// the last one broke.
     pub(crate) async fn client(&mut self) -> Result<&mut Client, PostgresError> {
@@ -125,9 +125,9 @@ impl Writer {
             self.client = None;
             let mut client = self.target.connect().await?;
             client
-                .batch_execute(
+                .batch_execute(&format!(
                     "SET TIME ZONE 'UTC';
-                     CREATE TEMP TABLE IF NOT EXISTS eventgate_staging (
+                     CREATE TEMP TABLE IF NOT EXISTS {STAGING} (
                          received timestamptz, id uuid, seq bigint, timestamp text,
                          time timestamptz, received_at text, namespace text, topic text,
                          type_url text, payload bytea, event jsonb, source text,
@@ -137,8 +137,8 @@ impl Writer {
                          container_name text, container_kind text, image text, labels jsonb,
                          node text, node_seq bigint, reconciled_from text, reason text,
                          written_by text, node_source text
-                     ) ON COMMIT DELETE ROWS",
-                )
+                     ) ON COMMIT DELETE ROWS"
+                ))
                 .await?;
             migrate::migrate(&mut client).await?;
             // Partitions made or dropped while disconnected are looked at anew.
@@ -237,11 +237,11 @@ async fn write_batch(
         Some(copied) => copied,
         None if rows.is_empty() => 0,
         None => {
-            copy_rows(&tx, "eventgate_staging", &rows).await?;
+            copy_rows(&tx, STAGING, &rows).await?;
             let names = column_names();
             tx.execute(
                 &format!(
-                    "INSERT INTO events ({names}) SELECT {names} FROM eventgate_staging
+                    "INSERT INTO events ({names}) SELECT {names} FROM {STAGING}
                      ON CONFLICT DO NOTHING"
                 ),
                 &[],
@@ -410,6 +410,12 @@ pub(crate) fn storable_time(timestamp: &prost_types::Timestamp) -> Option<System
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "bench")]
+    use crate::bench::postgres::{Cluster, find_bin};
+    #[cfg(feature = "bench")]
+    use crate::proto::containerd::events::TaskExit;
+    #[cfg(feature = "bench")]
+    use crate::testing::{event, workload};
 
     #[test]
     fn only_times_postgres_holds_are_kept() {
@@ -452,16 +458,8 @@ mod tests {
         let ours: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
         assert_eq!(ours, columns);
     }
-}
 
-/// Against a real server: the benchmark's own cluster (`bench` feature).
-#[cfg(all(test, feature = "bench"))]
-mod server_tests {
-    use super::*;
-    use crate::bench::postgres::{Cluster, find_bin};
-    use crate::proto::containerd::events::TaskExit;
-    use crate::testing::{event, workload};
-
+    #[cfg(feature = "bench")]
     fn events(
         seqs: &[u64],
         ids: &mut std::collections::HashMap<u64, Arc<Event>>,
@@ -491,6 +489,8 @@ mod server_tests {
 
     /// A batch holding events stored before stores the others once, in seq order;
     /// the batch after it is staged, and the one after a clean staged batch is not.
+    /// Against a real server: the benchmark's own cluster (`bench` feature).
+    #[cfg(feature = "bench")]
     #[tokio::test]
     #[ignore = "needs PostgreSQL's server binaries; run tests/run.sh"]
     async fn a_batch_with_events_stored_before_stores_the_rest_once_in_order() {

@@ -124,12 +124,12 @@ impl Row {
             Row::Raw { connections } => format!(
                 "tokio-postgres binary COPY straight into the partitioned `events` (no staging, \
                  no ON CONFLICT), {batch} rows per transaction, {connections} connection(s) \
-                 splitting the rows; rows built before the clock"
+                 splitting the rows; the events decoded and their JSON rendered before the clock"
             ),
             Row::Writer => format!(
-                "`postgres::write::Writer` in-process, batches of {batch}: COPY into its \
-                 temporary staging table, then INSERT ... ON CONFLICT DO NOTHING, one \
-                 transaction per batch"
+                "`postgres::write::Writer` in-process, batches of {batch}, one transaction per \
+                 batch: COPY straight into `events` under a savepoint (none of the rows is \
+                 stored before, so never the staging table and ON CONFLICT)"
             ),
             Row::Gateways { gateways, setup } => {
                 let batched = match batch {

@@ -494,7 +494,7 @@ fn print_ingest(
         None,
     );
     ratio(
-        "forwarder's writer alone / raw COPY (staging table + INSERT ... ON CONFLICT)",
+        "forwarder's writer alone / raw COPY (its savepoint and row building)",
         Row::Writer,
         raw,
         None,

@@ -1,5 +1,6 @@
 //! The `postgres` forwarder: every event as one row of a PostgreSQL audit store
-//! ([`crate::postgres`]), one transaction per batch, on one connection.
+//! ([`crate::postgres`]), one transaction per batch, on one connection, written on a
+//! thread of its own ([`thread`]).
 //!
 //! The server may be down at start, restart, or refuse the login: the forwarder
 //! starts anyway, each batch connects if it must, and a failure is retryable (the
@@ -11,18 +12,19 @@
 
 pub(crate) mod metric_table;
 mod retention;
+mod thread;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
-use tokio::sync::Mutex;
 
 use super::{Batch, BuildError, Context, ErrorKind, ForwardError, Forwarder, Kind, Options};
 use crate::postgres::write::Writer;
-use crate::postgres::{ConnectOptions, Period, PostgresError};
+use crate::postgres::{ConnectOptions, Period, PostgresError, Target};
 use retention::{Pruner, RetentionOptions};
+use thread::WriterThread;
 
 /// `[[forwarder]] kind = "postgres"` keys.
 #[derive(Debug, Deserialize)]
@@ -117,10 +119,22 @@ impl Kind for PostgresKind {
                 .retention
                 .as_ref()
                 .map(|r| Pruner::start(Arc::clone(&name), target.clone(), r));
-            let writer = Writer::new(target, options.partition, writer_name, Arc::clone(&name));
+            let writer = Writer::new(
+                target.clone(),
+                options.partition,
+                writer_name,
+                Arc::clone(&name),
+            );
+            let writer = WriterThread::start(&name, writer).map_err(|e| {
+                BuildError::start(
+                    format!("forwarder {name}: cannot start its writer thread"),
+                    e,
+                )
+            })?;
             Ok(Arc::new(PostgresForwarder {
                 name,
-                writer: Mutex::new(writer),
+                target,
+                writer,
                 pruner: std::sync::Mutex::new(pruner),
             }) as Arc<dyn Forwarder>)
         })
@@ -133,19 +147,27 @@ impl Kind for PostgresKind {
 
 pub(crate) struct PostgresForwarder {
     name: Arc<str>,
-    /// One connection; the pipeline sends one batch at a time, and a retry waits here
-    /// for an attempt that timed out but is still running.
-    writer: Mutex<Writer>,
+    target: Target,
+    /// One connection; the pipeline sends one batch at a time.
+    writer: WriterThread,
     pruner: std::sync::Mutex<Option<Pruner>>,
 }
 
 impl Forwarder for PostgresForwarder {
     fn send<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), ForwardError>> {
         Box::pin(async move {
-            let mut writer = self.writer.lock().await;
             let (first_seq, last_seq) = batch.seq_range();
             let started = Instant::now();
-            let written = writer.write(batch.events()).await;
+            let written = match self.writer.write(batch.events()).await {
+                Ok(written) => written,
+                Err(stopped) => {
+                    return Err(ForwardError {
+                        kind: ErrorKind::Retryable,
+                        message: format!("forwarder {}: {stopped}", self.name),
+                        source: Some(Box::new(stopped)),
+                    });
+                }
+            };
             metrics::histogram!("eventgate_postgres_transaction_seconds", "forwarder" => self.name.to_string())
                 .record(started.elapsed().as_secs_f64());
             let rows = |outcome: &'static str, n: u64| {
@@ -175,9 +197,17 @@ impl Forwarder for PostgresForwarder {
                     }
                     Ok(())
                 }
-                Err(error) => Err(self.failed(&writer, error, first_seq, last_seq, batch.len())),
+                Err(error) => Err(self.failed(error, first_seq, last_seq, batch.len())),
             }
         })
+    }
+
+    /// The rows' JSON, the one costly part of a row, is rendered here, off the
+    /// transaction's path.
+    fn prepare(&self, batch: &Batch) {
+        for event in batch.events() {
+            let _ = event.payload_json();
+        }
     }
 
     fn close(&self) -> BoxFuture<'_, Result<(), ForwardError>> {
@@ -190,7 +220,7 @@ impl Forwarder for PostgresForwarder {
             if let Some(pruner) = pruner {
                 pruner.stop().await;
             }
-            self.writer.lock().await.disconnect();
+            self.writer.close().await;
             tracing::info!(forwarder = %self.name, "postgres store closed");
             Ok(())
         })
@@ -200,7 +230,6 @@ impl Forwarder for PostgresForwarder {
 impl PostgresForwarder {
     fn failed(
         &self,
-        writer: &Writer,
         error: PostgresError,
         first_seq: u64,
         last_seq: u64,
@@ -212,7 +241,7 @@ impl PostgresForwarder {
             .increment(1);
         tracing::warn!(
             forwarder = %self.name,
-            store = %writer.target().describe(),
+            store = %self.target.describe(),
             first_seq,
             last_seq,
             events,
@@ -227,7 +256,7 @@ impl PostgresForwarder {
             } else {
                 ErrorKind::Permanent
             },
-            message: format!("postgres store {}: {error}", writer.target().describe()),
+            message: format!("postgres store {}: {error}", self.target.describe()),
             source: Some(Box::new(error)),
         }
     }
