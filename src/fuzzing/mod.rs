@@ -537,11 +537,13 @@ pub fn config(data: &[u8]) {
     let _ = serve.config();
 }
 
+mod admin;
 mod managers;
 mod proofs;
 mod stored;
 mod witness;
 
+pub use admin::admin;
 pub use managers::{cri, docker};
 pub use proofs::proof;
 pub use stored::{
@@ -552,6 +554,19 @@ pub use witness::witness;
 
 #[cfg(test)]
 mod tests {
+    /// The admin target's seeds (each endpoint, /ui's parameters, Last-Event-ID,
+    /// /reload without the token) hold its properties against a whole gateway.
+    #[test]
+    fn the_admin_seeds_hold() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/admin");
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            super::admin(&std::fs::read(entry.unwrap().path()).unwrap());
+            seeds += 1;
+        }
+        assert!(seeds >= 10);
+    }
+
     /// The note target's archive oracle holds on inputs of every shape it reads
     /// (both formats, CRLF, duplicates, lines between, torn tails), and the
     /// committed seeds.

@@ -440,10 +440,36 @@ def state_files():
     write("snapshot", "torn", '{"version":1,"upstream":"node","next_')
 
 
+def admin():
+    # Raw HTTP requests to the admin listener: /ui's parameters and reads, the live
+    # page's Last-Event-ID, /reload without the token, the other endpoints.
+    def get(target, headers=""):
+        return "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (target, headers)
+    for name, request in [
+        ("events-filter", get("/ui/api/events?filter=topic%3D%3D%22%2Ftasks%2Fexit%22&limit=5&since=2024-01-01T00:00:00Z")),
+        ("events-bad-params", get("/ui/api/events?filter=event.exit_status%3D%3D1&filter=namespace~%3D%22%5Bk%22&after=abc&limit=-1")),
+        ("timeline-svg", get("/ui/api/timeline.svg?pod=web-0&ns=default&group=container&since=yesterday")),
+        ("timeline-html-bad", get("/ui/api/timeline.html?group=%zz&until=2024-13-40T00:00:00Z")),
+        ("export-csv", get("/ui/api/export?format=csv&filter=namespace%3D%3Ddefault")),
+        ("fleet", get("/ui/api/fleet?since=1h")),
+        ("live-last-event-id", get("/ui/api/live?filter=topic%3D%3D%22%2Ftasks%2Fexit%22", "Last-Event-ID: 3\r\n")),
+        ("live-last-event-id-huge", get("/ui/api/live", "Last-Event-ID: 99999999999999999999999\r\n")),
+        ("event-one", get("/ui/api/event/1")),
+        ("event-bad", get("/ui/api/event/%2e%2e")),
+        ("reload-wrong-token", "POST /reload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer not-the-token-0000000000\r\nContent-Length: 0\r\n\r\n"),
+        ("reload-get", get("/reload")),
+        ("readyz-verbose", get("/readyz?verbose")),
+        ("status", get("/status")),
+        ("metrics-delete", "DELETE /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("bad-chunk", get("/ui", "Transfer-Encoding: chunked\r\n") + "zz\r\n"),
+    ]:
+        write("admin", name, request)
+
+
 def main():
     if SEEDS.exists():
         shutil.rmtree(SEEDS)
-    for make in (filters, unary, render, spool, config, kafka, resume, cri, docker, note, witness, state_files):
+    for make in (filters, unary, render, spool, config, kafka, resume, cri, docker, note, witness, state_files, admin):
         make()
     total = sum(f.stat().st_size for f in SEEDS.rglob("*") if f.is_file())
     print(f"seeds: {sum(1 for f in SEEDS.rglob('*') if f.is_file())} files, {total} bytes")
