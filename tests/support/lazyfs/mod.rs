@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use state::State;
-pub use state::Stats;
+pub use state::{Stats, Writeback};
 
 /// The file system mounted at a directory, with its state kept across cuts.
 pub struct Mount {
@@ -88,6 +88,29 @@ impl Mount {
         self.unmount()?;
         self.state().cut();
         self.mount()
+    }
+
+    /// The power cut at the boundary [`Mount::freeze_after`] named (or now, if it has
+    /// not passed), unsynced data treated as `writeback` says.
+    pub fn cut_with(&mut self, writeback: Writeback) -> io::Result<()> {
+        self.unmount()?;
+        self.state().cut_with(writeback);
+        self.mount()
+    }
+
+    /// Syncs and renames since the mount (`state/boundary.rs`).
+    pub fn boundaries(&self) -> u64 {
+        self.state().boundaries()
+    }
+
+    /// The next cut restores the moment right after the `n`th boundary from now.
+    pub fn freeze_after(&self, n: u64) {
+        self.state().freeze_after(n);
+    }
+
+    /// When the frozen boundary passed.
+    pub fn frozen_at(&self) -> Option<std::time::Instant> {
+        self.state().frozen_at()
     }
 
     /// When a file now in `dir` (relative to the mount) was last synced.

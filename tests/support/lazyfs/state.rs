@@ -15,7 +15,10 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
+mod boundary;
 mod sync;
+
+pub use boundary::Writeback;
 
 pub const ROOT: u64 = 1;
 
@@ -101,6 +104,9 @@ pub struct State {
     /// When each file was last synced (`fsync` or `fdatasync`).
     synced_at: HashMap<u64, Instant>,
     pub stats: Stats,
+    /// Syncs and renames done since the mount (see `boundary.rs`).
+    boundaries: u64,
+    freeze: Option<boundary::Freeze>,
 }
 
 impl Default for State {
@@ -122,6 +128,8 @@ impl State {
             next_ino: ROOT + 1,
             synced_at: HashMap::new(),
             stats: Stats::default(),
+            boundaries: 0,
+            freeze: None,
         }
     }
 
@@ -286,6 +294,7 @@ impl State {
             dir.nlink += 1;
         }
         self.node_mut(ino)?.ctime = now;
+        self.boundary();
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 
 use super::Mount;
-use super::state::{Kind, ROOT, State};
+use super::state::{Kind, ROOT, State, Writeback};
 
 fn name(s: &str) -> &OsStr {
     OsStr::new(s)
@@ -111,6 +111,87 @@ fn model_an_unlink_without_a_directory_sync_is_undone() {
     s.fsync_dir(ROOT).unwrap();
     s.cut();
     assert_eq!(s.resolve("f"), Err(libc::ENOENT));
+}
+
+/// A file with `old` synced and `new` written after it, not synced.
+fn unsynced(old: &[u8], new: &[u8]) -> State {
+    let mut s = State::new();
+    let f = s.make(ROOT, name("f"), Kind::File, 0o640, (0, 0)).unwrap();
+    s.write(f, 0, old).unwrap();
+    s.fsync(f, true).unwrap();
+    s.fsync_dir(ROOT).unwrap();
+    s.write(f, 0, new).unwrap();
+    s
+}
+
+#[test]
+fn model_every_sync_and_rename_is_a_boundary_and_a_cut_restores_the_frozen_one() {
+    let mut s = State::new();
+    let f = s.make(ROOT, name("f"), Kind::File, 0o640, (0, 0)).unwrap();
+    s.freeze_after(3);
+    s.write(f, 0, b"one").unwrap();
+    s.fsync(f, true).unwrap(); // 1
+    s.fsync_dir(ROOT).unwrap(); // 2
+    s.write(f, 3, b" two").unwrap();
+    s.fsync(f, false).unwrap(); // 3: frozen here
+    assert!(s.frozen_at().is_some());
+    s.write(f, 7, b" three").unwrap();
+    s.fsync(f, true).unwrap(); // 4
+    let g = s.make(ROOT, name("g"), Kind::File, 0o640, (0, 0)).unwrap();
+    s.fsync(g, false).unwrap(); // 5
+    s.rename(ROOT, name("g"), ROOT, name("h"), false).unwrap(); // 6
+    s.fsync_dir(ROOT).unwrap(); // 7
+    assert_eq!(s.boundaries(), 7);
+    s.cut_with(Writeback::Dropped);
+    assert_eq!(content(&s, "f").as_deref(), Some(&b"one two"[..]));
+    assert_eq!(s.resolve("h"), Err(libc::ENOENT));
+    // Counted from now: a cut during what follows a cut.
+    s.freeze_after(1);
+    assert_eq!(s.frozen_at(), None);
+}
+
+#[test]
+fn model_a_torn_cut_keeps_a_prefix_of_the_unsynced_bytes() {
+    let (old, new) = (&b"0123456789"[..], &b"0123456789abcdefghij"[..]);
+    let mut kept = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let mut s = unsynced(old, new);
+        s.cut_with(Writeback::Torn { seed });
+        let data = content(&s, "f").unwrap();
+        assert!(
+            data.len() >= old.len() && new.starts_with(&data),
+            "{data:?}"
+        );
+        kept.insert(data.len());
+    }
+    assert!(
+        kept.len() > 5,
+        "the tears fall in different places: {kept:?}"
+    );
+}
+
+#[test]
+fn model_a_reordered_cut_keeps_any_pages_and_holes_read_as_zeros() {
+    let old = vec![1u8; 4096];
+    let new: Vec<u8> = [vec![1u8; 4096], vec![2u8; 4096], vec![3u8; 4096]].concat();
+    let mut shapes = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let mut s = unsynced(&old, &new);
+        s.cut_with(Writeback::Reordered { seed });
+        let data = content(&s, "f").unwrap();
+        assert!(data.len() == old.len() || data.len() == new.len());
+        assert_eq!(data[..4096], old[..]);
+        let pages: Vec<u8> = data.chunks(4096).skip(1).map(|page| page[0]).collect();
+        for (i, &first) in pages.iter().enumerate() {
+            assert!(first == 0 || first == new[(i + 1) * 4096], "{pages:?}");
+        }
+        shapes.insert(pages);
+    }
+    // Both sizes, holes before written pages and the other way round.
+    assert!(
+        shapes.contains(&vec![0, 3]) && shapes.contains(&vec![2, 0]),
+        "{shapes:?}"
+    );
 }
 
 fn mounted() -> (tempfile::TempDir, Mount) {

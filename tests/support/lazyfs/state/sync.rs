@@ -32,6 +32,7 @@ impl State {
                 ..live
             };
         }
+        self.boundary();
         Ok(())
     }
 
@@ -52,6 +53,7 @@ impl State {
             .or_insert_with(|| live.hollow());
         durable.entries = live.entries;
         self.collect_durable();
+        self.boundary();
         Ok(())
     }
 
