@@ -14,6 +14,8 @@
 use crate::support;
 // Only this test mounts it: kept out of `support/mod.rs` so the other test binaries
 // do not build and link FUSE.
+#[path = "power_cut/boundaries.rs"]
+mod boundaries;
 #[path = "../support/lazyfs/mod.rs"]
 mod lazyfs;
 #[path = "power_cut/rig.rs"]
