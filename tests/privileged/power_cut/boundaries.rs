@@ -1,7 +1,8 @@
 //! A power cut at every sync boundary of a short workload (issue 43), instead of at
 //! random moments: the workload (a new gateway on lazyfs, the SQLite store and the
-//! log file, ten events published one after another, every checkpoint taken) is run
-//! once to count its boundaries (each fsync, fdatasync, directory fsync and rename),
+//! log file, fifty events published one after another, every checkpoint taken) is run
+//! once to count its boundaries (each fsync, fdatasync, directory fsync and rename;
+//! spool segments of 4 KiB, so that they roll and are deleted in it),
 //! then once per boundary with the cut frozen right after it
 //! (`lazyfs::Mount::freeze_after`). Unsynced data at the cut is dropped, torn or
 //! written back out of order, in turn; every third run is cut again during the
@@ -18,7 +19,8 @@ use super::rig::{Rig, stored};
 use super::support::config::Config;
 use super::support::*;
 
-const EVENTS: usize = 10;
+/// Enough for the 4 KiB segments to roll twice and the first to be deleted.
+const EVENTS: usize = 50;
 
 /// What one run of the workload saw.
 struct Run {
@@ -28,6 +30,8 @@ struct Run {
     frozen: bool,
     /// Events acknowledged before the cut point.
     kept: usize,
+    /// The spool's segments when the gateway stopped at the end.
+    segments: Vec<String>,
 }
 
 fn writeback(n: u64) -> Writeback {
@@ -68,6 +72,7 @@ async fn cut_at(point: Option<u64>, writeback: Writeback, recovery: Option<u64>)
     }
     let checkpoint = "checkpoint = { interval = \"50ms\" }\n";
     let config = Config::new()
+        .toml("[spool]\nsegment_bytes = \"4KiB\"\n")
         .sqlite("audit", "audit.db", checkpoint)
         .file("log", "events.jsonl", checkpoint)
         .write(dir.path());
@@ -144,6 +149,11 @@ async fn cut_at(point: Option<u64>, writeback: Writeback, recovery: Option<u64>)
     }
     let status = rig.gateway.terminate();
     assert!(status.success(), "{what}: {}", rig.gateway.stderr_text());
+    let mut segments: Vec<String> = std::fs::read_dir(data.join("spool/segments"))
+        .expect("the spool's segments")
+        .filter_map(|entry| Some(entry.ok()?.file_name().to_string_lossy().into_owned()))
+        .collect();
+    segments.sort();
     let verified = eventgate()
         .args(["audit", "verify", "--db"])
         .arg(&db)
@@ -159,6 +169,7 @@ async fn cut_at(point: Option<u64>, writeback: Writeback, recovery: Option<u64>)
         boundaries,
         frozen: frozen_at.is_some(),
         kept: kept.len(),
+        segments,
     }
 }
 
@@ -167,8 +178,17 @@ async fn a_cut_at_every_sync_and_rename_of_a_short_run_loses_nothing_acknowledge
     let _one = super::ONE_AT_A_TIME.lock().await;
     let whole = cut_at(None, Writeback::Dropped, None).await;
     assert_eq!(whole.kept, EVENTS);
+    // The segments rolled, and the first was deleted once both sinks had it.
     assert!(
-        whole.boundaries > 2 * EVENTS as u64,
+        whole
+            .segments
+            .first()
+            .is_some_and(|first| first != &format!("{:020}.log", 1)),
+        "segments at the end: {:?}",
+        whole.segments
+    );
+    assert!(
+        whole.boundaries > EVENTS as u64,
         "a workload of {} boundaries",
         whole.boundaries
     );
