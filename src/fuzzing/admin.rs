@@ -46,7 +46,8 @@ fn served() -> &'static Served {
         let socket = dir.join("eventgate.sock");
         let text = format!(
             "node = \"fuzz\"\ndata_dir = {data:?}\n[exchange]\nsocket = {socket:?}\n\
-             [admin]\nlisten = \"127.0.0.1:0\"\nreload_token_file = {token:?}\n",
+             [admin]\nlisten = \"127.0.0.1:0\"\nreload_token_file = {token:?}\n\
+             [spool]\nsegment_bytes = \"1MiB\"\n",
             data = dir.display().to_string(),
             socket = socket.display().to_string(),
             token = token.display().to_string(),
