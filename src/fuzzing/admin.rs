@@ -31,6 +31,11 @@ struct Served {
 fn served() -> &'static Served {
     static SERVED: OnceLock<Served> = OnceLock::new();
     SERVED.get_or_init(|| {
+        // libFuzzer's own `main` runs the target, not Rust's, which would have set
+        // SIGPIPE aside: a write to a connection the server already closed (an
+        // answered 400, say) would otherwise end the process without a word.
+        // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         let dir = tempfile::tempdir().expect("a temporary directory").keep();
         let token = dir.join("reload.token");
         // Not in any input the fuzzer starts from, and too long to be found.
