@@ -138,6 +138,8 @@ fn exchange(addr: SocketAddr, request: &[u8], whole: bool, done: bool) -> Option
                 }
             }
             Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => break,
+            // libFuzzer's timer signal interrupts a blocking read.
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
             Err(error) => panic!("no answer within {ANSWER:?}: {error}"),
         }
     }
