@@ -10,8 +10,10 @@
 //! dropping the write on the caller's thread would, and the next write starts on a
 //! new connection ([`Writer::write`]).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures::FutureExt as _;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::event::Event;
@@ -21,7 +23,9 @@ use crate::postgres::write::{Writer, Written};
 enum Command {
     Write {
         events: Vec<Arc<Event>>,
-        reply: oneshot::Sender<Result<Written, PostgresError>>,
+        /// A panic in the write comes back as its payload, to be raised again on
+        /// the caller's side, where the pipeline isolates the event at fault.
+        reply: oneshot::Sender<std::thread::Result<Result<Written, PostgresError>>>,
     },
     Close(oneshot::Sender<()>),
 }
@@ -49,8 +53,10 @@ impl WriterThread {
                     while let Some(command) = received.recv().await {
                         match command {
                             Command::Write { events, mut reply } => {
+                                // A panicked write leaves the writer marked
+                                // interrupted: the next one starts on a new connection.
                                 let written = tokio::select! {
-                                    written = writer.write(&events) => Some(written),
+                                    written = AssertUnwindSafe(writer.write(&events)).catch_unwind() => Some(written),
                                     () = reply.closed() => None,
                                 };
                                 if let Some(written) = written {
@@ -70,6 +76,7 @@ impl WriterThread {
     }
 
     /// Writes `events` in one transaction on the thread, after the writes sent before.
+    /// A panic in the write is raised again here.
     pub(crate) async fn write(
         &self,
         events: &[Arc<Event>],
@@ -81,7 +88,10 @@ impl WriterThread {
                 reply,
             })
             .map_err(|_| Stopped)?;
-        answer.await.map_err(|_| Stopped)
+        match answer.await.map_err(|_| Stopped)? {
+            Ok(written) => Ok(written),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     /// Closes the connection and ends the thread once the writes sent before are done.
