@@ -242,7 +242,7 @@ async fn write_batch(
             tx.execute(
                 &format!(
                     "INSERT INTO events ({names}) SELECT {names} FROM {STAGING}
-                     ON CONFLICT DO NOTHING"
+                     ORDER BY seq ON CONFLICT DO NOTHING"
                 ),
                 &[],
             )
