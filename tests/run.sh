@@ -59,7 +59,7 @@ cargo clippy --locked --all-targets --all-features -- -D warnings
 
 # Every test group (tests/<group>/main.rs), each behind the feature naming what it
 # needs (Cargo.toml): all of it is installed above. --include-ignored for the unit
-# tests the library itself marks (a broker in src/bench).
+# tests the library itself marks (a broker and PostgreSQL servers src/bench starts).
 features=bench,fuzzing,tools-tests,containerd-tests,kafka-tests,postgres-tests,privileged-tests,browser-tests
 cargo build --all-targets --locked --features "$features"
 cargo test --lib --bins --examples --test plain --test tools --test kafka --test postgres \

@@ -384,6 +384,15 @@ fn clip_to(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// Whether a record keeps `time` exactly: as nanoseconds since the epoch in an i64
+/// (the years 1678 to 2261); [`unix_nanos`] clamps anything else.
+pub(crate) fn holds_time(time: SystemTime) -> bool {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_nanos()).is_ok(),
+        Err(before) => i64::try_from(before.duration().as_nanos()).is_ok(),
+    }
+}
+
 fn unix_nanos(time: SystemTime) -> i64 {
     match time.duration_since(UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),

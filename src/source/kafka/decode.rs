@@ -102,15 +102,6 @@ impl Message<'_> {
     }
 }
 
-/// Whether the spool's nanosecond count can hold `time` exactly.
-fn spoolable(time: SystemTime) -> bool {
-    let limit = u128::from(i64::MAX.unsigned_abs());
-    match time.duration_since(std::time::UNIX_EPOCH) {
-        Ok(after) => after.as_nanos() <= limit,
-        Err(before) => before.duration().as_nanos() <= limit,
-    }
-}
-
 /// The longest node source kept (as the spool record keeps it): a source's
 /// description is a short configured name behind `upstream:` or `kafka:`.
 pub(crate) const MAX_NODE_SOURCE: usize = 255;
@@ -209,7 +200,7 @@ pub(crate) fn decode(
             // The spool keeps it as nanoseconds in an i64: a time it cannot hold
             // would come back another after a restart. No gateway accepted an event
             // then.
-            if !spoolable(time) {
+            if !crate::spool::record::holds_time(time) {
                 return Err(DecodeError::Header {
                     name: "received_at",
                     problem: format!(
