@@ -554,17 +554,25 @@ pub use witness::witness;
 
 #[cfg(test)]
 mod tests {
+    /// Runs `target` on each committed seed of `name` (tests/fuzz/seeds/NAME);
+    /// returns how many there were.
+    fn each_seed(name: &str, target: fn(&[u8])) -> usize {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fuzz/seeds")
+            .join(name);
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            target(&std::fs::read(entry.unwrap().path()).unwrap());
+            seeds += 1;
+        }
+        seeds
+    }
+
     /// The admin target's seeds (each endpoint, /ui's parameters, Last-Event-ID,
     /// /reload without the token) hold its properties against a whole gateway.
     #[test]
     fn the_admin_seeds_hold() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/admin");
-        let mut seeds = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            super::admin(&std::fs::read(entry.unwrap().path()).unwrap());
-            seeds += 1;
-        }
-        assert!(seeds >= 10);
+        assert!(each_seed("admin", super::admin) >= 10);
     }
 
     /// The note target's archive oracle holds on inputs of every shape it reads
@@ -584,23 +592,14 @@ mod tests {
             let input: Vec<u8> = (0..len).map(|_| next().to_le_bytes()[0]).collect();
             super::note(&input);
         }
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/note");
-        for entry in std::fs::read_dir(dir).unwrap() {
-            super::note(&std::fs::read(entry.unwrap().path()).unwrap());
-        }
+        each_seed("note", super::note);
     }
 
     /// Every committed seed of the filter target keeps its properties (the query
     /// agreeing with the matcher included), and the seeds reach both kinds of plan.
     #[test]
     fn the_filter_seeds_hold() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/filter");
-        let mut seeds = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            super::filter(&std::fs::read(entry.unwrap().path()).unwrap());
-            seeds += 1;
-        }
-        assert!(seeds > 10);
+        assert!(each_seed("filter", super::filter) > 10);
         for text in [
             "topic==\"/tasks/exit\"",
             "namespace~=\"^k8s\"",
@@ -624,10 +623,7 @@ mod tests {
     #[test]
     fn the_unary_seeds_hold_and_a_publish_is_spooled() {
         use prost::Message as _;
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds/unary");
-        for entry in std::fs::read_dir(dir).unwrap() {
-            super::unary(&std::fs::read(entry.unwrap().path()).unwrap());
-        }
+        each_seed("unary", super::unary);
         let request = crate::proto::containerd::services::events::v1::PublishRequest {
             topic: "/tasks/exit".into(),
             event: None,
@@ -658,15 +654,8 @@ mod tests {
         super::snapshot(b"{\"version\":1");
         super::snapshot(b"\0{}");
         super::snapshot(b"{\"version\":999}");
-        let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/seeds");
-        for (target, run) in [
-            ("cursors", super::cursors as fn(&[u8])),
-            ("file_checkpoint", super::file_checkpoint),
-            ("snapshot", super::snapshot),
-        ] {
-            for entry in std::fs::read_dir(seeds.join(target)).unwrap() {
-                run(&std::fs::read(entry.unwrap().path()).unwrap());
-            }
-        }
+        each_seed("cursors", super::cursors);
+        each_seed("file_checkpoint", super::file_checkpoint);
+        each_seed("snapshot", super::snapshot);
     }
 }
