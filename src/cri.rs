@@ -162,6 +162,8 @@ pub(crate) fn managed_of(container: &cri::Container) -> ManagedContainer {
         exit: None,
         workload: None,
         image: String::new(),
+        started_at: None,
+        restart_count: None,
     }
 }
 

@@ -2,8 +2,10 @@
 //! (its name, the image reference the user ran, its labels) and for what dockerd
 //! keeps that containerd deleted (a container's exit, until `docker rm`).
 //!
-//! Two calls are used: the list of every container (`GET /containers/json?all=1`),
-//! and one container's inspect (`GET /containers/{id}/json`), on a unix socket. The
+//! Three calls are used: the list of every container (`GET /containers/json?all=1`),
+//! one container's inspect (`GET /containers/{id}/json`), and the event log dockerd
+//! keeps in memory (`GET /events` with `since` and `until`: its last 256 events, of
+//! every kind), on a unix socket. The
 //! paths carry no API version: dockerd answers them in its own (1.41 for 20.10, and
 //! later ones alike), and only the few fields read here are decoded, so a field some
 //! version adds or spells differently elsewhere in the answer changes nothing.
@@ -25,6 +27,7 @@ use thiserror::Error;
 
 use crate::event::Workload;
 use crate::reconcile::managed::{ManagedExit, ManagedStatus};
+use crate::reconcile::runs::{Action, EventLog, Logged};
 
 /// Where `docker = "auto"` looks for dockerd.
 pub(crate) const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
@@ -35,6 +38,14 @@ pub(crate) const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
 /// The most containers a list may name.
 pub(crate) const MAX_CONTAINERS: usize = 16 * 1024;
+
+/// The most events dockerd keeps in memory (its `eventsLimit`): the log read for a
+/// gap holds this many at most, the oldest dropped first.
+pub(crate) const LOG_CAPACITY: usize = 256;
+
+/// The most events read from the log: a dockerd that sends more than it keeps is
+/// not the one described here.
+const MAX_LOGGED: usize = 4 * LOG_CAPACITY;
 
 /// dockerd's reason for an exit it saw the kernel's OOM killer cause.
 pub(crate) const OOM_KILLED: &str = "OOMKilled";
@@ -80,6 +91,8 @@ pub(crate) enum DockerError {
     },
     #[error("dockerd lists {count} containers, more than the {MAX_CONTAINERS} read")]
     TooMany { count: usize },
+    #[error("dockerd's event log sent more than {MAX_LOGGED} events")]
+    TooManyEvents,
     #[error("dockerd's Engine API is read on a unix socket, not {address:?}")]
     NotUnix { address: String },
 }
@@ -112,6 +125,11 @@ pub(crate) struct Inspected {
     pub created_at: Option<SystemTime>,
     /// The last run's end, once it exited.
     pub exit: Option<ManagedExit>,
+    /// When the run under way started, while it runs.
+    pub started_at: Option<SystemTime>,
+    /// How many times dockerd's restart policy restarted it since it was last
+    /// started by hand (`docker start` and `docker restart` set it back to 0).
+    pub restart_count: Option<u64>,
 }
 
 impl Listed {
@@ -199,6 +217,25 @@ impl DockerClient {
             Some(body) => parse_inspect(&body).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The events dockerd still holds up to `until` (which must be past, or dockerd
+    /// would wait for it), oldest first.
+    pub(crate) async fn events(&self, until: SystemTime) -> Result<EventLog, DockerError> {
+        const CALL: &str = "the event log";
+        let until = until.duration_since(UNIX_EPOCH).unwrap_or_default();
+        // `since` from the epoch's first second: every event the log holds.
+        let path = format!(
+            "/events?since=1&until={}.{:09}",
+            until.as_secs(),
+            until.subsec_nanos()
+        );
+        let body = self.get(CALL, &path).await?.ok_or(DockerError::Refused {
+            call: CALL,
+            status: 404,
+            message: "not found".into(),
+        })?;
+        parse_events(&body)
     }
 
     /// GETs `path`: the body of a 2xx answer, `None` for 404.
@@ -354,6 +391,8 @@ struct RawInspect {
     state: Option<RawState>,
     #[serde(rename = "Config", default)]
     config: Option<RawConfig>,
+    #[serde(rename = "RestartCount", default)]
+    restart_count: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -386,9 +425,12 @@ pub(crate) fn parse_inspect(body: &[u8]) -> Result<Inspected, DockerError> {
         image: None,
         labels: None,
     });
-    let (status, exit) = match raw.state {
+    let (status, exit, started_at) = match raw.state {
         Some(state) => {
             let status = status_of(state.status.as_deref().unwrap_or_default());
+            let started_at = (status == ManagedStatus::Running)
+                .then(|| state.started_at.as_deref().and_then(time))
+                .flatten();
             let exit = (status == ManagedStatus::Exited).then(|| ManagedExit {
                 started_at: state.started_at.as_deref().and_then(time),
                 finished_at: state.finished_at.as_deref().and_then(time),
@@ -402,9 +444,9 @@ pub(crate) fn parse_inspect(body: &[u8]) -> Result<Inspected, DockerError> {
                     .unwrap_or(false)
                     .then(|| OOM_KILLED.to_owned()),
             });
-            (status, exit)
+            (status, exit, started_at)
         }
-        None => (ManagedStatus::Unknown, None),
+        None => (ManagedStatus::Unknown, None, None),
     };
     Ok(Inspected {
         name: raw
@@ -417,8 +459,88 @@ pub(crate) fn parse_inspect(body: &[u8]) -> Result<Inspected, DockerError> {
         status,
         created_at: raw.created.as_deref().and_then(time),
         exit,
+        started_at,
+        restart_count: raw.restart_count.and_then(|c| u64::try_from(c).ok()),
         id: raw.id,
     })
+}
+
+/// One message of the event log as the Engine API spells it (only what is read).
+#[derive(Deserialize)]
+struct RawMessage {
+    #[serde(rename = "Type", default)]
+    kind: Option<String>,
+    #[serde(rename = "Action", default)]
+    action: Option<String>,
+    #[serde(rename = "Actor", default)]
+    actor: Option<RawActor>,
+    #[serde(rename = "timeNano", default)]
+    time_nano: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct RawActor {
+    #[serde(rename = "ID", default)]
+    id: Option<String>,
+    #[serde(rename = "Attributes", default)]
+    attributes: Option<BTreeMap<String, String>>,
+}
+
+/// The event log's answer: one JSON message after another. Messages of other kinds
+/// (images, networks, volumes) count for the log's oldest event only; a container
+/// message without a time or an exit code it should have is garbage.
+pub(crate) fn parse_events(body: &[u8]) -> Result<EventLog, DockerError> {
+    const CALL: &str = "the event log";
+    let mut log = EventLog::default();
+    for message in serde_json::Deserializer::from_slice(body).into_iter::<RawMessage>() {
+        let message = message.map_err(|source| DockerError::Garbage { call: CALL, source })?;
+        log.events += 1;
+        if log.events > MAX_LOGGED {
+            return Err(DockerError::TooManyEvents);
+        }
+        let garbage = |what: &str| DockerError::Garbage {
+            call: CALL,
+            source: <serde_json::Error as serde::de::Error>::custom(what),
+        };
+        let at = message
+            .time_nano
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0)
+            .map(|n| UNIX_EPOCH + Duration::from_nanos(n))
+            .ok_or_else(|| garbage("an event without timeNano"))?;
+        if log.oldest.is_none_or(|oldest| at < oldest) {
+            log.oldest = Some(at);
+        }
+        if message.kind.as_deref() != Some("container") {
+            continue;
+        }
+        let actor = message.actor.unwrap_or(RawActor {
+            id: None,
+            attributes: None,
+        });
+        let action = match message.action.as_deref() {
+            Some("start") => Action::Start,
+            Some("oom") => Action::Oom,
+            Some("die") => {
+                let code = actor
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get("exitCode"))
+                    .and_then(|c| c.parse::<i32>().ok())
+                    .ok_or_else(|| garbage("a die event without an exitCode"))?;
+                Action::Die(code)
+            }
+            _ => continue,
+        };
+        let Some(id) = actor.id.filter(|id| !id.is_empty()) else {
+            return Err(garbage("a container event without an ID"));
+        };
+        log.containers
+            .entry(id)
+            .or_default()
+            .push(Logged { at, action });
+    }
+    Ok(log)
 }
 
 /// The name `docker ps` shows: the first of `Names` that is the container's own

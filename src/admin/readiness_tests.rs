@@ -263,6 +263,7 @@ fn a_manager_that_failed_is_named_on_its_upstream_s_line_and_keeps_the_gateway_r
             address: "/run/containerd/containerd.sock".into(),
             outcome: ManagerOutcome::Failed("the CRI's ListContainers failed: deadline".into()),
             at: now(),
+            log: None,
         },
         ManagerReport {
             name: "docker",
@@ -273,6 +274,7 @@ fn a_manager_that_failed_is_named_on_its_upstream_s_line_and_keeps_the_gateway_r
                 status_calls: 1,
             },
             at: now(),
+            log: None,
         },
     ];
     let readiness = evaluate_with(&[node], &[], spool(10));

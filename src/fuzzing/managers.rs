@@ -25,15 +25,17 @@ pub fn cri(data: &[u8]) {
         }
         containers.insert(container.id.clone(), managed);
     }
-    fold(Witness::Cri, containers, data.len());
+    fold(Witness::Cri, containers, None, data.len());
 }
 
-/// What dockerd answers its container list and an inspect with (JSON, the input
-/// split at the first NUL), read with the client's caps and folded.
+/// What dockerd answers its container list, an inspect and its event log with
+/// (JSON, the input split at the first two NULs), read with the client's caps and
+/// folded.
 pub fn docker(data: &[u8]) {
-    let mut pieces = data.splitn(2, |&b| b == 0);
+    let mut pieces = data.splitn(3, |&b| b == 0);
     let list = pieces.next().unwrap_or_default();
     let inspect = pieces.next().unwrap_or_default();
+    let log = crate::docker::parse_events(pieces.next().unwrap_or_default()).ok();
     let mut containers = BTreeMap::new();
     if let Ok(listed) = crate::docker::parse_list(list) {
         for container in listed {
@@ -43,6 +45,8 @@ pub fn docker(data: &[u8]) {
                 exit: None,
                 workload: Some(container.workload()),
                 image: container.image.clone(),
+                started_at: None,
+                restart_count: None,
             };
             containers.insert(container.id, managed);
         }
@@ -56,19 +60,28 @@ pub fn docker(data: &[u8]) {
                 exit: None,
                 workload: None,
                 image: String::new(),
+                started_at: None,
+                restart_count: None,
             });
         entry.workload = Some(inspected.workload());
         entry.image = inspected.image.clone();
         entry.created_at = inspected.created_at.or(entry.created_at);
         entry.status = inspected.status;
         entry.exit = inspected.exit;
+        entry.started_at = inspected.started_at;
+        entry.restart_count = inspected.restart_count;
     }
-    fold(Witness::Docker, containers, data.len());
+    fold(Witness::Docker, containers, log, data.len());
 }
 
 /// Folds a manager's containers into a daemon state that has some of them (every
 /// other one with a task), against an empty and a populated record.
-fn fold(from: Witness, containers: BTreeMap<String, ManagedContainer>, salt: usize) {
+fn fold(
+    from: Witness,
+    containers: BTreeMap<String, ManagedContainer>,
+    log: Option<crate::reconcile::runs::EventLog>,
+    salt: usize,
+) {
     let namespace = match from {
         Witness::Docker => managed::DOCKER_NAMESPACE,
         _ => "k8s.io",
@@ -86,6 +99,7 @@ fn fold(from: Witness, containers: BTreeMap<String, ManagedContainer>, salt: usi
     let view = ManagerView {
         from,
         containers: Some(containers),
+        log,
     };
     for recorded in [NodeState::default(), daemon.clone()] {
         let exits = managed::recorded_exits(&recorded);
@@ -96,5 +110,17 @@ fn fold(from: Witness, containers: BTreeMap<String, ManagedContainer>, salt: usi
         }
         let mut folded = daemon.clone();
         managed::fold(&mut folded, &recorded, &view);
+        // The changes that tell a manager's runs come in the order they happened.
+        let found = crate::reconcile::diff::diff(&recorded, &folded, &Default::default());
+        let times: Vec<_> = found
+            .changes
+            .iter()
+            .filter(|c| c.from == from)
+            .filter_map(|c| c.daemon_time)
+            .collect();
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "a manager's runs told out of order: {found:?}"
+        );
     }
 }

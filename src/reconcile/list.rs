@@ -165,6 +165,7 @@ pub async fn list_node(channel: Channel, timeout: Duration) -> Result<NodeState,
             containers,
             tasks,
             images,
+            gap_runs: Default::default(),
         };
         node.namespaces.insert(namespace.name, state);
     }

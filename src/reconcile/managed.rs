@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
+use super::runs::{self, EventLog, Last, Seen};
 use super::state::{ContainerState, NodeState, TaskState, TaskStatus};
 use crate::event::{Witness, Workload};
 
@@ -49,6 +50,11 @@ pub(crate) struct ManagedContainer {
     pub workload: Option<Workload>,
     /// The image reference the user ran (dockerd; containerd's record has none).
     pub image: String,
+    /// When the run under way started, where a status call said (dockerd).
+    pub started_at: Option<SystemTime>,
+    /// Runs its restart policy made since it was last started by hand, where a
+    /// status call said (dockerd's `RestartCount`).
+    pub restart_count: Option<u64>,
 }
 
 /// The run that ended, from a manager's per-container status.
@@ -68,6 +74,8 @@ pub(crate) struct ManagerView {
     /// By container id; `None` when the manager could not be listed: what the
     /// record already took from it is kept, and nothing new is told.
     pub containers: Option<BTreeMap<String, ManagedContainer>>,
+    /// dockerd's event log up to the reconcile's lists, where it could be read.
+    pub log: Option<EventLog>,
 }
 
 /// The containers whose exit the record already has (a task stopped with its
@@ -230,6 +238,16 @@ fn fold_docker(daemon: &mut NodeState, recorded: &NodeState, view: &ManagerView)
             if container.workload.is_none() {
                 container.workload = managed.workload.clone();
             }
+            // containerd keeps no start time: the record's (its `/tasks/start`) for
+            // the same task, or dockerd's.
+            if let Some(task) = ns.tasks.get_mut(id)
+                && task.started_at.is_none()
+            {
+                task.started_at = recorded_task
+                    .filter(|r| r.pid == task.pid && !r.deleted && r.started_at.is_some())
+                    .and_then(|r| r.started_at)
+                    .or(managed.started_at);
+            }
             if !ns.tasks.contains_key(id)
                 && let Some(task) = folded_task(Witness::Docker, Some(Some(managed)), recorded_task)
             {
@@ -259,6 +277,23 @@ fn fold_docker(daemon: &mut NodeState, recorded: &NodeState, view: &ManagerView)
         };
         ns.containers.insert(id.clone(), container);
         ns.tasks.insert(id.clone(), task);
+    }
+    for (id, managed) in containers {
+        let last = match ns.tasks.get(id) {
+            Some(task) if !task.deleted && task.status != TaskStatus::Stopped => Last::Running,
+            _ if managed.status == ManagedStatus::Exited => Last::Exited,
+            _ => Last::Other,
+        };
+        let seen = Seen {
+            id,
+            recorded: recorded_ns.and_then(|r| r.tasks.get(id)),
+            created_at: managed.created_at,
+            last,
+            restart_count: managed.restart_count,
+        };
+        if let Some(found) = runs::gap_runs(&seen, view.log.as_ref()) {
+            ns.gap_runs.insert(id.clone(), found);
+        }
     }
     if ns.containers.is_empty() && ns.tasks.is_empty() && ns.images.is_empty() {
         let had = recorded.namespaces.contains_key(DOCKER_NAMESPACE);

@@ -46,6 +46,8 @@ fn exited_cri(status: ManagedStatus, run: Option<(u64, u64, i32, &str)>) -> Mana
         }),
         workload: None,
         image: String::new(),
+        started_at: None,
+        restart_count: None,
     }
 }
 
@@ -150,6 +152,7 @@ fn kubernetes_gap() -> (NodeState, NodeState, ManagerView) {
                 exited_cri(ManagedStatus::Exited, Some((31, 40, 5, "Error"))),
             ),
         ])),
+        log: None,
     };
     (recorded, daemon, view)
 }
@@ -204,6 +207,7 @@ fn the_cri_tells_the_runs_containerd_deleted_in_the_order_they_happened() {
         ManagerView {
             from: Witness::Cri,
             containers: None,
+            log: None,
         },
     ] {
         let mut next = plain.clone();
@@ -227,6 +231,7 @@ fn an_oom_kill_is_told_before_its_exit() {
             "c".into(),
             exited_cri(ManagedStatus::Exited, Some((2, 9, 137, "OOMKilled"))),
         )])),
+        log: None,
     };
     fold(&mut daemon, &recorded, &view);
     let found = diff(&recorded, &daemon, &BTreeSet::new());
@@ -249,6 +254,7 @@ fn without_the_cri_a_deleted_task_s_exit_is_unknown_as_before() {
         &ManagerView {
             from: Witness::Cri,
             containers: None,
+            log: None,
         },
     );
     let found = diff(&recorded, &daemon, &BTreeSet::new());
@@ -276,12 +282,15 @@ fn dockerd_s_exited_containers_are_told_created_run_and_deleted_once() {
         }),
         workload: Workload::from_record("busybox", [("app".to_owned(), "web".to_owned())]),
         image: "busybox".into(),
+        started_at: None,
+        restart_count: None,
     };
     let recorded = node(DOCKER_NAMESPACE, |_| {});
     let mut daemon = node(DOCKER_NAMESPACE, |_| {});
     let view = ManagerView {
         from: Witness::Docker,
         containers: Some(BTreeMap::from([("d".into(), docker(Some((2, 3, 7, ""))))])),
+        log: None,
     };
     fold(&mut daemon, &recorded, &view);
     let found = diff(&recorded, &daemon, &BTreeSet::new());
@@ -302,21 +311,25 @@ fn dockerd_s_exited_containers_are_told_created_run_and_deleted_once() {
     let listed_only = ManagerView {
         from: Witness::Docker,
         containers: Some(BTreeMap::from([("d".into(), docker(None))])),
+        log: None,
     };
     let removed = ManagerView {
         from: Witness::Docker,
         containers: Some(BTreeMap::new()),
+        log: None,
     };
     let unreachable = ManagerView {
         from: Witness::Docker,
         containers: None,
+        log: None,
     };
     for again in [listed_only, unreachable, removed] {
         let mut next = node(DOCKER_NAMESPACE, |_| {});
         fold(&mut next, &after, &again);
         assert_eq!(diff(&after, &next, &BTreeSet::new()).changes, vec![]);
     }
-    // A later run of the same container (docker start) is told again.
+    // A later run of the same container (docker start) is told again, with the
+    // containerd container dockerd made for it.
     let mut next = node(DOCKER_NAMESPACE, |_| {});
     let rerun = ManagerView {
         from: Witness::Docker,
@@ -324,14 +337,174 @@ fn dockerd_s_exited_containers_are_told_created_run_and_deleted_once() {
             "d".into(),
             docker(Some((10, 12, 0, ""))),
         )])),
+        log: None,
     };
     fold(&mut next, &after, &rerun);
     assert_eq!(
         told(&diff(&after, &next, &BTreeSet::new()).changes),
         [
+            "/containers/create d docker",
             "/tasks/start d docker",
             "/tasks/exit d 0 docker",
-            "/tasks/delete d docker"
+            "/tasks/delete d docker",
+            "/containers/delete d docker"
         ]
     );
+}
+
+/// dockerd's view of `d` after runs of its restart policy: the last exited with
+/// `code` between `started` and `finished`, `restarts` runs before it.
+fn restarted(started: u64, finished: u64, code: i32, restarts: u64) -> ManagedContainer {
+    ManagedContainer {
+        status: ManagedStatus::Exited,
+        created_at: Some(at(1)),
+        exit: Some(ManagedExit {
+            started_at: Some(at(started)),
+            finished_at: Some(at(finished)),
+            exit_code: code,
+            reason: None,
+        }),
+        workload: None,
+        image: "busybox".into(),
+        started_at: None,
+        restart_count: Some(restarts),
+    }
+}
+
+fn docker_log(oldest: u64, runs: &[(u64, u64, i32)]) -> crate::reconcile::runs::EventLog {
+    use crate::reconcile::runs::{Action, EventLog, Logged};
+    let events = runs
+        .iter()
+        .flat_map(|&(start, die, code)| {
+            [
+                Logged {
+                    at: at(start),
+                    action: Action::Start,
+                },
+                Logged {
+                    at: at(die),
+                    action: Action::Die(code),
+                },
+            ]
+        })
+        .collect();
+    EventLog {
+        oldest: Some(at(oldest)),
+        events: runs.len() * 2,
+        containers: BTreeMap::from([("d".to_owned(), events)]),
+    }
+}
+
+#[test]
+fn every_run_dockerd_s_log_holds_is_told_with_its_exit_and_once() {
+    let recorded = node(DOCKER_NAMESPACE, |_| {});
+    let mut daemon = node(DOCKER_NAMESPACE, |_| {});
+    let log = docker_log(0, &[(2, 3, 10), (5, 6, 11), (8, 9, 12)]);
+    let view = ManagerView {
+        from: Witness::Docker,
+        containers: Some(BTreeMap::from([("d".into(), restarted(8, 9, 12, 2))])),
+        log: Some(log.clone()),
+    };
+    fold(&mut daemon, &recorded, &view);
+    let found = diff(&recorded, &daemon, &BTreeSet::new());
+    let run = |code: u32| {
+        [
+            "/containers/create d docker".to_owned(),
+            "/tasks/start d docker".to_owned(),
+            format!("/tasks/exit d {code} docker"),
+            "/tasks/delete d docker".to_owned(),
+            "/containers/delete d docker".to_owned(),
+        ]
+    };
+    assert_eq!(told(&found.changes), [run(10), run(11), run(12)].concat());
+    let times: Vec<_> = found.changes.iter().map(|c| c.daemon_time).collect();
+    let expected: Vec<_> = [2, 2, 3, 3, 3, 5, 5, 6, 6, 6, 8, 8, 9, 9, 9]
+        .map(|s| Some(at(s)))
+        .to_vec();
+    assert_eq!(times, expected);
+    assert!(found.changes.iter().all(|c| !c.bound));
+    assert!(found.unknown_exits.is_empty());
+    // Recorded, the same log tells nothing again.
+    let after = merged(&recorded, &daemon, &BTreeSet::new());
+    let mut next = node(DOCKER_NAMESPACE, |_| {});
+    fold(&mut next, &after, &view);
+    assert_eq!(diff(&after, &next, &BTreeSet::new()).changes, vec![]);
+
+    // The same runs with the log gone: RestartCount proves two runs before the
+    // last, their exits unknown, at the container's creation on the reconcile's
+    // clock, in order.
+    let mut daemon = node(DOCKER_NAMESPACE, |_| {});
+    let counted = ManagerView {
+        log: Some(docker_log(7, &[(8, 9, 12)])),
+        ..view.clone()
+    };
+    fold(&mut daemon, &recorded, &counted);
+    let found = diff(&recorded, &daemon, &BTreeSet::new());
+    assert_eq!(told(&found.changes), [run(255), run(255), run(12)].concat());
+    assert!(
+        found.changes[..10]
+            .iter()
+            .all(|c| c.bound && c.daemon_time == Some(at(1)))
+    );
+    assert!(found.changes[10..].iter().all(|c| !c.bound));
+    let unknown = (DOCKER_NAMESPACE.to_owned(), "d".to_owned());
+    assert_eq!(found.unknown_exits, [unknown.clone(), unknown]);
+    let after = merged(&recorded, &daemon, &BTreeSet::new());
+    let mut next = node(DOCKER_NAMESPACE, |_| {});
+    fold(&mut next, &after, &counted);
+    assert_eq!(diff(&after, &next, &BTreeSet::new()).changes, vec![]);
+}
+
+#[test]
+fn a_run_recorded_under_way_ends_with_the_exit_dockerd_logged_for_it() {
+    // The record saw the run start (pid 41, at 2) and nothing after: dockerd's log
+    // has its exit, one more run, and the run under way.
+    let recorded = node(DOCKER_NAMESPACE, |ns| {
+        ns.containers.insert("d".into(), container(1));
+        ns.tasks.insert(
+            "d".into(),
+            TaskState {
+                started_at: Some(at(2)),
+                ..running(41)
+            },
+        );
+    });
+    let mut daemon = node(DOCKER_NAMESPACE, |ns| {
+        ns.containers.insert("d".into(), container(8));
+        ns.tasks.insert("d".into(), running(77));
+    });
+    let mut log = docker_log(0, &[(2, 3, 10), (5, 6, 11)]);
+    log.containers
+        .get_mut("d")
+        .unwrap()
+        .push(crate::reconcile::runs::Logged {
+            at: at(8),
+            action: crate::reconcile::runs::Action::Start,
+        });
+    let mut view_of = restarted(8, 9, 0, 2);
+    view_of.status = ManagedStatus::Running;
+    view_of.exit = None;
+    let view = ManagerView {
+        from: Witness::Docker,
+        containers: Some(BTreeMap::from([("d".into(), view_of)])),
+        log: Some(log),
+    };
+    fold(&mut daemon, &recorded, &view);
+    let found = diff(&recorded, &daemon, &BTreeSet::new());
+    assert_eq!(
+        told(&found.changes),
+        [
+            "/tasks/exit d 10 docker",
+            "/tasks/delete d docker",
+            "/containers/delete d docker",
+            "/containers/create d docker",
+            "/tasks/start d docker",
+            "/tasks/exit d 11 docker",
+            "/tasks/delete d docker",
+            "/containers/delete d docker",
+            "/containers/create d containerd",
+            "/tasks/start d containerd",
+        ]
+    );
+    assert!(found.unknown_exits.is_empty());
 }

@@ -13,6 +13,10 @@ pub(crate) fn merged(
     skip: &BTreeSet<Object>,
 ) -> NodeState {
     let mut merged = daemon.clone();
+    // One reconcile's: told now, and the daemon's side's tasks are their end.
+    for ns in merged.namespaces.values_mut() {
+        ns.gap_runs.clear();
+    }
     for object in skip {
         match object {
             Object::Namespace(name) => match recorded.namespaces.get(name) {

@@ -11,6 +11,8 @@
 //! - [`list`]: the daemon's own state, through containerd's List calls.
 //! - `snapshot`: one upstream's recorded state, on disk and held in the spool.
 //! - `pending`: a reconcile's snapshot until its marker is durable.
+//! - `runs`: every run of a Docker container inside a gap, from dockerd's event log
+//!   or its restart count.
 
 pub(crate) mod apply;
 pub(crate) mod diff;
@@ -18,6 +20,7 @@ pub(crate) mod list;
 pub(crate) mod managed;
 pub(crate) mod merge;
 pub(crate) mod pending;
+pub(crate) mod runs;
 pub(crate) mod snapshot;
 pub(crate) mod state;
 

@@ -16,12 +16,13 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::apply::Object;
+use super::managed::DOCKER_NAMESPACE;
 use super::pending;
 use super::state::NodeState;
 use crate::event::{Event, Source, Workload};
@@ -302,6 +303,21 @@ impl Snapshot {
                 .and_then(|ns| ns.containers.get_mut(id))
         {
             container.workload = Some(Workload::clone(workload));
+        }
+        // dockerd's runs of a container share its id: the time each started is where
+        // its log's runs are told apart from the recorded ones (`reconcile::runs`).
+        if let Some(Object::Task(namespace, id)) = &changed
+            && namespace == DOCKER_NAMESPACE
+            && envelope.topic == "/tasks/start"
+            && let Some(task) = self
+                .state
+                .namespaces
+                .get_mut(namespace)
+                .and_then(|ns| ns.tasks.get_mut(id))
+        {
+            task.started_at = envelope
+                .timestamp
+                .and_then(|t| SystemTime::try_from(t).ok());
         }
         if let Some(object) = changed {
             self.dirty = true;

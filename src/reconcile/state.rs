@@ -30,6 +30,11 @@ pub struct NamespaceState {
     pub tasks: BTreeMap<String, TaskState>,
     /// By image name (`docker.io/library/busybox:latest`).
     pub images: BTreeMap<String, ImageState>,
+    /// The daemon's side only, for one reconcile: by container id, the runs a
+    /// manager shows the record missed before the container's last (see
+    /// `reconcile::runs`). Never part of a snapshot.
+    #[serde(skip)]
+    pub(crate) gap_runs: BTreeMap<String, super::runs::GapRuns>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,7 +21,10 @@ use crate::docker::{self, DockerClient, DockerError};
 use crate::errors;
 use crate::event::Witness;
 use crate::reconcile::NodeState;
-use crate::reconcile::managed::{self, DOCKER_NAMESPACE, ManagedContainer, ManagerView};
+use crate::reconcile::managed::{
+    self, DOCKER_NAMESPACE, ManagedContainer, ManagedStatus, ManagerView,
+};
+use crate::reconcile::runs::EventLog;
 
 use super::settings::ManagerSetting;
 
@@ -49,6 +52,45 @@ pub(crate) struct ManagerReport {
     pub address: String,
     pub outcome: Outcome,
     pub at: SystemTime,
+    /// dockerd's event log, where it was read: how many events it held and the
+    /// oldest's time, or why it could not be read (the reconcile goes on without
+    /// it, telling each container's last run only).
+    pub log: Option<Result<LogRead, String>>,
+}
+
+/// What a read of dockerd's event log found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LogRead {
+    pub events: u64,
+    pub oldest: Option<SystemTime>,
+}
+
+/// What the record holds, for deciding what to ask the managers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Known {
+    /// The containers whose exit the record has (not asked about again).
+    pub exits: BTreeSet<String>,
+    /// dockerd's containers with a run recorded: a running one that is not is asked
+    /// for its restart count.
+    pub docker_runs: BTreeSet<String>,
+    /// When the reconcile's lists began: dockerd's event log is read up to there
+    /// (what comes later is the live stream's to tell).
+    pub until: Option<SystemTime>,
+}
+
+impl Known {
+    /// What `recorded` holds, for a reconcile whose lists begin at `until`.
+    pub(crate) fn of(recorded: &NodeState, until: SystemTime) -> Known {
+        Known {
+            exits: managed::recorded_exits(recorded),
+            docker_runs: recorded
+                .namespaces
+                .get(DOCKER_NAMESPACE)
+                .map(|ns| ns.tasks.keys().cloned().collect())
+                .unwrap_or_default(),
+            until: Some(until),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,20 +150,18 @@ pub(crate) struct Asked {
 }
 
 impl Managers {
-    /// Asks every configured manager, after containerd's lists (`daemon`).
-    /// `recorded_exits`: the containers whose exit the record has (not asked about).
-    pub(crate) async fn ask(&self, daemon: &NodeState, recorded_exits: &BTreeSet<String>) -> Asked {
+    /// Asks every configured manager, after containerd's lists (`daemon`), about
+    /// what the record does not hold (`known`).
+    pub(crate) async fn ask(&self, daemon: &NodeState, known: &Known) -> Asked {
         let mut asked = Asked::default();
         if let Some((address, explicit)) = self.cri_address() {
-            let (view, report) = self
-                .ask_cri(&address, explicit, daemon, recorded_exits)
-                .await;
+            let (view, report) = self.ask_cri(&address, explicit, daemon, &known.exits).await;
             asked.views.extend(view);
             asked.reports.push(report);
         }
         if let Some(docker) = self.docker_address(daemon) {
             let (view, report) = match docker {
-                Ok(address) => Self::ask_docker(&address, daemon, recorded_exits).await,
+                Ok(address) => Self::ask_docker(&address, daemon, known).await,
                 Err(address) => (None, docker_report(&address, Outcome::Absent)),
             };
             asked.views.extend(view);
@@ -146,24 +186,41 @@ impl Managers {
     }
 
     /// dockerd's containers: every one with Docker's terms, and the last run of
-    /// those whose exit neither containerd nor the record has (one inspect each).
+    /// those whose exit neither containerd nor the record has (one inspect each);
+    /// then its event log, for the runs before the last.
     async fn ask_docker(
         address: &str,
         daemon: &NodeState,
-        recorded_exits: &BTreeSet<String>,
+        known: &Known,
     ) -> (Option<ManagerView>, ManagerReport) {
-        match list_docker(address, daemon, recorded_exits).await {
-            Ok((containers, status_calls)) => {
+        match list_docker(address, daemon, known).await {
+            Ok((containers, status_calls, log)) => {
                 let outcome = Outcome::Listed {
                     sandboxes: 0,
                     containers: containers.len() as u64,
                     status_calls,
                 };
+                let mut report = docker_report(address, outcome);
+                let log = match log {
+                    Some(Ok(log)) => {
+                        report.log = Some(Ok(LogRead {
+                            events: log.events as u64,
+                            oldest: log.oldest,
+                        }));
+                        Some(log)
+                    }
+                    Some(Err(error)) => {
+                        report.log = Some(Err(errors::chain(&error)));
+                        None
+                    }
+                    None => None,
+                };
                 let view = ManagerView {
                     from: Witness::Docker,
                     containers: Some(containers),
+                    log,
                 };
-                (Some(view), docker_report(address, outcome))
+                (Some(view), report)
             }
             Err(error) => (
                 Some(kept(Witness::Docker)),
@@ -192,6 +249,7 @@ impl Managers {
             address: address.to_owned(),
             outcome,
             at: SystemTime::now(),
+            log: None,
         };
         let channel = match client::connect_channel(address, self.connect_timeout).await {
             Ok(channel) => channel,
@@ -214,6 +272,7 @@ impl Managers {
                 let view = ManagerView {
                     from: Witness::Cri,
                     containers: Some(listing.containers),
+                    log: None,
                 };
                 (Some(view), report(outcome))
             }
@@ -234,22 +293,34 @@ fn docker_report(address: &str, outcome: Outcome) -> ManagerReport {
         address: address.to_owned(),
         outcome,
         at: SystemTime::now(),
+        log: None,
     }
 }
 
+/// dockerd's containers, their log and how many inspects were made.
+type DockerListing = (
+    BTreeMap<String, ManagedContainer>,
+    u64,
+    Option<Result<EventLog, DockerError>>,
+);
+
 /// dockerd's list, with an inspect of each exited container whose exit is not
-/// known yet (`managed::needs_status`); also how many inspects were made.
+/// known yet (`managed::needs_status`) and of each running one with no run recorded
+/// (for its restart count); then its event log up to `known.until`.
 async fn list_docker(
     address: &str,
     daemon: &NodeState,
-    recorded_exits: &BTreeSet<String>,
-) -> Result<(BTreeMap<String, ManagedContainer>, u64), DockerError> {
+    known: &Known,
+) -> Result<DockerListing, DockerError> {
     let client = DockerClient::new(address, CALL_TIMEOUT)?;
     let listed = client.list().await?;
     let mut wanted = Vec::new();
     let mut containers = BTreeMap::new();
     for container in listed {
-        if managed::needs_status(&container.id, container.status, daemon, recorded_exits) {
+        let exit = managed::needs_status(&container.id, container.status, daemon, &known.exits);
+        let runs = container.status == ManagedStatus::Running
+            && !known.docker_runs.contains(&container.id);
+        if exit || runs {
             wanted.push(container.id.clone());
         }
         let managed = ManagedContainer {
@@ -258,6 +329,8 @@ async fn list_docker(
             exit: None,
             workload: Some(container.workload()),
             image: container.image,
+            started_at: None,
+            restart_count: None,
         };
         containers.insert(container.id, managed);
     }
@@ -279,9 +352,19 @@ async fn list_docker(
             container.created_at = inspected.created_at.or(container.created_at);
             container.status = inspected.status;
             container.exit = inspected.exit;
+            container.started_at = inspected.started_at;
+            container.restart_count = inspected.restart_count;
         }
     }
-    Ok((containers, status_calls))
+    drop(inspected);
+    // The log only matters for a container some run of which the record may lack;
+    // it is one call of at most 256 events, read on every reconcile all the same, so
+    // that the marker says how far back it reached.
+    let log = match known.until {
+        Some(until) => Some(client.events(until).await),
+        None => None,
+    };
+    Ok((containers, status_calls, log))
 }
 
 /// A manager that could not be listed: the record's version of what it said stands.
@@ -289,6 +372,7 @@ fn kept(from: Witness) -> ManagerView {
     ManagerView {
         from,
         containers: None,
+        log: None,
     }
 }
 

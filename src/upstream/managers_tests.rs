@@ -5,8 +5,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use super::*;
 use crate::reconcile::managed::{ManagedExit, ManagedStatus};
 
-/// A fake dockerd: the list shows `web` exited and `db` running; inspects of `web`
-/// answer its last run. Counts the calls.
+/// A fake dockerd: the list shows `web` exited and `db` running; inspects answer
+/// `web`'s last run and `db`'s run under way; the event log has `web`'s two runs.
+/// Counts the calls.
 fn fake_dockerd(dir: &Path) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let path = dir.join("docker.sock");
     let listener = tokio::net::UnixListener::bind(&path).unwrap();
@@ -19,7 +20,17 @@ fn fake_dockerd(dir: &Path) -> (String, std::sync::Arc<std::sync::atomic::Atomic
                 let mut request = vec![0u8; 4096];
                 let n = stream.read(&mut request).await.unwrap_or(0);
                 let head = String::from_utf8_lossy(&request[..n]).into_owned();
-                let body = match head.split(' ').nth(1).unwrap_or("") {
+                let path = head.split(' ').nth(1).unwrap_or("");
+                let body = match path {
+                    _ if path.starts_with("/events?since=1&until=") => {
+                        r#"{"Type":"image","Action":"pull","Actor":{"ID":"busybox"},"time":1700000000,"timeNano":1700000000000000000}
+{"Type":"container","Action":"start","Actor":{"ID":"web","Attributes":{"name":"shop-web-1"}},"timeNano":1700000000600000000}
+{"Type":"container","Action":"die","Actor":{"ID":"web","Attributes":{"exitCode":"3"}},"timeNano":1700000000700000000}
+{"Type":"container","Action":"start","Actor":{"ID":"web","Attributes":{}},"timeNano":1700000001000000000}
+{"Type":"container","Action":"oom","Actor":{"ID":"web","Attributes":{}},"timeNano":1700000001900000000}
+{"Type":"container","Action":"die","Actor":{"ID":"web","Attributes":{"exitCode":"137"}},"timeNano":1700000002000000000}
+"#
+                    }
                     "/containers/json?all=1" => {
                         r#"[{"Id":"web","Names":["/shop-web-1"],"Image":"shop/web:2",
                           "Labels":{"com.docker.compose.service":"web"},"State":"exited","Created":1700000000},
@@ -30,6 +41,11 @@ fn fake_dockerd(dir: &Path) -> (String, std::sync::Arc<std::sync::atomic::Atomic
                           "State":{"Status":"exited","ExitCode":137,"OOMKilled":true,
                             "StartedAt":"2023-11-14T22:13:21Z","FinishedAt":"2023-11-14T22:13:22Z"},
                           "Config":{"Image":"shop/web:2","Labels":{"com.docker.compose.service":"web"}}}"#
+                    }
+                    "/containers/db/json" => {
+                        r#"{"Id":"db","Name":"/shop-db-1","Created":"2023-11-14T22:13:21Z","RestartCount":3,
+                          "State":{"Status":"running","ExitCode":0,"StartedAt":"2023-11-14T22:13:25Z",
+                            "FinishedAt":"2023-11-14T22:13:24Z"},"Config":{"Image":"postgres:16"}}"#
                     }
                     _ => r#"{"message":"page not found"}"#,
                 };
@@ -58,7 +74,7 @@ async fn dockerd_is_listed_and_only_exits_the_record_lacks_are_inspected() {
     let dir = tempfile::tempdir().unwrap();
     let (socket, calls) = fake_dockerd(dir.path());
     let managers = managers(ManagerSetting::Address(socket.clone()));
-    let asked = managers.ask(&NodeState::default(), &BTreeSet::new()).await;
+    let asked = managers.ask(&NodeState::default(), &Known::default()).await;
     let [report] = asked.reports.as_slice() else {
         panic!("{:?}", asked.reports);
     };
@@ -69,12 +85,12 @@ async fn dockerd_is_listed_and_only_exits_the_record_lacks_are_inspected() {
         Outcome::Listed {
             sandboxes: 0,
             containers: 2,
-            status_calls: 1
+            status_calls: 2
         }
     );
     assert_eq!(
         report.to_string(),
-        format!("docker ({socket}): listed 2 containers, 1 status calls")
+        format!("docker ({socket}): listed 2 containers, 2 status calls")
     );
     let [view] = asked.views.as_slice() else {
         panic!("{:?}", asked.views);
@@ -102,11 +118,22 @@ async fn dockerd_is_listed_and_only_exits_the_record_lacks_are_inspected() {
     assert_eq!(db.status, ManagedStatus::Running);
     assert_eq!(db.exit, None);
     assert_eq!(db.created_at, at(1_700_000_001, 0));
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // A running container with no run recorded: its restart count and start.
+    assert_eq!(
+        (db.restart_count, db.started_at),
+        (Some(3), at(1_700_000_005, 0))
+    );
+    assert_eq!(view.log, None);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
 
-    // An exit the record has is not asked about again.
-    let recorded: BTreeSet<String> = ["web".to_owned()].into_iter().collect();
-    let asked = managers.ask(&NodeState::default(), &recorded).await;
+    // An exit the record has is not asked about again, nor a container with a run
+    // recorded; the event log is read up to the lists.
+    let known = Known {
+        exits: ["web".to_owned()].into_iter().collect(),
+        docker_runs: ["db".to_owned()].into_iter().collect(),
+        until: Some(SystemTime::now()),
+    };
+    let asked = managers.ask(&NodeState::default(), &known).await;
     assert!(matches!(
         asked.reports[0].outcome,
         Outcome::Listed {
@@ -114,7 +141,28 @@ async fn dockerd_is_listed_and_only_exits_the_record_lacks_are_inspected() {
             ..
         }
     ));
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 5);
+    let log = asked.views[0].log.as_ref().expect("the event log");
+    assert_eq!((log.events, log.oldest), (6, at(1_700_000_000, 0)));
+    let web: Vec<_> = log.containers["web"].iter().map(|l| l.action).collect();
+    use crate::reconcile::runs::Action;
+    assert_eq!(
+        web,
+        [
+            Action::Start,
+            Action::Die(3),
+            Action::Start,
+            Action::Oom,
+            Action::Die(137)
+        ]
+    );
+    assert_eq!(
+        asked.reports[0].log,
+        Some(Ok(LogRead {
+            events: 6,
+            oldest: at(1_700_000_000, 0)
+        }))
+    );
 }
 
 #[tokio::test]
@@ -122,12 +170,13 @@ async fn a_dockerd_that_cannot_be_asked_keeps_the_record_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("docker.sock");
     let managers = managers(ManagerSetting::Address(missing.to_str().unwrap().into()));
-    let asked = managers.ask(&NodeState::default(), &BTreeSet::new()).await;
+    let asked = managers.ask(&NodeState::default(), &Known::default()).await;
     assert_eq!(
         asked.views,
         vec![ManagerView {
             from: Witness::Docker,
-            containers: None
+            containers: None,
+            log: None
         }]
     );
     let report = &asked.reports[0];
@@ -140,14 +189,14 @@ async fn a_dockerd_that_cannot_be_asked_keeps_the_record_and_says_why() {
     // `auto` on a node whose containerd has no `moby` namespace: not there, not a
     // failure, and no view.
     let asked = self::managers(ManagerSetting::Auto)
-        .ask(&NodeState::default(), &BTreeSet::new())
+        .ask(&NodeState::default(), &Known::default())
         .await;
     assert!(asked.views.is_empty());
     assert_eq!(asked.reports[0].outcome, Outcome::Absent);
     assert_eq!(asked.reports[0].address, crate::docker::DEFAULT_SOCKET);
     // `off`: not asked, not reported.
     let asked = self::managers(ManagerSetting::Off)
-        .ask(&NodeState::default(), &BTreeSet::new())
+        .ask(&NodeState::default(), &Known::default())
         .await;
     assert!(asked.reports.is_empty() && asked.views.is_empty());
 }

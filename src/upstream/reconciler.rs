@@ -23,10 +23,11 @@ use crate::reconcile::NodeState;
 use crate::reconcile::diff::{self, Change};
 use crate::reconcile::list::list_node;
 use crate::reconcile::managed;
+use crate::reconcile::runs::GapRuns;
 use crate::reconcile::snapshot::{SAVE_EVERY, Snapshot, SnapshotError};
 use crate::spool::Spool;
 
-use super::managers::{Asked, ManagerReport, Managers, Outcome};
+use super::managers::{Asked, Known, ManagerReport, Managers, Outcome};
 use super::settings::UpstreamSpec;
 use super::status::UpstreamStatus;
 use tokio::sync::watch;
@@ -51,8 +52,13 @@ const CANNOT_KNOW: &str = "a container created and removed inside the gap leaves
 /// What the marker adds when a manager above containerd was listed.
 const CANNOT_KNOW_MANAGED: &str = "; a manager keeps only a container's last run: \
      a container the kubelet or `docker rm` removed inside the gap leaves only what \
-     containerd kept, and a Docker container that ran more than once inside the gap \
-     shows its last run only";
+     containerd kept; a Docker container's earlier runs inside the gap are told from \
+     dockerd's event log while it still reaches back past what the record knows of \
+     the container (its last 256 events; the oldest is in the docker listing), and \
+     otherwise only as many as its RestartCount proves for a container the record \
+     never saw run, with unknown exits (recorded as 255) and times (the container's \
+     creation, on the reconcile's clock); of a container the record saw run, only \
+     the last run is told then";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Trigger {
@@ -175,7 +181,8 @@ impl Reconciler {
         let address = self.address.clone();
         let timeout = self.connect_timeout;
         let managers = self.managers.clone();
-        let recorded_exits = managed::recorded_exits(&self.snapshot.state);
+        let listed_at = SystemTime::now();
+        let known = Known::of(&self.snapshot.state, listed_at);
         let listing: Listing = Box::pin(async move {
             let channel = crate::client::connect_channel(&address, timeout)
                 .await
@@ -183,7 +190,7 @@ impl Reconciler {
             let daemon = list_node(channel, LIST_TIMEOUT)
                 .await
                 .map_err(|e| crate::errors::chain(&e))?;
-            let asked = managers.ask(&daemon, &recorded_exits).await;
+            let asked = managers.ask(&daemon, &known).await;
             Ok((daemon, asked))
         });
         self.snapshot.begin_listing();
@@ -191,7 +198,7 @@ impl Reconciler {
             trigger,
             gap_started,
             started: Instant::now(),
-            listed_at: SystemTime::now(),
+            listed_at,
             listing,
         };
     }
@@ -351,10 +358,9 @@ impl Reconciler {
             .changes
             .iter()
             .map(|change| {
-                let clock = if change.daemon_time.is_some() {
-                    Clock::Daemon
-                } else {
-                    Clock::Reconcile
+                let clock = match change.daemon_time.is_some() && !change.bound {
+                    true => Clock::Daemon,
+                    false => Clock::Reconcile,
                 };
                 Reconstructed {
                     envelope: envelope(change, listed_at),
@@ -399,7 +405,11 @@ impl Reconciler {
                 true => format!("{CANNOT_KNOW}{CANNOT_KNOW_MANAGED}"),
                 false => CANNOT_KNOW.to_owned(),
             },
-            managers: asked.reports.iter().map(listing_of).collect(),
+            managers: asked
+                .reports
+                .iter()
+                .map(|report| listing_of(report, &daemon))
+                .collect(),
         };
         metrics::counter!("eventgate_reconciles_total", "upstream" => self.upstream.clone(), "trigger" => trigger.label())
             .increment(1);
@@ -507,8 +517,9 @@ fn envelope(change: &Change, listed_at: SystemTime) -> Envelope {
     }
 }
 
-/// A manager's report as the marker carries it.
-fn listing_of(report: &ManagerReport) -> ManagerListing {
+/// A manager's report as the marker carries it; for dockerd, with the runs before
+/// each container's last that `daemon` (folded) tells.
+fn listing_of(report: &ManagerReport, daemon: &NodeState) -> ManagerListing {
     let (sandboxes, containers, status_calls, error) = match &report.outcome {
         Outcome::Listed {
             sandboxes,
@@ -518,6 +529,25 @@ fn listing_of(report: &ManagerReport) -> ManagerListing {
         Outcome::Absent => (0, 0, 0, String::new()),
         Outcome::Failed(error) => (0, 0, 0, error.clone()),
     };
+    let (log_events, log_oldest, log_error) = match &report.log {
+        Some(Ok(read)) => (read.events, read.oldest.map(Timestamp::from), String::new()),
+        Some(Err(error)) => (0, None, error.clone()),
+        None => (0, None, String::new()),
+    };
+    let (mut runs_logged, mut runs_counted) = (0, 0);
+    if report.name == "docker" {
+        let told = daemon
+            .namespaces
+            .get(managed::DOCKER_NAMESPACE)
+            .into_iter()
+            .flat_map(|ns| ns.gap_runs.values());
+        for runs in told {
+            match runs {
+                GapRuns::Logged { .. } => runs_logged += runs.count(),
+                GapRuns::Counted { .. } => runs_counted += runs.count(),
+            }
+        }
+    }
     ManagerListing {
         name: report.name.to_owned(),
         address: report.address.clone(),
@@ -526,5 +556,10 @@ fn listing_of(report: &ManagerReport) -> ManagerListing {
         sandboxes,
         containers,
         status_calls,
+        log_events,
+        log_oldest,
+        log_error,
+        runs_logged,
+        runs_counted,
     }
 }

@@ -455,3 +455,210 @@ fn a_stopped_dockerd_leaves_the_reconcile_to_containerd_and_says_so() {
     });
     assert!(!body.contains("failed"), "{body}");
 }
+
+/// A script whose runs exit 10, 11, 12, ... in turn (a counter in `/d`); the first
+/// waits for `/d/go`, so that its start is recorded before the gap begins.
+const COUNTING: &str = "n=$(cat /d/n 2>/dev/null || echo 0); echo $((n + 1)) > /d/n; \
+     if [ $n = 0 ]; then while [ ! -e /d/go ]; do sleep 0.05; done; fi; exit $((10 + n))";
+
+/// Starts the counting container under `--restart on-failure:2` (three runs at
+/// most, each failing), its counter in `dir`.
+fn counting(dockerd: &mut Dockerd, name: &str, dir: &Path) -> String {
+    let volume = format!("{}:/d", dir.display());
+    dockerd.run_with(
+        name,
+        &[(PROJECT, "shop"), (SERVICE, "flaky")],
+        &["--restart", "on-failure:2", "-v", &volume],
+        COUNTING,
+    )
+}
+
+/// Waits until the counting container has made its three runs and stopped.
+fn wait_three_runs(dockerd: &Dockerd, id: &str) -> Value {
+    wait_for("the third run to end", DEADLINE, || {
+        let inspect = dockerd.inspect(id);
+        (inspect["State"]["Status"] == "exited" && inspect["RestartCount"] == 2).then_some(inspect)
+    })
+}
+
+/// The runs told about `id`: each run's five events, in order, with its exit.
+fn runs_of(told: &[&Stored]) -> Vec<(Vec<String>, Value)> {
+    told.chunks(5)
+        .map(|run| {
+            let exit = run
+                .iter()
+                .find(|r| r.topic == "/tasks/exit")
+                .map(|r| r.event["exit_status"].clone())
+                .unwrap_or(Value::Null);
+            (topics(run), exit)
+        })
+        .collect()
+}
+
+/// `count` image events (tags), straight on dockerd's socket: enough of them push
+/// everything older out of its event log (it keeps 256).
+fn flood_event_log(dockerd: &Dockerd, count: usize) {
+    use std::io::{Read as _, Write as _};
+    let socket = dockerd.address();
+    let socket = socket.strip_prefix("unix://").unwrap_or(&socket).to_owned();
+    for n in 0..count {
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).expect("dockerd");
+        let request = format!(
+            "POST /images/{IMAGE}/tag?repo=eventgate.test/flood&tag=t{n} HTTP/1.0\r\nHost: docker\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read");
+        assert!(
+            answer.starts_with("HTTP/1.0 201") || answer.starts_with("HTTP/1.1 201"),
+            "{answer}"
+        );
+    }
+}
+
+#[test]
+fn a_container_restarted_by_its_policy_in_a_gap_is_recorded_with_every_run() {
+    let containerd = Containerd::start();
+    let mut dockerd = Dockerd::start(&containerd);
+    dockerd.load_busybox();
+    let mut gateway = start(&containerd, &dockerd);
+    let db = audit_db(&gateway);
+    wait_reconciled(&mut gateway, 1);
+
+    // Its first run starts while eventgate records; the gap begins while it runs.
+    let counter = tempfile::tempdir().expect("tempdir");
+    let flaky = counting(&mut dockerd, "shop-flaky-1", counter.path());
+    let live = wait_for("the first run's start", DEADLINE, || {
+        let all = rows(&db);
+        about(&all, &flaky)
+            .iter()
+            .any(|r| r.topic == "/tasks/start")
+            .then(|| about(&all, &flaky).len())
+    });
+    gateway.kill9();
+    std::fs::write(counter.path().join("go"), b"").expect("go");
+    let inspect = wait_three_runs(&dockerd, &flaky);
+    assert_eq!(inspect["State"]["ExitCode"], 12);
+
+    gateway.respawn();
+    let all = wait_reconciled(&mut gateway, 2);
+    let told: Vec<&Stored> = about(&all, &flaky).into_iter().skip(live).collect();
+    // The run recorded under way ends with its own exit (10), then one whole run
+    // (11), then the last (12): each as containerd published it under dockerd.
+    let (ended, rest) = told.split_at(3.min(told.len()));
+    assert_eq!(
+        topics(ended),
+        ["/tasks/exit", "/tasks/delete", "/containers/delete"],
+        "{told:#?}"
+    );
+    assert_eq!(ended[0].event["exit_status"], 10);
+    let whole = [
+        "/containers/create",
+        "/tasks/start",
+        "/tasks/exit",
+        "/tasks/delete",
+        "/containers/delete",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        runs_of(rest),
+        [(whole.clone(), Value::from(11)), (whole, Value::from(12))],
+        "{told:#?}"
+    );
+    for row in &told {
+        assert_eq!(row.origin, "reconciled", "{row:?}");
+        assert_eq!(row.reconciled_from.as_deref(), Some("docker"), "{row:?}");
+        assert_eq!(row.origin_clock.as_deref(), Some("daemon"), "{row:?}");
+        assert_eq!(
+            row.container_name.as_deref(),
+            Some("shop-flaky-1"),
+            "{row:?}"
+        );
+    }
+    // In the order they happened; the last exit at dockerd's FinishedAt.
+    let times: Vec<i64> = told
+        .iter()
+        .map(|r| nanos(&Value::from(r.timestamp.clone())))
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{told:#?}");
+    assert_eq!(
+        *times.last().expect("a time"),
+        nanos(&inspect["State"]["FinishedAt"])
+    );
+    let marker = &reconciled_markers(&all)[1];
+    let listing = docker_listing(marker);
+    assert_eq!(listing["runs_logged"], 1, "{marker}");
+    assert!(
+        listing.get("runs_counted").is_none_or(|n| n == 0),
+        "{marker}"
+    );
+    assert!(listing["log_events"].as_u64().unwrap_or(0) > 0, "{marker}");
+    assert_eq!(marker["recorded"]["/tasks/exit"], 3, "{marker}");
+
+    // A clean restart tells nothing again.
+    let rows_before = rows(&db).len();
+    gateway.restart();
+    let all = wait_reconciled(&mut gateway, 3);
+    let added: Vec<&Stored> = all[rows_before..].iter().collect();
+    assert!(
+        added.iter().all(|r| r.namespace == "eventgate"),
+        "{added:#?}"
+    );
+}
+
+#[test]
+fn runs_pushed_out_of_dockerd_s_log_are_counted_from_its_restart_count() {
+    let containerd = Containerd::start();
+    let mut dockerd = Dockerd::start(&containerd);
+    dockerd.load_busybox();
+    let mut gateway = start(&containerd, &dockerd);
+    wait_reconciled(&mut gateway, 1);
+
+    // The whole container lives in the gap, and then 300 other events push its
+    // runs out of dockerd's log.
+    gateway.kill9();
+    let counter = tempfile::tempdir().expect("tempdir");
+    std::fs::write(counter.path().join("go"), b"").expect("go");
+    let flaky = counting(&mut dockerd, "shop-flaky-2", counter.path());
+    let inspect = wait_three_runs(&dockerd, &flaky);
+    flood_event_log(&dockerd, 300);
+
+    gateway.respawn();
+    let all = wait_reconciled(&mut gateway, 2);
+    let told = about(&all, &flaky);
+    let runs = runs_of(&told);
+    // RestartCount proves two runs before the last: told with unknown exits (255)
+    // at the container's creation, on the reconcile's clock; the last exactly.
+    assert_eq!(
+        runs.iter()
+            .map(|(_, exit)| exit.clone())
+            .collect::<Vec<_>>(),
+        [255, 255, 12].map(Value::from),
+        "{told:#?}"
+    );
+    let created = nanos(&inspect["Created"]);
+    for row in &told[..10] {
+        assert_eq!(row.origin_clock.as_deref(), Some("reconcile"), "{row:?}");
+        assert_eq!(
+            nanos(&Value::from(row.timestamp.clone())),
+            created,
+            "{row:?}"
+        );
+    }
+    for row in &told[10..] {
+        assert_eq!(row.origin_clock.as_deref(), Some("daemon"), "{row:?}");
+    }
+    let marker = &reconciled_markers(&all)[1];
+    let listing = docker_listing(marker);
+    assert_eq!(listing["runs_counted"], 2, "{marker}");
+    let oldest = nanos(&listing["log_oldest"]);
+    assert!(oldest > created, "{marker}");
+    let unknown: Vec<&Value> = marker["unknown_exits"]
+        .as_array()
+        .expect("unknown exits")
+        .iter()
+        .filter(|e| e.as_str() == Some(&format!("moby/{flaky}")))
+        .collect();
+    assert_eq!(unknown.len(), 2, "{marker}");
+}

@@ -7,8 +7,10 @@
 //! stream is the better witness for them, and a change it reports must not be
 //! recorded twice.
 
+mod gap;
 mod tasks;
 
+pub(crate) use tasks::OOM_KILLED;
 use tasks::TaskChanges;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +43,11 @@ pub(crate) struct Change {
     pub from: Witness,
     /// The manager's reason, on an exit it told.
     pub reason: Option<String>,
+    /// `daemon_time` is a bound the daemon's record gives (the run happened after
+    /// it), not when this happened: the record says the reconcile's clock.
+    pub bound: bool,
+    /// Among changes at the same time, which run of its container it belongs to.
+    pub order: u32,
 }
 
 /// Everything a reconcile found.
@@ -127,6 +134,22 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
             namespace: name,
             skip,
             daemon_tasks: &d.tasks,
+            recorded_tasks: &r.tasks,
+        };
+        // A manager's runs the record missed before each container's last: told
+        // first, and the rest compared with the record as it would be had it seen
+        // them.
+        let advanced;
+        let r = match d.gap_runs.is_empty() {
+            true => r,
+            false => {
+                advanced = context.gap_runs(r, d, &mut phases, &mut unknown_exits);
+                &advanced
+            }
+        };
+        let context = Context {
+            recorded_tasks: &r.tasks,
+            ..context
         };
         context.images(r, d, &mut phases);
         context.containers(r, d, &mut phases);
@@ -154,9 +177,14 @@ pub(crate) fn diff(recorded: &NodeState, daemon: &NodeState, skip: &BTreeSet<Obj
     phases.containers = others;
     phases.runs.splice(0..0, creates);
     // A time a manager did not keep sorts last, as the reconcile's own would.
-    phases
-        .runs
-        .sort_by_key(|c| (c.daemon_time.is_none(), c.daemon_time, run_rank(c.topic)));
+    phases.runs.sort_by_key(|c| {
+        (
+            c.daemon_time.is_none(),
+            c.daemon_time,
+            c.order,
+            run_rank(c.topic),
+        )
+    });
     // Destructured, not read field by field: a phase added later cannot be left out.
     let Phases {
         namespaces,
@@ -210,6 +238,8 @@ fn namespace(
         object: object.clone(),
         from: Witness::Containerd,
         reason: None,
+        bound: false,
+        order: 0,
     };
     match (r, d) {
         (None, Some(d)) => phases.namespaces.push(change(
@@ -251,6 +281,8 @@ pub(super) struct Context<'a> {
     /// The daemon's side's tasks of this namespace, for the times of deletes that
     /// happened at an exit.
     daemon_tasks: &'a BTreeMap<String, super::state::TaskState>,
+    /// The record's, to tell a container dockerd ran again from one it did not.
+    recorded_tasks: &'a BTreeMap<String, super::state::TaskState>,
 }
 
 impl Context<'_> {
@@ -269,6 +301,8 @@ impl Context<'_> {
             object: object.clone(),
             from: Witness::Containerd,
             reason: None,
+            bound: false,
+            order: 0,
         }
     }
 
@@ -352,6 +386,23 @@ impl Context<'_> {
                     d.created_at,
                     &object,
                 )),
+                (Some(_), Some(d)) if d.gone && self.ran_again(id) => {
+                    // dockerd ran it again under the same id: containerd's container
+                    // was created for that run, and deleted at its exit.
+                    let at = self.daemon_tasks.get(id).and_then(|t| t.started_at);
+                    let mut create = self.change(
+                        "/containers/create",
+                        any("containerd.events.ContainerCreate", &create(id, d)),
+                        at,
+                        &object,
+                    );
+                    create.from = d.from.unwrap_or(Witness::Docker);
+                    match at {
+                        Some(_) => phases.runs.push(create),
+                        None => phases.containers.push(create),
+                    }
+                    self.deleted(id, d, &object, phases);
+                }
                 (Some(r), Some(d)) if r.gone || d.gone => {}
                 (Some(r), None) if r.gone => {}
                 (None, Some(d)) => phases.containers.push(self.change(
@@ -437,6 +488,15 @@ impl Context<'_> {
 }
 
 impl Context<'_> {
+    /// Whether the record's container is gone with its run deleted, and the daemon's
+    /// side shows a later run of it, also ended.
+    fn ran_again(&self, id: &str) -> bool {
+        match (self.recorded_tasks.get(id), self.daemon_tasks.get(id)) {
+            (Some(r), Some(d)) => r.deleted && d.deleted && crate::reconcile::managed::later(d, r),
+            _ => false,
+        }
+    }
+
     /// A container removed from containerd when its task exited (dockerd does so),
     /// told at that exit where the manager said when it was.
     fn deleted(&self, id: &str, d: &ContainerState, object: &Object, phases: &mut Phases) {
