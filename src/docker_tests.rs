@@ -299,3 +299,70 @@ async fn an_answer_over_the_limit_is_refused_without_reading_it_all() {
     assert!(matches!(error, DockerError::TooLarge { .. }), "{error:?}");
     assert!(error.to_string().contains("16777216 bytes"), "{error}");
 }
+
+/// dockerd 20.10's event log for a container its restart policy ran twice (one run
+/// killed by the OOM killer), after an image load, as `/events?since=&until=` sends
+/// it: one JSON message per line, legacy fields included.
+const EVENT_LOG: &str = r#"{"status":"load","id":"busybox","Type":"image","Action":"load","Actor":{"ID":"busybox","Attributes":{"name":"busybox"}},"scope":"local","time":1795747300,"timeNano":1795747300111111111}
+{"status":"create","id":"a93c","from":"busybox","Type":"container","Action":"create","Actor":{"ID":"a93c","Attributes":{"image":"busybox","name":"flaky"}},"scope":"local","time":1795747301,"timeNano":1795747301000000000}
+{"status":"start","id":"a93c","from":"busybox","Type":"container","Action":"start","Actor":{"ID":"a93c","Attributes":{"image":"busybox","name":"flaky"}},"scope":"local","time":1795747301,"timeNano":1795747301200000000}
+{"status":"oom","id":"a93c","from":"busybox","Type":"container","Action":"oom","Actor":{"ID":"a93c","Attributes":{"image":"busybox","name":"flaky"}},"scope":"local","time":1795747302,"timeNano":1795747302000000000}
+{"status":"die","id":"a93c","from":"busybox","Type":"container","Action":"die","Actor":{"ID":"a93c","Attributes":{"execDuration":"0","exitCode":"137","image":"busybox","name":"flaky"}},"scope":"local","time":1795747302,"timeNano":1795747302100000000}
+{"Type":"network","Action":"disconnect","Actor":{"ID":"b1","Attributes":{"container":"a93c","name":"none","type":"null"}},"scope":"local","time":1795747302,"timeNano":1795747302200000000}
+{"status":"start","id":"a93c","from":"busybox","Type":"container","Action":"start","Actor":{"ID":"a93c","Attributes":{"image":"busybox","name":"flaky"}},"scope":"local","time":1795747302,"timeNano":1795747302400000000}
+{"status":"exec_die","id":"a93c","Type":"container","Action":"exec_die","Actor":{"ID":"a93c","Attributes":{"execID":"e1","exitCode":"0"}},"scope":"local","time":1795747302,"timeNano":1795747302500000000}
+{"status":"die","id":"a93c","from":"busybox","Type":"container","Action":"die","Actor":{"ID":"a93c","Attributes":{"execDuration":"1","exitCode":"3","image":"busybox","name":"flaky"}},"scope":"local","time":1795747303,"timeNano":1795747303000000000}
+"#;
+
+#[test]
+fn the_event_log_reads_each_containers_starts_kills_and_exits() {
+    use crate::reconcile::runs::Action;
+    let log = parse_events(EVENT_LOG.as_bytes()).unwrap();
+    assert_eq!(log.events, 9);
+    assert_eq!(log.oldest, Some(at(1_795_747_300, 111_111_111)));
+    let runs: Vec<(SystemTime, Action)> = log.containers["a93c"]
+        .iter()
+        .map(|l| (l.at, l.action))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            (at(1_795_747_301, 200_000_000), Action::Start),
+            (at(1_795_747_302, 0), Action::Oom),
+            (at(1_795_747_302, 100_000_000), Action::Die(137)),
+            (at(1_795_747_302, 400_000_000), Action::Start),
+            (at(1_795_747_303, 0), Action::Die(3)),
+        ]
+    );
+    assert_eq!(log.containers.len(), 1);
+    // An empty log: nothing, and no oldest event.
+    assert_eq!(parse_events(b"").unwrap(), Default::default());
+}
+
+#[test]
+fn a_garbled_event_log_is_an_error_saying_so() {
+    let die =
+        r#"{"Type":"container","Action":"die","Actor":{"ID":"a","Attributes":{}},"timeNano":5}"#;
+    let untimed = r#"{"Type":"image","Action":"pull","Actor":{"ID":"a"}}"#;
+    let anonymous =
+        r#"{"Type":"container","Action":"start","Actor":{"Attributes":{}},"timeNano":5}"#;
+    for (body, says) in [
+        (die, "without an exitCode"),
+        (untimed, "without timeNano"),
+        (anonymous, "without an ID"),
+        ("{\"Type\":", "EOF"),
+        ("[1,2]", "invalid type"),
+    ] {
+        let error = parse_events(body.as_bytes()).unwrap_err();
+        let text = crate::errors::chain(&error);
+        assert!(
+            text.contains("the event log") && text.contains(says),
+            "{body}: {text}"
+        );
+    }
+    let flood = format!("{}\n", r#"{"Type":"image","Action":"tag","timeNano":7}"#).repeat(1025);
+    assert!(matches!(
+        parse_events(flood.as_bytes()),
+        Err(DockerError::TooManyEvents)
+    ));
+}

@@ -319,6 +319,8 @@ def docker():
     for i, inspect in enumerate(inspects):
         write("docker", f"d{i:03}", listing.encode() + b"\0" + inspect.encode())
     write("docker", "empty", b"[]\0{}")
+    log = re.search(r'const EVENT_LOG: &str = r#"(.*?)"#;', tests, re.S).group(1)
+    write("docker", "log", listing.encode() + b"\0" + inspects[0].encode() + b"\0" + log.encode())
 
 
 def note():
