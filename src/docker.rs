@@ -27,7 +27,7 @@ use thiserror::Error;
 
 use crate::event::Workload;
 use crate::reconcile::managed::{ManagedExit, ManagedStatus};
-use crate::reconcile::runs::{Action, EventLog, Logged};
+use crate::reconcile::run::{Action, EventLog, Logged, OOM_KILLED};
 
 /// Where `docker = "auto"` looks for dockerd.
 pub(crate) const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
@@ -46,9 +46,6 @@ pub(crate) const LOG_CAPACITY: usize = 256;
 /// The most events read from the log: a dockerd that sends more than it keeps is
 /// not the one described here.
 const MAX_LOGGED: usize = 4 * LOG_CAPACITY;
-
-/// dockerd's reason for an exit it saw the kernel's OOM killer cause.
-pub(crate) const OOM_KILLED: &str = "OOMKilled";
 
 #[derive(Debug, Error)]
 pub(crate) enum DockerError {

@@ -316,7 +316,7 @@ const EVENT_LOG: &str = r#"{"status":"load","id":"busybox","Type":"image","Actio
 
 #[test]
 fn the_event_log_reads_each_containers_starts_kills_and_exits() {
-    use crate::reconcile::runs::Action;
+    use crate::reconcile::run::Action;
     let log = parse_events(EVENT_LOG.as_bytes()).unwrap();
     assert_eq!(log.events, 9);
     assert_eq!(log.oldest, Some(at(1_795_747_300, 111_111_111)));

@@ -340,7 +340,7 @@ impl Fields for Event {
 }
 
 /// The fields of the record eventgate keeps of an event: containerd's envelope
-/// fields plus `origin` (`live` or `reconciled`, always present), `origin_clock`
+/// fields plus `origin` (`live`, `reconciled` or `repeat`, always present), `origin_clock`
 /// (`daemon` or `reconcile`, present only for reconciled events), `reconciled_from`
 /// (`containerd`, `cri` or `docker`: whose record a reconciled event was
 /// reconstructed from; present only for reconciled events), `reason` (the manager's

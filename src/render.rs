@@ -160,7 +160,7 @@ fn base64_of(bytes: &[u8]) -> String {
 /// something. `publisher` is [`Publisher::write_json`]'s
 /// object, or `null` for events no client of ours sent (upstreams, eventgate's own,
 /// TCP clients without a certificate, rows stored before publishers were kept).
-/// `origin` is `live` or `reconciled`; `origin_clock` and `reconciled_from`
+/// `origin` is `live`, `reconciled` or `repeat`; `origin_clock` and `reconciled_from`
 /// (`containerd`, `cri` or `docker`: whose record it was reconstructed from) are there
 /// for reconciled events only, `reason` (the manager's reason for the container's
 /// state, such as `OOMKilled`) only when set. `node` is where the event was captured, `null` when unknown (events

@@ -263,9 +263,13 @@ fn what(event: &Event, change: Change) -> String {
 
 /// ` [reconciled]` for an event reconstructed from containerd's lists, ` [reconciled
 /// by cri]` (or `docker`) from the manager's record, with `, reason OOMKilled` when the
-/// manager gave one; nothing for a live event without a reason.
+/// manager gave one; ` [repeats a reconciled event, not counted]` for a late live one;
+/// nothing for a live event without a reason.
 fn notes(event: &Event) -> String {
     let mut notes = Vec::new();
+    if event.identity.origin == crate::event::Origin::Repeat {
+        notes.push("repeats a reconciled event, not counted".to_owned());
+    }
     match event.identity.origin.witness() {
         None => {}
         Some(Witness::Containerd) => notes.push("reconciled".to_owned()),

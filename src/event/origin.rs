@@ -17,6 +17,12 @@ pub enum Origin {
     Live,
     /// Synthesized from a difference between the daemon's state and the record.
     Reconciled { clock: Clock, from: Witness },
+    /// Received live, and repeating a change a reconcile already recorded: the
+    /// upstream published it before the reconcile's lists were read, and it arrived
+    /// after the reconcile had told it (a slow stream). Kept, as everything received
+    /// is, and counted once with the reconciled event it repeats (`stats`, the
+    /// timeline and `query --pod` leave it out).
+    Repeat,
 }
 
 /// Whose record of the state a reconciled event was reconstructed from: containerd's
@@ -77,20 +83,21 @@ pub enum Clock {
 
 impl Origin {
     /// Every value [`Origin::label`] returns.
-    pub const LABELS: [&'static str; 2] = ["live", "reconciled"];
+    pub const LABELS: [&'static str; 3] = ["live", "reconciled", "repeat"];
 
-    /// `live` or `reconciled`: the `origin` column, field and header.
+    /// `live`, `reconciled` or `repeat`: the `origin` column, field and header.
     pub fn label(self) -> &'static str {
         match self {
             Origin::Live => "live",
             Origin::Reconciled { .. } => "reconciled",
+            Origin::Repeat => "repeat",
         }
     }
 
     /// The clock of a reconciled event; `None` for a live one.
     pub fn clock(self) -> Option<Clock> {
         match self {
-            Origin::Live => None,
+            Origin::Live | Origin::Repeat => None,
             Origin::Reconciled { clock, .. } => Some(clock),
         }
     }
@@ -106,7 +113,7 @@ impl Origin {
     /// Whose record a reconciled event was reconstructed from; `None` for a live one.
     pub fn witness(self) -> Option<Witness> {
         match self {
-            Origin::Live => None,
+            Origin::Live | Origin::Repeat => None,
             Origin::Reconciled { from, .. } => Some(from),
         }
     }
@@ -120,16 +127,19 @@ impl Origin {
     pub fn from_labels(origin: &str, clock: Option<&str>) -> Result<Origin, String> {
         match (origin, clock) {
             ("live", None) => Ok(Origin::Live),
+            ("repeat", None) => Ok(Origin::Repeat),
             ("reconciled", Some(clock)) => match Clock::from_label(clock) {
                 Some(clock) => Ok(Origin::reconciled(clock)),
                 None => Err(format!(
                     "origin_clock {clock:?} is not \"daemon\" or \"reconcile\""
                 )),
             },
-            ("live", Some(clock)) => Err(format!("a live event has origin_clock {clock:?}")),
+            ("live" | "repeat", Some(clock)) => {
+                Err(format!("a {origin} event has origin_clock {clock:?}"))
+            }
             ("reconciled", None) => Err("a reconciled event has no origin_clock".to_owned()),
             (other, _) => Err(format!(
-                "origin {other:?} is not \"live\" or \"reconciled\""
+                "origin {other:?} is not \"live\", \"reconciled\" or \"repeat\""
             )),
         }
     }
@@ -147,7 +157,10 @@ impl Origin {
     ) -> Result<Origin, String> {
         match (Origin::from_labels(origin, clock)?, from) {
             (origin, None) => Ok(origin),
-            (Origin::Live, Some(from)) => Err(format!("a live event has reconciled_from {from:?}")),
+            (origin @ (Origin::Live | Origin::Repeat), Some(from)) => Err(format!(
+                "a {} event has reconciled_from {from:?}",
+                origin.label()
+            )),
             (Origin::Reconciled { clock, .. }, Some(from)) => match Witness::from_label(from) {
                 Some(from) => Ok(Origin::Reconciled { clock, from }),
                 None => Err(format!(
@@ -189,10 +202,11 @@ impl fmt::Display for Origin {
 mod tests {
     use super::*;
 
-    const ALL: [Origin; 3] = [
+    const ALL: [Origin; 4] = [
         Origin::Live,
         Origin::reconciled(Clock::Daemon),
         Origin::reconciled(Clock::Reconcile),
+        Origin::Repeat,
     ];
 
     #[test]
@@ -207,11 +221,13 @@ mod tests {
             [
                 "live",
                 "reconciled (daemon clock)",
-                "reconciled (reconcile clock)"
+                "reconciled (reconcile clock)",
+                "repeat"
             ]
         );
         for (origin, clock, error) in [
             ("live", Some("daemon"), "a live event has origin_clock"),
+            ("repeat", Some("daemon"), "a repeat event has origin_clock"),
             ("reconciled", None, "has no origin_clock"),
             ("reconciled", Some("wall"), "\"wall\" is not"),
             ("replayed", None, "\"replayed\" is not"),

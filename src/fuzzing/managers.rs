@@ -79,7 +79,7 @@ pub fn docker(data: &[u8]) {
 fn fold(
     from: Witness,
     containers: BTreeMap<String, ManagedContainer>,
-    log: Option<crate::reconcile::runs::EventLog>,
+    log: Option<crate::reconcile::run::EventLog>,
     salt: usize,
 ) {
     let namespace = match from {

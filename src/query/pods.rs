@@ -106,6 +106,10 @@ impl Tally {
     pub(crate) fn add(&mut self, event: &Event) -> Change {
         let position = self.added;
         self.added += 1;
+        // A live event repeating a change a reconcile recorded: counted there.
+        if event.identity.origin == crate::event::Origin::Repeat {
+            return Change::Other;
+        }
         let Some(workload) = event.identity.workload.as_deref() else {
             return Change::Other;
         };

@@ -268,3 +268,33 @@ fn an_oom_after_a_status_137_exit_makes_it_an_oom_kill() {
         Some(counts(2, 2, 3, 3, 2))
     );
 }
+
+#[test]
+fn a_live_repeat_of_a_reconciled_change_is_not_counted_again() {
+    use crate::event::{Clock, Origin};
+    let nginx = || Some(workload("shop", "web-7", Some("nginx")));
+    let run = |id: &str, status: u32| {
+        vec![
+            ("/tasks/start", start(id), nginx()),
+            ("/tasks/exit", exit(id, id, status), nginx()),
+        ]
+    };
+    // The first run recorded live; the second told by a reconcile, and its live
+    // events came after.
+    let live = events(run("c1", 1));
+    let told = events(run("c2", 2))
+        .into_iter()
+        .map(|e| e.with_origin(Origin::reconciled(Clock::Daemon)));
+    let repeats = events(run("c2", 2))
+        .into_iter()
+        .map(|e| e.with_origin(Origin::Repeat));
+    let mut tally = Tally::default();
+    for event in live.into_iter().chain(told).chain(repeats) {
+        tally.add(&event);
+    }
+    let counts = tally.pods[&PodName {
+        namespace: "shop".into(),
+        name: "web-7".into(),
+    }];
+    assert_eq!((counts.restarts, counts.nonzero_exits), (1, 2));
+}

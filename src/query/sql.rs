@@ -246,7 +246,8 @@ fn column_sql(column: &str, selector: &Selector, bind: &mut Binder) -> Option<St
     }
 }
 
-/// `origin` is always present (`live` or `reconciled`; the column is NOT NULL).
+/// `origin` is always present (`live`, `reconciled` or `repeat`; the column is NOT
+/// NULL).
 fn origin_sql(selector: &Selector, bind: &mut Binder) -> Option<String> {
     let d = bind.dialect;
     match selector.op {

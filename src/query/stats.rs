@@ -7,6 +7,7 @@ use std::time::UNIX_EPOCH;
 
 use super::sql::Dialect;
 use super::{Query, QueryError, Reader, RowRange};
+use crate::filter::Filter;
 
 /// Unix seconds of the text `t` (an RFC 3339 time as stored) in PostgreSQL, NULL where
 /// it is not one: the date's days and the time of day's seconds, the fraction dropped,
@@ -45,8 +46,19 @@ pub struct Count {
     pub count: u64,
 }
 
+/// `query`, leaving out the live events that repeat a change a reconcile recorded
+/// (`origin == repeat`): each change is counted once.
+fn counted(query: &Query) -> Query {
+    let live_or_reconciled = Filter::parse("origin!=repeat").unwrap_or_default();
+    Query {
+        filter: query.filter.and(&live_or_reconciled),
+        ..query.clone()
+    }
+}
+
 impl Reader {
-    /// Counts ordered by bucket, then group. `bucket_secs` must be at least 1.
+    /// Counts ordered by bucket, then group, each change once (see [`counted`]).
+    /// `bucket_secs` must be at least 1.
     pub fn stats(
         &self,
         query: &Query,
@@ -54,6 +66,7 @@ impl Reader {
         bucket_secs: i64,
     ) -> Result<Vec<Count>, QueryError> {
         let bucket_secs = bucket_secs.max(1);
+        let query = &counted(query);
         let mut bind = self.binder();
         let width = bind.int(bucket_secs);
         let predicate = query.predicate_in(RowRange::ALL, bind);

@@ -20,7 +20,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
-use super::runs::{self, EventLog, Last, Seen};
+use super::run::EventLog;
+pub(crate) use super::run::ManagedExit;
+use super::runs::{self, Last, Seen};
 use super::state::{ContainerState, NodeState, TaskState, TaskStatus};
 use crate::event::{Witness, Workload};
 
@@ -55,16 +57,6 @@ pub(crate) struct ManagedContainer {
     /// Runs its restart policy made since it was last started by hand, where a
     /// status call said (dockerd's `RestartCount`).
     pub restart_count: Option<u64>,
-}
-
-/// The run that ended, from a manager's per-container status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ManagedExit {
-    /// `None` for a container that never started (its start failed).
-    pub started_at: Option<SystemTime>,
-    pub finished_at: Option<SystemTime>,
-    pub exit_code: i32,
-    pub reason: Option<String>,
 }
 
 /// One manager's view at a reconcile.

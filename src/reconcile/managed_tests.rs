@@ -371,8 +371,8 @@ fn restarted(started: u64, finished: u64, code: i32, restarts: u64) -> ManagedCo
     }
 }
 
-fn docker_log(oldest: u64, runs: &[(u64, u64, i32)]) -> crate::reconcile::runs::EventLog {
-    use crate::reconcile::runs::{Action, EventLog, Logged};
+fn docker_log(oldest: u64, runs: &[(u64, u64, i32)]) -> crate::reconcile::run::EventLog {
+    use crate::reconcile::run::{Action, EventLog, Logged};
     let events = runs
         .iter()
         .flat_map(|&(start, die, code)| {
@@ -477,9 +477,9 @@ fn a_run_recorded_under_way_ends_with_the_exit_dockerd_logged_for_it() {
     log.containers
         .get_mut("d")
         .unwrap()
-        .push(crate::reconcile::runs::Logged {
+        .push(crate::reconcile::run::Logged {
             at: at(8),
-            action: crate::reconcile::runs::Action::Start,
+            action: crate::reconcile::run::Action::Start,
         });
     let mut view_of = restarted(8, 9, 0, 2);
     view_of.status = ManagedStatus::Running;

@@ -11,6 +11,7 @@
 //! - [`list`]: the daemon's own state, through containerd's List calls.
 //! - `snapshot`: one upstream's recorded state, on disk and held in the spool.
 //! - `pending`: a reconcile's snapshot until its marker is durable.
+//! - `run`: a run's end, and the runs a gap hid (data).
 //! - `runs`: every run of a Docker container inside a gap, from dockerd's event log
 //!   or its restart count.
 
@@ -20,6 +21,7 @@ pub(crate) mod list;
 pub(crate) mod managed;
 pub(crate) mod merge;
 pub(crate) mod pending;
+pub(crate) mod run;
 pub(crate) mod runs;
 pub(crate) mod snapshot;
 pub(crate) mod state;

@@ -11,67 +11,10 @@
 //! their exits and times unknown. Of a container the record saw run, with the log
 //! gone, only the last run can be told; the marker says so.
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use super::diff::OOM_KILLED;
-use super::managed::ManagedExit;
+use super::run::{Action, EventLog, GapRuns, Logged, ManagedExit, OOM_KILLED, UNKNOWN_EXIT_STATUS};
 use super::state::{TaskState, TaskStatus};
-
-/// What dockerd's event log says of containers' runs, as read for a gap.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct EventLog {
-    /// The oldest event the log still holds, of any kind: the log tells every run
-    /// after it, and nothing before.
-    pub oldest: Option<SystemTime>,
-    /// How many events it held.
-    pub events: usize,
-    /// Each container's starts, OOM kills and exits, in the order dockerd logged them.
-    pub containers: BTreeMap<String, Vec<Logged>>,
-}
-
-/// One event of a container's runs, at dockerd's time for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Logged {
-    pub at: SystemTime,
-    pub action: Action,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
-    Start,
-    Oom,
-    /// The run ended with this exit code (dockerd's `die`).
-    Die(i32),
-}
-
-/// The runs of one container that the record is missing, before the last one (which
-/// the daemon's side shows as any other container's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum GapRuns {
-    /// From dockerd's log: the end of the run the record saw start and not end
-    /// (`ended`), then whole runs, each with its start, exit code and exit time.
-    Logged {
-        ended: Option<ManagedExit>,
-        runs: Vec<ManagedExit>,
-    },
-    /// From `RestartCount`: this many whole runs, whose exits and times are unknown;
-    /// all of them after `after` (the container's creation) and before the last.
-    Counted {
-        runs: u64,
-        after: Option<SystemTime>,
-    },
-}
-
-impl GapRuns {
-    /// How many runs it tells, counting the end of the recorded run as none.
-    pub(crate) fn count(&self) -> u64 {
-        match self {
-            GapRuns::Logged { runs, .. } => runs.len() as u64,
-            GapRuns::Counted { runs, .. } => *runs,
-        }
-    }
-}
 
 /// The last run as the daemon's side shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +134,7 @@ fn told(logged: &[Logged], horizon: Horizon, last: Last) -> Option<GapRuns> {
                 // dockerd logs a `die` for every run; a start without one before it
                 // ends the open run at the latest then, its exit unknown.
                 if let Some(run) = open.take() {
-                    let code = super::diff::UNKNOWN_EXIT_STATUS as i32;
+                    let code = UNKNOWN_EXIT_STATUS as i32;
                     runs.push(exit(Some(run.started_at), event.at, code, run.oom));
                 }
                 open = Some(Open {

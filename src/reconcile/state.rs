@@ -34,7 +34,7 @@ pub struct NamespaceState {
     /// manager shows the record missed before the container's last (see
     /// `reconcile::runs`). Never part of a snapshot.
     #[serde(skip)]
-    pub(crate) gap_runs: BTreeMap<String, super::runs::GapRuns>,
+    pub(crate) gap_runs: BTreeMap<String, super::run::GapRuns>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

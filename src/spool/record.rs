@@ -12,7 +12,8 @@
 //! The next bit ([`HAS_ORIGIN`]) says the event was reconstructed by a reconcile and
 //! one origin byte follows: 1 for a timestamp from the daemon's record, 2 for one from
 //! the reconcile's clock, plus 16 times the witness (0 containerd, 1 the CRI, 2
-//! dockerd: whose record it was reconstructed from). Live events (every record written before origins were kept,
+//! dockerd: whose record it was reconstructed from); or 3 alone for a live event that
+//! repeats a change a reconcile recorded ([`Origin::Repeat`]). Live events (every record written before origins were kept,
 //! and every received event since) have no bit and no byte, so they are byte for byte
 //! what they were, and read as [`Origin::Live`].
 //!
@@ -68,6 +69,8 @@ const PROCESS: u8 = 1;
 const CERTIFICATE: u8 = 2;
 const CLOCK_DAEMON: u8 = 1;
 const CLOCK_RECONCILE: u8 = 2;
+/// Not a clock: a live event repeating a change a reconcile already recorded.
+const REPEAT: u8 = 3;
 /// The origin byte's low bits are the clock; the bits from here up the witness.
 const CLOCK_BITS: u8 = 0x0f;
 const WITNESS_SHIFT: u8 = 4;
@@ -110,6 +113,7 @@ pub(crate) fn encode(event: &Event, buf: &mut Vec<u8>) -> Result<usize, usize> {
     };
     let origin = match *origin {
         Origin::Live => None,
+        Origin::Repeat => Some(REPEAT),
         Origin::Reconciled { clock, from } => {
             let clock = match clock {
                 Clock::Daemon => CLOCK_DAEMON,
@@ -277,12 +281,18 @@ pub(crate) fn decode(record: &[u8]) -> Option<Event> {
         let (&byte, after) = rest.split_first()?;
         rest = after;
         let clock = match byte & CLOCK_BITS {
-            CLOCK_DAEMON => Clock::Daemon,
-            CLOCK_RECONCILE => Clock::Reconcile,
+            CLOCK_DAEMON => Some(Clock::Daemon),
+            CLOCK_RECONCILE => Some(Clock::Reconcile),
+            REPEAT if byte == REPEAT => None,
             _ => return None,
         };
-        let from = Witness::from_index(usize::from(byte >> WITNESS_SHIFT))?;
-        Origin::Reconciled { clock, from }
+        match clock {
+            Some(clock) => {
+                let from = Witness::from_index(usize::from(byte >> WITNESS_SHIFT))?;
+                Origin::Reconciled { clock, from }
+            }
+            None => Origin::Repeat,
+        }
     } else {
         Origin::Live
     };

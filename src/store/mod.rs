@@ -280,7 +280,7 @@ pub struct EventRow<'a> {
     pub source: Cow<'static, str>,
     /// `publisher_uid`, `publisher_gid`, `publisher_pid`, `publisher_subject`.
     pub publisher: Columns<'a>,
-    /// `live` or `reconciled`.
+    /// `live`, `reconciled` or `repeat`.
     pub origin: &'static str,
     /// `daemon` or `reconcile` for a reconciled event; `None` for a live one.
     pub origin_clock: Option<&'static str>,

@@ -24,7 +24,7 @@ use crate::reconcile::NodeState;
 use crate::reconcile::managed::{
     self, DOCKER_NAMESPACE, ManagedContainer, ManagedStatus, ManagerView,
 };
-use crate::reconcile::runs::EventLog;
+use crate::reconcile::run::EventLog;
 
 use super::settings::ManagerSetting;
 

@@ -145,7 +145,7 @@ async fn dockerd_is_listed_and_only_exits_the_record_lacks_are_inspected() {
     let log = asked.views[0].log.as_ref().expect("the event log");
     assert_eq!((log.events, log.oldest), (6, at(1_700_000_000, 0)));
     let web: Vec<_> = log.containers["web"].iter().map(|l| l.action).collect();
-    use crate::reconcile::runs::Action;
+    use crate::reconcile::run::Action;
     assert_eq!(
         web,
         [

@@ -37,6 +37,11 @@ pub(crate) const METRICS: &[Metric] = &[
         "Events a reconcile recorded (origin reconciled), by upstream and topic.",
     ),
     Metric::counter(
+        "eventgate_upstream_repeats_total",
+        Count,
+        "Live events recorded with origin repeat: published before a reconcile's lists, they repeat a change it told.",
+    ),
+    Metric::counter(
         "eventgate_reconcile_failures_total",
         Count,
         "Reconciles that failed, by stage: list (the daemon's state could not be read), save (the snapshot could not be written), or cri / docker (that manager could not be asked; containerd's lists were used alone).",

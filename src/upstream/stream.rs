@@ -199,10 +199,11 @@ impl Task {
                     }
                     let workload = enricher.begin(&envelope);
                     outbox_bytes += envelope.encoded_len();
+                    let repeat = reconciler.as_deref_mut().is_some_and(|r| r.repeats(&envelope));
                     outbox.push_back(Outgoing {
                         source: Source::Upstream(Arc::clone(&self.name)),
                         envelope,
-                        origin: Origin::Live,
+                        origin: if repeat { Origin::Repeat } else { Origin::Live },
                         workload,
                         then: Then::Record,
                     });

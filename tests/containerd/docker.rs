@@ -662,3 +662,116 @@ fn runs_pushed_out_of_dockerd_s_log_are_counted_from_its_restart_count() {
         .collect();
     assert_eq!(unknown.len(), 2, "{marker}");
 }
+
+#[test]
+fn a_live_event_that_comes_after_the_reconcile_told_its_change_is_recorded_once() {
+    let containerd = Containerd::start();
+    let mut dockerd = Dockerd::start(&containerd);
+    dockerd.load_busybox();
+    // The subscription goes through a link that can be made slow; a reconcile's
+    // lists go at full speed. A reconcile every second.
+    let slow = support::slowstream::SlowStream::start(Path::new(&containerd.address()));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = Config::new()
+        .sqlite("audit", "audit.db", "")
+        .upstream(
+            "node",
+            &slow.address(),
+            &format!(
+                "docker = \"{}\"\nreconcile_interval = \"1s\"",
+                dockerd.address()
+            ),
+        )
+        .write(dir.path());
+    let mut gateway = Gateway::start_in(dir, &["--config", &path]);
+    let db = audit_db(&gateway);
+    wait_reconciled(&mut gateway, 1);
+
+    // The stream now brings each event 5 s after containerd published it: a
+    // reconcile lists the container's whole run first and tells it from dockerd's
+    // record, then the live events arrive.
+    slow.set_delay(std::time::Duration::from_secs(5));
+    let late = dockerd.run("late-1", &[(PROJECT, "shop"), (SERVICE, "late")], "exit 3");
+    dockerd.wait_exited(&late);
+    let all = wait_for(
+        "the live events after the reconciled ones",
+        DEADLINE,
+        || {
+            let all = rows(&db);
+            let told = about(&all, &late);
+            let live = told.iter().filter(|r| r.origin != "reconciled").count();
+            (live >= LIVE_RUN.len()).then_some(all)
+        },
+    );
+    let told = about(&all, &late);
+    let reconciled: Vec<&&Stored> = told.iter().filter(|r| r.origin == "reconciled").collect();
+    let live: Vec<&&Stored> = told.iter().filter(|r| r.origin != "reconciled").collect();
+    assert_eq!(
+        reconciled
+            .iter()
+            .map(|r| r.topic.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "/containers/create",
+            "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete",
+            "/containers/delete"
+        ],
+        "{told:#?}"
+    );
+    assert!(
+        reconciled.last().unwrap().row_id < live[0].row_id,
+        "the reconcile told the run before the stream brought it: {told:#?}"
+    );
+    // Every live event that repeats a change told is marked; the task's create,
+    // which no record above containerd keeps, is news and stays live.
+    let marks: Vec<(&str, &str)> = live
+        .iter()
+        .map(|r| (r.topic.as_str(), r.origin.as_str()))
+        .collect();
+    assert_eq!(
+        marks,
+        [
+            ("/containers/create", "repeat"),
+            ("/tasks/create", "live"),
+            ("/tasks/start", "repeat"),
+            ("/tasks/exit", "repeat"),
+            ("/tasks/delete", "repeat"),
+            ("/containers/delete", "repeat"),
+        ],
+        "{told:#?}"
+    );
+    assert_eq!(live[3].event["exit_status"], 3);
+
+    // Counted once: `stats` by topic sees one exit of it; the repeats are there to
+    // be queried.
+    let db_path = db.to_str().expect("UTF-8");
+    let filter = "container.name==late-1".to_owned();
+    let stats = eventgate_stdout(&["stats", "--db", db_path, "--by", "topic", &filter]);
+    let exits: u64 = stats
+        .lines()
+        .filter(|l| l.contains("/tasks/exit"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(exits, 1, "{stats}");
+    let repeats = eventgate_stdout(&[
+        "query",
+        "--db",
+        db_path,
+        "--format",
+        "json",
+        &format!("{filter},origin==repeat"),
+    ]);
+    assert_eq!(repeats.lines().count(), 5, "{repeats}");
+    let verify = eventgate()
+        .args(["audit", "verify", "--db", db_path])
+        .output()
+        .expect("verify");
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}

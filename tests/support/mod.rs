@@ -26,6 +26,7 @@ pub mod messages;
 pub mod postgres;
 pub mod prometheus;
 pub mod pyconsumer;
+pub mod slowstream;
 pub mod spooled;
 pub mod stores;
 pub mod stress;

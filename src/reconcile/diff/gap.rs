@@ -10,7 +10,7 @@ use crate::event::Witness;
 use crate::proto::containerd::events as ev;
 use crate::reconcile::apply::Object;
 use crate::reconcile::managed::ManagedExit;
-use crate::reconcile::runs::GapRuns;
+use crate::reconcile::run::GapRuns;
 use crate::reconcile::state::{ContainerState, NamespaceState, TaskState, TaskStatus};
 
 impl Context<'_> {

@@ -10,7 +10,6 @@
 mod gap;
 mod tasks;
 
-pub(crate) use tasks::OOM_KILLED;
 use tasks::TaskChanges;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,9 +24,7 @@ use crate::event::Witness;
 use crate::proto::containerd::events as ev;
 use crate::proto::containerd::services::images::v1 as img;
 
-/// The exit status containerd (and its CRI plugin) records when a process's real one
-/// is unknown.
-pub(crate) const UNKNOWN_EXIT_STATUS: u32 = 255;
+pub(crate) use super::run::UNKNOWN_EXIT_STATUS;
 
 /// One event to record.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,9 +11,7 @@ use crate::proto::containerd::events as ev;
 use crate::reconcile::apply::Object;
 use crate::reconcile::state::{TaskState, TaskStatus};
 
-/// The CRI's reason for a container the kernel's OOM killer ended (dockerd's
-/// `State.OOMKilled` is told the same way).
-pub(crate) const OOM_KILLED: &str = "OOMKilled";
+use crate::reconcile::run::OOM_KILLED;
 
 /// One container's task: the events that lead from one state to another.
 pub(super) struct TaskChanges<'a> {

@@ -47,6 +47,10 @@ pub(crate) enum Kind {
     BackDated,
     /// The archive of checkpoints holds lines that are not what eventgate ships.
     Archive,
+    /// A row marked as repeating a reconciled event (`origin = repeat`) has no
+    /// reconciled row of the same source, namespace, topic and object before it that
+    /// another repeat did not claim: the mark would leave a change out of the counts.
+    Unfounded,
 }
 
 impl Kind {
@@ -68,6 +72,7 @@ impl Kind {
             Kind::NotWitnessed => "not witnessed",
             Kind::BackDated => "back-dated",
             Kind::Archive => "archive tampered",
+            Kind::Unfounded => "unfounded repeat",
         }
     }
 }

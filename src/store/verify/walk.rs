@@ -17,6 +17,65 @@ pub(super) struct Walk<'a> {
     /// The last row (or the chain's start) that everything so far links up to.
     last: Link,
     hasher: chain::RowHasher,
+    /// Reconciled rows a repeat may yet name (see [`Repeats`]).
+    repeats: Repeats,
+}
+
+/// The rule for rows marked `origin = repeat`: each repeats one reconciled row told
+/// before it, of the same source, namespace, topic and object (the container, image
+/// or namespace its event names). Where retention deleted rows, a repeat's
+/// reconciled row may be gone with them: the rule is then not applied.
+#[derive(Default)]
+struct Repeats {
+    told: std::collections::HashMap<(String, String, String, String), u64>,
+    checked: bool,
+}
+
+/// Where [`ROWS`]'s values (after row_id) hold what the rule reads.
+const NAMESPACE: usize = 4;
+const TOPIC: usize = 5;
+const EVENT: usize = 8;
+const SOURCE: usize = 9;
+const ORIGIN: usize = 14;
+
+impl Repeats {
+    /// Notes a row; what is wrong with it, for a repeat without its reconciled row.
+    fn row(&mut self, values: &[ValueRef<'_>]) -> Option<String> {
+        let text = |i: usize| values.get(i).and_then(|v| v.as_str().ok()).unwrap_or("");
+        let origin = text(ORIGIN);
+        if origin != "reconciled" && origin != "repeat" {
+            return None;
+        }
+        let object = serde_json::from_str::<serde_json::Value>(text(EVENT))
+            .ok()
+            .and_then(|payload| {
+                ["container_id", "id", "name"]
+                    .iter()
+                    .find_map(|f| payload.get(*f)?.as_str().map(str::to_owned))
+            })
+            .unwrap_or_default();
+        let key = (
+            text(SOURCE).to_owned(),
+            text(NAMESPACE).to_owned(),
+            text(TOPIC).to_owned(),
+            object,
+        );
+        if origin == "reconciled" {
+            *self.told.entry(key).or_default() += 1;
+            return None;
+        }
+        match self.told.get_mut(&key) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                None
+            }
+            _ if !self.checked => None,
+            _ => Some(format!(
+                "it is marked as repeating a reconciled event, but no reconciled {} of {:?} from {} comes before it unclaimed",
+                key.2, key.3, key.0
+            )),
+        }
+    }
 }
 
 impl<'a> Walk<'a> {
@@ -64,6 +123,10 @@ impl<'a> Walk<'a> {
             report,
             last,
             hasher: chain::RowHasher::default(),
+            repeats: Repeats {
+                checked: state.pruned_row_id < state.first_row_id,
+                ..Repeats::default()
+            },
         })
     }
 
@@ -164,6 +227,9 @@ impl<'a> Walk<'a> {
                             state.head_row_id
                         ),
                     );
+                }
+                if let Some(what) = self.repeats.row(&values) {
+                    return problem(Kind::Unfounded, what);
                 }
                 let at = here(row_id, &values);
                 if let Some(problem) = self.anchor(row_id, &hash, Some(at)) {

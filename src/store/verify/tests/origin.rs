@@ -101,3 +101,46 @@ fn a_schema_5_chain_keeps_verifying_and_reconciled_rows_join_it() {
         std::fs::remove_file(&copy).unwrap();
     }
 }
+
+/// An exit of container `container`, as event `seq`, with `origin`.
+fn exit_of(seq: u64, container: &str, origin: Origin) -> Event {
+    let json = format!(r#"{{"container_id":"{container}","pid":7,"exit_status":3}}"#);
+    testing::event(seq)
+        .at(testing::T0 + seq as i64)
+        .json("containerd.events.TaskExit", &json)
+        .build()
+        .with_origin(origin)
+}
+
+#[test]
+fn a_repeat_must_follow_the_reconciled_row_it_repeats() {
+    // A reconciled exit, its live repeat, and a repeat of the same change again.
+    let store = TempStore::new();
+    let path = store.path().to_path_buf();
+    testing::insert(
+        &path,
+        &[
+            exit_of(1, "c1", reconciled(Clock::Daemon)),
+            event(2),
+            exit_of(3, "c1", Origin::Repeat),
+        ],
+    );
+    let report = intact(&path);
+    assert_eq!(report.verified, 3);
+    testing::insert(&path, &[exit_of(4, "c1", Origin::Repeat)]);
+    let found = problem(&path);
+    assert_at(&found, Kind::Unfounded, 4, 4);
+    assert!(found.to_string().contains("\"c1\""), "{found}");
+
+    // A repeat of a change no reconcile told.
+    let store = TempStore::new();
+    let path = store.path().to_path_buf();
+    testing::insert(
+        &path,
+        &[
+            exit_of(1, "c1", reconciled(Clock::Daemon)),
+            exit_of(2, "c2", Origin::Repeat),
+        ],
+    );
+    assert_at(&problem(&path), Kind::Unfounded, 2, 2);
+}
