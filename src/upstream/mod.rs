@@ -21,6 +21,7 @@ mod managers;
 pub(crate) use managers::{ManagerReport, Outcome as ManagerOutcome};
 pub(crate) mod metric_table;
 mod reconciler;
+mod repeats;
 pub(crate) mod roster;
 mod settings;
 mod status;

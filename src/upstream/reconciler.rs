@@ -9,7 +9,6 @@
 //! commits a change before it publishes the event, so a list can show a change whose
 //! event is still on its way; waiting [`SETTLE`] lets it arrive.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -21,7 +20,6 @@ use crate::event::{Clock, Event, Origin};
 use crate::proto::containerd::types::Envelope;
 use crate::proto::eventgate::events::v1::{ManagerListing, UpstreamReconciled};
 use crate::reconcile::NodeState;
-use crate::reconcile::apply::Object;
 use crate::reconcile::diff::{self, Change};
 use crate::reconcile::list::list_node;
 use crate::reconcile::managed;
@@ -30,6 +28,7 @@ use crate::reconcile::snapshot::{SAVE_EVERY, Snapshot, SnapshotError};
 use crate::spool::Spool;
 
 use super::managers::{Asked, Known, ManagerReport, Managers, Outcome};
+use super::repeats::Told;
 use super::settings::UpstreamSpec;
 use super::status::UpstreamStatus;
 use tokio::sync::watch;
@@ -139,26 +138,9 @@ pub(super) struct Reconciler {
     /// Where the record of the daemon last became complete: the start of the next
     /// periodic reconcile's gap.
     last_listed: SystemTime,
-    /// What recent reconciles told, oldest first, to know a late live event that
-    /// repeats one of them (see [`Reconciler::repeats`]).
-    told: VecDeque<Told>,
+    /// What recent reconciles told, to know a late live event that repeats it.
+    told: Told,
 }
-
-/// One change a reconcile told.
-#[derive(Debug)]
-struct Told {
-    namespace: String,
-    topic: &'static str,
-    object: Object,
-    /// The exit status told, for an exit.
-    exit_status: Option<u32>,
-    /// When that reconcile's lists began: the change happened before.
-    listed_at: SystemTime,
-}
-
-/// Told changes remembered at most (oldest forgotten first): a late event comes
-/// seconds after its reconcile, not thousands of changes later.
-const MAX_TOLD: usize = 4096;
 
 impl Reconciler {
     pub(super) async fn open(
@@ -193,7 +175,7 @@ impl Reconciler {
             next_interval: None,
             next_tick: tokio::time::Instant::now() + SAVE_EVERY,
             last_listed: SystemTime::now(),
-            told: VecDeque::new(),
+            told: Told::default(),
         })
     }
 
@@ -241,40 +223,13 @@ impl Reconciler {
     /// showed the change, and the stream brought it only after the reconcile had
     /// recorded it. Each told change is repeated once at most.
     pub(super) fn repeats(&mut self, envelope: &Envelope) -> bool {
-        if self.told.is_empty() {
-            return false;
+        let repeat = self.told.repeats(envelope);
+        if repeat {
+            metrics::counter!("eventgate_upstream_repeats_total", "upstream" => self.upstream.clone())
+                .increment(1);
+            tracing::debug!(upstream = %self.upstream, namespace = %envelope.namespace, topic = %envelope.topic, "a live event repeats a change the reconcile recorded; marked as a repeat");
         }
-        let Some(published) = envelope
-            .timestamp
-            .and_then(|t| SystemTime::try_from(t).ok())
-        else {
-            return false;
-        };
-        let Some(object) = NodeState::default().apply(
-            &envelope.namespace,
-            &envelope.topic,
-            envelope.event.as_ref(),
-        ) else {
-            return false;
-        };
-        let exit_status = exit_status(&envelope.topic, envelope.event.as_ref());
-        let found = self.told.iter().position(|told| {
-            told.topic == envelope.topic
-                && told.namespace == envelope.namespace
-                && told.object == object
-                && told.exit_status == exit_status
-                && published < told.listed_at
-        });
-        match found {
-            Some(at) => {
-                self.told.remove(at);
-                metrics::counter!("eventgate_upstream_repeats_total", "upstream" => self.upstream.clone())
-                    .increment(1);
-                tracing::debug!(upstream = %self.upstream, namespace = %envelope.namespace, topic = %envelope.topic, "a live event repeats a change the reconcile recorded; marked as a repeat");
-                true
-            }
-            None => false,
-        }
+        repeat
     }
 
     /// Advances the snapshot by one of the upstream's events, once the spool has it.
@@ -398,6 +353,12 @@ impl Reconciler {
         for view in &asked.views {
             managed::fold(&mut daemon, &self.snapshot.state, view);
         }
+        if baseline {
+            // Nothing is told at a baseline: nor are earlier runs counted as told.
+            for ns in daemon.namespaces.values_mut() {
+                ns.gap_runs.clear();
+            }
+        }
         self.note_managers(&asked.reports);
         if let Some(status) = &self.status {
             // A manager `auto` found absent is no news on the upstream's line.
@@ -418,18 +379,7 @@ impl Reconciler {
         } else {
             diff::diff(&self.snapshot.state, &daemon, &skip)
         };
-        for change in &found.changes {
-            if self.told.len() == MAX_TOLD {
-                self.told.pop_front();
-            }
-            self.told.push_back(Told {
-                namespace: change.namespace.clone(),
-                topic: change.topic,
-                object: change.object.clone(),
-                exit_status: exit_status(change.topic, Some(&change.event)),
-                listed_at,
-            });
-        }
+        self.told.remember(&found.changes, listed_at);
         let events = found
             .changes
             .iter()
@@ -580,15 +530,6 @@ impl Reconciler {
             .increment(1);
         tracing::warn!(upstream = %self.upstream, stage, %error, "reconcile failed; it runs again on the next connection or interval");
     }
-}
-
-/// The exit status of a `/tasks/exit`'s payload.
-fn exit_status(topic: &str, event: Option<&prost_types::Any>) -> Option<u32> {
-    use prost::Message as _;
-    let event = event.filter(|_| topic == "/tasks/exit")?;
-    crate::proto::containerd::events::TaskExit::decode(event.value.as_slice())
-        .ok()
-        .map(|exit| exit.exit_status)
 }
 
 /// A change as the envelope to record: stamped with the daemon's time for it when

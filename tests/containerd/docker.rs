@@ -138,6 +138,14 @@ fn logged_about<'a>(lines: &'a [Value], id: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// Waits until the JSON lines hold `n` lines about container `id`; every line then.
+fn wait_logged(gateway: &Gateway, id: &str, n: usize) -> Vec<Value> {
+    wait_for(&format!("{n} JSON lines about {id}"), DEADLINE, || {
+        let lines = gateway.logged();
+        (logged_about(&lines, id).len() >= n).then_some(lines)
+    })
+}
+
 /// Waits for the `n`th reconciled marker; every row then.
 fn wait_reconciled(gateway: &mut Gateway, n: usize) -> Vec<Stored> {
     let db = audit_db(gateway);
@@ -323,7 +331,8 @@ fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
         nanos(&Value::from(told[2].timestamp.clone())),
         nanos(&gap_inspect["State"]["FinishedAt"])
     );
-    let lines = gateway.logged();
+    // The file forwarder may write its lines after the SQLite forwarder's rows.
+    let lines = wait_logged(&gateway, &gap, told.len());
     let told_lines = logged_about(&lines, &gap);
     assert_eq!(told_lines.len(), told.len());
     for line in &told_lines {
@@ -348,6 +357,7 @@ fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
     assert_eq!(killed[3].event["exit_status"], 137);
     assert_eq!(killed[2].reason.as_deref(), Some("OOMKilled"));
     assert_eq!(killed[3].reason.as_deref(), Some("OOMKilled"));
+    let lines = wait_logged(&gateway, &oom, killed.len());
     assert_docker_terms(&killed, &logged_about(&lines, &oom), &oom_inspect);
 
     // Nothing else: the removed web container's run was recorded live already.
@@ -446,7 +456,7 @@ fn a_stopped_dockerd_leaves_the_reconcile_to_containerd_and_says_so() {
         told.iter()
             .all(|r| r.reconciled_from.as_deref() == Some("docker"))
     );
-    let lines = gateway.logged();
+    let lines = wait_logged(&gateway, &gap, told.len());
     assert_docker_terms(&told, &logged_about(&lines, &gap), &gap_inspect);
     let body = wait_for("readiness to show dockerd listed", DEADLINE, || {
         let (_, body) = http_get(admin, "/readyz?verbose");
