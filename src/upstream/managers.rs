@@ -134,7 +134,11 @@ impl fmt::Display for ManagerReport {
                 if self.name == "cri" {
                     write!(f, "{sandboxes} sandboxes, ")?;
                 }
-                write!(f, "{containers} containers, {status_calls} status calls")
+                write!(f, "{containers} containers, {status_calls} status calls")?;
+                if let Some(Err(error)) = &self.log {
+                    write!(f, "; its event log could not be read: {error}")?;
+                }
+                Ok(())
             }
             Outcome::Absent => write!(f, "not served"),
             Outcome::Failed(error) => write!(f, "failed: {error}"),

@@ -200,3 +200,48 @@ async fn a_dockerd_that_cannot_be_asked_keeps_the_record_and_says_why() {
         .await;
     assert!(asked.reports.is_empty() && asked.views.is_empty());
 }
+
+#[tokio::test]
+async fn an_event_log_that_cannot_be_read_leaves_the_listing_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("docker.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 4096];
+                let n = stream.read(&mut request).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&request[..n]).into_owned();
+                let body = match head.split(' ').nth(1).unwrap_or("") {
+                    "/containers/json?all=1" => "[]",
+                    _ => "{\"Type\":\"container\",\"Action\":\"die\"",
+                };
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let socket = path.to_str().unwrap().to_owned();
+    let managers = managers(ManagerSetting::Address(socket.clone()));
+    let known = Known {
+        until: Some(SystemTime::now()),
+        ..Known::default()
+    };
+    let asked = managers.ask(&NodeState::default(), &known).await;
+    let report = &asked.reports[0];
+    assert_eq!(report.state(), "listed");
+    assert_eq!(asked.views[0].log, None);
+    let Some(Err(error)) = &report.log else {
+        panic!("{report:?}");
+    };
+    assert!(error.contains("the event log"), "{error}");
+    assert!(
+        report
+            .to_string()
+            .ends_with(&format!("; its event log could not be read: {error}")),
+        "{report}"
+    );
+}

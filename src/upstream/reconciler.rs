@@ -510,6 +510,11 @@ impl Reconciler {
     /// Logs how asking the managers went, and backs off the next reconcile's
     /// retry of a manager that failed (1 s doubling to the interval or 5 min).
     fn note_managers(&mut self, reports: &[ManagerReport]) {
+        for report in reports {
+            if let Some(Err(error)) = &report.log {
+                tracing::warn!(upstream = %self.upstream, manager = report.name, address = %report.address, %error, "dockerd's event log could not be read; each Docker container's last run only is told");
+            }
+        }
         let failed: Vec<&ManagerReport> = reports.iter().filter(|r| r.failed()).collect();
         for report in &failed {
             metrics::counter!("eventgate_reconcile_failures_total", "upstream" => self.upstream.clone(), "stage" => report.name)
