@@ -697,10 +697,11 @@ fn a_live_event_that_comes_after_the_reconcile_told_its_change_is_recorded_once(
     let db = audit_db(&gateway);
     wait_reconciled(&mut gateway, 1);
 
-    // The stream now brings each event 5 s after containerd published it: a
-    // reconcile lists the container's whole run first and tells it from dockerd's
+    // The stream now brings each event 8 s after containerd published it: a
+    // reconcile (one starts every 2 s or so: the interval, the lists, the 1 s
+    // settle) lists the container's whole run first and tells it from dockerd's
     // record, then the live events arrive.
-    slow.set_delay(std::time::Duration::from_secs(5));
+    slow.set_delay(std::time::Duration::from_secs(8));
     let late = dockerd.run("late-1", &[(PROJECT, "shop"), (SERVICE, "late")], "exit 3");
     dockerd.wait_exited(&late);
     let all = wait_for(
