@@ -188,15 +188,7 @@ impl DockerClient {
     /// Every container dockerd keeps, running or not.
     pub(crate) async fn list(&self) -> Result<Vec<Listed>, DockerError> {
         const CALL: &str = "the container list";
-        let body = self
-            .get(CALL, "/containers/json?all=1")
-            .await?
-            .ok_or(DockerError::Refused {
-                call: CALL,
-                status: 404,
-                message: "not found".into(),
-            })?;
-        parse_list(&body)
+        parse_list(&self.get_found(CALL, "/containers/json?all=1").await?)
     }
 
     /// One container's inspect; `None` when dockerd has no such container.
@@ -227,12 +219,16 @@ impl DockerClient {
             until.as_secs(),
             until.subsec_nanos()
         );
-        let body = self.get(CALL, &path).await?.ok_or(DockerError::Refused {
-            call: CALL,
+        parse_events(&self.get_found(CALL, &path).await?)
+    }
+
+    /// GETs `path`, which every dockerd serves: a 404 is a refusal.
+    async fn get_found(&self, call: &'static str, path: &str) -> Result<Bytes, DockerError> {
+        self.get(call, path).await?.ok_or(DockerError::Refused {
+            call,
             status: 404,
             message: "not found".into(),
-        })?;
-        parse_events(&body)
+        })
     }
 
     /// GETs `path`: the body of a 2xx answer, `None` for 404.

@@ -360,7 +360,6 @@ async fn list_docker(
             container.restart_count = inspected.restart_count;
         }
     }
-    drop(inspected);
     // The log only matters for a container some run of which the record may lack;
     // it is one call of at most 256 events, read on every reconcile all the same, so
     // that the marker says how far back it reached.

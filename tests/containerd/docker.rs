@@ -34,20 +34,41 @@ const LIVE_RUN: [&str; 6] = [
 ];
 
 fn start(containerd: &Containerd, dockerd: &Dockerd) -> Gateway {
+    start_on(&containerd.address(), dockerd, "0s")
+}
+
+/// A gateway subscribed to the containerd at `address`, asking `dockerd`, reconciling
+/// every `interval` ("0s": only after a gap).
+fn start_on(address: &str, dockerd: &Dockerd, interval: &str) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = Config::new()
         .sqlite("audit", "audit.db", "")
         .file("log", "events.jsonl", "")
         .upstream(
             "node",
-            &containerd.address(),
+            address,
             &format!(
-                "docker = \"{}\"\nreconcile_interval = \"0s\"",
+                "docker = \"{}\"\nreconcile_interval = \"{interval}\"",
                 dockerd.address()
             ),
         )
         .write(dir.path());
     Gateway::start_in(dir, &["--config", &path])
+}
+
+/// A private containerd with dockerd on it, the test image loaded.
+fn docker_host() -> (Containerd, Dockerd) {
+    let containerd = Containerd::start();
+    let dockerd = Dockerd::start(&containerd);
+    dockerd.load_busybox();
+    (containerd, dockerd)
+}
+
+/// A gateway as [`start`] makes it, once its first (baseline) reconcile is recorded.
+fn start_reconciled(containerd: &Containerd, dockerd: &Dockerd) -> Gateway {
+    let mut gateway = start(containerd, dockerd);
+    wait_reconciled(&mut gateway, 1);
+    gateway
 }
 
 fn audit_db(gateway: &Gateway) -> PathBuf {
@@ -217,12 +238,9 @@ fn docker_listing(marker: &Value) -> Value {
 
 #[test]
 fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
-    let containerd = Containerd::start();
-    let mut dockerd = Dockerd::start(&containerd);
-    dockerd.load_busybox();
-    let mut gateway = start(&containerd, &dockerd);
+    let (containerd, mut dockerd) = docker_host();
+    let mut gateway = start_reconciled(&containerd, &dockerd);
     let db = audit_db(&gateway);
-    wait_reconciled(&mut gateway, 1);
 
     // Live: a compose service's container runs and exits 3.
     let began = Instant::now();
@@ -394,12 +412,9 @@ fn a_compose_container_is_recorded_in_dockers_terms_live_and_across_a_gap() {
 
 #[test]
 fn a_stopped_dockerd_leaves_the_reconcile_to_containerd_and_says_so() {
-    let containerd = Containerd::start();
-    let mut dockerd = Dockerd::start(&containerd);
-    dockerd.load_busybox();
-    let mut gateway = start(&containerd, &dockerd);
+    let (containerd, mut dockerd) = docker_host();
+    let mut gateway = start_reconciled(&containerd, &dockerd);
     let db = audit_db(&gateway);
-    wait_reconciled(&mut gateway, 1);
 
     // A container runs and exits while eventgate is down, then dockerd stops too.
     gateway.kill9();
@@ -528,12 +543,9 @@ fn flood_event_log(dockerd: &Dockerd, count: usize) {
 
 #[test]
 fn a_container_restarted_by_its_policy_in_a_gap_is_recorded_with_every_run() {
-    let containerd = Containerd::start();
-    let mut dockerd = Dockerd::start(&containerd);
-    dockerd.load_busybox();
-    let mut gateway = start(&containerd, &dockerd);
+    let (containerd, mut dockerd) = docker_host();
+    let mut gateway = start_reconciled(&containerd, &dockerd);
     let db = audit_db(&gateway);
-    wait_reconciled(&mut gateway, 1);
 
     // Its first run starts while eventgate records; the gap begins while it runs.
     let counter = tempfile::tempdir().expect("tempdir");
@@ -619,11 +631,8 @@ fn a_container_restarted_by_its_policy_in_a_gap_is_recorded_with_every_run() {
 
 #[test]
 fn runs_pushed_out_of_dockerd_s_log_are_counted_from_its_restart_count() {
-    let containerd = Containerd::start();
-    let mut dockerd = Dockerd::start(&containerd);
-    dockerd.load_busybox();
-    let mut gateway = start(&containerd, &dockerd);
-    wait_reconciled(&mut gateway, 1);
+    let (containerd, mut dockerd) = docker_host();
+    let mut gateway = start_reconciled(&containerd, &dockerd);
 
     // The whole container lives in the gap, and then 300 other events push its
     // runs out of dockerd's log.
@@ -675,25 +684,11 @@ fn runs_pushed_out_of_dockerd_s_log_are_counted_from_its_restart_count() {
 
 #[test]
 fn a_live_event_that_comes_after_the_reconcile_told_its_change_is_recorded_once() {
-    let containerd = Containerd::start();
-    let mut dockerd = Dockerd::start(&containerd);
-    dockerd.load_busybox();
+    let (containerd, mut dockerd) = docker_host();
     // The subscription goes through a link that can be made slow; a reconcile's
     // lists go at full speed. A reconcile every second.
     let slow = support::slowstream::SlowStream::start(Path::new(&containerd.address()));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = Config::new()
-        .sqlite("audit", "audit.db", "")
-        .upstream(
-            "node",
-            &slow.address(),
-            &format!(
-                "docker = \"{}\"\nreconcile_interval = \"1s\"",
-                dockerd.address()
-            ),
-        )
-        .write(dir.path());
-    let mut gateway = Gateway::start_in(dir, &["--config", &path]);
+    let mut gateway = start_on(&slow.address(), &dockerd, "1s");
     let db = audit_db(&gateway);
     wait_reconciled(&mut gateway, 1);
 
