@@ -420,6 +420,18 @@ fn bad_postgres_forwarder_keys_are_named() {
             table("url = \"postgres://u@db/h\"\npassword_file = \"/a\"\npassword_env = \"B\""),
             "not both",
         ),
+        (
+            table("url = \"postgres://u@db/h\"\nconnections = 0"),
+            "`connections` must be 1 to 8, not 0",
+        ),
+        (
+            table("url = \"postgres://u@db/h\"\nconnections = 9"),
+            "`connections` must be 1 to 8, not 9",
+        ),
+        (
+            table("url = \"postgres://u@db/h\"\nconnections = -1"),
+            "connections",
+        ),
     ];
     for (text, expected) in cases {
         let config = Config::parse(&text, "test").unwrap();

@@ -148,13 +148,24 @@ pub(crate) async fn produce_records(brokers: &str, records: &[Record]) -> Result
     Ok(())
 }
 
-/// A plain consumer in a fresh group reads every message, touching each value.
-pub(crate) async fn raw(brokers: &str, group: &str, events: usize) -> Result<Duration, BenchError> {
+/// A plain consumer in a fresh group reads every message, touching each value;
+/// `fetch_wait_ms` is its `fetch.wait.max.ms` (librdkafka's default when `None`).
+pub(crate) async fn raw(
+    brokers: &str,
+    group: &str,
+    events: usize,
+    fetch_wait_ms: Option<&str>,
+) -> Result<Duration, BenchError> {
     let failed = |what: String| BenchError::Failed { what };
-    let consumer: StreamConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
-        .set("auto.offset.reset", "earliest")
+        .set("auto.offset.reset", "earliest");
+    if let Some(wait) = fetch_wait_ms {
+        config.set("fetch.wait.max.ms", wait);
+    }
+    let consumer: StreamConsumer = config
         .create()
         .map_err(|e| failed(format!("kafka consumer: {e}")))?;
     let start = Instant::now();

@@ -75,6 +75,46 @@ pub(crate) struct Fenced {
     /// The offsets to record, per (group, topic, partition): the next one after the
     /// last kept event, and the epoch the update must still find.
     advance: HashMap<(String, String, i32), (i64, i64)>,
+    /// Each locked partition's `next_offset` as the fence found it.
+    found: HashMap<(String, String, i32), Option<i64>>,
+}
+
+/// The messages of a split batch's earlier slices, per partition (their highest
+/// offset): a later slice may commit only once the offset rows show them stored.
+#[derive(Debug, Default)]
+pub(crate) struct Before {
+    last: HashMap<(String, String, i32), i64>,
+}
+
+impl Before {
+    /// The last offset of each partition among `events` read for `store`.
+    pub(crate) fn of(store: &str, events: &[std::sync::Arc<crate::event::Event>]) -> Self {
+        let mut last: HashMap<(String, String, i32), i64> = HashMap::new();
+        for position in events.iter().filter_map(|e| e.kafka_position()) {
+            if &*position.store != store {
+                continue;
+            }
+            let key = (
+                position.group.to_string(),
+                position.topic.to_string(),
+                position.partition,
+            );
+            let offset = last.entry(key).or_insert(position.offset);
+            *offset = (*offset).max(position.offset);
+        }
+        Self { last }
+    }
+
+    /// Whether each partition the fence locked is stored past these messages.
+    pub(crate) fn passed(&self, fenced: &Fenced) -> bool {
+        fenced
+            .found
+            .iter()
+            .all(|(key, next)| match self.last.get(key) {
+                Some(&last) => next.is_some_and(|next| next > last),
+                None => true,
+            })
+    }
 }
 
 /// Locks the offset rows of the partitions `positions` come from (this store's
@@ -124,6 +164,10 @@ pub(crate) async fn fence(
     }
     let mut fenced = Fenced {
         keep: Vec::with_capacity(positions.len()),
+        found: current
+            .iter()
+            .map(|(key, (next, _))| (key.clone(), *next))
+            .collect(),
         ..Fenced::default()
     };
     for position in positions {

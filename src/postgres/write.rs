@@ -8,6 +8,13 @@
 //! offset), so one wasted COPY starts each run, not each batch of it.
 //! Taken-in events whose source keeps its offsets here pass the fence first
 //! ([`super::offsets`]) and move their partitions' offsets in the same transaction.
+//!
+//! With more than one connection a large batch is split into slices, one a
+//! connection, written at once ([`write_split`]): one batch's rows then take as many
+//! server processes as it has slices instead of one. The slices are committed in
+//! their order wherever it matters: a slice holding a partition's later messages
+//! commits only once the partition's offset shows the earlier slices' messages
+//! stored, so a partition's stored offset never passes a message that is not stored.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -65,12 +72,21 @@ pub(crate) const COLUMNS: &[(&str, Type)] = &[
 /// connection has its own).
 pub(crate) const STAGING: &str = "eventgate_staging";
 
+/// The fewest events a slice of a split batch holds: below this, a second
+/// transaction costs more than the rows it takes off the first.
+pub(crate) const MIN_SLICE: usize = 100;
+
+/// The most connections one writer opens.
+pub(crate) const MAX_CONNECTIONS: usize = 8;
+
 /// What one batch did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Written {
     pub(crate) inserted: u64,
     /// The rows went the staging way (see the module's comment).
     pub(crate) staged: bool,
+    /// The batch was split over several connections.
+    pub(crate) split: bool,
     /// Rows the fence let through.
     pub(crate) kept: u64,
     /// Stored before (by id, or by the partition's offset).
@@ -79,10 +95,12 @@ pub(crate) struct Written {
     pub(crate) fenced: u64,
 }
 
-/// The writer's connection and what it learnt about the database.
+/// The writer's connections and what it learnt about the database.
 pub(crate) struct Writer {
     target: Target,
-    client: Option<Client>,
+    /// One per slice of a split batch; the first writes every batch too small to
+    /// split. A connection is opened when a batch first needs it.
+    clients: Vec<Option<Client>>,
     period: Period,
     /// Partitions known to exist.
     partitions: HashSet<Range>,
@@ -99,6 +117,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// A writer of one connection ([`Writer::connections`] for more).
     pub(crate) fn new(
         target: Target,
         period: Period,
@@ -107,7 +126,7 @@ impl Writer {
     ) -> Self {
         Self {
             target,
-            client: None,
+            clients: vec![None],
             period,
             partitions: HashSet::new(),
             written_by,
@@ -117,12 +136,32 @@ impl Writer {
         }
     }
 
-    /// The open connection, connecting (and migrating) first when there is none or
-    /// the last one broke.
-    pub(crate) async fn client(&mut self) -> Result<&mut Client, PostgresError> {
-        let usable = self.client.as_ref().is_some_and(|c| !c.is_closed());
+    /// Splits batches of at least `2 * MIN_SLICE` events over up to `connections`
+    /// connections (1 to [`MAX_CONNECTIONS`]).
+    pub(crate) fn connections(mut self, connections: usize) -> Self {
+        self.clients
+            .resize_with(connections.clamp(1, MAX_CONNECTIONS), || None);
+        self
+    }
+
+    /// Opens every connection now (a benchmark, before its clock).
+    pub(crate) async fn connect_all(&mut self) -> Result<(), PostgresError> {
+        for lane in 0..self.clients.len() {
+            self.connect(lane).await?;
+        }
+        Ok(())
+    }
+
+    /// Connection `lane`, opened (and the schema migrated) when there is none or the
+    /// last one broke.
+    async fn connect(&mut self, lane: usize) -> Result<&mut Client, PostgresError> {
+        let slot = self
+            .clients
+            .get_mut(lane)
+            .ok_or_else(|| PostgresError::Config(format!("no connection {lane}")))?;
+        let usable = slot.as_ref().is_some_and(|c| !c.is_closed());
         if !usable {
-            self.client = None;
+            *slot = None;
             let mut client = self.target.connect().await?;
             client
                 .batch_execute(&format!(
@@ -136,30 +175,44 @@ impl Writer {
                          pod_name text, pod_namespace text, pod_uid text,
                          container_name text, container_kind text, image text, labels jsonb,
                          node text, node_seq bigint, reconciled_from text, reason text,
-                         written_by text, node_source text
+                         written_by text, node_source text, row_id bigint
                      ) ON COMMIT DELETE ROWS"
                 ))
                 .await?;
             migrate::migrate(&mut client).await?;
             // Partitions made or dropped while disconnected are looked at anew.
             self.partitions.clear();
-            self.client = Some(client);
+            *slot = Some(client);
         }
-        self.client
-            .as_mut()
-            .ok_or_else(|| PostgresError::Config("no connection".into()))
+        slot.as_mut()
+            .ok_or_else(|| PostgresError::Config(format!("no connection {lane}")))
     }
 
-    /// Closes the connection (the next write opens a new one).
+    /// Closes the connections (the next write opens new ones).
     pub(crate) fn disconnect(&mut self) {
-        self.client = None;
+        self.clients.iter_mut().for_each(|c| *c = None);
+    }
+
+    /// How many slices `events` are written in: one while replaying (the staging
+    /// way, one transaction), and one when two events share a key (split apart,
+    /// the second slice's COPY would wait on the first's uncommitted row).
+    fn lanes_for(&self, events: &[Arc<Event>]) -> usize {
+        let lanes = self.clients.len().min(events.len() / MIN_SLICE).max(1);
+        if lanes == 1 || self.replaying {
+            return 1;
+        }
+        let mut keys = HashSet::with_capacity(events.len());
+        let unique = events
+            .iter()
+            .all(|e| keys.insert((e.identity.id, e.identity.received_at)));
+        if unique { lanes } else { 1 }
     }
 
     /// Writes `events` in one transaction.
     pub(crate) async fn write(&mut self, events: &[Arc<Event>]) -> Result<Written, PostgresError> {
         // Still set at the next write when this one's future is dropped midway.
         if std::mem::replace(&mut self.interrupted, true) {
-            self.client = None;
+            self.disconnect();
         }
         let written = self.write_once(events).await;
         self.interrupted = false;
@@ -168,14 +221,21 @@ impl Writer {
             // event for that day then finds none): the next attempt makes each
             // partition its batch needs again.
             self.partitions.clear();
-            if self.client.as_ref().is_some_and(Client::is_closed) {
-                self.client = None;
+            for client in &mut self.clients {
+                if client.as_ref().is_some_and(Client::is_closed) {
+                    *client = None;
+                }
             }
         }
         written
     }
 
     async fn write_once(&mut self, events: &[Arc<Event>]) -> Result<Written, PostgresError> {
+        let lanes = self.lanes_for(events);
+        for lane in 0..lanes {
+            self.connect(lane).await?;
+        }
+        // After connecting: a new connection forgets the partitions known.
         let ranges: BTreeSet<Range> = events
             .iter()
             .map(|e| self.period.range(e.identity.received_at))
@@ -184,21 +244,204 @@ impl Writer {
         let store = Arc::clone(&self.store);
         let written_by = Arc::clone(&self.written_by);
         let replaying = self.replaying;
-        let client = self.client().await?;
+        let mut clients: Vec<&mut Client> = self.clients[..lanes].iter_mut().flatten().collect();
+        let client = clients
+            .first_mut()
+            .ok_or_else(|| PostgresError::Config("no connection".into()))?;
+        // Made before the slices start: their transactions then take no lock
+        // but the rows' and the offsets'.
         partitions::ensure(client, &ranges).await?;
-        let written = write_batch(client, &store, &written_by, events, replaying).await?;
+        let written = if lanes == 1 {
+            write_batch(client, &store, &written_by, events, replaying, None).await?
+        } else {
+            write_split(clients, &store, &written_by, events).await?
+        };
         self.partitions.extend(ranges);
         self.replaying = written.staged && written.inserted < written.kept;
         Ok(written)
     }
 }
 
-async fn write_batch(
+/// Writes `events` as one slice a connection, each slice in its own transaction,
+/// all at once, and answers once every slice is committed or one failed (then the
+/// slices before it may be committed: a retry finds their rows and offsets stored).
+///
+/// The rows are numbered before the slices start, so `row_id` follows the gateway's
+/// order whichever slice commits first. The first slice is written as a batch
+/// always is (its partitions' offset rows locked first). Each later one copies its
+/// rows first and takes the offset rows after (waiting, in the server, for an
+/// earlier slice holding them to end), and commits only when every one of its
+/// events passes the fence and each partition's offset is past the earlier slices'
+/// messages of that partition: committed before. Otherwise it rolls back, waits
+/// for the slices before it to end, and, when they all committed, writes its events
+/// the careful way (the staging table, the fence first). No slice waits for
+/// another while holding a lock, except in the server, where a cycle is found.
+async fn write_split(
+    clients: Vec<&mut Client>,
+    store: &str,
+    written_by: &str,
+    events: &[Arc<Event>],
+) -> Result<Written, PostgresError> {
+    let mut events = events.to_vec();
+    events.sort_by_key(|e| e.seq);
+    let mut clients = clients;
+    let first = clients
+        .first_mut()
+        .ok_or_else(|| PostgresError::Config("no connection".into()))?;
+    let ids = reserve_row_ids(first, events.len()).await?;
+    let lanes = clients.len();
+    let bounds: Vec<usize> = (0..=lanes).map(|i| i * events.len() / lanes).collect();
+    // Lane i tells lane i + 1 whether every lane up to i committed.
+    let (tells, hears): (Vec<_>, Vec<_>) = (1..lanes)
+        .map(|_| tokio::sync::oneshot::channel::<bool>())
+        .unzip();
+    let mut tells: Vec<_> = tells.into_iter().map(Some).collect();
+    tells.push(None);
+    let mut hears: Vec<_> = hears.into_iter().map(Some).collect();
+    hears.insert(0, None);
+    let mut lanes_run = Vec::with_capacity(lanes);
+    for (lane, client) in clients.into_iter().enumerate() {
+        let slice = &events[bounds[lane]..bounds[lane + 1]];
+        let slice_ids = &ids[bounds[lane]..bounds[lane + 1]];
+        let before = offsets::Before::of(store, &events[..bounds[lane]]);
+        let hear = hears[lane].take();
+        let tell = tells[lane].take();
+        lanes_run.push(async move {
+            let written = match hear {
+                None => write_batch(client, store, written_by, slice, false, Some(slice_ids))
+                    .await
+                    .map(Some),
+                Some(hear) => {
+                    write_after(client, store, written_by, slice, slice_ids, &before, hear).await
+                }
+            };
+            if let Some(tell) = tell {
+                let _ = tell.send(matches!(written, Ok(Some(_))));
+            }
+            written
+        });
+    }
+    let mut total = Written {
+        split: true,
+        ..Written::default()
+    };
+    for written in futures::future::join_all(lanes_run).await {
+        match written? {
+            Some(written) => total.add(written),
+            // An earlier lane failed: its error is the answer, returned above.
+            None => {
+                return Err(PostgresError::Config(
+                    "a slice before this one failed".into(),
+                ));
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// A later slice of a split batch (see [`write_split`]). `None`: a lane before it
+/// failed, and this one stored nothing.
+async fn write_after(
     client: &mut Client,
     store: &str,
     written_by: &str,
     events: &[Arc<Event>],
+    ids: &[i64],
+    before: &offsets::Before,
+    earlier: tokio::sync::oneshot::Receiver<bool>,
+) -> Result<Option<Written>, PostgresError> {
+    let rows: Vec<Row> = events
+        .iter()
+        .zip(ids)
+        .map(|(event, &id)| Row::of(event, written_by).numbered(id))
+        .collect();
+    let positions: Vec<_> = events.iter().map(|e| e.kafka_position()).collect();
+    let ours = positions.iter().flatten().any(|p| &*p.store == store);
+    let tx = client.transaction().await?;
+    let committed = match copy_rows(&tx, "events", &rows).await {
+        Ok(copied) => {
+            let fenced = match ours {
+                true => Some(offsets::fence(&tx, store, &positions).await?),
+                false => None,
+            };
+            let clean = fenced
+                .as_ref()
+                .is_none_or(|f| f.keep.iter().all(|k| *k) && before.passed(f));
+            if clean {
+                if let Some(fenced) = &fenced {
+                    offsets::advance(&tx, fenced).await?;
+                }
+                tx.commit().await?;
+                Some(copied)
+            } else {
+                tx.rollback().await?;
+                None
+            }
+        }
+        Err(error) if error.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            tx.rollback().await?;
+            None
+        }
+        Err(error) => return Err(error.into()),
+    };
+    // Nothing is held from here on: waiting for the lanes before cannot block them.
+    if !earlier.await.unwrap_or(false) {
+        // This slice committed only partitions of its own (the fence's `before`
+        // check holds the rest back): a retry finds them stored.
+        return Ok(None);
+    }
+    match committed {
+        Some(copied) => Ok(Some(Written {
+            inserted: copied,
+            kept: copied,
+            ..Written::default()
+        })),
+        // Stored before in part, not this gateway's to store, or committed by the
+        // lanes before only now: the careful way.
+        None => write_batch(client, store, written_by, events, true, Some(ids))
+            .await
+            .map(Some),
+    }
+}
+
+/// `n` values of `events.row_id`'s sequence, in order.
+async fn reserve_row_ids(client: &mut Client, n: usize) -> Result<Vec<i64>, PostgresError> {
+    let n = i32::try_from(n).unwrap_or(i32::MAX);
+    let row = client
+        .query_one(
+            // The sequence's name looked up once (a plain CTE is inlined, and the
+            // lookup then costs more than the numbers).
+            "WITH s AS MATERIALIZED (
+                 SELECT pg_get_serial_sequence('events', 'row_id')::regclass AS seq
+             )
+             SELECT array_agg(nextval(s.seq)) FROM s, generate_series(1, $1)",
+            &[&n],
+        )
+        .await?;
+    let mut ids: Vec<i64> = row.try_get::<_, Option<Vec<i64>>>(0)?.unwrap_or_default();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+impl Written {
+    fn add(&mut self, other: Written) {
+        self.inserted += other.inserted;
+        self.staged |= other.staged;
+        self.kept += other.kept;
+        self.duplicates += other.duplicates;
+        self.fenced += other.fenced;
+    }
+}
+
+/// Writes `events` in one transaction. `ids`: the `row_id` of each event (numbered
+/// before, a slice of a split batch), or `None` to let the server number them.
+async fn write_batch<'a>(
+    client: &mut Client,
+    store: &str,
+    written_by: &'a str,
+    events: &'a [Arc<Event>],
     replaying: bool,
+    ids: Option<&[i64]>,
 ) -> Result<Written, PostgresError> {
     let mut tx = client.transaction().await?;
     let positions: Vec<_> = events.iter().map(|e| e.kafka_position()).collect();
@@ -207,14 +450,22 @@ async fn write_batch(
     } else {
         None
     };
+    let row = |(i, event): (usize, &'a Arc<Event>)| {
+        let row = Row::of(event, written_by);
+        match ids.and_then(|ids| ids.get(i)) {
+            Some(&id) => row.numbered(id),
+            None => row,
+        }
+    };
     let mut rows: Vec<Row> = match &fenced {
         Some(fenced) => events
             .iter()
+            .enumerate()
             .zip(&fenced.keep)
             .filter(|(_, keep)| **keep)
-            .map(|(event, _)| Row::of(event, written_by))
+            .map(|(event, _)| row(event))
             .collect(),
-        None => events.iter().map(|e| Row::of(e, written_by)).collect(),
+        None => events.iter().enumerate().map(row).collect(),
     };
     // `row_id` numbers the rows in the order they arrive: the gateway's order.
     rows.sort_by_key(|row| row.seq);
@@ -238,7 +489,7 @@ async fn write_batch(
         None if rows.is_empty() => 0,
         None => {
             copy_rows(&tx, STAGING, &rows).await?;
-            let names = column_names();
+            let names = column_names(ids.is_some());
             tx.execute(
                 &format!(
                     "INSERT INTO events ({names}) SELECT {names} FROM {STAGING}
@@ -258,35 +509,48 @@ async fn write_batch(
     Ok(Written {
         inserted,
         staged,
+        split: false,
         kept,
         duplicates: kept - inserted + stored,
         fenced: stale,
     })
 }
 
-fn column_names() -> String {
-    let names: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
+/// The columns a row is written with: [`COLUMNS`], and `row_id` when numbered.
+fn column_names(numbered: bool) -> String {
+    let mut names: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
+    if numbered {
+        names.push("row_id");
+    }
     names.join(", ")
 }
 
 /// COPYs `rows`, in their order, into `table` (`events` or a table of its columns);
-/// returns the rows copied.
+/// returns the rows copied. The rows are all numbered ([`Row::numbered`]) or none.
 pub(crate) async fn copy_rows(
     tx: &Transaction<'_>,
     table: &str,
     rows: &[Row<'_>],
 ) -> Result<u64, tokio_postgres::Error> {
-    let types: Vec<Type> = COLUMNS.iter().map(|(_, t)| t.clone()).collect();
+    let numbered = rows.first().is_some_and(|row| row.row_id.is_some());
+    let mut types: Vec<Type> = COLUMNS.iter().map(|(_, t)| t.clone()).collect();
+    if numbered {
+        types.push(Type::INT8);
+    }
     let sink = tx
         .copy_in(&format!(
             "COPY {table} ({}) FROM STDIN (FORMAT binary)",
-            column_names()
+            column_names(numbered)
         ))
         .await?;
     let writer = BinaryCopyInWriter::new(sink, &types);
     pin_mut!(writer);
     for row in rows {
-        writer.as_mut().write(&row.values()).await?;
+        let mut values = row.values();
+        if numbered {
+            values.push(&row.row_id);
+        }
+        writer.as_mut().write(&values).await?;
     }
     writer.finish().await
 }
@@ -325,6 +589,8 @@ pub(crate) struct Row<'a> {
     seq: i64,
     written_by: &'a str,
     node_source: Option<&'a str>,
+    /// Numbered before the write (a split batch's), else by the server.
+    row_id: Option<i64>,
 }
 
 impl<'a> Row<'a> {
@@ -344,7 +610,13 @@ impl<'a> Row<'a> {
             columns,
             written_by,
             node_source: event.identity.node_source.as_deref(),
+            row_id: None,
         }
+    }
+
+    pub(crate) fn numbered(mut self, row_id: i64) -> Self {
+        self.row_id = Some(row_id);
+        self
     }
 
     fn values(&self) -> Vec<&(dyn ToSql + Sync)> {
@@ -507,6 +779,7 @@ mod tests {
         let w = |inserted, staged, kept, duplicates| Written {
             inserted,
             staged,
+            split: false,
             kept,
             duplicates,
             fenced: 0,
@@ -545,5 +818,185 @@ mod tests {
                 json(columns.workload.labels.as_deref().expect("labels"))
             );
         }
+    }
+}
+
+/// Split batches against a real server: the benchmark's own cluster (`bench`
+/// feature).
+#[cfg(all(test, feature = "bench"))]
+mod split_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::bench::postgres::{Cluster, find_bin};
+    use crate::event::KafkaPosition;
+    use crate::proto::containerd::events::TaskExit;
+    use crate::testing::event;
+
+    /// Events `first..first + n`, event i read from partition `partition_of(i)` at
+    /// that partition's next offset (counted in `next`), under epoch 1.
+    fn read(
+        seqs: std::ops::Range<u64>,
+        partition_of: impl Fn(u64) -> i32,
+        next: &mut std::collections::HashMap<i32, i64>,
+    ) -> Vec<Arc<Event>> {
+        read_in(seqs, partition_of, next, "default")
+    }
+
+    /// [`read`], every event in `namespace`.
+    fn read_in(
+        seqs: std::ops::Range<u64>,
+        partition_of: impl Fn(u64) -> i32,
+        next: &mut std::collections::HashMap<i32, i64>,
+        namespace: &str,
+    ) -> Vec<Arc<Event>> {
+        seqs.map(|seq| {
+            let partition = partition_of(seq);
+            let offset = next.entry(partition).or_insert(0);
+            let position = KafkaPosition {
+                store: Arc::from("central"),
+                group: Arc::from("g"),
+                topic: Arc::from("t"),
+                partition,
+                offset: *offset,
+                epoch: 1,
+            };
+            *offset += 1;
+            Arc::new(
+                event(seq)
+                    .namespace(namespace)
+                    .message(
+                        "containerd.events.TaskExit",
+                        &TaskExit {
+                            container_id: format!("c{seq}"),
+                            ..TaskExit::default()
+                        },
+                    )
+                    .build()
+                    .with_kafka_position(Some(Arc::new(position))),
+            )
+        })
+        .collect()
+    }
+
+    async fn stored(client: &Client) -> (Vec<i64>, Vec<(i32, Option<i64>)>) {
+        let seqs = client
+            .query("SELECT seq FROM events ORDER BY row_id", &[])
+            .await
+            .expect("the rows")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let offsets = client
+            .query(
+                "SELECT partition, next_offset FROM kafka_offsets ORDER BY partition",
+                &[],
+            )
+            .await
+            .expect("the offsets")
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        (seqs, offsets)
+    }
+
+    /// Batches of one partition and of several, split over two and three
+    /// connections: every row once, numbered in the gateway's order, and every
+    /// partition's offset past its last message.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL's server binaries; run tests/run.sh"]
+    async fn a_split_batch_stores_every_row_once_in_order_with_its_offsets() {
+        let bin = find_bin().expect("PostgreSQL's server binaries");
+        let cluster = Cluster::start(&bin, None).await.expect("a cluster");
+        for connections in [2, 3] {
+            let db = format!("split{connections}");
+            cluster.fresh_database(&db).await.expect("a database");
+            let mut client = cluster.connect(&db).await.expect("a reader");
+            migrate::migrate(&mut client).await.expect("the schema");
+            offsets::claim(&mut client, "g", "t", &[0, 1, 2], "w")
+                .await
+                .expect("the claims");
+            let target = cluster.target(&db).expect("a target");
+            let mut writer = Writer::new(target, Period::default(), "w".into(), "central".into())
+                .connections(connections);
+            let mut next = std::collections::HashMap::new();
+            // One partition; then three, interleaved; then one again.
+            let batches = [
+                read(1..1001, |_| 0, &mut next),
+                read(1001..2001, |seq| (seq % 3) as i32, &mut next),
+                read(2001..2601, |_| 2, &mut next),
+            ];
+            for batch in &batches {
+                let written = writer.write(batch).await.expect("a written batch");
+                assert_eq!(
+                    (written.inserted, written.kept, written.duplicates),
+                    (batch.len() as u64, batch.len() as u64, 0)
+                );
+            }
+            let (seqs, offsets) = stored(&client).await;
+            assert_eq!(
+                seqs,
+                (1..2601).collect::<Vec<i64>>(),
+                "{connections} connections"
+            );
+            let expected: Vec<(i32, Option<i64>)> = [0, 1, 2]
+                .iter()
+                .map(|p| (*p, next.get(p).copied()))
+                .collect();
+            assert_eq!(offsets, expected, "{connections} connections");
+            // Written again (a retry whose answer was lost): nothing added.
+            let again = writer.write(&batches[1]).await.expect("the batch again");
+            assert_eq!((again.inserted, again.duplicates), (0, 1000));
+            assert_eq!(stored(&client).await.0.len(), 2600);
+        }
+    }
+
+    /// The first slice fails (a row the server refuses): the second slice, holding
+    /// the same partition's later messages, must not commit (its offset would pass
+    /// messages that are not stored); a slice of another partition may. Sent again
+    /// without the bad row, every row is stored once and every offset is right.
+    #[tokio::test]
+    #[ignore = "needs PostgreSQL's server binaries; run tests/run.sh"]
+    async fn a_failed_slice_holds_back_the_later_slices_of_its_partitions() {
+        let bin = find_bin().expect("PostgreSQL's server binaries");
+        let cluster = Cluster::start(&bin, None).await.expect("a cluster");
+        cluster.fresh_database("held").await.expect("a database");
+        let mut client = cluster.connect("held").await.expect("a reader");
+        migrate::migrate(&mut client).await.expect("the schema");
+        offsets::claim(&mut client, "g", "t", &[0, 1], "w")
+            .await
+            .expect("the claims");
+        let target = cluster.target("held").expect("a target");
+        let mut writer =
+            Writer::new(target, Period::default(), "w".into(), "central".into()).connections(3);
+        let mut next = std::collections::HashMap::new();
+        // Slices of 100: partition 0, partition 0, partition 1.
+        let mut batch = read(1..201, |_| 0, &mut next);
+        batch.extend(read(201..301, |_| 1, &mut next));
+        // Event 50 is refused: PostgreSQL's text holds no NUL.
+        let mut bad_next = std::collections::HashMap::from([(0, 49)]);
+        let bad = read_in(50..51, |_| 0, &mut bad_next, "bad\0namespace");
+        let mut refused = batch.clone();
+        refused[49] = Arc::clone(&bad[0]);
+        let error = writer
+            .write(&refused)
+            .await
+            .expect_err("a row the server refuses");
+        assert!(!error.is_retryable(), "{error}");
+        let (seqs, offsets) = stored(&client).await;
+        assert_eq!(
+            seqs,
+            (201..301).collect::<Vec<i64>>(),
+            "only partition 1's slice"
+        );
+        assert_eq!(offsets, [(0, None), (1, Some(100))]);
+
+        let written = writer.write(&batch).await.expect("the batch, mended");
+        assert_eq!((written.inserted, written.duplicates), (200, 100));
+        let (seqs, offsets) = stored(&client).await;
+        let mut sorted = seqs.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (1..301).collect::<Vec<i64>>());
+        assert_eq!(offsets, [(0, Some(200)), (1, Some(100))]);
     }
 }

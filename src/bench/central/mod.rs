@@ -27,6 +27,7 @@ use super::postgres::process_cpu_time;
 use crate::config::Config;
 use crate::event::Event;
 use crate::forward::kafka::Record;
+use crate::forward::postgres::DEFAULT_CONNECTIONS;
 use crate::gateway::Gateway;
 use crate::postgres::write::Writer;
 use crate::postgres::{Period, migrate, partitions};
@@ -589,10 +590,11 @@ impl Bench<'_> {
         std::thread::spawn(move || {
             let ran = on_own_runtime(async move {
                 let mut writer =
-                    Writer::new(target, Period::Day, Arc::from("writer"), Arc::from("bench"));
+                    Writer::new(target, Period::Day, Arc::from("writer"), Arc::from("bench"))
+                        .connections(DEFAULT_CONNECTIONS);
                 let written = async {
                     // Connected (and the schema checked) before the clock.
-                    writer.client().await.map_err(|e| e.to_string())?;
+                    writer.connect_all().await.map_err(|e| e.to_string())?;
                     let start = Instant::now();
                     for batch in events.chunks(batch) {
                         writer.write(batch).await.map_err(|e| e.to_string())?;

@@ -11,6 +11,7 @@ use super::{median, rate};
 use crate::bench::daemon::Daemon;
 use crate::bench::fleet::{Setup, ingest, produce, raw};
 use crate::cli::CliError;
+use crate::source::kafka::options::DEFAULT_FETCH_WAIT_MS;
 
 #[derive(Debug, Args)]
 pub struct FleetBenchArgs {
@@ -32,11 +33,17 @@ pub(super) async fn run(args: FleetBenchArgs) -> Result<ExitCode, CliError> {
     produce(&brokers, events).await?;
     let setups = [Setup::Defaults, Setup::SpoolOnly];
     let mut raws = Vec::new();
+    let mut raws_default = Vec::new();
     let mut ingests = vec![Vec::new(); setups.len()];
     let mut stored = Vec::new();
     for round in 0..args.rounds {
-        let r = raw(&brokers, &format!("raw-{round}"), events).await?;
+        // The plain consumer fetching as the source does, and with librdkafka's
+        // own default (tansu holds fetches for it: docs/fleet.md).
+        let wait = Some(DEFAULT_FETCH_WAIT_MS);
+        let r = raw(&brokers, &format!("raw-{round}"), events, wait).await?;
         raws.push(rate(events, r));
+        let d = raw(&brokers, &format!("raw-default-{round}"), events, None).await?;
+        raws_default.push(rate(events, d));
         for (i, setup) in setups.into_iter().enumerate() {
             let data = dir.path().join(format!("central-{round}-{i}"));
             let m = ingest(
@@ -63,12 +70,16 @@ pub(super) async fn run(args: FleetBenchArgs) -> Result<ExitCode, CliError> {
     }
     broker.stop(std::time::Duration::from_secs(5)).await;
     let raw = median(raws);
+    let raw_default = median(raws_default);
     println!(
         "{events} messages (protobuf values with a node gateway's headers, {} partitions) on a local tansu broker, median of {} rounds; each consumer joins a fresh group and reads from the earliest offset\n",
         4, args.rounds
     );
     println!(
-        "| central gateway | taken in (events/s) | plain librdkafka consumer, same run (events/s) | ratio |"
+        "plain librdkafka consumer: {raw:.0} events/s with fetch.wait.max.ms = {DEFAULT_FETCH_WAIT_MS} (the source's default), {raw_default:.0} with librdkafka's default (500)\n"
+    );
+    println!(
+        "| central gateway | taken in (events/s) | plain librdkafka consumer, fetch.wait.max.ms as the source's, same run (events/s) | ratio |"
     );
     println!("|---|---:|---:|---:|");
     for (setup, rates) in setups.iter().zip(ingests) {

@@ -1,6 +1,7 @@
 //! The `postgres` forwarder: every event as one row of a PostgreSQL audit store
-//! ([`crate::postgres`]), one transaction per batch, on one connection, written on a
-//! thread of its own ([`thread`]).
+//! ([`crate::postgres`]), one transaction per batch (a large batch split over up to
+//! `connections` connections, a transaction each), written on a thread of its own
+//! ([`thread`]).
 //!
 //! The server may be down at start, restart, or refuse the login: the forwarder
 //! starts anyway, each batch connects if it must, and a failure is retryable (the
@@ -21,7 +22,7 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use super::{Batch, BuildError, Context, ErrorKind, ForwardError, Forwarder, Kind, Options};
-use crate::postgres::write::Writer;
+use crate::postgres::write::{MAX_CONNECTIONS, Writer};
 use crate::postgres::{ConnectOptions, Period, PostgresError, Target};
 use retention::{Pruner, RetentionOptions};
 use thread::WriterThread;
@@ -41,6 +42,18 @@ pub(crate) struct PostgresOptions {
     /// No table: keep every partition.
     #[serde(default)]
     retention: Option<RetentionOptions>,
+    /// Connections a large batch is split over, its slices written at once.
+    /// Read as any integer, so a negative one is refused by name, not by serde.
+    #[serde(default = "default_connections")]
+    connections: i64,
+}
+
+/// Two: a batch then keeps two server processes busy instead of one
+/// (docs/benchmarks.md, central ingest); a batch under 200 events takes one.
+pub(crate) const DEFAULT_CONNECTIONS: usize = 2;
+
+fn default_connections() -> i64 {
+    DEFAULT_CONNECTIONS as i64
 }
 
 impl PostgresOptions {
@@ -57,6 +70,7 @@ impl PostgresOptions {
             "partition",
             "writer",
             "retention",
+            "connections",
         ];
         if let Some(unknown) = options.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(BuildError::Options(format!(
@@ -79,6 +93,12 @@ impl PostgresOptions {
         }
         if let Some(retention) = &parsed.retention {
             retention.validate()?;
+        }
+        if !(1..=MAX_CONNECTIONS as i64).contains(&parsed.connections) {
+            return Err(BuildError::Options(format!(
+                "`connections` must be 1 to {MAX_CONNECTIONS}, not {}",
+                parsed.connections
+            )));
         }
         Ok(parsed)
     }
@@ -113,6 +133,7 @@ impl Kind for PostgresKind {
                 store = %target.describe(),
                 tls = ?options.connect.tls,
                 partition = ?options.partition,
+                connections = options.connections,
                 "postgres store configured; it connects with the first batch"
             );
             let pruner = options
@@ -124,7 +145,8 @@ impl Kind for PostgresKind {
                 options.partition,
                 writer_name,
                 Arc::clone(&name),
-            );
+            )
+            .connections(usize::try_from(options.connections).unwrap_or(1));
             let writer = WriterThread::start(&name, writer).map_err(|e| {
                 BuildError::start(
                     format!("forwarder {name}: cannot start its writer thread"),
@@ -148,7 +170,7 @@ impl Kind for PostgresKind {
 pub(crate) struct PostgresForwarder {
     name: Arc<str>,
     target: Target,
-    /// One connection; the pipeline sends one batch at a time.
+    /// The connections; the pipeline sends one batch at a time.
     writer: WriterThread,
     pruner: std::sync::Mutex<Option<Pruner>>,
 }
@@ -179,7 +201,11 @@ impl Forwarder for PostgresForwarder {
             match written {
                 Ok(written) => {
                     if written.kept > 0 {
-                        let path = if written.staged { "staged" } else { "direct" };
+                        let path = match (written.staged, written.split) {
+                            (true, _) => "staged",
+                            (false, true) => "split",
+                            (false, false) => "direct",
+                        };
                         metrics::counter!("eventgate_postgres_batches_total", "forwarder" => self.name.to_string(), "path" => path)
                             .increment(1);
                     }
