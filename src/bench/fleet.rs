@@ -53,6 +53,9 @@ impl Setup {
 pub(crate) struct Measured {
     /// The gateway: start to the last event appended to its exchange.
     pub ingest: Duration,
+    /// The gateway: its first event appended to its last (the group's join left
+    /// out: tansu holds a static member's join for seconds, docs/fleet.md).
+    pub reading: Duration,
     /// With the defaults: start to the last row in the audit store.
     pub stored: Option<Duration>,
 }
@@ -150,12 +153,13 @@ pub(crate) async fn produce_records(brokers: &str, records: &[Record]) -> Result
 
 /// A plain consumer in a fresh group reads every message, touching each value;
 /// `fetch_wait_ms` is its `fetch.wait.max.ms` (librdkafka's default when `None`).
+/// Answers subscribe to the last message, and the first message to the last.
 pub(crate) async fn raw(
     brokers: &str,
     group: &str,
     events: usize,
     fetch_wait_ms: Option<&str>,
-) -> Result<Duration, BenchError> {
+) -> Result<(Duration, Duration), BenchError> {
     let failed = |what: String| BenchError::Failed { what };
     let mut config = ClientConfig::new();
     config
@@ -174,6 +178,7 @@ pub(crate) async fn raw(
         .map_err(|e| failed(format!("subscribing: {e}")))?;
     let mut read = 0;
     let mut bytes = 0usize;
+    let mut first = None;
     while read < events {
         let message = tokio::time::timeout(DEADLINE, consumer.recv())
             .await
@@ -181,11 +186,15 @@ pub(crate) async fn raw(
                 what: format!("the raw consumer read {read} of {events} messages"),
             })?
             .map_err(|e| failed(format!("consuming: {e}")))?;
+        first.get_or_insert_with(Instant::now);
         bytes += message.payload().map_or(0, <[u8]>::len);
         read += 1;
     }
     std::hint::black_box(bytes);
-    Ok(start.elapsed())
+    Ok((
+        start.elapsed(),
+        first.map_or(Duration::ZERO, |f| f.elapsed()),
+    ))
 }
 
 /// A gateway in `dir` with one Kafka source in a fresh group takes every message in.
@@ -213,11 +222,17 @@ pub(crate) async fn ingest(
         .map_err(|e| failed(crate::errors::chain(&e)))?;
     let first = gateway.exchange().next_seq();
     let target = first + events as u64;
+    wait(start, "the source's first event", || {
+        gateway.exchange().next_seq() > first
+    })
+    .await?;
+    let reading_from = Instant::now();
     wait(start, "the source's events", || {
         gateway.exchange().next_seq() >= target
     })
     .await?;
     let ingest = start.elapsed();
+    let reading = reading_from.elapsed();
     let stored = match setup {
         Setup::SpoolOnly => None,
         Setup::Defaults => {
@@ -237,7 +252,11 @@ pub(crate) async fn ingest(
         }
     };
     gateway.stop().await;
-    Ok(Measured { ingest, stored })
+    Ok(Measured {
+        ingest,
+        reading,
+        stored,
+    })
 }
 
 async fn wait(start: Instant, what: &str, done: impl Fn() -> bool) -> Result<(), BenchError> {

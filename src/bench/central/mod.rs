@@ -119,8 +119,15 @@ impl Row {
         }
     }
 
-    /// What the row runs with batches of `batch` events, for the table's second cell.
-    pub(crate) fn configuration(self, batch: usize) -> String {
+    /// What the row runs with batches of `batch` events and the postgres
+    /// forwarder's `connections`, for the table's second cell.
+    pub(crate) fn configuration(self, batch: usize, connections: usize) -> String {
+        let split = match connections {
+            1 => "one transaction per batch".to_owned(),
+            n => format!(
+                "each batch split over {n} connections, a transaction each, written at once"
+            ),
+        };
         match self {
             Row::Raw { connections } => format!(
                 "tokio-postgres binary COPY straight into the partitioned `events` (no staging, \
@@ -128,14 +135,21 @@ impl Row {
                  splitting the rows; the events decoded and their JSON rendered before the clock"
             ),
             Row::Writer => format!(
-                "`postgres::write::Writer` in-process, batches of {batch}, one transaction per \
-                 batch: COPY straight into `events` under a savepoint (none of the rows is \
-                 stored before, so never the staging table and ON CONFLICT)"
+                "`postgres::write::Writer` in-process, batches of {batch}, {split}: COPY \
+                 straight into `events` (none of the rows is stored before, so never the \
+                 staging table and ON CONFLICT)"
             ),
             Row::Gateways { gateways, setup } => {
-                let batched = match batch {
-                    BATCH => String::new(),
-                    n => format!(" with `batch = {{ events = {n} }}`"),
+                let mut keys = Vec::new();
+                if batch != BATCH {
+                    keys.push(format!("`batch = {{ events = {batch} }}`"));
+                }
+                if connections != DEFAULT_CONNECTIONS {
+                    keys.push(format!("`connections = {connections}`"));
+                }
+                let batched = match keys.is_empty() {
+                    true => String::new(),
+                    false => format!(" with {}", keys.join(", ")),
                 };
                 let forwarders = match setup {
                     Setup::PostgresOnly => {
@@ -408,6 +422,8 @@ pub(crate) struct Bench<'a> {
     pub dir: &'a Path,
     /// Events per batch (transaction), every row.
     pub batch: usize,
+    /// The postgres forwarder's `connections` (and the writer row's).
+    pub connections: usize,
 }
 
 fn failed(what: &str) -> impl FnOnce(crate::postgres::PostgresError) -> BenchError + '_ {
@@ -584,6 +600,7 @@ impl Bench<'_> {
         let target = self.cluster.target(db).map_err(failed("the cluster"))?;
         let events = Arc::clone(&self.input.shared);
         let batch = self.batch;
+        let connections = self.connections;
         let (tx, rx) = oneshot::channel();
         let release = CancellationToken::new();
         let released = release.clone();
@@ -591,7 +608,7 @@ impl Bench<'_> {
             let ran = on_own_runtime(async move {
                 let mut writer =
                     Writer::new(target, Period::Day, Arc::from("writer"), Arc::from("bench"))
-                        .connections(DEFAULT_CONNECTIONS);
+                        .connections(connections);
                 let written = async {
                     // Connected (and the schema checked) before the clock.
                     writer.connect_all().await.map_err(|e| e.to_string())?;
@@ -643,7 +660,7 @@ impl Bench<'_> {
                 &name,
                 &dir,
                 setup,
-                self.batch,
+                (self.batch, self.connections),
                 &self.cluster.forwarder_keys(db),
                 self.brokers,
                 group,
@@ -926,12 +943,13 @@ async fn watch(
 }
 
 /// A central gateway's configuration: node `name`, data in `dir`, the forwarders of
-/// `setup`, one kafka source in `group` whose offsets the postgres forwarder keeps.
+/// `setup` (the postgres one's batch size and connections as given), one kafka
+/// source in `group` whose offsets the postgres forwarder keeps.
 pub(crate) fn gateway_config(
     name: &str,
     dir: &Path,
     setup: Setup,
-    batch: usize,
+    (batch, connections): (usize, usize),
     postgres_keys: &str,
     brokers: &str,
     group: &str,
@@ -944,10 +962,13 @@ pub(crate) fn gateway_config(
         }
     };
     // Only a batch size other than the forwarder's default is written out.
-    let batched = match batch {
+    let mut batched = match batch {
         BATCH => String::new(),
         n => format!("batch = {{ events = {n} }}\n"),
     };
+    if connections != DEFAULT_CONNECTIONS {
+        batched.push_str(&format!("connections = {connections}\n"));
+    }
     format!(
         "node = {name:?}\ndata_dir = {dir:?}\n[admin]\nlisten = \"\"\n[exchange]\nsocket = {socket:?}\n\n\
          {defaults}[[forwarder]]\nname = \"central\"\nkind = \"postgres\"\n{postgres_keys}writer = {name:?}\n{batched}\n\

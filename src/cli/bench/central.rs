@@ -22,6 +22,8 @@ use crate::bench::daemon::Daemon;
 use crate::bench::micros;
 use crate::bench::postgres::{Cluster, find_bin};
 use crate::cli::CliError;
+use crate::forward::postgres::DEFAULT_CONNECTIONS;
+use crate::postgres::write::MAX_CONNECTIONS;
 
 #[derive(Debug, Args)]
 pub struct CentralBenchArgs {
@@ -43,6 +45,10 @@ pub struct CentralBenchArgs {
     /// the writer's batches.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch: u32,
+    /// The gateways' `postgres` forwarders' `connections` (written out only when
+    /// not the default) and the writer row's.
+    #[arg(long, default_value_t = DEFAULT_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=MAX_CONNECTIONS as i64))]
+    pub connections: u32,
     /// Only these rows (repeatable); every row by default.
     #[arg(long, value_enum, value_name = "ROW")]
     pub only: Vec<RowName>,
@@ -142,6 +148,7 @@ async fn ingest(
         input: &input,
         dir,
         batch: args.batch as usize,
+        connections: args.connections as usize,
     };
     let wanted: Vec<Row> = args.only.iter().map(|name| name.row()).collect();
     let rows: Vec<Row> = Row::all()
@@ -307,7 +314,7 @@ fn print_ingest(
             println!(
                 "| {} | {} | - | - | - | - | - | - | - | - | - | - | - | - | - | {stalled} |",
                 row.label(),
-                row.configuration(args.batch as usize)
+                row.configuration(args.batch as usize, args.connections as usize)
             );
             continue;
         };
@@ -332,7 +339,7 @@ fn print_ingest(
         println!(
             "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {lock_waits} | {} | {} | {} | {:.2} | {stalled} |",
             row.label(),
-            row.configuration(args.batch as usize),
+            row.configuration(args.batch as usize, args.connections as usize),
             med(&measured, Measured::rate),
             med(&measured, Measured::steady_rate),
             time(|m| m.first_rows),
