@@ -5,8 +5,10 @@ mod audit_proof;
 #[cfg(feature = "bench")]
 mod bench;
 mod check_config;
+mod completions;
 mod dlq;
 mod events;
+mod man;
 mod picture;
 mod publish;
 mod query;
@@ -89,6 +91,10 @@ pub enum Command {
     /// A transparency log witness (C2SP tlog-witness): make its key, check its
     /// configuration, run it.
     Witness(witness::WitnessArgs),
+    /// Print the completion script for a shell (bash, zsh, fish).
+    Completions(completions::CompletionsArgs),
+    /// Write the manual pages (eventgate.1 and one per subcommand) into a directory.
+    Man(man::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -278,5 +284,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Audit(args) => audit::run(args).await,
         Command::Reload(args) => reload::run(args).await,
         Command::Witness(args) => witness::run(args).await,
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
     }
 }

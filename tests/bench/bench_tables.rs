@@ -256,7 +256,22 @@ fn the_fleet_benchmark_compares_the_source_with_a_plain_consumer() {
         for (i, what) in [(1, "taken in"), (2, "plain consumer"), (3, "ratio")] {
             assert!(number(cells[i]) > 0.0, "{setup} {what}: {cells:?}");
         }
+        // Once reading (the group's join left out), for the intake rows.
+        if !setup.starts_with("defaults, until") {
+            for (i, what) in [(4, "reading"), (5, "plain reading"), (6, "ratio")] {
+                assert!(number(cells[i]) > 0.0, "{setup} {what}: {cells:?}");
+            }
+        }
     }
+    // The plain consumer both ways: as the source fetches, and librdkafka's default.
+    let plain = table
+        .lines()
+        .find(|line| line.starts_with("plain librdkafka consumer: "))
+        .unwrap_or_else(|| panic!("the plain consumer's line in {table}"));
+    assert!(
+        plain.contains("fetch.wait.max.ms = 100") && plain.contains("librdkafka's default"),
+        "{plain}"
+    );
 }
 
 /// `bench correlate` at a tiny size: both loads are measured next to JSON rendering.

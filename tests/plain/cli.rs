@@ -444,3 +444,67 @@ properties = {{ "compression.type" = "lz4" }}
     // SCRAM never sends the password itself, and OIDC's token goes over TLS here.
     assert!(!err.contains("clear text"), "{err}");
 }
+
+/// `eventgate man` writes a page for the command and for every subcommand `--help`
+/// lists, each a roff page naming its flags; `completions bash` is a script bash
+/// reads, and an unknown shell is refused with the ones there are.
+#[test]
+fn man_pages_and_completions_cover_every_subcommand() {
+    let (ok, help, _) = run(eventgate().arg("--help"));
+    assert!(ok);
+    let subcommands: Vec<String> = help
+        .lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        // A description's wrapped lines are indented further.
+        .filter(|line| !line[2..].starts_with(' '))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect();
+    assert!(subcommands.len() > 10, "{help}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("man1");
+    let (ok, _, stderr) = run(eventgate().arg("man").arg("--out-dir").arg(&out));
+    assert!(ok, "{stderr}");
+    for name in std::iter::once("eventgate".to_owned())
+        .chain(subcommands.iter().map(|s| format!("eventgate-{s}")))
+    {
+        let page = std::fs::read_to_string(out.join(format!("{name}.1")))
+            .unwrap_or_else(|e| panic!("{name}.1: {e}"));
+        assert!(page.contains(".TH"), "{name}.1: {page}");
+    }
+    let serve = std::fs::read_to_string(out.join("eventgate-serve.1")).unwrap();
+    assert!(serve.contains("\\-\\-data\\-dir"), "{serve}");
+    assert!(out.join("eventgate-audit-verify.1").is_file());
+
+    let (ok, bash, stderr) = run(eventgate().args(["completions", "bash"]));
+    assert!(ok, "{stderr}");
+    for name in &subcommands {
+        assert!(bash.contains(name.as_str()), "{name} in the bash script");
+    }
+    let script = dir.path().join("eventgate.bash");
+    std::fs::write(&script, &bash).unwrap();
+    let checked = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "bash -n: {}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    for shell in ["zsh", "fish"] {
+        let (ok, script, stderr) = run(eventgate().args(["completions", shell]));
+        assert!(ok && script.contains("check-config"), "{shell}: {stderr}");
+    }
+    let (ok, _, stderr) = run(eventgate().args(["completions", "tcsh"]));
+    assert!(!ok);
+    assert!(
+        stderr.contains("invalid value 'tcsh'") && stderr.contains("bash, zsh, fish"),
+        "{stderr}"
+    );
+}
