@@ -26,9 +26,13 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # tests/browser drives through WebDriver; postgresql brings the server binaries
 # (/usr/lib/postgresql/<major>/bin) and the postgres user tests/postgres starts its
 # private clusters with (the system's own cluster it may start is not used);
-# stress-ng loads every core while tests/kafka/fleet.rs restarts a central gateway.
+# stress-ng loads every core while tests/kafka/fleet.rs restarts a central gateway;
+# debootstrap makes the minimal Debian root tests/privileged/debian_package.rs
+# installs the package into (once per machine, under /var/cache/eventgate-tests), and
+# dpkg-dev the shared-library dependencies cargo-deb writes into it.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
-  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver postgresql stress-ng
+  golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver postgresql stress-ng \
+  debootstrap dpkg-dev
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.
@@ -36,6 +40,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v tansu >/dev/null; then
   echo "installing: tansu (cargo install, takes a while)"
   cargo install tansu --version 0.6.0 --features dynostore --locked
+fi
+# cargo-deb: deploy/debian/package.sh builds the Debian package with it.
+if ! command -v cargo-deb >/dev/null; then
+  echo "installing: cargo-deb (cargo install)"
+  cargo install cargo-deb --version 3.8.0 --locked
 fi
 
 # kafka-python: the kafka forwarder's tests read what it produced with a client that

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod debian_package;
 mod disk_full;
 #[cfg(all(feature = "containerd-tests", feature = "kafka-tests"))]
 mod power_cut;

@@ -16,6 +16,7 @@ pub mod certs;
 pub mod chromium;
 pub mod config;
 pub mod containerd;
+pub mod debian_root;
 pub mod deploy;
 pub mod docker;
 pub mod filters;

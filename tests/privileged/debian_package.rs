@@ -1,0 +1,164 @@
+//! The Debian package as a user installs it: `deploy/debian/package.sh` packages
+//! this build's binary; `dpkg -i` into a minimal Debian 12 (an overlay of a cached
+//! debootstrap root, tests/support/debian_root.rs); then what the package promises
+//! is checked there, and `dpkg -r` and `dpkg -P` leave nothing of it behind.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::debian_root::Overlay;
+
+fn in_root(root: &Overlay, user: Option<&str>, args: &[&str]) -> String {
+    let (ok, stdout, stderr) = root.run(user, args);
+    assert!(ok, "{args:?} in the root failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+/// The package's files, as `dpkg-deb -c` lists them (directories left out).
+fn files_of(deb: &Path) -> Vec<String> {
+    let out = Command::new("dpkg-deb")
+        .arg("-c")
+        .arg(deb)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| !line.starts_with('d'))
+        .filter_map(|line| line.split_whitespace().last())
+        .map(|path| path.trim_start_matches('.').to_owned())
+        .collect()
+}
+
+#[test]
+fn the_package_installs_configures_and_purges_cleanly() {
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let built = Command::new(checkout.join("deploy/debian/package.sh"))
+        .env("EVENTGATE_BINARY", env!("CARGO_BIN_EXE_eventgate"))
+        .output()
+        .expect("deploy/debian/package.sh");
+    let stdout = String::from_utf8_lossy(&built.stdout);
+    assert!(
+        built.status.success(),
+        "packaging failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let deb = checkout.join(stdout.lines().last().expect("the package's path"));
+    let files = files_of(&deb);
+    for wanted in [
+        "/usr/bin/eventgate",
+        "/etc/eventgate/eventgate.toml",
+        "/usr/lib/systemd/system/eventgate.service",
+        "/usr/share/man/man1/eventgate.1.gz",
+        "/usr/share/man/man1/eventgate-serve.1.gz",
+        "/usr/share/bash-completion/completions/eventgate",
+        "/usr/share/zsh/vendor-completions/_eventgate",
+        "/usr/share/fish/vendor_completions.d/eventgate.fish",
+    ] {
+        assert!(files.iter().any(|f| f == wanted), "{wanted} in {files:?}");
+    }
+
+    // The root holds what the package depends on (tests/support/debian_root.rs):
+    // each of those must be in its Depends, or a host without it would be short.
+    let depends = Command::new("dpkg-deb")
+        .args(["-f"])
+        .arg(&deb)
+        .arg("Depends")
+        .output()
+        .unwrap();
+    let depends = String::from_utf8_lossy(&depends.stdout).into_owned();
+    for package in crate::support::debian_root::INCLUDE.split(',') {
+        let needed = !matches!(
+            package,
+            "systemd" | "ca-certificates" | "libsasl2-modules-gssapi-mit"
+        );
+        assert!(
+            !needed || depends.split(',').any(|d| d.trim().starts_with(package)),
+            "{package} not in Depends: {depends}"
+        );
+    }
+
+    let root = Overlay::new();
+    std::fs::copy(&deb, root.path().join("tmp/eventgate.deb")).unwrap();
+    in_root(&root, None, &["dpkg", "-i", "/tmp/eventgate.deb"]);
+
+    // The system user, the data directory only it reads, the configuration root's
+    // and readable by the service's group, and a conffile.
+    let passwd = in_root(&root, None, &["getent", "passwd", "eventgate"]);
+    let fields: Vec<&str> = passwd.trim().split(':').collect();
+    assert_eq!(
+        (fields[5], fields[6]),
+        ("/var/lib/eventgate", "/usr/sbin/nologin"),
+        "{passwd}"
+    );
+    let uid: u32 = fields[2].parse().unwrap();
+    let gid: u32 = fields[3].parse().unwrap();
+    assert!(uid < 1000, "a system user: {passwd}");
+    let meta = |path: &str| std::fs::metadata(root.path().join(path)).unwrap();
+    let data = meta("var/lib/eventgate");
+    assert_eq!(
+        (data.mode() & 0o7777, data.uid(), data.gid()),
+        (0o750, uid, gid)
+    );
+    let config = meta("etc/eventgate/eventgate.toml");
+    assert_eq!(
+        (config.mode() & 0o7777, config.uid(), config.gid()),
+        (0o640, 0, gid)
+    );
+    let conffiles = in_root(
+        &root,
+        None,
+        &["dpkg-query", "-W", "-f=${Conffiles}", "eventgate"],
+    );
+    assert!(
+        conffiles.contains("/etc/eventgate/eventgate.toml"),
+        "{conffiles}"
+    );
+
+    // The unit as systemd reads it, the binary's libraries all found, and the
+    // installed configuration valid to the service's user.
+    in_root(
+        &root,
+        None,
+        &[
+            "systemd-analyze",
+            "verify",
+            "/usr/lib/systemd/system/eventgate.service",
+        ],
+    );
+    let libraries = in_root(&root, None, &["ldd", "/usr/bin/eventgate"]);
+    assert!(!libraries.contains("not found"), "{libraries}");
+    let checked = in_root(
+        &root,
+        Some("eventgate"),
+        &[
+            "/usr/bin/eventgate",
+            "check-config",
+            "/etc/eventgate/eventgate.toml",
+        ],
+    );
+    assert!(checked.contains(": ok"), "{checked}");
+    // Not enabled or started by the package: the configuration comes first.
+    assert!(
+        !root
+            .path()
+            .join("etc/systemd/system/multi-user.target.wants/eventgate.service")
+            .exists()
+    );
+
+    // Removed: the binary goes, the configuration stays; purged: nothing stays.
+    in_root(&root, None, &["dpkg", "-r", "eventgate"]);
+    assert!(!root.path().join("usr/bin/eventgate").exists());
+    assert!(root.path().join("etc/eventgate/eventgate.toml").exists());
+    in_root(&root, None, &["dpkg", "-P", "eventgate"]);
+    for file in &files {
+        let left = root.path().join(file.trim_start_matches('/'));
+        assert!(!left.exists(), "{file} left after purge");
+    }
+    for dir in ["etc/eventgate", "var/lib/eventgate"] {
+        assert!(!root.path().join(dir).exists(), "{dir} left after purge");
+    }
+    let (known, status, _) = root.run(None, &["dpkg-query", "-W", "-f=${Status}", "eventgate"]);
+    assert!(!known || !status.contains("installed"), "{status}");
+}
