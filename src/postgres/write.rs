@@ -289,6 +289,13 @@ async fn write_split(
         .first_mut()
         .ok_or_else(|| PostgresError::Config("no connection".into()))?;
     let ids = reserve_row_ids(first, events.len()).await?;
+    if ids.len() != events.len() {
+        return Err(PostgresError::Config(format!(
+            "the server gave {} row ids for {} rows",
+            ids.len(),
+            events.len()
+        )));
+    }
     let lanes = clients.len();
     let bounds: Vec<usize> = (0..=lanes).map(|i| i * events.len() / lanes).collect();
     // Lane i tells lane i + 1 whether every lane up to i committed.
