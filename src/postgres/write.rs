@@ -145,6 +145,7 @@ impl Writer {
     }
 
     /// Opens every connection now (a benchmark, before its clock).
+    #[cfg(feature = "bench")]
     pub(crate) async fn connect_all(&mut self) -> Result<(), PostgresError> {
         for lane in 0..self.clients.len() {
             self.connect(lane).await?;
