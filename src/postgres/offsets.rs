@@ -164,10 +164,6 @@ pub(crate) async fn fence(
     }
     let mut fenced = Fenced {
         keep: Vec::with_capacity(positions.len()),
-        found: current
-            .iter()
-            .map(|(key, (next, _))| (key.clone(), *next))
-            .collect(),
         ..Fenced::default()
     };
     for position in positions {
@@ -202,6 +198,10 @@ pub(crate) async fn fence(
             }
         }
     }
+    fenced.found = current
+        .into_iter()
+        .map(|(key, (next, _))| (key, next))
+        .collect();
     Ok(fenced)
 }
 

@@ -278,14 +278,12 @@ impl Writer {
 /// the careful way (the staging table, the fence first). No slice waits for
 /// another while holding a lock, except in the server, where a cycle is found.
 async fn write_split(
-    clients: Vec<&mut Client>,
+    mut clients: Vec<&mut Client>,
     store: &str,
     written_by: &str,
     events: &[Arc<Event>],
 ) -> Result<Written, PostgresError> {
-    let mut events = events.to_vec();
-    events.sort_by_key(|e| e.seq);
-    let mut clients = clients;
+    // A batch is in the gateway's order (`Batch`): numbering by index follows it.
     let first = clients
         .first_mut()
         .ok_or_else(|| PostgresError::Config("no connection".into()))?;
@@ -299,21 +297,21 @@ async fn write_split(
     }
     let lanes = clients.len();
     let bounds: Vec<usize> = (0..=lanes).map(|i| i * events.len() / lanes).collect();
-    // Lane i tells lane i + 1 whether every lane up to i committed.
-    let (tells, hears): (Vec<_>, Vec<_>) = (1..lanes)
-        .map(|_| tokio::sync::oneshot::channel::<bool>())
-        .unzip();
-    let mut tells: Vec<_> = tells.into_iter().map(Some).collect();
-    tells.push(None);
-    let mut hears: Vec<_> = hears.into_iter().map(Some).collect();
-    hears.insert(0, None);
     let mut lanes_run = Vec::with_capacity(lanes);
+    // Lane i tells lane i + 1 whether every lane up to i committed.
+    let mut heard = None;
     for (lane, client) in clients.into_iter().enumerate() {
+        let (tell, next) = match lane + 1 < lanes {
+            true => {
+                let (tell, hear) = tokio::sync::oneshot::channel::<bool>();
+                (Some(tell), Some(hear))
+            }
+            false => (None, None),
+        };
+        let hear = std::mem::replace(&mut heard, next);
         let slice = &events[bounds[lane]..bounds[lane + 1]];
         let slice_ids = &ids[bounds[lane]..bounds[lane + 1]];
         let before = offsets::Before::of(store, &events[..bounds[lane]]);
-        let hear = hears[lane].take();
-        let tell = tells[lane].take();
         lanes_run.push(async move {
             let written = match hear {
                 None => write_batch(client, store, written_by, slice, false, Some(slice_ids))

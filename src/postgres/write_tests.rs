@@ -194,6 +194,26 @@ mod split {
         .collect()
     }
 
+    /// A fresh database `db` whose group `g` claimed `partitions` of topic `t`: a
+    /// reader, and a writer of store `central` over `connections` connections.
+    async fn claimed(
+        cluster: &Cluster,
+        db: &str,
+        partitions: &[i32],
+        connections: usize,
+    ) -> (Client, Writer) {
+        cluster.fresh_database(db).await.expect("a database");
+        let mut client = cluster.connect(db).await.expect("a reader");
+        migrate::migrate(&mut client).await.expect("the schema");
+        offsets::claim(&mut client, "g", "t", partitions, "w")
+            .await
+            .expect("the claims");
+        let target = cluster.target(db).expect("a target");
+        let writer = Writer::new(target, Period::default(), "w".into(), "central".into())
+            .connections(connections);
+        (client, writer)
+    }
+
     async fn stored(client: &Client) -> (Vec<i64>, Vec<(i32, Option<i64>)>) {
         let seqs = client
             .query("SELECT seq FROM events ORDER BY row_id", &[])
@@ -225,15 +245,7 @@ mod split {
         let cluster = Cluster::start(&bin, None).await.expect("a cluster");
         for connections in [2, 3] {
             let db = format!("split{connections}");
-            cluster.fresh_database(&db).await.expect("a database");
-            let mut client = cluster.connect(&db).await.expect("a reader");
-            migrate::migrate(&mut client).await.expect("the schema");
-            offsets::claim(&mut client, "g", "t", &[0, 1, 2], "w")
-                .await
-                .expect("the claims");
-            let target = cluster.target(&db).expect("a target");
-            let mut writer = Writer::new(target, Period::default(), "w".into(), "central".into())
-                .connections(connections);
+            let (client, mut writer) = claimed(&cluster, &db, &[0, 1, 2], connections).await;
             let mut next = std::collections::HashMap::new();
             // One partition; then three, interleaved; then one again.
             let batches = [
@@ -275,15 +287,7 @@ mod split {
     async fn a_failed_slice_holds_back_the_later_slices_of_its_partitions() {
         let bin = find_bin().expect("PostgreSQL's server binaries");
         let cluster = Cluster::start(&bin, None).await.expect("a cluster");
-        cluster.fresh_database("held").await.expect("a database");
-        let mut client = cluster.connect("held").await.expect("a reader");
-        migrate::migrate(&mut client).await.expect("the schema");
-        offsets::claim(&mut client, "g", "t", &[0, 1], "w")
-            .await
-            .expect("the claims");
-        let target = cluster.target("held").expect("a target");
-        let mut writer =
-            Writer::new(target, Period::default(), "w".into(), "central".into()).connections(3);
+        let (client, mut writer) = claimed(&cluster, "held", &[0, 1], 3).await;
         let mut next = std::collections::HashMap::new();
         // Slices of 100: partition 0, partition 0, partition 1.
         let mut batch = read(1..201, |_| 0, &mut next);
