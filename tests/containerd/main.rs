@@ -11,6 +11,7 @@ mod correlate;
 mod cri_harness;
 mod ctr;
 mod docker;
+mod image;
 mod kubernetes;
 mod reconcile;
 mod reconcile_list;

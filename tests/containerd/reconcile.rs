@@ -69,13 +69,7 @@ fn topics(rows: &[&Row]) -> Vec<String> {
 
 /// Waits until `ctr task ls` shows `id` STOPPED.
 fn wait_stopped(containerd: &Containerd, id: &str) {
-    wait_for(&format!("task {id} to stop"), DEADLINE, || {
-        let listed = containerd.ctr_in("default", &["task", "ls"]);
-        listed
-            .lines()
-            .any(|line| line.starts_with(id) && line.contains("STOPPED"))
-            .then_some(())
-    });
+    containerd.wait_stopped("default", id);
 }
 
 #[test]

@@ -162,26 +162,61 @@ fn the_daemonset_probes_the_admin_endpoint_and_mounts_what_its_config_names() {
 fn the_container_build_copies_what_exists_and_runs_as_a_non_root_user() {
     let text = std::fs::read_to_string(deploy("Containerfile")).unwrap();
     let ignore = std::fs::read_to_string(deploy("Containerfile.dockerignore")).unwrap();
-    let stages: Vec<&str> = text.split("\nFROM ").skip(1).collect();
-    assert_eq!(stages.len(), 2, "a build stage and a runtime stage");
+    // Each stage by the name after `AS`.
+    let stages: Vec<(&str, &str)> = text
+        .split("\nFROM ")
+        .skip(1)
+        .map(|stage| {
+            let first = stage.lines().next().unwrap();
+            let name = first.rsplit_once(" AS ").expect("a named stage").1;
+            (name.trim(), stage)
+        })
+        .collect();
+    let stage = |name: &str| {
+        stages
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no stage {name}"))
+            .1
+    };
+    let names: Vec<&str> = stages.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["build", "prebuilt", "binary", "runtime"]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
-    {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        for source in &words[1..words.len() - 1] {
-            assert!(
-                root.join(source).exists(),
-                "{line}: {source} does not exist"
-            );
-            assert!(
-                ignore.lines().any(|l| l == format!("!{source}")),
-                "{source} is left out of the build context"
-            );
+    // The prebuilt stage copies from the context deploy/image/build.sh assembles; the
+    // others from the checkout, through the ignore file.
+    for (name, body) in stages.iter().filter(|(n, _)| *n != "prebuilt") {
+        for line in body
+            .lines()
+            .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
+        {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            for source in &words[1..words.len() - 1] {
+                assert!(
+                    root.join(source).exists(),
+                    "{name}: {line}: {source} does not exist"
+                );
+                assert!(
+                    ignore.lines().any(|l| l == format!("!{source}")),
+                    "{source} is left out of the build context"
+                );
+            }
         }
     }
-    let runtime = stages[1];
+    // Both ways to the binary leave it where the runtime stage takes it.
+    let built = stage("build")
+        .lines()
+        .find(|l| l.contains("cargo build --release"))
+        .expect("the release build");
+    assert!(built.contains("--bin eventgate"), "{built}");
+    let prebuilt = stage("prebuilt")
+        .lines()
+        .find(|l| l.starts_with("COPY "))
+        .unwrap();
+    let binary_path = prebuilt.split_whitespace().last().unwrap();
+    assert_eq!(binary_path, "/src/target/release/eventgate");
+    assert!(stage("build").contains("WORKDIR /src\n"));
+
+    let runtime = stage("runtime");
     let user = runtime
         .lines()
         .find_map(|l| l.strip_prefix("USER "))
@@ -192,9 +227,11 @@ fn the_container_build_copies_what_exists_and_runs_as_a_non_root_user() {
     );
     let copied = runtime
         .lines()
-        .find(|l| l.starts_with("COPY --from=build"))
+        .find(|l| l.starts_with("COPY --from=binary"))
         .unwrap();
-    let binary = copied.split_whitespace().last().unwrap();
+    let words: Vec<&str> = copied.split_whitespace().collect();
+    assert_eq!(words[2], binary_path, "{copied}");
+    let binary = words[3];
     assert!(
         runtime.contains(&format!("ENTRYPOINT [\"{binary}\"]")),
         "the entrypoint is the copied binary {binary}"

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
 
-use super::{DEADLINE, Lines, have, path_str, run_with_stdin, signal, wait_exit};
+use super::{DEADLINE, Lines, have, path_str, run_with_stdin, signal, wait_exit, wait_for};
 
 // The benchmarks' own daemon configuration (`bench::containerd_config`), compiled here
 // so the tests need no `bench` feature.
@@ -215,6 +215,17 @@ impl Containerd {
         ]);
         let (ok, err) = run_with_stdin(&mut cmd, &any.encode_to_vec());
         assert!(ok, "containerd publish failed: {err}");
+    }
+
+    /// Waits until `ctr task ls` in `namespace` shows `id` STOPPED.
+    pub fn wait_stopped(&self, namespace: &str, id: &str) {
+        wait_for(&format!("task {id} to stop"), DEADLINE, || {
+            let listed = self.ctr_in(namespace, &["task", "ls"]);
+            listed
+                .lines()
+                .any(|line| line.starts_with(id) && line.contains("STOPPED"))
+                .then_some(())
+        });
     }
 
     pub fn log_text(&mut self) -> String {

@@ -1,7 +1,8 @@
-//! A minimal Debian 12 root (`debootstrap --variant=minbase`, plus what the
-//! eventgate package depends on and systemd for `systemd-analyze`), made once per
-//! machine under /var/cache/eventgate-tests (a few minutes, from deb.debian.org)
-//! and reused: each test works in an overlay of it, thrown away at the end.
+//! Minimal Debian 12 roots (`debootstrap --variant=minbase`, plus what the eventgate
+//! package depends on and systemd for `systemd-analyze`, or the image's runtime
+//! packages), made once per machine under /var/cache/eventgate-tests (a minute or a
+//! few, from deb.debian.org) and reused: each package test works in an overlay of
+//! one, thrown away at the end; the image test imports one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,10 +13,16 @@ pub const INCLUDE: &str = "adduser,procps,systemd,libssl3,libsasl2-2,libsasl2-mo
 
 const CACHE: &str = "/var/cache/eventgate-tests";
 
-/// The cached root, made first when missing (one maker at a time, by a lock).
+/// The cached root for the package tests ([`INCLUDE`]).
 pub fn cached() -> PathBuf {
-    // The include list names the cache, so a longer list makes a new one.
-    let tag: u32 = INCLUDE.bytes().fold(2_166_136_261_u32, |h, b| {
+    cached_with(INCLUDE)
+}
+
+/// The cached root of minbase with `include` (debootstrap's comma-separated list),
+/// made first when missing (one maker at a time, by a lock).
+pub fn cached_with(include: &str) -> PathBuf {
+    // The include list names the cache, so another list makes another root.
+    let tag: u32 = include.bytes().fold(2_166_136_261_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(16_777_619)
     });
     let root = Path::new(CACHE).join(format!("bookworm-minbase-{tag:08x}"));
@@ -35,7 +42,7 @@ pub fn cached() -> PathBuf {
     let made = Command::new("debootstrap")
         .args([
             "--variant=minbase",
-            &format!("--include={INCLUDE}"),
+            &format!("--include={include}"),
             "bookworm",
         ])
         .arg(&partial)
