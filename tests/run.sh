@@ -27,9 +27,10 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # (/usr/lib/postgresql/<major>/bin) and the postgres user tests/postgres starts its
 # private clusters with (the system's own cluster it may start is not used);
 # stress-ng loads every core while tests/kafka/fleet.rs restarts a central gateway;
-# debootstrap makes the minimal Debian root tests/privileged/debian_package.rs
-# installs the package into (once per machine, under /var/cache/eventgate-tests), and
-# dpkg-dev the shared-library dependencies cargo-deb writes into it.
+# debootstrap makes the minimal Debian roots tests/privileged/debian_package.rs
+# installs the package into and tests/containerd/image.rs makes the image's base of
+# (once per machine each, under /var/cache/eventgate-tests), and dpkg-dev the
+# shared-library dependencies cargo-deb writes into the package.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
   golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver postgresql stress-ng \
   debootstrap dpkg-dev
@@ -65,6 +66,11 @@ export PATH="$venv/bin:$PATH"
 # The style and lint gates CI holds the code to, before any test.
 cargo fmt --check
 cargo clippy --locked --all-targets --all-features -- -D warnings
+
+# The release binary the image and package tests ship (deploy/image/build.sh and
+# deploy/debian/package.sh build it when it is stale; built here, before the tests run
+# side by side, it is fresh for them).
+cargo build --release --locked --bin eventgate
 
 # Every test group (tests/<group>/main.rs), each behind the feature naming what it
 # needs (Cargo.toml): all of it is installed above. --include-ignored for the unit

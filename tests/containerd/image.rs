@@ -303,22 +303,24 @@ fn pid_of(dockerd: &Dockerd, name: &str) -> i32 {
     pid.parse().unwrap_or_else(|_| panic!("pid {pid}"))
 }
 
-/// Waits for the readiness probe's 200, probing every 10 ms; the wait.
+/// Waits for the readiness probe's 200, probing every 10 ms; the wait. A container
+/// that exits or stays unready fails the test with its logs.
 fn wait_ready(dockerd: &Dockerd, name: &str, pod: &PodRun) -> Duration {
     let started = Instant::now();
     let pid = pid_of(dockerd, name);
-    wait_for(
-        "the readiness probe to pass",
-        DEADLINE,
-        || match http_in_netns(pid, pod.port, &pod.readiness) {
-            Ok((200, _)) => Some(()),
-            _ => {
-                std::thread::sleep(Duration::from_millis(10));
-                None
-            }
-        },
-    );
-    started.elapsed()
+    loop {
+        if let Ok((200, _)) = http_in_netns(pid, pod.port, &pod.readiness) {
+            return started.elapsed();
+        }
+        let state = dockerd.inspect(name)["State"].clone();
+        assert!(
+            state["Running"] == true && started.elapsed() < DEADLINE,
+            "{name} not ready after {:?} ({state}); it logged:\n{}",
+            started.elapsed(),
+            logs(dockerd, name)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// What the container wrote to stdout and stderr.
@@ -370,6 +372,24 @@ fn the_image_built_offline_runs_as_the_daemonset_runs_it() {
     assert_eq!(
         config["Entrypoint"][0], "/usr/local/bin/eventgate",
         "{config}"
+    );
+
+    // A node without dockerd takes the image from `docker save` into the CRI's
+    // namespace of its containerd (the DaemonSet's imagePullPolicy: IfNotPresent).
+    let archive = dockerd.dir.path().join("eventgate-image.tar");
+    let saved = dockerd
+        .docker()
+        .args(["save", "--output", path_str(&archive), &image])
+        .status()
+        .expect("docker save");
+    assert!(saved.success());
+    containerd.ctr_in("k8s.io", &["images", "import", path_str(&archive)]);
+    let listed = containerd.ctr_in("k8s.io", &["images", "ls", "--quiet"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l == format!("docker.io/library/{image}")),
+        "{listed}"
     );
 
     let node = tempfile::tempdir().expect("tempdir");

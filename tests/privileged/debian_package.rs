@@ -1,13 +1,66 @@
 //! The Debian package as a user installs it: `deploy/debian/package.sh` packages
-//! this build's binary; `dpkg -i` into a minimal Debian 12 (an overlay of a cached
+//! the release binary; `dpkg -i` into a minimal Debian 12 (an overlay of a cached
 //! debootstrap root, tests/support/debian_root.rs); then what the package promises
-//! is checked there, and `dpkg -r` and `dpkg -P` leave nothing of it behind.
+//! is checked there, the unit's command line serves as its user, and `dpkg -r` and
+//! `dpkg -P` leave nothing of it behind.
+//!
+//! The figures it prints (`--nocapture`) are docs/operations.md's: the time to a
+//! ready `/readyz` and memory at rest, from the package.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::support::debian_root::Overlay;
+use crate::support::deploy::{service_keys, value};
+use crate::support::{DEADLINE, free_port, signal, try_http, wait_exit, wait_for};
+
+/// The installed unit's `ExecStart` run as its `User` with its `Environment`, in the
+/// root (chroot), the admin endpoint on `port`; returns once `/readyz` answers 200:
+/// the process, the time from spawning it and its resident memory then (KiB).
+fn serve_as_the_unit(root: &Overlay, port: u16) -> (std::process::Child, Duration, u64) {
+    let unit =
+        std::fs::read_to_string(root.path().join("usr/lib/systemd/system/eventgate.service"))
+            .unwrap();
+    let keys = service_keys(&unit);
+    let user = value(&keys, "User");
+    let (env_key, env_value) = value(&keys, "Environment").split_once('=').unwrap();
+    let spawned = Instant::now();
+    let child = Command::new("chroot")
+        .arg(format!("--userspec={user}:{user}"))
+        .arg(root.path())
+        .args(value(&keys, "ExecStart").split_whitespace())
+        .args(["--admin", &format!("127.0.0.1:{port}")])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(env_key, env_value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chroot");
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    wait_for(
+        "the installed service to be ready",
+        DEADLINE,
+        || match try_http(admin, "GET", "/readyz") {
+            Ok((200, _)) => Some(()),
+            _ => {
+                std::thread::sleep(Duration::from_millis(10));
+                None
+            }
+        },
+    );
+    let ready = spawned.elapsed();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    (child, ready, rss)
+}
 
 fn in_root(root: &Overlay, user: Option<&str>, args: &[&str]) -> String {
     let (ok, stdout, stderr) = root.run(user, args);
@@ -34,8 +87,9 @@ fn files_of(deb: &Path) -> Vec<String> {
 #[test]
 fn the_package_installs_configures_and_purges_cleanly() {
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // No EVENTGATE_BINARY: the script builds (or finds fresh) the release binary,
+    // the one users install.
     let built = Command::new(checkout.join("deploy/debian/package.sh"))
-        .env("EVENTGATE_BINARY", env!("CARGO_BIN_EXE_eventgate"))
         .output()
         .expect("deploy/debian/package.sh");
     let stdout = String::from_utf8_lossy(&built.stdout);
@@ -139,6 +193,23 @@ fn the_package_installs_configures_and_purges_cleanly() {
         ],
     );
     assert!(checked.contains(": ok"), "{checked}");
+    // The unit's command line, as its user: ready on an empty data directory, and
+    // again on the one it left.
+    let port = free_port();
+    let (mut first, first_ready, _) = serve_as_the_unit(&root, port);
+    signal(&first, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut first, DEADLINE).success());
+    let (mut again, ready_again, rss) = serve_as_the_unit(&root, port);
+    signal(&again, nix::sys::signal::Signal::SIGTERM);
+    assert!(wait_exit(&mut again, DEADLINE).success());
+    assert!(root.path().join("var/lib/eventgate/audit.db").exists());
+    eprintln!(
+        "package: ready {} ms after start on an empty data dir, {} ms on the existing \
+         one; VmRSS at rest {rss} KiB",
+        first_ready.as_millis(),
+        ready_again.as_millis()
+    );
+
     // Not enabled or started by the package: the configuration comes first.
     assert!(
         !root
