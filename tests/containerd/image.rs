@@ -25,6 +25,9 @@ use support::*;
 
 const RECONCILED: &str = "/eventgate/upstream/reconciled";
 
+/// The node the pod is scheduled on, as the downward API's `spec.nodeName` gives it.
+const NODE_NAME: &str = "node-image-test";
+
 /// The goal for the image, in bytes as docker counts them (10^6 to a MB).
 const SIZE_GOAL: u64 = 120_000_000;
 
@@ -115,6 +118,7 @@ fn daemonset(host: &dyn Fn(&str) -> PathBuf, config_dir: &Path) -> PodRun {
             "name",
             "image",
             "imagePullPolicy",
+            "env",
             "args",
             "ports",
             "livenessProbe",
@@ -248,14 +252,38 @@ fn daemonset(host: &dyn Fn(&str) -> PathBuf, config_dir: &Path) -> PodRun {
         assert_eq!(get["port"].as_str(), Some(port_name), "{probe} port");
         str_of(&get["path"], probe).to_owned()
     };
+    // Environment variables, from values or the downward API, and `$(NAME)` in args
+    // expanded from them as the kubelet does.
+    let mut env: Vec<(String, String)> = Vec::new();
+    for variable in container["env"].as_sequence().into_iter().flatten() {
+        only_keys(variable, &["name", "value", "valueFrom"], "env");
+        let name = str_of(&variable["name"], "env name").to_owned();
+        let value = if let Some(value) = variable["value"].as_str() {
+            value.to_owned()
+        } else {
+            only_keys(&variable["valueFrom"], &["fieldRef"], "valueFrom");
+            match str_of(&variable["valueFrom"]["fieldRef"]["fieldPath"], "fieldPath") {
+                "spec.nodeName" => NODE_NAME.to_owned(),
+                other => panic!("fieldPath {other} has no translation here"),
+            }
+        };
+        options.extend(["--env".into(), format!("{name}={value}")]);
+        env.push((name, value));
+    }
+    let args = container["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .map(|a| {
+            env.iter()
+                .fold(str_of(a, "args").to_owned(), |arg, (name, value)| {
+                    arg.replace(&format!("$({name})"), value)
+                })
+        })
+        .collect();
     PodRun {
         options,
-        args: container["args"]
-            .as_sequence()
-            .expect("args")
-            .iter()
-            .map(|a| str_of(a, "args").to_owned())
-            .collect(),
+        args,
         grace: pod["terminationGracePeriodSeconds"]
             .as_u64()
             .expect("terminationGracePeriodSeconds"),
@@ -321,6 +349,21 @@ fn wait_ready(dockerd: &Dockerd, name: &str, pod: &PodRun) -> Duration {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The distinct `node` values of the stored events.
+fn recorded_nodes(db: &Path) -> Vec<String> {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("the audit store");
+    let mut statement = conn
+        .prepare("SELECT DISTINCT node FROM events WHERE node IS NOT NULL ORDER BY node")
+        .expect("query");
+    statement
+        .query_map([], |r| r.get(0))
+        .expect("nodes")
+        .collect::<Result<_, _>>()
+        .expect("nodes")
 }
 
 /// What the container wrote to stdout and stderr.
@@ -439,6 +482,14 @@ fn the_image_built_offline_runs_as_the_daemonset_runs_it() {
         .find(|r| r.topic == "/tasks/exit" && r.container() == Some(docker_id.as_str()))
         .expect("the exit");
     assert_eq!(exit.event["exit_status"], 4, "{exit:?}");
+    // Recorded as captured on the node, not on the pod's host name.
+    let nodes = recorded_nodes(&audit);
+    assert_eq!(
+        nodes,
+        [NODE_NAME],
+        "the pod's host name is {}",
+        dockerd.cli(&["inspect", "-f", "{{.Config.Hostname}}", name])
+    );
     // The node socket on the hostPath serves the node's clients.
     let (ok, err) = publish_json(
         path_str(&socket),

@@ -155,7 +155,27 @@ fn the_daemonset_probes_the_admin_endpoint_and_mounts_what_its_config_names() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(args, ["serve", "--config", "/etc/eventgate/eventgate.toml"]);
+    assert_eq!(
+        args,
+        [
+            "serve",
+            "--config",
+            "/etc/eventgate/eventgate.toml",
+            "--node",
+            "$(NODE_NAME)"
+        ]
+    );
+    // Each event is recorded with the node's name, which only the downward API knows
+    // (the pod's host name is the pod's).
+    let env = container["env"].as_sequence().expect("env");
+    let node_name = env
+        .iter()
+        .find(|e| e["name"].as_str() == Some("NODE_NAME"))
+        .expect("NODE_NAME in env");
+    assert_eq!(
+        node_name["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("spec.nodeName")
+    );
 }
 
 #[test]
