@@ -29,11 +29,12 @@ command -v python3 >/dev/null || fail "needs python3 (the Kafka tests read with 
 # stress-ng loads every core while tests/kafka/fleet.rs restarts a central gateway;
 # debootstrap makes the minimal Debian roots tests/privileged/debian_package.rs
 # installs the package into and tests/containerd/image.rs makes the image's base of
-# (once per machine each, under /var/cache/eventgate-tests), and dpkg-dev the
-# shared-library dependencies cargo-deb writes into the package.
+# (once per machine each, under /var/cache/eventgate-tests), dpkg-dev the
+# shared-library dependencies cargo-deb writes into the package, and
+# systemd-container the systemd-nspawn that boots that root to run the installed unit.
 ./deploy/build-deps.sh containerd runc busybox-static sqlite3 systemd stunnel4 docker.io \
   golang-go golang-golang-x-mod-dev python3-venv chromium chromium-driver postgresql stress-ng \
-  debootstrap dpkg-dev
+  debootstrap dpkg-dev systemd-container
 
 # tansu: a Kafka-protocol broker for the kafka forwarder's tests. Built from source
 # once per machine (about 16 minutes); cargo puts it in ~/.cargo/bin.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_yaml_ng::Value;
 use support::audit::{Row, markers, stored, wait_stored};
 use support::containerd::{Containerd, Tasks};
-use support::docker::{Dockerd, http_in_netns};
+use support::docker::Dockerd;
 use support::*;
 
 const RECONCILED: &str = "/eventgate/upstream/reconciled";
@@ -326,7 +326,7 @@ fn build_image(dockerd: &Dockerd) -> String {
 }
 
 /// The container's main process as the host sees it.
-fn pid_of(dockerd: &Dockerd, name: &str) -> i32 {
+fn pid_of(dockerd: &Dockerd, name: &str) -> u32 {
     let pid = dockerd.cli(&["inspect", "-f", "{{.State.Pid}}", name]);
     pid.parse().unwrap_or_else(|_| panic!("pid {pid}"))
 }
@@ -378,16 +378,6 @@ fn logs(dockerd: &Dockerd, name: &str) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// Resident memory of a process, from /proc.
-fn rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 fn about<'a>(rows: &'a [Row], container: &str) -> Vec<&'a Row> {

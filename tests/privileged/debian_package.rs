@@ -8,13 +8,17 @@
 //! ready `/readyz` and memory at rest, from the package.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::support::debian_root::Overlay;
 use crate::support::deploy::{service_keys, value};
-use crate::support::{DEADLINE, free_port, signal, try_http, wait_exit, wait_for};
+use crate::support::machine::Machine;
+use crate::support::{
+    DEADLINE, free_port, http_in_netns, rss_kib, signal, try_http, wait_exit, wait_for,
+};
 
 /// The installed unit's `ExecStart` run as its `User` with its `Environment`, in the
 /// root (chroot), the admin endpoint on `port`; returns once `/readyz` answers 200:
@@ -53,13 +57,37 @@ fn serve_as_the_unit(root: &Overlay, port: u16) -> (std::process::Child, Duratio
         },
     );
     let ready = spawned.elapsed();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
+    let rss = rss_kib(child.id());
     (child, ready, rss)
+}
+
+/// The package of the release binary, built once per test process (both tests
+/// install it; package.sh's staging directory is not for two at once).
+fn package() -> &'static Path {
+    static DEB: OnceLock<PathBuf> = OnceLock::new();
+    DEB.get_or_init(|| {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
+        // No EVENTGATE_BINARY: the script builds (or finds fresh) the release binary,
+        // the one users install.
+        let built = Command::new(checkout.join("deploy/debian/package.sh"))
+            .output()
+            .expect("deploy/debian/package.sh");
+        let stdout = String::from_utf8_lossy(&built.stdout);
+        assert!(
+            built.status.success(),
+            "packaging failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        checkout.join(stdout.lines().last().expect("the package's path"))
+    })
+}
+
+/// A fresh overlay of the cached root with the package installed by `dpkg -i`.
+fn installed() -> Overlay {
+    let root = Overlay::new();
+    std::fs::copy(package(), root.path().join("tmp/eventgate.deb")).unwrap();
+    in_root(&root, None, &["dpkg", "-i", "/tmp/eventgate.deb"]);
+    root
 }
 
 fn in_root(root: &Overlay, user: Option<&str>, args: &[&str]) -> String {
@@ -86,20 +114,8 @@ fn files_of(deb: &Path) -> Vec<String> {
 
 #[test]
 fn the_package_installs_configures_and_purges_cleanly() {
-    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // No EVENTGATE_BINARY: the script builds (or finds fresh) the release binary,
-    // the one users install.
-    let built = Command::new(checkout.join("deploy/debian/package.sh"))
-        .output()
-        .expect("deploy/debian/package.sh");
-    let stdout = String::from_utf8_lossy(&built.stdout);
-    assert!(
-        built.status.success(),
-        "packaging failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let deb = checkout.join(stdout.lines().last().expect("the package's path"));
-    let files = files_of(&deb);
+    let deb = package();
+    let files = files_of(deb);
     for wanted in [
         "/usr/bin/eventgate",
         "/etc/eventgate/eventgate.toml",
@@ -117,7 +133,7 @@ fn the_package_installs_configures_and_purges_cleanly() {
     // each of those must be in its Depends, or a host without it would be short.
     let depends = Command::new("dpkg-deb")
         .args(["-f"])
-        .arg(&deb)
+        .arg(deb)
         .arg("Depends")
         .output()
         .unwrap();
@@ -133,9 +149,7 @@ fn the_package_installs_configures_and_purges_cleanly() {
         );
     }
 
-    let root = Overlay::new();
-    std::fs::copy(&deb, root.path().join("tmp/eventgate.deb")).unwrap();
-    in_root(&root, None, &["dpkg", "-i", "/tmp/eventgate.deb"]);
+    let root = installed();
 
     // The system user, the data directory only it reads, the configuration root's
     // and readable by the service's group, and a conffile.
@@ -232,4 +246,104 @@ fn the_package_installs_configures_and_purges_cleanly() {
     }
     let (known, status, _) = root.run(None, &["dpkg-query", "-W", "-f=${Status}", "eventgate"]);
     assert!(!known || !status.contains("installed"), "{status}");
+}
+
+/// Waits for the example configuration's admin endpoint, on the machine's own
+/// loopback, to say ready.
+fn ready(machine: &Machine) {
+    wait_for("the service to be ready", DEADLINE, || match http_in_netns(
+        machine.leader,
+        9464,
+        "/readyz",
+    ) {
+        Ok((200, _)) => Some(()),
+        _ => {
+            std::thread::sleep(Duration::from_millis(10));
+            None
+        }
+    })
+}
+
+/// What the README says a user does after installing: `systemctl enable --now
+/// eventgate`, on a booted Debian 12 (systemd 252 as PID 1, systemd-nspawn) with the
+/// unit's hardening in force. It serves; `systemctl reload` keeps the same process;
+/// `systemctl stop` ends it with status 0; it comes back enabled after a reboot.
+#[test]
+fn the_installed_unit_is_enabled_started_reloaded_and_stopped_by_systemd() {
+    let root = installed();
+    let name = format!("eg-package-{}", std::process::id());
+    let machine = Machine::boot(root.path(), &name);
+    let enabling = Instant::now();
+    machine.must(&["systemctl", "enable", "--now", "eventgate"]);
+    ready(&machine);
+    let ready_in = enabling.elapsed();
+    assert_eq!(
+        machine
+            .must(&["systemctl", "is-enabled", "eventgate"])
+            .trim(),
+        "enabled"
+    );
+    assert_eq!(machine.property("eventgate", "User"), "eventgate");
+    let pid = machine.property("eventgate", "MainPID");
+
+    // A client on the machine publishes through the socket in the data directory.
+    machine.must(&[
+        "/usr/bin/eventgate",
+        "publish",
+        "--address",
+        "/var/lib/eventgate/eventgate.sock",
+        "--namespace",
+        "default",
+        "--topic",
+        "/tasks/oom",
+        "--event-type",
+        "containerd.events.TaskOOM",
+        "--json",
+        r#"{"container_id":"under-systemd"}"#,
+    ]);
+    let log = root.path().join("var/lib/eventgate/events.jsonl");
+    wait_for("the event in the log file", DEADLINE, || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|text| text.contains("under-systemd"))
+    });
+
+    machine.must(&["systemctl", "reload", "eventgate"]);
+    ready(&machine);
+    assert_eq!(
+        machine.property("eventgate", "MainPID"),
+        pid,
+        "reloaded, not restarted"
+    );
+    assert_eq!(machine.property("eventgate", "ActiveState"), "active");
+
+    machine.must(&["systemctl", "stop", "eventgate"]);
+    assert_eq!(machine.property("eventgate", "Result"), "success");
+    assert_eq!(machine.property("eventgate", "ExecMainStatus"), "0");
+    let (_, warnings, _) = machine.run(&[
+        "journalctl",
+        "--unit",
+        "eventgate",
+        "--priority",
+        "warning",
+        "--no-pager",
+        "--quiet",
+    ]);
+    assert!(
+        warnings.trim().is_empty(),
+        "the service logged warnings:\n{warnings}"
+    );
+    assert!(machine.poweroff().success());
+
+    // Enabled: the next boot starts it.
+    let machine = Machine::boot(root.path(), &name);
+    let booted = Instant::now();
+    ready(&machine);
+    eprintln!(
+        "package under systemd: ready {} ms after `systemctl enable --now` began, {} ms \
+         after the next boot finished",
+        ready_in.as_millis(),
+        booted.elapsed().as_millis()
+    );
+    assert!(machine.poweroff().success());
 }

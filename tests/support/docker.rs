@@ -314,23 +314,3 @@ pub fn docker_archive(oci: &Path) -> Vec<u8> {
     }
     out.into_inner().expect("the docker archive")
 }
-
-/// One HTTP GET of `path` from `port` on the loopback of the network namespace process
-/// `pid` lives in: how the kubelet's probes reach a pod's port, for a container run
-/// with `--network none` (it has only its own loopback). It runs on a thread of its
-/// own, since `setns` moves only the calling thread.
-pub fn http_in_netns(pid: i32, port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
-    let path = path.to_owned();
-    std::thread::spawn(move || {
-        nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(std::io::Error::from)?;
-        super::try_http(
-            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-            "GET",
-            &path,
-        )
-    })
-    .join()
-    .expect("the probe's thread")
-}

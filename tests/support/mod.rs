@@ -23,6 +23,7 @@ pub mod filters;
 pub mod fronts;
 pub mod image;
 pub mod kubelet;
+pub mod machine;
 pub mod messages;
 pub mod postgres;
 pub mod prometheus;
@@ -714,4 +715,35 @@ pub fn logged_exits(path: &Path) -> Vec<String> {
                 .to_owned()
         })
         .collect()
+}
+
+/// One HTTP GET of `path` from `port` on the loopback of the network namespace process
+/// `pid` lives in: how the kubelet's probes reach a pod's port, for a container with
+/// a network of its own (docker's `--network none`, systemd-nspawn's
+/// `--private-network`). It runs on a thread of its own, since `setns` moves only the
+/// calling thread.
+pub fn http_in_netns(pid: u32, port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(std::io::Error::from)?;
+        try_http(
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            "GET",
+            &path,
+        )
+    })
+    .join()
+    .expect("the probe's thread")
+}
+
+/// Resident memory of a process (`VmRSS`, KiB), from /proc.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }

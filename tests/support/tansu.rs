@@ -182,8 +182,8 @@ pub fn consume(brokers: &str, topic: &str, count: usize) -> Vec<OwnedMessage> {
     consumer.assign(&assignment).expect("assign");
     let mut messages = Vec::new();
     let mut at_end = HashSet::new();
-    let what = format!("{count} messages in {topic}");
-    wait_for(&what, DEADLINE, || {
+    let end = std::time::Instant::now() + DEADLINE;
+    loop {
         // Everything that is ready, not one message per check.
         let mut wait = Duration::from_millis(100);
         while let Some(polled) = consumer.poll(wait) {
@@ -199,7 +199,15 @@ pub fn consume(brokers: &str, topic: &str, count: usize) -> Vec<OwnedMessage> {
                 Err(error) => panic!("consuming {topic}: {error}"),
             }
         }
-        (messages.len() >= count && at_end.len() == partitions.len()).then_some(())
-    });
-    messages
+        if messages.len() >= count && at_end.len() == partitions.len() {
+            return messages;
+        }
+        // Where it stands, so a timeout says which half of the condition is missing.
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out after {DEADLINE:?} waiting for {count} messages in {topic}: {} read, \
+             at the end of partitions {at_end:?} of {partitions:?}",
+            messages.len()
+        );
+    }
 }
