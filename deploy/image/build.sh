@@ -16,8 +16,9 @@
 #   DEBIAN_MIRROR        default http://deb.debian.org/debian
 #   DOCKER               the docker CLI (default: docker; DOCKER_HOST names the daemon)
 #
-# Needs root (debootstrap, a root's files), debootstrap, and a docker with BuildKit
-# (docker.io 20.10 has it: DOCKER_BUILDKIT=1). The build itself uses no network.
+# Needs root (debootstrap, a root's files), debootstrap, strip (binutils), and a docker
+# with BuildKit (docker.io 20.10 has it: DOCKER_BUILDKIT=1). The build itself uses no
+# network. The base is tagged eventgate-base:bookworm.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -79,7 +80,7 @@ path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 path-exclude /usr/share/locale/*
 SLIM
-base_tag=${tag%%:*}-base:bookworm
+base_tag=eventgate-base:bookworm
 tar -C "$base" --numeric-owner -c . | "$docker" import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["bash"]' - "$base_tag" >/dev/null

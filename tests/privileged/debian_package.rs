@@ -2,10 +2,12 @@
 //! the release binary; `dpkg -i` into a minimal Debian 12 (an overlay of a cached
 //! debootstrap root, tests/support/debian_root.rs); then what the package promises
 //! is checked there, the unit's command line serves as its user, and `dpkg -r` and
-//! `dpkg -P` leave nothing of it behind.
+//! `dpkg -P` leave nothing of it behind. Then the same install is booted
+//! (systemd-nspawn) and the unit enabled, started, reloaded and stopped by systemd.
 //!
 //! The figures it prints (`--nocapture`) are docs/operations.md's: the time to a
-//! ready `/readyz` and memory at rest, from the package.
+//! ready `/readyz` and memory at rest, from the package, and the time to ready
+//! under systemd.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -31,7 +33,7 @@ fn serve_as_the_unit(root: &Overlay, port: u16) -> (std::process::Child, Duratio
     let user = value(&keys, "User");
     let (env_key, env_value) = value(&keys, "Environment").split_once('=').unwrap();
     let spawned = Instant::now();
-    let child = Command::new("chroot")
+    let mut child = Command::new("chroot")
         .arg(format!("--userspec={user}:{user}"))
         .arg(root.path())
         .args(value(&keys, "ExecStart").split_whitespace())
@@ -45,17 +47,17 @@ fn serve_as_the_unit(root: &Overlay, port: u16) -> (std::process::Child, Duratio
         .spawn()
         .expect("chroot");
     let admin = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for(
-        "the installed service to be ready",
-        DEADLINE,
-        || match try_http(admin, "GET", "/readyz") {
-            Ok((200, _)) => Some(()),
-            _ => {
-                std::thread::sleep(Duration::from_millis(10));
-                None
-            }
-        },
-    );
+    while !matches!(try_http(admin, "GET", "/readyz"), Ok((200, _))) {
+        if spawned.elapsed() > DEADLINE || child.try_wait().is_ok_and(|s| s.is_some()) {
+            // Not left running over the overlay it serves from.
+            let _ = child.kill();
+            panic!(
+                "the installed service was not ready within {DEADLINE:?}: {:?}",
+                child.wait()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let ready = spawned.elapsed();
     let rss = rss_kib(child.id());
     (child, ready, rss)
