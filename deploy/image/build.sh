@@ -4,8 +4,9 @@
 # `docker import`), the binary is a release build, and the image is deploy/Containerfile's
 # runtime stage: its packages, user, paths, configuration and entrypoint.
 #
-#   sudo deploy/image/build.sh                         # tags eventgate:latest
-#   sudo deploy/image/build.sh --tag eventgate:0.1.0
+#   cargo build --release --locked --bin eventgate
+#   sudo EVENTGATE_BINARY=target/release/eventgate deploy/image/build.sh   # eventgate:latest
+#   sudo deploy/image/build.sh --tag eventgate:0.1.0   # when root's PATH has cargo
 #   deploy/image/build.sh --packages                   # the runtime packages, comma-separated
 #
 # Environment:
@@ -20,6 +21,9 @@
 # with BuildKit (docker.io 20.10 has it: DOCKER_BUILDKIT=1). The build itself uses no
 # network. The base is tagged eventgate-base:bookworm.
 set -euo pipefail
+# Paths given are the caller's, before the script moves to the checkout.
+binary=${EVENTGATE_BINARY:+$(realpath -e "$EVENTGATE_BINARY")}
+root=${EVENTGATE_BASE_ROOT:+$(realpath -e "$EVENTGATE_BASE_ROOT")}
 cd "$(dirname "$0")/../.."
 
 # The runtime stage's package list is the one source: debootstrap includes them all,
@@ -43,13 +47,13 @@ docker=${DOCKER:-docker}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-binary=${EVENTGATE_BINARY:-}
 if [ -z "$binary" ]; then
+    # Under sudo, root's PATH usually has no rustup cargo: build as yourself first.
+    command -v cargo >/dev/null || { echo "deploy/image/build.sh: no cargo here; build the binary first (cargo build --release --locked --bin eventgate) and pass it: EVENTGATE_BINARY=target/release/eventgate" >&2; exit 1; }
     cargo build --release --locked --bin eventgate
     binary=${CARGO_TARGET_DIR:-target}/release/eventgate
 fi
 
-root=${EVENTGATE_BASE_ROOT:-}
 if [ -z "$root" ]; then
     command -v debootstrap >/dev/null || { echo "deploy/image/build.sh: needs debootstrap (apt-get install debootstrap)" >&2; exit 1; }
     root=$work/debootstrap
