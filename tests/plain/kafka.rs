@@ -290,7 +290,13 @@ async fn mock_faults_through_the_pipeline_deliver_everything_after_they_clear() 
     let brokers = cluster.bootstrap_servers();
     let failures = Arc::new(AtomicUsize::new(0));
     let forwarder = Arc::new(Counting {
-        inner: build(&mock_options(&brokers, "")).await,
+        // Not idempotent: with librdkafka's mock cluster and the idempotent producer,
+        // 4 of 48 runs under load (4 at once) found one to three acknowledged
+        // messages absent from the mock's log (0 of 48 without idempotence). Whether
+        // the mock or the producer loses them is not settled yet; what this test is
+        // about, the pipeline's retries, does not depend on it. The idempotent
+        // default is tested against tansu (tests/kafka/durability.rs).
+        inner: build(&mock_options(&brokers, "idempotence = false")).await,
         failures: Arc::clone(&failures),
     });
     let pipeline = Pipeline::from_forwarders([Parts {
