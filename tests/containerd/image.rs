@@ -351,21 +351,6 @@ fn wait_ready(dockerd: &Dockerd, name: &str, pod: &PodRun) -> Duration {
     }
 }
 
-/// The distinct `node` values of the stored events.
-fn recorded_nodes(db: &Path) -> Vec<String> {
-    let conn =
-        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("the audit store");
-    let mut statement = conn
-        .prepare("SELECT DISTINCT node FROM events WHERE node IS NOT NULL ORDER BY node")
-        .expect("query");
-    statement
-        .query_map([], |r| r.get(0))
-        .expect("nodes")
-        .collect::<Result<_, _>>()
-        .expect("nodes")
-}
-
 /// What the container wrote to stdout and stderr.
 fn logs(dockerd: &Dockerd, name: &str) -> String {
     let out = dockerd
@@ -473,10 +458,11 @@ fn the_image_built_offline_runs_as_the_daemonset_runs_it() {
         .expect("the exit");
     assert_eq!(exit.event["exit_status"], 4, "{exit:?}");
     // Recorded as captured on the node, not on the pod's host name.
-    let nodes = recorded_nodes(&audit);
+    let nodes: std::collections::BTreeSet<&str> =
+        rows.iter().filter_map(|r| r.node.as_deref()).collect();
     assert_eq!(
         nodes,
-        [NODE_NAME],
+        [NODE_NAME].into(),
         "the pod's host name is {}",
         dockerd.cli(&["inspect", "-f", "{{.Config.Hostname}}", name])
     );

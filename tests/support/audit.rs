@@ -26,6 +26,8 @@ pub struct Row {
     pub origin: String,
     /// For reconciled events: whose clock the timestamp is (`daemon`, `reconcile`).
     pub origin_clock: Option<String>,
+    /// The node the event was captured on.
+    pub node: Option<String>,
 }
 
 impl Row {
@@ -46,7 +48,7 @@ pub fn stored(db: &Path) -> Vec<Row> {
         return Vec::new();
     };
     let Ok(mut statement) = conn.prepare(
-        "SELECT row_id, id, namespace, topic, event, source, origin, origin_clock \
+        "SELECT row_id, id, namespace, topic, event, source, origin, origin_clock, node \
              FROM events ORDER BY row_id",
     ) else {
         return Vec::new();
@@ -65,6 +67,7 @@ pub fn stored(db: &Path) -> Vec<Row> {
                 source: r.get(5)?,
                 origin: r.get(6)?,
                 origin_clock: r.get(7)?,
+                node: r.get(8)?,
             })
         })
         .expect("query")
